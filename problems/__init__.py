@@ -1,0 +1,1 @@
+"""Real tasks built on structopt (installed as ``structopt.problems``)."""

@@ -1,0 +1,7 @@
+"""Linear joint feature maps, each paired with one structure."""
+
+from structopt.models.base import Model
+from structopt.models.chain import ChainModel
+from structopt.models.multiclass import MultiClassModel
+
+__all__ = ["ChainModel", "Model", "MultiClassModel"]

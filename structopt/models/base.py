@@ -1,0 +1,75 @@
+"""The Model interface: a linear joint feature map paired with one structure.
+
+A model maps weights to the potentials of one example, ``theta = A_x w``, and statistics back to
+weight space through the adjoint, ``features(x, mu) = A_x^T mu``; the joint feature of an output
+is ``Phi(x, y) = features(x, stats(y))``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from structopt.errors import InvalidInputError
+from structopt.structures.base import Potentials, Structure
+
+
+class Model(ABC):
+    """A linear model ``theta = A_x w`` over a structure.
+
+    Subclasses define :attr:`blocks` (the named weight blocks and their shapes), :meth:`potentials`,
+    :meth:`add_features` and :meth:`validate_input`.
+    """
+
+    structure: Structure
+
+    @property
+    @abstractmethod
+    def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Named weight blocks in the order they are laid out in the flat weight vector."""
+
+    @property
+    def n_params(self) -> int:
+        """Length of the flat weight vector."""
+        return int(sum(np.prod(shape) for _, shape in self.blocks))
+
+    def unpack(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        """Views of ``w`` as a dict of named blocks (e.g. ``{"unary": (F, S), "pairwise": (S, S)}``)."""
+        w = np.asarray(w)
+        if w.shape != (self.n_params,):
+            raise InvalidInputError(f"weight vector must have shape ({self.n_params},), got {w.shape}")
+        out, start = {}, 0
+        for name, shape in self.blocks:
+            size = int(np.prod(shape))
+            out[name] = w[start:start + size].reshape(shape)
+            start += size
+        return out
+
+    def zeros(self) -> np.ndarray:
+        """A zero weight vector."""
+        return np.zeros(self.n_params)
+
+    @abstractmethod
+    def validate_input(self, x: Any, index: int | None = None) -> Any:
+        """Return ``x`` in canonical form (float64, contiguous or CSR) or raise InvalidInputError."""
+
+    @abstractmethod
+    def potentials(self, x: Any, w: np.ndarray) -> Potentials:
+        """``A_x w``: the structure's potentials for input ``x``."""
+
+    @abstractmethod
+    def add_features(self, x: Any, mu: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
+        """In place ``out += scale * A_x^T mu`` (touches only the weights ``x`` uses)."""
+
+    def features(self, x: Any, mu: Potentials) -> np.ndarray:
+        """``A_x^T mu`` as a dense weight vector; ``features(x, stats(y))`` is ``Phi(x, y)``."""
+        out = np.zeros(self.n_params)
+        self.add_features(x, mu, out)
+        return out
+
+    def joint_feature(self, x: Any, y: Any) -> np.ndarray:
+        """``Phi(x, y)``."""
+        theta_like = self.potentials(x, self.zeros())
+        return self.features(x, self.structure.stats(y, theta_like))

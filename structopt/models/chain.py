@@ -1,0 +1,90 @@
+"""Linear chain model: unary weights over token features plus a shared transition matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from structopt.errors import InvalidInputError, example_error
+from structopt.models._kernels import csr_add_outer
+from structopt.models.base import Model
+from structopt.structures.chain import Chain, ChainPotentials
+
+ChainInput = np.ndarray | sp.csr_matrix
+
+
+class ChainModel(Model):
+    """``theta_t(s) = <x_t, W_unary[:, s]> (+ extras)``, ``theta(a, b) = W_pairwise[a, b]``.
+
+    Parameters
+    ----------
+    n_features : int
+        Token feature dimension F; inputs are (T, F) dense arrays or scipy.sparse CSR matrices.
+    n_states : int
+        Number of labels S.
+    start_end : bool, default False
+        Add per-state scores for the first and the last position (blocks ``start``, ``end``).
+    bias : bool, default False
+        Add a per-state bias at every position (block ``bias``).
+    """
+
+    def __init__(self, n_features: int, n_states: int, start_end: bool = False, bias: bool = False):
+        self.n_features = int(n_features)
+        self.n_states = int(n_states)
+        self.start_end = bool(start_end)
+        self.bias = bool(bias)
+        self.structure = Chain(self.n_states)
+
+    def __repr__(self) -> str:
+        return (f"ChainModel(n_features={self.n_features}, n_states={self.n_states}, "
+                f"start_end={self.start_end}, bias={self.bias})")
+
+    @property
+    def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
+        F, S = self.n_features, self.n_states
+        blocks = [("unary", (F, S)), ("pairwise", (S, S))]
+        if self.start_end:
+            blocks += [("start", (S,)), ("end", (S,))]
+        if self.bias:
+            blocks += [("bias", (S,))]
+        return blocks
+
+    def validate_input(self, x: ChainInput, index: int | None = None) -> ChainInput:
+        if sp.issparse(x):
+            x = sp.csr_matrix(x, dtype=np.float64)
+            values = x.data
+        else:
+            x = np.ascontiguousarray(x, dtype=np.float64)
+            values = x
+        if x.ndim != 2 or x.shape[1] != self.n_features or x.shape[0] < 1:
+            raise example_error(index, f"chain input must have shape (T>=1, {self.n_features}), got {x.shape}")
+        if not np.all(np.isfinite(values)):
+            raise example_error(index, "chain input contains NaN or infinite values")
+        return x
+
+    def potentials(self, x: ChainInput, w: np.ndarray) -> ChainPotentials:
+        blocks = self.unpack(w)
+        unary = np.asarray(x @ blocks["unary"])  # a fresh array: safe to add to in place
+        if self.bias:
+            unary += blocks["bias"]
+        if self.start_end:
+            unary[0] += blocks["start"]
+            unary[-1] += blocks["end"]
+        return ChainPotentials(unary, blocks["pairwise"])
+
+    def add_features(self, x: ChainInput, mu: ChainPotentials, out: np.ndarray, scale: float = 1.0) -> None:
+        blocks = self.unpack(out)
+        node = np.asarray(mu.unary, dtype=float)
+        if node.shape != (x.shape[0], self.n_states):
+            raise InvalidInputError(f"statistics of shape {node.shape} do not match input of length {x.shape[0]}")
+        if sp.issparse(x):
+            csr_add_outer(x.indptr, x.indices, x.data, node, blocks["unary"], scale)
+        else:
+            blocks["unary"] += scale * (x.T @ node)
+        edge = np.asarray(mu.pairwise, dtype=float)
+        blocks["pairwise"] += scale * (edge.sum(axis=0) if edge.ndim == 3 else edge)
+        if self.start_end:
+            blocks["start"] += scale * node[0]
+            blocks["end"] += scale * node[-1]
+        if self.bias:
+            blocks["bias"] += scale * node.sum(axis=0)

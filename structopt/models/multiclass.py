@@ -1,0 +1,42 @@
+"""Linear multiclass model (handy in tests and as a per-token baseline)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from structopt.errors import InvalidInputError, example_error
+from structopt.models.base import Model
+from structopt.structures.multiclass import MultiClass, MultiClassPotentials
+
+
+class MultiClassModel(Model):
+    """``theta(s) = <x, W[:, s]>`` for a feature vector ``x`` of length F."""
+
+    def __init__(self, n_features: int, n_classes: int):
+        self.n_features = int(n_features)
+        self.n_classes = int(n_classes)
+        self.structure = MultiClass(self.n_classes)
+
+    def __repr__(self) -> str:
+        return f"MultiClassModel(n_features={self.n_features}, n_classes={self.n_classes})"
+
+    @property
+    def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
+        return [("weights", (self.n_features, self.n_classes))]
+
+    def validate_input(self, x: np.ndarray, index: int | None = None) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.shape != (self.n_features,):
+            raise example_error(index, f"multiclass input must have shape ({self.n_features},), got {x.shape}")
+        if not np.all(np.isfinite(x)):
+            raise example_error(index, "multiclass input contains NaN or infinite values")
+        return x
+
+    def potentials(self, x: np.ndarray, w: np.ndarray) -> MultiClassPotentials:
+        return MultiClassPotentials(x @ self.unpack(w)["weights"])
+
+    def add_features(self, x: np.ndarray, mu: MultiClassPotentials, out: np.ndarray, scale: float = 1.0) -> None:
+        scores = np.asarray(mu.scores, dtype=float)
+        if scores.shape != (self.n_classes,):
+            raise InvalidInputError(f"statistics of shape {scores.shape} do not match {self.n_classes} classes")
+        self.unpack(out)["weights"] += scale * np.outer(x, scores)

@@ -1,0 +1,207 @@
+"""The regularised structural SVM objective: the only thing solvers see.
+
+``F(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w)`` with the structured hinge
+``H_i(w) = max_y Delta(y_i, y) + <w, Phi(x_i, y) - Phi(x_i, y_i)>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.losses import Loss
+from structopt.models.base import Model
+from structopt.smoothing import entropy_smoothed_max, l2_smoothed_max
+from structopt.structures.base import Potentials, add, inner, scale
+
+
+class OracleResult(NamedTuple):
+    """What an oracle returns for one example.
+
+    Attributes
+    ----------
+    value : float
+        ``H_i(w)`` for the max oracle; the smoothed hinge for the smooth oracles.
+    grad : ndarray
+        ``Phi(x_i, y*) - Phi(x_i, y_i)`` (a subgradient of ``H_i``), or the smoothed gradient.
+    y : Any
+        The maximiser ``y*``; for top-K the (k', ...) array of outputs used; for entropy the
+        marginals (expected statistics).
+    loss : float
+        ``Delta(y_i, y*)``, or its expectation under the smoothing weights.
+    """
+
+    value: float
+    grad: np.ndarray
+    y: Any
+    loss: float
+
+
+class Decoded(NamedTuple):
+    """Loss-augmented decoding of one example at some w."""
+
+    y: Any            # the maximiser
+    loss: float       # Delta(y_i, y)
+    theta: Potentials  # A_i w (without the loss)
+
+
+class SSVMProblem:
+    """A structural SVM training problem.
+
+    Parameters
+    ----------
+    model : Model
+        The linear model (it carries its structure).
+    X, Y : sequences
+        Inputs and gold outputs, one per example.
+    loss : Loss
+        Task loss. Solvers that need a decomposable (linear) loss check ``loss.decomposable``.
+    lam : float
+        Regularisation strength lambda > 0.
+    """
+
+    def __init__(self, model: Model, X: Sequence[Any], Y: Sequence[Any], loss: Loss, lam: float):
+        if len(X) != len(Y):
+            raise InvalidInputError(f"got {len(X)} inputs but {len(Y)} outputs")
+        if len(X) == 0:
+            raise InvalidInputError("a problem needs at least one example")
+        if not (np.isfinite(lam) and lam > 0):
+            raise InvalidInputError(f"lam must be a positive number, got {lam}")
+        self.model = model
+        self.structure = model.structure
+        self.loss = loss
+        self.lam = float(lam)
+        self.X = [model.validate_input(x, i) for i, x in enumerate(X)]
+        zero = model.zeros()
+        self.Y = []
+        self._terms = []
+        for i, (x, y) in enumerate(zip(self.X, Y, strict=True)):
+            like = model.potentials(x, zero)
+            y = self.structure.validate_output(y, like, i)
+            self.Y.append(y)
+            self._terms.append(loss.linear_terms(self.structure, y, like) if loss.decomposable else None)
+        self.n = len(self.X)
+
+    def __repr__(self) -> str:
+        return f"SSVMProblem({self.model!r}, n={self.n}, loss={self.loss!r}, lam={self.lam:g})"
+
+    @property
+    def n_params(self) -> int:
+        return self.model.n_params
+
+    # ------------------------------------------------------------------ building blocks
+    def loss_terms(self, i: int) -> tuple[Potentials, float]:
+        """``(c_i, const_i)`` of a decomposable loss, so that ``Delta(y_i, y) = <c_i, stats(y)> + const_i``."""
+        if self._terms[i] is None:
+            raise NotSupportedError(f"{self.loss!r} is not decomposable (linear in the statistics)")
+        return self._terms[i]
+
+    def theta(self, i: int, w: np.ndarray) -> Potentials:
+        """Potentials ``A_i w`` of example i (without the loss)."""
+        return self.model.potentials(self.X[i], w)
+
+    def gold_stats(self, i: int, like: Potentials) -> Potentials:
+        """Statistics of the gold output of example i."""
+        return self.structure.stats(self.Y[i], like)
+
+    def decode(self, i: int, w: np.ndarray) -> Decoded:
+        """Loss-augmented decoding ``argmax_y Delta(y_i, y) + <A_i w, stats(y)>``."""
+        theta = self.theta(i, w)
+        c, _ = self.loss_terms(i)
+        y = self.structure.argmax(add(theta, c))
+        return Decoded(y, self.loss(self.Y[i], y), theta)
+
+    def hinge(self, i: int, decoded: Decoded) -> float:
+        """``H_i`` from a decoding: ``Delta + score(theta, y*) - score(theta, y_i)``."""
+        s = self.structure
+        return decoded.loss + s.score(decoded.theta, decoded.y) - s.score(decoded.theta, self.Y[i])
+
+    def features(self, i: int, mu: Potentials) -> np.ndarray:
+        """``A_i^T mu`` as a dense weight vector."""
+        return self.model.features(self.X[i], mu)
+
+    # ------------------------------------------------------------------ oracles
+    def max_oracle(self, i: int, w: np.ndarray) -> OracleResult:
+        """Structured hinge of example i, a subgradient, the maximiser and its loss."""
+        d = self.decode(i, w)
+        diff = add(self.structure.stats(d.y, d.theta), self.gold_stats(i, d.theta), -1.0)
+        return OracleResult(self.hinge(i, d), self.features(i, diff), d.y, d.loss)
+
+    def smooth_oracle(self, i: int, w: np.ndarray, mu: float, kind: str = "topk", k: int = 5) -> OracleResult:
+        """Smoothed structured hinge of example i (Pillutla et al., Algo 6 and Prop. 9).
+
+        Parameters
+        ----------
+        mu : float
+            Smoothing parameter (> 0).
+        kind : {"topk", "entropy"}
+            l2 smoothing over the top-K outputs, or entropy smoothing (exp oracle).
+        k : int
+            K for top-K smoothing.
+
+        Returns
+        -------
+        OracleResult
+            ``value`` is the smoothed max itself (for top-K: ``<u, psi> - mu/2 (||u||^2 - 1)``,
+            whose gradient is exactly ``grad``); ``y`` holds the top-K outputs or the marginals;
+            ``loss`` the expected loss under the smoothing weights.
+        """
+        if not mu > 0:
+            raise InvalidInputError(f"smoothing parameter mu must be > 0, got {mu}")
+        theta = self.theta(i, w)
+        c, const = self.loss_terms(i)
+        augmented = add(theta, c)
+        gold = self.gold_stats(i, theta)
+        gold_score = self.structure.score(theta, self.Y[i])
+        if kind == "topk":
+            outputs, scores = self.structure.topk(augmented, k)
+            finite = np.isfinite(scores)
+            outputs, scores = [outputs[j] for j in np.flatnonzero(finite)], scores[finite]
+            value, weights = l2_smoothed_max(scores + const - gold_score, mu)
+            expected = None
+            losses = np.array([self.loss(self.Y[i], y) for y in outputs])
+            for u, y in zip(weights, outputs, strict=True):
+                if u > 0:
+                    term = scale(self.structure.stats(y, theta), u)
+                    expected = term if expected is None else add(expected, term)
+            grad = self.features(i, add(expected, gold, -1.0))
+            return OracleResult(value, grad, np.asarray(outputs), float(weights @ losses))
+        if kind == "entropy":
+            log_z, marg = self.structure.marginals(scale(augmented, 1.0 / mu))
+            value = mu * log_z + const - gold_score
+            grad = self.features(i, add(marg, gold, -1.0))
+            return OracleResult(float(value), grad, marg, inner(c, marg) + const)
+        raise InvalidInputError(f"unknown smoothing kind {kind!r}; use 'topk' or 'entropy'")
+
+    # ------------------------------------------------------------------ batch
+    def _indices(self, indices: Sequence[int] | None) -> Sequence[int]:
+        return range(self.n) if indices is None else indices
+
+    def max_oracle_batch(self, w: np.ndarray, indices: Sequence[int] | None = None) -> list[OracleResult]:
+        """:meth:`max_oracle` on several examples (all by default)."""
+        return [self.max_oracle(i, w) for i in self._indices(indices)]
+
+    def smooth_oracle_batch(self, w: np.ndarray, mu: float, kind: str = "topk", k: int = 5,
+                            indices: Sequence[int] | None = None) -> list[OracleResult]:
+        """:meth:`smooth_oracle` on several examples (all by default)."""
+        return [self.smooth_oracle(i, w, mu, kind, k) for i in self._indices(indices)]
+
+    def hinge_losses(self, w: np.ndarray) -> np.ndarray:
+        """``H_i(w)`` for every example (no gradients built)."""
+        return np.array([self.hinge(i, self.decode(i, w)) for i in range(self.n)])
+
+    def primal(self, w: np.ndarray) -> float:
+        """``F(w) = lam/2 ||w||^2 + mean_i H_i(w)``, the objective every solver reports."""
+        w = np.asarray(w, dtype=float)
+        return 0.5 * self.lam * float(w @ w) + float(np.mean(self.hinge_losses(w)))
+
+    def predict(self, X: Sequence[Any], w: np.ndarray) -> list[Any]:
+        """MAP outputs ``argmax_y <A_x w, stats(y)>`` for new inputs."""
+        out = []
+        for i, x in enumerate(X):
+            x = self.model.validate_input(x, i)
+            out.append(self.structure.argmax(self.model.potentials(x, w)))
+        return out

@@ -1,0 +1,1 @@
+"""Solvers: ``solve(problem, **options) -> Result(w, trace)``."""

@@ -1,0 +1,239 @@
+"""numba kernels for chain dynamic programs.
+
+Conventions: ``unary`` is (T, S) float64; ``pairwise`` is (P, S, S) float64 with P == 1 for a
+transition matrix shared by all positions, or P == T - 1 with ``pairwise[t]`` scoring the
+transition from position t to t + 1 (``pairwise[t, a, b]``: y_t = a, y_{t+1} = b).
+Ties are broken towards the smaller state index (and, in top-K, the smaller rank), so every
+kernel is deterministic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NEG_INF = -np.inf
+
+
+@njit(cache=True, inline="always")
+def _transition(pairwise, t):
+    # transition matrix used between positions t and t + 1
+    return pairwise[t] if pairwise.shape[0] > 1 else pairwise[0]
+
+
+@njit(cache=True)
+def viterbi(unary, pairwise):
+    """Best label sequence and its score."""
+    T, S = unary.shape
+    back = np.empty((T, S), dtype=np.int64)
+    score = unary[0].copy()
+    new = np.empty(S)
+    for t in range(1, T):
+        pw = _transition(pairwise, t - 1)
+        for b in range(S):
+            best = NEG_INF
+            arg = 0
+            for a in range(S):
+                v = score[a] + pw[a, b]
+                if v > best:
+                    best = v
+                    arg = a
+            new[b] = best + unary[t, b]
+            back[t, b] = arg
+        score[:] = new
+    y = np.empty(T, dtype=np.int64)
+    last = 0
+    for s in range(1, S):
+        if score[s] > score[last]:
+            last = s
+    y[T - 1] = last
+    for t in range(T - 1, 0, -1):
+        y[t - 1] = back[t, y[t]]
+    return y, score[last]
+
+
+@njit(cache=True)
+def viterbi_batch(unary, pairwise, offsets, out):
+    """Viterbi on every example of a concatenated dataset (shared pairwise); labels into ``out``."""
+    total = 0.0
+    for i in range(offsets.shape[0] - 1):
+        y, value = viterbi(unary[offsets[i]:offsets[i + 1]], pairwise)
+        out[offsets[i]:offsets[i + 1]] = y
+        total += value
+    return total
+
+
+# ----------------------------------------------------------------------------- top-K
+@njit(cache=True, inline="always")
+def _before(v1, a1, l1, v2, a2, l2):
+    # heap order: larger value first, then smaller state, then smaller rank
+    if v1 != v2:
+        return v1 > v2
+    if a1 != a2:
+        return a1 < a2
+    return l1 < l2
+
+
+@njit(cache=True)
+def _sift_down(hv, ha, hl, n, i):
+    while True:
+        left = 2 * i + 1
+        if left >= n:
+            return
+        best = left
+        right = left + 1
+        if right < n and _before(hv[right], ha[right], hl[right], hv[left], ha[left], hl[left]):
+            best = right
+        if _before(hv[best], ha[best], hl[best], hv[i], ha[i], hl[i]):
+            hv[i], hv[best] = hv[best], hv[i]
+            ha[i], ha[best] = ha[best], ha[i]
+            hl[i], hl[best] = hl[best], hl[i]
+            i = best
+        else:
+            return
+
+
+@njit(cache=True)
+def _heapify(hv, ha, hl, n):
+    for i in range(n // 2 - 1, -1, -1):
+        _sift_down(hv, ha, hl, n, i)
+
+
+@njit(cache=True)
+def topk_viterbi(unary, pairwise, K):
+    """Exact K best label sequences (fewer when fewer exist), sorted by score.
+
+    Forward pass keeps, for every position and state, the K best partial scores with back
+    pointers (previous state, previous rank); each cell merges S sorted lists with a heap, so a
+    call costs O(T S (S + K log S)) plus the backtracking.
+    """
+    T, S = unary.shape
+    pi = np.full((T, S, K), NEG_INF)
+    count = np.zeros((T, S), dtype=np.int64)
+    bstate = np.zeros((T, S, K), dtype=np.int64)
+    brank = np.zeros((T, S, K), dtype=np.int64)
+    for s in range(S):
+        pi[0, s, 0] = unary[0, s]
+        count[0, s] = 1
+    hv = np.empty(S)
+    ha = np.empty(S, dtype=np.int64)
+    hl = np.empty(S, dtype=np.int64)
+    for t in range(1, T):
+        pw = _transition(pairwise, t - 1)
+        for b in range(S):
+            n = 0
+            for a in range(S):
+                if count[t - 1, a] > 0:
+                    hv[n] = pi[t - 1, a, 0] + pw[a, b]
+                    ha[n] = a
+                    hl[n] = 0
+                    n += 1
+            _heapify(hv, ha, hl, n)
+            k = 0
+            while k < K and n > 0:
+                v, a, l = hv[0], ha[0], hl[0]
+                pi[t, b, k] = v + unary[t, b]
+                bstate[t, b, k] = a
+                brank[t, b, k] = l
+                k += 1
+                if l + 1 < count[t - 1, a]:
+                    hv[0] = pi[t - 1, a, l + 1] + pw[a, b]
+                    hl[0] = l + 1
+                else:
+                    n -= 1
+                    hv[0], ha[0], hl[0] = hv[n], ha[n], hl[n]
+                _sift_down(hv, ha, hl, n, 0)
+            count[t, b] = k
+    # final merge over the last position's states
+    n = 0
+    for s in range(S):
+        if count[T - 1, s] > 0:
+            hv[n] = pi[T - 1, s, 0]
+            ha[n] = s
+            hl[n] = 0
+            n += 1
+    _heapify(hv, ha, hl, n)
+    labels = np.empty((K, T), dtype=np.int64)
+    scores = np.empty(K)
+    k = 0
+    while k < K and n > 0:
+        v, s, l = hv[0], ha[0], hl[0]
+        scores[k] = v
+        # backtrack
+        labels[k, T - 1] = s
+        for t in range(T - 1, 0, -1):
+            prev = bstate[t, s, l]
+            l = brank[t, s, l]
+            s = prev
+            labels[k, t - 1] = s
+        k += 1
+        s0, l0 = ha[0], hl[0]
+        if l0 + 1 < count[T - 1, s0]:
+            hv[0] = pi[T - 1, s0, l0 + 1]
+            hl[0] = l0 + 1
+        else:
+            n -= 1
+            hv[0], ha[0], hl[0] = hv[n], ha[n], hl[n]
+        _sift_down(hv, ha, hl, n, 0)
+    return labels[:k], scores[:k]
+
+
+# ----------------------------------------------------------------------------- sum-product
+@njit(cache=True, inline="always")
+def _reduce(values, use_max):
+    # max, or log-sum-exp shifted by the max (one exp per entry)
+    m = NEG_INF
+    for v in values:
+        if v > m:
+            m = v
+    if use_max or m == NEG_INF:
+        return m
+    acc = 0.0
+    for v in values:
+        acc += np.exp(v - m)
+    return m + np.log(acc)
+
+
+@njit(cache=True)
+def _forward_backward_tables(unary, pairwise, use_max):
+    T, S = unary.shape
+    alpha = np.full((T, S), NEG_INF)
+    beta = np.zeros((T, S))
+    alpha[0] = unary[0]
+    buf = np.empty(S)
+    for t in range(1, T):
+        pw = _transition(pairwise, t - 1)
+        for b in range(S):
+            for a in range(S):
+                buf[a] = alpha[t - 1, a] + pw[a, b]
+            alpha[t, b] = _reduce(buf, use_max) + unary[t, b]
+    for t in range(T - 2, -1, -1):
+        pw = _transition(pairwise, t)
+        for a in range(S):
+            for b in range(S):
+                buf[b] = pw[a, b] + unary[t + 1, b] + beta[t + 1, b]
+            beta[t, a] = _reduce(buf, use_max)
+    return alpha, beta
+
+
+@njit(cache=True)
+def forward_backward(unary, pairwise):
+    """log Z, node marginals (T, S) and edge marginals (T-1, S, S), all in log space inside."""
+    T, S = unary.shape
+    alpha, beta = _forward_backward_tables(unary, pairwise, False)
+    log_z = _reduce(alpha[T - 1], False)
+    node = np.exp(alpha + beta - log_z)
+    edge = np.empty((max(T - 1, 0), S, S))
+    for t in range(T - 1):
+        pw = _transition(pairwise, t)
+        for a in range(S):
+            for b in range(S):
+                edge[t, a, b] = np.exp(alpha[t, a] + pw[a, b] + unary[t + 1, b] + beta[t + 1, b] - log_z)
+    return log_z, node, edge
+
+
+@njit(cache=True)
+def max_marginals(unary, pairwise):
+    """mm[t, s] = best score of a sequence with y_t = s."""
+    alpha, beta = _forward_backward_tables(unary, pairwise, True)
+    return alpha + beta

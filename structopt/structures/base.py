@@ -1,0 +1,195 @@
+"""The Structure interface and generic operations on potentials.
+
+A structure is a finite output set together with its marginal polytope. Each output ``y`` has
+sufficient statistics ``stats(y)``; a score is linear in them, ``score(theta, y) = <theta, stats(y)>``.
+Potentials and statistics share one NamedTuple type per structure, so that ``theta + c`` and
+``<theta, mu>`` are defined field by field (numpy broadcasting allows compact potentials, e.g. a
+chain's shared (S, S) pairwise block against per-position (T-1, S, S) statistics).
+
+The size of an instance (a chain's length, a matching's sides) is always read off the potentials
+passed in, so one structure object serves examples of every size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from structopt.errors import InvalidInputError, NotSupportedError
+
+Potentials = Any  # a NamedTuple of numpy arrays; each structure defines its own type
+
+
+# --------------------------------------------------------------------------- generic field ops
+def inner(a: Potentials, b: Potentials) -> float:
+    """Inner product ``<a, b>`` summed over fields (fields broadcast against each other)."""
+    return float(sum(np.sum(x * y) for x, y in zip(a, b, strict=True)))
+
+
+def add(a: Potentials, b: Potentials, scale: float = 1.0) -> Potentials:
+    """Field-wise ``a + scale * b``."""
+    return type(a)(*(x + scale * y for x, y in zip(a, b, strict=True)))
+
+
+def scale(a: Potentials, factor: float) -> Potentials:
+    """Field-wise ``factor * a``."""
+    return type(a)(*(factor * x for x in a))
+
+
+def flatten(p: Potentials) -> np.ndarray:
+    """Concatenate the raveled fields into one float vector."""
+    return np.concatenate([np.asarray(x, dtype=float).ravel() for x in p])
+
+
+def unflatten(vector: np.ndarray, like: Potentials) -> Potentials:
+    """Inverse of :func:`flatten`, taking the field shapes from ``like``."""
+    fields, start = [], 0
+    for x in like:
+        size = int(np.size(x))
+        fields.append(np.asarray(vector[start:start + size], dtype=float).reshape(np.shape(x)))
+        start += size
+    if start != len(vector):
+        raise InvalidInputError(f"vector of length {len(vector)} does not match layout of size {start}")
+    return type(like)(*fields)
+
+
+class Polytope(NamedTuple):
+    """A linear description ``{z : A_eq z = b_eq, A_ub z <= b_ub, 0 <= z <= 1}`` in the flat
+    statistics layout of one instance (``flatten(stats(y))`` are its integral points)."""
+
+    A_eq: Any  # scipy.sparse matrix or None
+    b_eq: np.ndarray | None
+    A_ub: Any
+    b_ub: np.ndarray | None
+    like: Potentials  # statistics-shaped template for unflatten
+
+    def cvxpy(self):
+        """Return ``(z, constraints)`` as a cvxpy variable and constraint list."""
+        import cvxpy as cp
+
+        z = cp.Variable(sum(int(np.size(x)) for x in self.like))
+        constraints = [z >= 0, z <= 1]
+        if self.A_eq is not None:
+            constraints.append(self.A_eq @ z == self.b_eq)
+        if self.A_ub is not None:
+            constraints.append(self.A_ub @ z <= self.b_ub)
+        return z, constraints
+
+
+# --------------------------------------------------------------------------- interface
+class Structure(ABC):
+    """A finite output set and its marginal polytope.
+
+    Subclasses implement at least :meth:`argmax`, :meth:`stats`, :meth:`outputs` (enumeration
+    for tests), :meth:`polytope`, :meth:`expand` and :meth:`validate_output`. Every other
+    oracle defaults to raising :class:`NotSupportedError` with the reason.
+    """
+
+    #: human-readable name used in error messages and reports
+    name: str = "structure"
+
+    # ----- required
+    @abstractmethod
+    def argmax(self, theta: Potentials) -> Any:
+        """Highest-scoring output (MAP / loss-augmented decoding when ``theta`` includes the loss)."""
+
+    @abstractmethod
+    def stats(self, y: Any, like: Potentials) -> Potentials:
+        """Sufficient statistics of output ``y`` for an instance shaped like ``like``."""
+
+    @abstractmethod
+    def outputs(self, theta: Potentials) -> Iterator[Any]:
+        """Every output of the instance shaped like ``theta`` (tiny instances only, for tests)."""
+
+    @abstractmethod
+    def polytope(self, theta: Potentials) -> Polytope:
+        """Linear description of the marginal polytope of the instance shaped like ``theta``."""
+
+    @abstractmethod
+    def expand(self, theta: Potentials) -> Potentials:
+        """``theta`` in the full statistics layout (undo any compact/shared parameterisation)."""
+
+    @abstractmethod
+    def validate_output(self, y: Any, like: Potentials, index: int | None = None) -> Any:
+        """Return ``y`` as the canonical output type, or raise :class:`InvalidInputError`."""
+
+    # ----- derived
+    def score(self, theta: Potentials, y: Any) -> float:
+        """``<theta, stats(y)>``."""
+        return inner(theta, self.stats(y, theta))
+
+    def enumerate(self, theta: Potentials) -> list[Any]:
+        """List of all outputs of the instance (see :meth:`outputs`)."""
+        return list(self.outputs(theta))
+
+    def lp_relaxation(self, theta: Potentials) -> tuple[float, Potentials]:
+        """Maximise ``<theta, z>`` over :meth:`polytope` with scipy's HiGHS.
+
+        Returns
+        -------
+        value : float
+            The LP optimum.
+        marginals : Potentials
+            An optimal point, in the statistics layout.
+        """
+        from scipy.optimize import linprog
+
+        poly = self.polytope(theta)
+        cost = -flatten(self.expand(theta))
+        res = linprog(cost, A_ub=poly.A_ub, b_ub=poly.b_ub, A_eq=poly.A_eq, b_eq=poly.b_eq,
+                      bounds=(0, 1), method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"LP relaxation of {self.name} failed: {res.message}")
+        return -float(res.fun), unflatten(res.x, poly.like)
+
+    def project_qp(self, v: Potentials) -> Potentials:
+        """Euclidean projection of ``v`` onto the polytope with a cvxpy QP (reference method)."""
+        import cvxpy as cp
+
+        poly = self.polytope(v)
+        z, constraints = poly.cvxpy()
+        target = flatten(self.expand(v))
+        problem = cp.Problem(cp.Minimize(cp.sum_squares(z - target)), constraints)
+        problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+        if problem.status not in ("optimal", "optimal_inaccurate"):
+            raise RuntimeError(f"projection QP of {self.name} failed: {problem.status}")
+        return unflatten(np.asarray(z.value), poly.like)
+
+    # ----- optional oracles
+    def topk(self, theta: Potentials, k: int) -> tuple[list[Any], np.ndarray]:
+        """The ``k`` best outputs sorted by score (fewer when fewer exist) and their scores."""
+        raise NotSupportedError(f"{self.name} has no top-K oracle")
+
+    def marginals(self, theta: Potentials) -> tuple[float, Potentials]:
+        """``(log Z, marginals)`` of the Gibbs distribution ``p(y) ∝ exp <theta, stats(y)>``."""
+        raise NotSupportedError(f"{self.name} has no tractable log-partition")
+
+    def max_marginals(self, theta: Potentials) -> np.ndarray:
+        """Best score among outputs with each node variable fixed to each value."""
+        raise NotSupportedError(f"{self.name} has no max-marginal oracle")
+
+    def project(self, v: Potentials) -> Potentials:
+        """Euclidean projection onto the marginal polytope (defaults to :meth:`project_qp`)."""
+        return self.project_qp(v)
+
+    def prox_entropy(self, mu: Potentials, step: Potentials, eta: float) -> Potentials:
+        """Entropic prox ``argmax_z <eta*step, z> - KL(z || mu)`` over the polytope."""
+        raise NotSupportedError(f"{self.name} has no tractable entropic prox")
+
+
+def brute_force_topk(structure: Structure, theta: Potentials, k: int) -> tuple[list[Any], np.ndarray]:
+    """Reference top-K by enumeration (tests and validation only)."""
+    outs = structure.enumerate(theta)
+    scores = np.array([structure.score(theta, y) for y in outs])
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [outs[j] for j in order], scores[order]
+
+
+def product_outputs(n_positions: int, n_states: int) -> Iterator[np.ndarray]:
+    """All label sequences of a given length, as int64 arrays."""
+    for labels in itertools.product(range(n_states), repeat=n_positions):
+        yield np.array(labels, dtype=np.int64)

@@ -1,0 +1,97 @@
+"""Multiclass outputs: the trivial structure (one variable, no interactions)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from structopt.errors import InvalidInputError, example_error
+from structopt.smoothing import logsumexp, project_simplex
+from structopt.structures.base import Polytope, Structure
+
+
+class MultiClassPotentials(NamedTuple):
+    """Scores (or the one-hot statistics) of the S classes, shape (S,)."""
+
+    scores: np.ndarray
+
+
+class MultiClass(Structure):
+    """One label in ``{0..S-1}``; outputs are Python ints. Its polytope is the simplex."""
+
+    name = "MultiClass"
+    Potentials = MultiClassPotentials
+
+    def __init__(self, n_classes: int):
+        if int(n_classes) < 1:
+            raise InvalidInputError(f"MultiClass needs n_classes >= 1, got {n_classes}")
+        self.n_classes = int(n_classes)
+
+    def __repr__(self) -> str:
+        return f"MultiClass(n_classes={self.n_classes})"
+
+    @property
+    def n_labels(self) -> int:
+        """Number of classes (per-node losses use it)."""
+        return self.n_classes
+
+    def unary_potentials(self, node: np.ndarray, like=None) -> MultiClassPotentials:
+        """Potentials from a (1, S) or (S,) array of class scores."""
+        return MultiClassPotentials(np.asarray(node, dtype=float).reshape(self.n_classes))
+
+    def _scores(self, theta: MultiClassPotentials) -> np.ndarray:
+        scores = np.asarray(theta.scores, dtype=float)
+        if scores.shape != (self.n_classes,):
+            raise InvalidInputError(f"MultiClass potentials must have shape ({self.n_classes},), got {scores.shape}")
+        return scores
+
+    def expand(self, theta: MultiClassPotentials) -> MultiClassPotentials:
+        return MultiClassPotentials(self._scores(theta))
+
+    def validate_output(self, y, like=None, index: int | None = None) -> int:
+        if not np.isscalar(y) or int(y) != y or not 0 <= int(y) < self.n_classes:
+            raise example_error(index, f"multiclass label must be an integer in [0, {self.n_classes}), got {y!r}")
+        return int(y)
+
+    def stats(self, y, like=None) -> MultiClassPotentials:
+        onehot = np.zeros(self.n_classes)
+        onehot[int(y)] = 1.0
+        return MultiClassPotentials(onehot)
+
+    def score(self, theta: MultiClassPotentials, y) -> float:
+        return float(self._scores(theta)[int(y)])
+
+    def outputs(self, theta=None) -> Iterator[int]:
+        return iter(range(self.n_classes))
+
+    def polytope(self, theta=None) -> Polytope:
+        A = sp.csr_matrix(np.ones((1, self.n_classes)))
+        return Polytope(A, np.ones(1), None, None, MultiClassPotentials(np.zeros(self.n_classes)))
+
+    def argmax(self, theta: MultiClassPotentials) -> int:
+        return int(np.argmax(self._scores(theta)))
+
+    def topk(self, theta: MultiClassPotentials, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores = self._scores(theta)
+        order = np.argsort(-scores, kind="stable")[: int(k)]
+        return order.astype(np.int64), scores[order]
+
+    def marginals(self, theta: MultiClassPotentials) -> tuple[float, MultiClassPotentials]:
+        scores = self._scores(theta)
+        log_z = logsumexp(scores)
+        return log_z, MultiClassPotentials(np.exp(scores - log_z))
+
+    def max_marginals(self, theta: MultiClassPotentials) -> np.ndarray:
+        return self._scores(theta).copy()
+
+    def project(self, v: MultiClassPotentials) -> MultiClassPotentials:
+        return MultiClassPotentials(project_simplex(self._scores(v)))
+
+    def prox_entropy(self, mu: MultiClassPotentials, step: MultiClassPotentials, eta: float) -> MultiClassPotentials:
+        p = np.asarray(mu.scores, dtype=float)
+        if np.any(p <= 0):
+            raise InvalidInputError("prox_entropy needs strictly positive marginals mu")
+        return self.marginals(MultiClassPotentials(np.log(p) + eta * self._scores(step)))[1]
