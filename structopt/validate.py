@@ -1,0 +1,378 @@
+"""Check a structure's oracles against enumeration and against its LP description.
+
+:func:`check_structure` runs every oracle of a structure on one small instance and compares it
+with brute force over :meth:`Structure.enumerate` and with the linear description of the marginal
+polytope (:meth:`Structure.polytope`, solved by :meth:`Structure.lp_relaxation` and
+:meth:`Structure.project_qp`). It only uses the :class:`~structopt.structures.base.Structure`
+interface, so it serves built-in and user-declared structures alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.smoothing import logsumexp
+from structopt.structures.base import Potentials, Structure, flatten, inner, unflatten
+
+
+# --------------------------------------------------------------------------- report
+@dataclass
+class CheckRow:
+    """Outcome of one oracle.
+
+    Attributes
+    ----------
+    oracle : str
+        Oracle name (``argmax``, ``topk``, ``marginals``, ...).
+    agrees_enumeration : bool or None
+        Whether the oracle agrees with brute force over all outputs (None: not checked).
+    agrees_lp : bool or None
+        Whether it agrees with the polytope's linear description (None: not checked).
+    seconds : float
+        Wall time of the oracle call itself (references excluded).
+    detail : str
+        Worst deviation found, or why the oracle was skipped.
+    """
+
+    oracle: str
+    agrees_enumeration: bool | None
+    agrees_lp: bool | None
+    seconds: float
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """No comparison failed (skipped comparisons count as passed)."""
+        return self.agrees_enumeration is not False and self.agrees_lp is not False
+
+
+@dataclass
+class CheckReport:
+    """Rows of :func:`check_structure`, one per oracle."""
+
+    structure: str
+    n_outputs: int
+    rows: list[CheckRow] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no comparison failed."""
+        return all(row.ok for row in self.rows)
+
+    def row(self, oracle: str) -> CheckRow:
+        """The row of one oracle (KeyError when absent)."""
+        for r in self.rows:
+            if r.oracle == oracle:
+                return r
+        raise KeyError(oracle)
+
+    def failures(self) -> list[CheckRow]:
+        """Rows where a comparison failed."""
+        return [r for r in self.rows if not r.ok]
+
+    def table(self) -> str:
+        """A plain-text table of the rows."""
+        def mark(flag: bool | None) -> str:
+            return "-" if flag is None else ("yes" if flag else "NO")
+
+        header = ("oracle", "enumeration", "LP", "seconds", "detail")
+        body = [(r.oracle, mark(r.agrees_enumeration), mark(r.agrees_lp), f"{r.seconds:.2e}", r.detail)
+                for r in self.rows]
+        widths = [max(len(str(line[j])) for line in [header, *body]) for j in range(4)]
+        lines = [f"{self.structure}: {self.n_outputs} outputs, {'OK' if self.ok else 'FAILED'}"]
+        for line in [header, *body]:
+            lines.append("  ".join(str(v).ljust(w) for v, w in zip(line[:4], widths)) + "  " + line[4])
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+# --------------------------------------------------------------------------- helpers
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def _gap(a: Any, b: Any) -> float:
+    """Largest absolute difference, treating equal infinities as equal."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape:
+        return np.inf
+    if a.size == 0:
+        return 0.0
+    same_inf = np.isinf(a) & (a == b)
+    diff = np.where(same_inf, 0.0, np.abs(np.where(same_inf, 0.0, a) - np.where(same_inf, 0.0, b)))
+    return float(np.max(diff)) if not np.any(np.isnan(diff)) else np.inf
+
+
+def _infeasibility(structure: Structure, theta: Potentials, z: np.ndarray) -> float:
+    """Largest violation of the polytope's constraints (and of 0 <= z <= 1) at flat point ``z``."""
+    poly = structure.polytope(theta)
+    worst = max(0.0, float(np.max(-z, initial=0.0)), float(np.max(z - 1.0, initial=0.0)))
+    if poly.A_eq is not None:
+        worst = max(worst, float(np.max(np.abs(poly.A_eq @ z - poly.b_eq), initial=0.0)))
+    if poly.A_ub is not None:
+        worst = max(worst, float(np.max(poly.A_ub @ z - poly.b_ub, initial=0.0)))
+    return worst
+
+
+def random_like(like: Potentials, rng: np.random.Generator, integer: bool = False,
+                low: float = -3.0, high: float = 3.0) -> Potentials:
+    """Random potentials with the fields' shapes of ``like``.
+
+    Parameters
+    ----------
+    integer : bool
+        Draw integers in ``[low, high]`` (many ties), else uniform floats.
+    """
+    fields = []
+    for x in like:
+        shape = np.shape(x)
+        if integer:
+            fields.append(rng.integers(int(low), int(high) + 1, size=shape).astype(float))
+        else:
+            fields.append(rng.uniform(low, high, size=shape))
+    return type(like)(*fields)
+
+
+def random_instance(structure_name: str, rng: np.random.Generator | int | None = None, *,
+                    integer: bool = True, **size: Any) -> tuple[Structure, Potentials]:
+    """A random small instance of a built-in structure, for tests and :func:`check_structure`.
+
+    Parameters
+    ----------
+    structure_name : {"chain", "multiclass"}
+    rng : Generator or seed
+    integer : bool
+        Integer potentials in [-3, 3] (ties) or uniform floats.
+    **size
+        ``chain``: ``length`` (T, default 4), ``n_states`` (S, default 3), ``shared`` (bool,
+        default True: one (S, S) transition matrix); ``multiclass``: ``n_classes`` (default 4).
+    """
+    from structopt.structures.chain import Chain, ChainPotentials
+    from structopt.structures.multiclass import MultiClass, MultiClassPotentials
+
+    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    name = structure_name.lower()
+    if name == "chain":
+        T, S = int(size.pop("length", 4)), int(size.pop("n_states", 3))
+        shared = bool(size.pop("shared", True))
+        structure: Structure = Chain(S)
+        like: Potentials = ChainPotentials(np.zeros((T, S)), np.zeros((S, S) if shared else (max(T - 1, 0), S, S)))
+    elif name == "multiclass":
+        S = int(size.pop("n_classes", 4))
+        structure, like = MultiClass(S), MultiClassPotentials(np.zeros(S))
+    else:
+        raise InvalidInputError(f"no random instance for structure {structure_name!r}; use 'chain' or 'multiclass'")
+    if size:
+        raise InvalidInputError(f"unknown size arguments for {name}: {sorted(size)}")
+    return structure, random_like(like, rng, integer=integer)
+
+
+# --------------------------------------------------------------------------- the check
+class _Reference:
+    """Brute-force quantities of one instance, computed once."""
+
+    def __init__(self, structure: Structure, theta: Potentials, max_outputs: int):
+        outs = list(itertools.islice(structure.outputs(theta), max_outputs + 1))
+        if len(outs) > max_outputs:
+            raise InvalidInputError(f"instance has more than {max_outputs} outputs: too large to enumerate")
+        if not outs:
+            raise InvalidInputError("instance has no outputs")
+        self.outputs = outs
+        self.stats = [structure.stats(y, theta) for y in outs]
+        self.flat = np.array([flatten(m) for m in self.stats])
+        self.scores = np.array([inner(theta, m) for m in self.stats])
+        self.best = float(np.max(self.scores))
+        self.order = np.argsort(-self.scores, kind="stable")
+
+
+def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: float = 1e-7,
+                    qp_atol: float = 1e-5, max_outputs: int = 20_000,
+                    random_state: int | np.random.Generator | None = 0) -> CheckReport:
+    """Compare every oracle of ``structure`` on instance ``theta`` with enumeration and the LP.
+
+    Rows (each with the oracle's own wall time):
+
+    - ``argmax``: its score equals the brute-force max and the LP optimum.
+    - ``topk``: scores equal the sorted brute-force scores (``min(k, |Y|)`` of them), each
+      returned output scores as reported, outputs are distinct; the first equals the LP optimum.
+    - ``marginals``: log Z and the marginals equal the Gibbs sums; the marginals satisfy the
+      polytope's constraints.
+    - ``max_marginals``: equal the best score among outputs having each node indicator, where
+      the node indicators are the first statistics field (checked only when the oracle's output
+      has that field's shape); the best entry equals the LP optimum.
+    - ``lp_relaxation``: its value equals the max score; its solution is the statistics of the
+      best output when that output is unique.
+    - ``project``: the Euclidean projection of a random point equals the cvxpy reference
+      :meth:`Structure.project_qp` and satisfies the variational inequality against every vertex.
+    - ``prox_entropy``: with ``mu`` the marginals of random potentials ``theta0``, equals the
+      marginals of the Gibbs distribution of ``theta0 + eta * step`` by enumeration.
+
+    Oracles raising :class:`NotSupportedError` are reported as skipped ("not supported"); any
+    other exception counts as a failure and is reported in the detail.
+
+    Parameters
+    ----------
+    structure : Structure
+    theta : Potentials
+        A small instance (at most ``max_outputs`` outputs).
+    k : int
+        K for the top-K oracle.
+    rtol : float
+        Relative tolerance on scores and probabilities (absolute tolerance ``rtol * scale`` with
+        ``scale = 1 + max |score|``).
+    qp_atol : float
+        Absolute tolerance for solutions of the LP/QP solvers (interior-point accuracy).
+    random_state : int, Generator or None
+        Seed for the random point of ``project`` and the instance of ``prox_entropy``.
+
+    Returns
+    -------
+    CheckReport
+    """
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    ref = _Reference(structure, theta, max_outputs)
+    atol = rtol * (1.0 + float(np.max(np.abs(ref.scores))))
+    report = CheckReport(getattr(structure, "name", type(structure).__name__), len(ref.outputs))
+    lp_value: float | None = None
+
+    def run(oracle: str, fn: Callable[[], tuple[bool | None, bool | None, float, str]]) -> None:
+        try:
+            enum_ok, lp_ok, seconds, detail = fn()
+        except NotSupportedError as exc:
+            report.rows.append(CheckRow(oracle, None, None, 0.0, f"not supported: {exc}"))
+        except Exception as exc:  # a crash is a failed check, reported with its message
+            report.rows.append(CheckRow(oracle, False, False, 0.0, f"raised {type(exc).__name__}: {exc}"))
+        else:
+            report.rows.append(CheckRow(oracle, enum_ok, lp_ok, seconds, detail))
+
+    # ---------------------------------------------------------------- lp_relaxation (first: others use it)
+    def lp_relaxation():
+        nonlocal lp_value
+        (value, z), seconds = _timed(lambda: structure.lp_relaxation(theta))
+        lp_value = float(value)
+        value_gap = abs(lp_value - ref.best)
+        unique = int(np.sum(ref.scores >= ref.best - atol)) == 1
+        detail = f"|LP - max| = {value_gap:.1e}"
+        integral = None
+        if unique:
+            int_gap = _gap(flatten(z), ref.flat[ref.order[0]])
+            integral = int_gap <= qp_atol
+            detail += f", |z - stats(best)| = {int_gap:.1e}"
+        else:
+            detail += ", max not unique: integrality not checked"
+        enum_ok = value_gap <= max(atol, qp_atol) and integral is not False
+        return enum_ok, None, seconds, detail
+
+    run("lp_relaxation", lp_relaxation)
+
+    def lp_agrees(value: float) -> bool | None:
+        return None if lp_value is None else abs(value - lp_value) <= max(atol, qp_atol)
+
+    # ---------------------------------------------------------------- argmax
+    def argmax():
+        y, seconds = _timed(lambda: structure.argmax(theta))
+        y = structure.validate_output(y, theta)
+        value = structure.score(theta, y)
+        gap = abs(value - ref.best)
+        return gap <= atol, lp_agrees(value), seconds, f"score {value:g} vs max {ref.best:g}"
+
+    run("argmax", argmax)
+
+    # ---------------------------------------------------------------- topk
+    def topk():
+        (outs, scores), seconds = _timed(lambda: structure.topk(theta, k))
+        scores = np.asarray(scores, dtype=float)
+        outs = [structure.validate_output(y, theta) for y in outs]
+        expected = ref.scores[ref.order[:k]]
+        problems = []
+        if len(outs) != len(expected) or scores.shape != expected.shape:
+            problems.append(f"returned {len(outs)} outputs / {scores.size} scores, expected {len(expected)}")
+        else:
+            if _gap(scores, expected) > atol:
+                problems.append(f"scores off sorted brute force by {_gap(scores, expected):.1e}")
+            own = np.array([structure.score(theta, y) for y in outs])
+            if _gap(own, scores) > atol:
+                problems.append(f"reported scores off the outputs' scores by {_gap(own, scores):.1e}")
+            keys = {flatten(structure.stats(y, theta)).tobytes() for y in outs}
+            if len(keys) != len(outs):
+                problems.append(f"{len(outs) - len(keys)} duplicate outputs")
+        lp_ok = lp_agrees(float(scores[0])) if scores.size else False
+        detail = "; ".join(problems) or f"{len(outs)} outputs (k={k}) match"
+        return not problems, lp_ok, seconds, detail
+
+    run("topk", topk)
+
+    # ---------------------------------------------------------------- marginals
+    def marginals():
+        (log_z, marg), seconds = _timed(lambda: structure.marginals(theta))
+        bf_log_z = logsumexp(ref.scores)
+        p = np.exp(ref.scores - bf_log_z)
+        bf_marg = p @ ref.flat
+        z_gap = abs(float(log_z) - bf_log_z)
+        m_gap = _gap(flatten(marg), bf_marg)
+        enum_ok = z_gap <= atol and m_gap <= max(rtol, 1e-12)
+        infeasible = _infeasibility(structure, theta, flatten(marg))
+        detail = f"|log Z - bf| = {z_gap:.1e}, |marginals - bf| = {m_gap:.1e}, infeasibility {infeasible:.1e}"
+        return enum_ok, infeasible <= max(rtol, 1e-9), seconds, detail
+
+    run("marginals", marginals)
+
+    # ---------------------------------------------------------------- max_marginals
+    def max_marginals():
+        mm, seconds = _timed(lambda: structure.max_marginals(theta))
+        mm = np.asarray(mm, dtype=float)
+        node_shape = np.shape(ref.stats[0][0])
+        lp_ok = lp_agrees(float(np.max(mm))) if mm.size else None
+        if mm.shape != node_shape:
+            return None, lp_ok, seconds, f"shape {mm.shape} is not the node-indicator shape {node_shape}: not compared"
+        indicators = np.array([np.asarray(m[0], dtype=float).ravel() for m in ref.stats]) > 0.5
+        masked = np.where(indicators, ref.scores[:, None], -np.inf)
+        bf = masked.max(axis=0).reshape(node_shape)
+        gap = _gap(mm, bf)
+        return gap <= atol, lp_ok, seconds, f"|max-marginals - bf| = {gap:.1e}"
+
+    run("max_marginals", max_marginals)
+
+    # ---------------------------------------------------------------- project
+    def project():
+        template = structure.expand(theta)
+        v = unflatten(rng.normal(scale=1.0, size=ref.flat.shape[1]), template)
+        p, seconds = _timed(lambda: structure.project(v))
+        p_flat, v_flat = flatten(p), flatten(v)
+        q_flat = flatten(structure.project_qp(v))
+        qp_gap = _gap(p_flat, q_flat)
+        # p is the projection onto conv(vertices) iff it is feasible and <v - p, m - p> <= 0 for every vertex m
+        violation = float(np.max(ref.flat @ (v_flat - p_flat) - (v_flat - p_flat) @ p_flat))
+        infeasible = _infeasibility(structure, theta, p_flat)
+        enum_ok = violation <= qp_atol and infeasible <= qp_atol
+        detail = (f"|p - qp| = {qp_gap:.1e}, vertex optimality violation {violation:.1e}, "
+                  f"infeasibility {infeasible:.1e}")
+        return enum_ok, qp_gap <= qp_atol, seconds, detail
+
+    run("project", project)
+
+    # ---------------------------------------------------------------- prox_entropy
+    def prox_entropy():
+        theta0 = random_like(structure.expand(theta), rng)
+        eta = float(rng.uniform(0.1, 2.0))
+        step = random_like(structure.expand(theta), rng)
+        _, mu = structure.marginals(theta0)
+        out, seconds = _timed(lambda: structure.prox_entropy(mu, step, eta))
+        logits = np.array([inner(theta0, m) + eta * inner(step, m) for m in ref.stats])
+        bf = np.exp(logits - logsumexp(logits)) @ ref.flat
+        gap = _gap(flatten(out), bf)
+        return gap <= max(rtol, 1e-9) * 10, None, seconds, f"|prox - bf| = {gap:.1e} (eta={eta:.2f})"
+
+    run("prox_entropy", prox_entropy)
+    return report
