@@ -14,8 +14,9 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.losses import Loss
 from structopt.models.base import Model
-from structopt.smoothing import entropy_smoothed_max, l2_smoothed_max
+from structopt.smoothing import l2_smoothed_max
 from structopt.structures.base import Potentials, add, inner, scale
+from structopt.structures.chain import Chain, ChainPotentials
 
 
 class OracleResult(NamedTuple):
@@ -38,6 +39,47 @@ class OracleResult(NamedTuple):
     grad: np.ndarray
     y: Any
     loss: float
+
+
+class SmoothStats(NamedTuple):
+    """A smooth oracle's answer with the gradient kept in statistics space (see :meth:`SSVMProblem.smooth_stats`).
+
+    Attributes
+    ----------
+    value : float
+        The smoothed hinge (same convention as :class:`OracleResult`).
+    diff : Potentials
+        Expected minus gold statistics, reduced by ``model.reduce_stats``; the gradient is
+        ``A_i^T diff``.
+    y : Any
+        Top-K outputs or marginals, as in :class:`OracleResult`.
+    loss : float
+        Expected loss under the smoothing weights.
+    """
+
+    value: float
+    diff: Potentials
+    y: Any
+    loss: float
+
+
+def _weighted_stats(structure, outputs: list, weights: np.ndarray, like: Potentials) -> Potentials:
+    """``sum_j weights[j] * stats(outputs[j])``; vectorised for chains (no per-output arrays)."""
+    if isinstance(structure, Chain):
+        labels = np.asarray(outputs, dtype=np.int64).reshape(len(outputs), -1)
+        T, S = labels.shape[1], structure.n_states
+        node = np.zeros((T, S))
+        edge = np.zeros((max(T - 1, 0), S, S))
+        pos = np.broadcast_to(np.arange(T), labels.shape)
+        np.add.at(node, (pos, labels), weights[:, None])
+        if T > 1:
+            np.add.at(edge, (pos[:, :-1], labels[:, :-1], labels[:, 1:]), weights[:, None])
+        return ChainPotentials(node, edge)
+    total = None
+    for u, y in zip(weights, outputs, strict=True):
+        term = scale(structure.stats(y, like), float(u))
+        total = term if total is None else add(total, term)
+    return total
 
 
 class Decoded(NamedTuple):
@@ -130,6 +172,47 @@ class SSVMProblem:
         diff = add(self.structure.stats(d.y, d.theta), self.gold_stats(i, d.theta), -1.0)
         return OracleResult(self.hinge(i, d), self.features(i, diff), d.y, d.loss)
 
+    def smooth_stats(self, i: int, theta: Potentials, mu: float, kind: str = "topk", k: int = 5) -> SmoothStats:
+        """Smoothed hinge of example i from its potentials, with the gradient in statistics space.
+
+        The gradient of the smoothed hinge is ``A_i^T diff``; solvers on sparse features apply it
+        with ``model.add_features(x_i, diff, out, scale)`` instead of building a dense vector.
+
+        Parameters
+        ----------
+        theta : Potentials
+            ``A_i w`` (without the loss), e.g. from :meth:`theta`.
+        mu, kind, k
+            As in :meth:`smooth_oracle`.
+
+        Returns
+        -------
+        SmoothStats
+            ``diff`` is reduced by ``model.reduce_stats`` (the compact layout the weights see).
+        """
+        if not mu > 0:
+            raise InvalidInputError(f"smoothing parameter mu must be > 0, got {mu}")
+        c, const = self.loss_terms(i)
+        augmented = add(theta, c)
+        gold = self.gold_stats(i, theta)
+        gold_score = self.structure.score(theta, self.Y[i])
+        if kind == "topk":
+            outputs, scores = self.structure.topk(augmented, k)
+            keep = np.flatnonzero(np.isfinite(scores))  # fewer than k outputs exist: -inf padding
+            outputs, scores = [outputs[j] for j in keep], np.asarray(scores)[keep]
+            value, weights = l2_smoothed_max(scores + const - gold_score, mu)
+            used = np.flatnonzero(weights > 0)
+            expected = _weighted_stats(self.structure, [outputs[j] for j in used], weights[used], theta)
+            loss = float(sum(weights[j] * self.loss(self.Y[i], outputs[j]) for j in used))
+            diff = self.model.reduce_stats(add(expected, gold, -1.0))
+            return SmoothStats(value, diff, np.asarray(outputs), loss)
+        if kind == "entropy":
+            log_z, marg = self.structure.marginals(scale(augmented, 1.0 / mu))
+            value = mu * log_z + const - gold_score
+            diff = self.model.reduce_stats(add(marg, gold, -1.0))
+            return SmoothStats(float(value), diff, marg, inner(c, marg) + const)
+        raise InvalidInputError(f"unknown smoothing kind {kind!r}; use 'topk' or 'entropy'")
+
     def smooth_oracle(self, i: int, w: np.ndarray, mu: float, kind: str = "topk", k: int = 5) -> OracleResult:
         """Smoothed structured hinge of example i (Pillutla et al., Algo 6 and Prop. 9).
 
@@ -146,35 +229,12 @@ class SSVMProblem:
         -------
         OracleResult
             ``value`` is the smoothed max itself (for top-K: ``<u, psi> - mu/2 (||u||^2 - 1)``,
-            whose gradient is exactly ``grad``); ``y`` holds the top-K outputs or the marginals;
-            ``loss`` the expected loss under the smoothing weights.
+            eq. (11), whose gradient is exactly ``grad``; Algo 6's ``s = <u, psi>`` is smaller by
+            ``mu/2 (1 - ||u||^2)``); ``y`` holds the top-K outputs or the marginals; ``loss`` the
+            expected loss under the smoothing weights.
         """
-        if not mu > 0:
-            raise InvalidInputError(f"smoothing parameter mu must be > 0, got {mu}")
-        theta = self.theta(i, w)
-        c, const = self.loss_terms(i)
-        augmented = add(theta, c)
-        gold = self.gold_stats(i, theta)
-        gold_score = self.structure.score(theta, self.Y[i])
-        if kind == "topk":
-            outputs, scores = self.structure.topk(augmented, k)
-            finite = np.isfinite(scores)
-            outputs, scores = [outputs[j] for j in np.flatnonzero(finite)], scores[finite]
-            value, weights = l2_smoothed_max(scores + const - gold_score, mu)
-            expected = None
-            losses = np.array([self.loss(self.Y[i], y) for y in outputs])
-            for u, y in zip(weights, outputs, strict=True):
-                if u > 0:
-                    term = scale(self.structure.stats(y, theta), u)
-                    expected = term if expected is None else add(expected, term)
-            grad = self.features(i, add(expected, gold, -1.0))
-            return OracleResult(value, grad, np.asarray(outputs), float(weights @ losses))
-        if kind == "entropy":
-            log_z, marg = self.structure.marginals(scale(augmented, 1.0 / mu))
-            value = mu * log_z + const - gold_score
-            grad = self.features(i, add(marg, gold, -1.0))
-            return OracleResult(float(value), grad, marg, inner(c, marg) + const)
-        raise InvalidInputError(f"unknown smoothing kind {kind!r}; use 'topk' or 'entropy'")
+        res = self.smooth_stats(i, self.theta(i, w), mu, kind, k)
+        return OracleResult(res.value, self.features(i, res.diff), res.y, res.loss)
 
     # ------------------------------------------------------------------ batch
     def _indices(self, indices: Sequence[int] | None) -> Sequence[int]:
@@ -197,6 +257,12 @@ class SSVMProblem:
         """``F(w) = lam/2 ||w||^2 + mean_i H_i(w)``, the objective every solver reports."""
         w = np.asarray(w, dtype=float)
         return 0.5 * self.lam * float(w @ w) + float(np.mean(self.hinge_losses(w)))
+
+    def compiled_kernels(self):
+        """Fused numba kernels for this model/structure/loss, or None (see ``Model.compiled_kernels``)."""
+        if not hasattr(self, "_compiled"):
+            self._compiled = self.model.compiled_kernels(self)
+        return self._compiled
 
     def predict(self, X: Sequence[Any], w: np.ndarray) -> list[Any]:
         """MAP outputs ``argmax_y <A_x w, stats(y)>`` for new inputs."""

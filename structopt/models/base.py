@@ -63,6 +63,25 @@ class Model(ABC):
     def add_features(self, x: Any, mu: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
         """In place ``out += scale * A_x^T mu`` (touches only the weights ``x`` uses)."""
 
+    def reduce_stats(self, mu: Potentials) -> Potentials:
+        """Compact statistics that the model's weights see (same ``features``, same inner product
+        with this model's potentials); e.g. a chain with shared transitions sums the per-position
+        edge statistics into one (S, S) block. Default: ``mu`` unchanged."""
+        return mu
+
+    def features_sqnorm(self, x: Any, mu: Potentials) -> float:
+        """``||A_x^T mu||^2`` (models override it to avoid a dense weight-sized vector)."""
+        g = self.features(x, mu)
+        return float(g @ g)
+
+    def compiled_kernels(self, problem: Any) -> Any:
+        """Fused numba kernels over a whole problem (packed data + jitted functions), or None.
+
+        Models whose structure has numba oracles return them so that solvers can run many
+        example steps in one compiled call; the default, None, means "use the Python interfaces".
+        """
+        return None
+
     def features(self, x: Any, mu: Potentials) -> np.ndarray:
         """``A_x^T mu`` as a dense weight vector; ``features(x, stats(y))`` is ``Phi(x, y)``."""
         out = np.zeros(self.n_params)

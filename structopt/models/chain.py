@@ -72,6 +72,27 @@ class ChainModel(Model):
             unary[-1] += blocks["end"]
         return ChainPotentials(unary, blocks["pairwise"])
 
+    def reduce_stats(self, mu: ChainPotentials) -> ChainPotentials:
+        """Sum per-position edge statistics into the shared (S, S) block the weights see."""
+        edge = np.asarray(mu.pairwise)
+        return ChainPotentials(mu.unary, edge.sum(axis=0) if edge.ndim == 3 else edge)
+
+    def features_sqnorm(self, x: ChainInput, mu: ChainPotentials) -> float:
+        """``||A_x^T mu||^2`` through the token Gram matrix ``x x^T`` (no weight-sized vector)."""
+        node = np.asarray(mu.unary, dtype=float)
+        gram = x @ x.T
+        gram = gram.toarray() if sp.issparse(gram) else gram
+        value = float(np.sum(node * (gram @ node)))
+        edge = np.asarray(mu.pairwise, dtype=float)
+        edge = edge.sum(axis=0) if edge.ndim == 3 else edge
+        value += float(np.sum(edge * edge))
+        if self.start_end:
+            value += float(node[0] @ node[0] + node[-1] @ node[-1])
+        if self.bias:
+            total = node.sum(axis=0)
+            value += float(total @ total)
+        return value
+
     def add_features(self, x: ChainInput, mu: ChainPotentials, out: np.ndarray, scale: float = 1.0) -> None:
         blocks = self.unpack(out)
         node = np.asarray(mu.unary, dtype=float)

@@ -127,7 +127,7 @@ class Monitor:
             entry["dual"] = float(dual)
         if gap is not None:
             entry["gap"] = float(gap)
-        entry.update(extra)
+        entry.update({key: float(value) if isinstance(value, np.floating) else value for key, value in extra.items()})
         if self.callback is not None:
             entry.update(self.callback(w) or {})
         self.trace.append(entry)
