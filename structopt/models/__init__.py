@@ -5,3 +5,7 @@ from structopt.models.chain import ChainModel
 from structopt.models.multiclass import MultiClassModel
 
 __all__ = ["ChainModel", "Model", "MultiClassModel"]
+
+from structopt.models.matching import MatchingModel
+
+__all__ += ["MatchingModel"]

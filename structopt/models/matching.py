@@ -1,0 +1,80 @@
+"""Linear matching model: edge scores are linear in per-edge features."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from structopt.errors import InvalidInputError, example_error
+from structopt.models.base import Model
+from structopt.structures.matching import BipartiteMatching, MatchingPotentials
+
+
+class MatchingModel(Model):
+    """``theta_jk = <x[j, k], w_edge>`` for an edge-feature array ``x`` of shape (L, R, F).
+
+    Parameters
+    ----------
+    n_features : int
+        Edge feature dimension F.
+    allow_unmatched : bool, default False
+        Partial matchings (:class:`BipartiteMatching` with ``allow_unmatched=True``). The model
+        then has a second block ``unmatched`` of two weights: the score of leaving a left node
+        unmatched and that of leaving a right node unmatched (the same for every node). They act
+        as a learned threshold on edge scores: a matching with m edges gains
+        ``(L - m) w_left + (R - m) w_right`` from them.
+
+    Notes
+    -----
+    The adjoint is ``features(x, mu) = (sum_jk mu_jk x[j, k], [sum_j mu_left_j, sum_k mu_right_k])``.
+    Inputs are dense float arrays; sentences of any size share one model.
+    """
+
+    def __init__(self, n_features: int, allow_unmatched: bool = False):
+        if int(n_features) != n_features or int(n_features) < 1:
+            raise InvalidInputError(f"MatchingModel needs n_features >= 1, got {n_features!r}")
+        self.n_features = int(n_features)
+        self.allow_unmatched = bool(allow_unmatched)
+        self.structure = BipartiteMatching(allow_unmatched=self.allow_unmatched)
+
+    def __repr__(self) -> str:
+        return f"MatchingModel(n_features={self.n_features}, allow_unmatched={self.allow_unmatched})"
+
+    @property
+    def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
+        blocks = [("edge", (self.n_features,))]
+        if self.allow_unmatched:
+            blocks.append(("unmatched", (2,)))
+        return blocks
+
+    def validate_input(self, x: np.ndarray, index: int | None = None) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.ndim != 3 or x.shape[2] != self.n_features:
+            raise example_error(index, f"matching input must be an edge-feature array of shape "
+                                       f"(n_left, n_right, {self.n_features}), got {x.shape}")
+        if not self.allow_unmatched and x.shape[0] > x.shape[1]:
+            raise example_error(index, f"{x.shape[0]} left nodes cannot all be matched into {x.shape[1]} right "
+                                       "nodes: use allow_unmatched=True")
+        if not np.all(np.isfinite(x)):
+            raise example_error(index, "matching input contains NaN or infinite values")
+        return x
+
+    def potentials(self, x: np.ndarray, w: np.ndarray) -> MatchingPotentials:
+        blocks = self.unpack(w)
+        L, R = x.shape[:2]
+        edge = x.reshape(L * R, self.n_features) @ blocks["edge"]
+        edge = edge.reshape(L, R)
+        if self.allow_unmatched:
+            w_left, w_right = blocks["unmatched"]
+            return MatchingPotentials(edge, np.full(L, w_left), np.full(R, w_right))
+        return MatchingPotentials(edge, np.zeros(0), np.zeros(0))
+
+    def add_features(self, x: np.ndarray, mu: MatchingPotentials, out: np.ndarray, scale: float = 1.0) -> None:
+        blocks = self.unpack(out)
+        edge = np.asarray(mu.edge if isinstance(mu, MatchingPotentials) else mu, dtype=float)
+        L, R = x.shape[:2]
+        if edge.shape != (L, R):
+            raise InvalidInputError(f"statistics of shape {edge.shape} do not match an input with ({L}, {R}) edges")
+        blocks["edge"] += scale * (edge.reshape(L * R) @ x.reshape(L * R, self.n_features))
+        if self.allow_unmatched and isinstance(mu, MatchingPotentials):
+            blocks["unmatched"][0] += scale * float(np.sum(mu.unmatched_left))
+            blocks["unmatched"][1] += scale * float(np.sum(mu.unmatched_right))
