@@ -176,6 +176,21 @@ class Chain(Structure):
         """(T, S) array: best score of a sequence with y_t = s."""
         return kern.max_marginals(*self.check_potentials(theta))
 
+    def project(self, v: ChainPotentials, tol: float = 1e-9) -> ChainPotentials:
+        """Euclidean projection onto the chain's marginal polytope (dual FISTA + semismooth Newton).
+
+        The marginalisation residual of the result is at most ``tol`` (node simplices and edge
+        non-negativity hold exactly); see :mod:`structopt.structures._chain_projection`.
+        :meth:`project_qp` is the cvxpy reference. Falls back to it if the fast method stalls.
+        """
+        from structopt.structures._chain_projection import project_chain
+
+        full = self.expand(v)
+        node, edge, residual, _ = project_chain(full.unary, full.pairwise, tol=tol)
+        if not residual <= tol:
+            return self.project_qp(v)
+        return ChainPotentials(node, edge)
+
     def prox_entropy(self, mu: ChainPotentials, step: ChainPotentials, eta: float) -> ChainPotentials:
         """Entropic (KL) prox on the chain's marginal polytope.
 
