@@ -245,3 +245,19 @@ def test_bad_potentials_and_outputs():
     with pytest.raises(InvalidInputError, match="integers"):
         chain.validate_output([0, 1.5, 2, 0], like, 0)
     assert chain.validate_output([0.0, 1.0, 2.0, 0.0], like).dtype == np.int64
+
+
+@pytest.mark.slow
+def test_check_structure_many_random_chains():
+    """A wider sweep than the default run: many seeds, sizes, both layouts, ties and floats."""
+    rng = np.random.default_rng(2024)
+    failures = []
+    for trial in range(150):
+        T, S = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        if S**T > 1024:
+            continue
+        theta = make_theta(T, S, bool(rng.integers(2)), rng, integer=bool(rng.integers(2)))
+        report = check_structure(Chain(S), theta, k=int(rng.choice([1, 5, 64, S**T + 2])), random_state=trial)
+        if not report.ok:
+            failures.append(report.table())
+    assert not failures, "\n\n".join(failures[:3])
