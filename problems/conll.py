@@ -47,7 +47,9 @@ _SOURCES = {
                  "ned.*; also NLTK's 'conll2002' data package)",
 }
 _DOCSTART = "-DOCSTART-"
-_BOS, _EOS = "\x02<s>", "\x03</s>"  # pseudo-tokens outside the sentence; cannot occur in the data
+# pseudo-tokens outside the sentence: control characters only, so that none of their templates
+# (affixes, shape, ...) can equal a real word's
+_BOS, _EOS = "\x02" * 4, "\x03" * 4
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +232,8 @@ class _Featurizer:
     use_pos: bool
 
     def __post_init__(self):
-        if self.n_features < 2 or self.window < 0 or any(k < 1 for k in self.affix_lengths):
+        # the offset is packed in 8 bits of the hash key
+        if self.n_features < 2 or not 0 <= self.window <= 100 or any(k < 1 for k in self.affix_lengths):
             raise InvalidInputError(f"bad feature options: n_features={self.n_features}, window={self.window}, "
                                     f"affix_lengths={self.affix_lengths}")
         self.words = _TypeTable(_word_templates(self.affix_lengths))
