@@ -1,0 +1,376 @@
+"""Word alignment on the English-French Hansards (HLT-NAACL 2003 gold) as bipartite matching.
+
+English words are the left nodes, French words the right nodes; a partial matching
+(``allow_unmatched=True``) is predicted per sentence pair. No large bitext is available, so every
+feature is computed from the 484 gold sentence pairs themselves (37 trial + 447 test): Dice
+co-occurrence is counted over all their sentences (unsupervised: it never looks at the links).
+
+Training targets are one-to-one: the gold has many-to-one *sure* links (about 80 English words
+have several), so the target is a maximum-cardinality one-to-one subset of the sure links, ties
+broken by larger Dice and then by closeness to the diagonal (a max-weight matching restricted to
+sure links). Evaluation uses the full gold: AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|), with S the
+sure links and P the sure plus possible links, summed over the evaluated sentence pairs.
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit
+
+from structopt.errors import InvalidInputError
+from structopt.structures.matching import BipartiteMatching, MatchingPotentials
+
+SOURCE = ("the HLT-NAACL 2003 shared-task English-French Hansards word-alignment gold "
+          "(trial.en-fr.* and test.en-fr.*: .en, .fr and .naacl files; Mihalcea & Pedersen 2003)")
+PARTS = ("trial", "test")
+
+FEATURE_NAMES = [
+    "dice", "dice_sq", "dice_row_best", "dice_col_best", "dice_mutual_best",
+    "rel_pos_diff", "rel_pos_diff_sq", "near_diagonal",
+    "exact_match", "prefix_len", "prefix4", "edit_ratio",
+    "both_punct", "same_punct", "punct_mismatch", "same_number", "number_mismatch",
+    "log_freq_en", "log_freq_fr", "len_diff_ratio", "both_short",
+    "dice_diag_mean", "dice_diag_max", "dice_antidiag_max", "dice_x_near",
+]
+
+
+@dataclass
+class SentencePair:
+    """One gold sentence pair. Links are 0-based ``(english_position, french_position)``."""
+
+    en: list[str]
+    fr: list[str]
+    sure: set[tuple[int, int]]
+    possible: set[tuple[int, int]]  # sure links included
+    part: str
+    number: int  # sentence number in its file (1-based)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.en), len(self.fr)
+
+
+# --------------------------------------------------------------------------- loading
+def resolve_data_dir(path: str | os.PathLike | None = None) -> Path:
+    """The Hansards directory: ``path``, else ``$STRUCTOPT_DATA/hansards``, else ``../shared/data/hansards``
+    (relative to the current directory, then to the repository root).
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming the places tried and the data to obtain (nothing is downloaded).
+    """
+    if path is not None:
+        candidates = [Path(path)]
+    elif os.environ.get("STRUCTOPT_DATA"):
+        candidates = [Path(os.environ["STRUCTOPT_DATA"]) / "hansards"]
+    else:
+        root = Path(__file__).resolve().parent.parent
+        candidates = [Path.cwd() / ".." / "shared" / "data" / "hansards", root / ".." / "shared" / "data" / "hansards"]
+    for c in candidates:
+        if all((c / f"{part}.en-fr.{ext}").is_file() for part in PARTS for ext in ("en", "fr", "naacl")):
+            return c.resolve()
+    tried = ", ".join(str(c) for c in candidates)
+    raise FileNotFoundError(f"Hansards alignment data not found (tried: {tried}). Get {SOURCE}, put the six files "
+                            "in one directory and pass path=... or set STRUCTOPT_DATA to its parent directory.")
+
+
+def load_hansards(path: str | os.PathLike | None = None) -> list[SentencePair]:
+    """All gold sentence pairs: the 37 trial pairs, then the 447 test pairs."""
+    directory = resolve_data_dir(path)
+    pairs: list[SentencePair] = []
+    for part in PARTS:
+        stem = directory / f"{part}.en-fr"
+        en = [line.split() for line in stem.with_suffix(".en-fr.en").read_text(encoding="utf-8").splitlines()]
+        fr = [line.split() for line in stem.with_suffix(".en-fr.fr").read_text(encoding="utf-8").splitlines()]
+        if len(en) != len(fr):
+            raise InvalidInputError(f"{stem}: {len(en)} English but {len(fr)} French sentences")
+        sure = [set() for _ in en]
+        possible = [set() for _ in en]
+        for lineno, line in enumerate(stem.with_suffix(".en-fr.naacl").read_text(encoding="utf-8").splitlines(), 1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) not in (3, 4) or (len(fields) == 4 and fields[3] not in ("S", "P")):
+                raise InvalidInputError(f"{stem}.naacl line {lineno}: expected 'sentence en fr [S|P]', got {line!r}")
+            s, e, f = (int(v) for v in fields[:3])
+            if not (1 <= s <= len(en) and 1 <= e <= len(en[s - 1]) and 1 <= f <= len(fr[s - 1])):
+                raise InvalidInputError(f"{stem}.naacl line {lineno}: link {line!r} out of range")
+            link = (e - 1, f - 1)
+            possible[s - 1].add(link)
+            if len(fields) == 3 or fields[3] == "S":
+                sure[s - 1].add(link)
+        for i, (e, f) in enumerate(zip(en, fr, strict=True)):
+            if not e or not f:
+                raise InvalidInputError(f"{stem}: sentence {i + 1} is empty")
+            pairs.append(SentencePair(e, f, sure[i], possible[i], part, i + 1))
+    return pairs
+
+
+# --------------------------------------------------------------------------- features
+def _is_punct(word: str) -> bool:
+    return all(unicodedata.category(ch).startswith("P") or unicodedata.category(ch).startswith("S") for ch in word)
+
+
+def _is_number(word: str) -> bool:
+    return any(ch.isdigit() for ch in word) and all(ch.isdigit() or ch in ".,:-/" for ch in word)
+
+
+@njit(cache=True)
+def _string_features(ce, le, cf, lf):
+    """Common prefix length and normalised edit distance for all word pairs (code-point arrays)."""
+    L, R = le.shape[0], lf.shape[0]
+    prefix = np.zeros((L, R))
+    edit = np.zeros((L, R))
+    row = np.empty(ce.shape[1] + 1)
+    prev = np.empty(ce.shape[1] + 1)
+    for j in range(L):
+        for k in range(R):
+            m, n = le[j], lf[k]
+            p = 0
+            while p < m and p < n and ce[j, p] == cf[k, p]:
+                p += 1
+            prefix[j, k] = p
+            for a in range(m + 1):
+                prev[a] = a
+            for b in range(1, n + 1):
+                row[0] = b
+                for a in range(1, m + 1):
+                    cost = 0.0 if ce[j, a - 1] == cf[k, b - 1] else 1.0
+                    row[a] = min(prev[a] + 1.0, row[a - 1] + 1.0, prev[a - 1] + cost)
+                for a in range(m + 1):
+                    prev[a] = row[a]
+            edit[j, k] = prev[m] / max(m, n, 1)
+    return prefix, edit
+
+
+def _codes(words: list[str], width: int) -> tuple[np.ndarray, np.ndarray]:
+    codes = np.zeros((len(words), width), dtype=np.int32)
+    lens = np.zeros(len(words), dtype=np.int64)
+    for i, w in enumerate(words):
+        w = w[:width]
+        codes[i, :len(w)] = [ord(ch) for ch in w]
+        lens[i] = len(w)
+    return codes, lens
+
+
+def _shift(D: np.ndarray, dj: int, dk: int) -> np.ndarray:
+    """``out[j, k] = D[j + dj, k + dk]`` (0 outside)."""
+    out = np.zeros_like(D)
+    L, R = D.shape
+    js, ks = slice(max(0, -dj), min(L, L - dj)), slice(max(0, -dk), min(R, R - dk))
+    jd, kd = slice(max(0, dj), min(L, L + dj)), slice(max(0, dk), min(R, R + dk))
+    out[js, ks] = D[jd, kd]
+    return out
+
+
+@dataclass
+class AlignmentFeaturizer:
+    """Edge features of English-French word pairs, with corpus statistics from ``pairs``.
+
+    Dice(e, f) = 2 C(e, f) / (C(e) + C(f)), with C counting sentence pairs (lower-cased words).
+    """
+
+    pairs: list[SentencePair]
+    en_vocab: dict[str, int] = field(init=False)
+    fr_vocab: dict[str, int] = field(init=False)
+
+    def __post_init__(self):
+        self.en_vocab, self.fr_vocab = {}, {}
+        rows_e, cols_e, rows_f, cols_f = [], [], [], []
+        for i, p in enumerate(self.pairs):
+            for w in {w.lower() for w in p.en}:
+                rows_e.append(i)
+                cols_e.append(self.en_vocab.setdefault(w, len(self.en_vocab)))
+            for w in {w.lower() for w in p.fr}:
+                rows_f.append(i)
+                cols_f.append(self.fr_vocab.setdefault(w, len(self.fr_vocab)))
+        n = len(self.pairs)
+        Se = sp.csr_matrix((np.ones(len(rows_e)), (rows_e, cols_e)), shape=(n, len(self.en_vocab)))
+        Sf = sp.csr_matrix((np.ones(len(rows_f)), (rows_f, cols_f)), shape=(n, len(self.fr_vocab)))
+        self.co = (Se.T @ Sf).tocsr()
+        self.count_en = np.asarray(Se.sum(axis=0)).ravel()
+        self.count_fr = np.asarray(Sf.sum(axis=0)).ravel()
+        self.n_sentences = n
+
+    @property
+    def n_features(self) -> int:
+        return len(FEATURE_NAMES)
+
+    def dice(self, pair: SentencePair) -> np.ndarray:
+        """(L, R) Dice coefficients of the pair's words."""
+        e = np.array([self.en_vocab[w.lower()] for w in pair.en])
+        f = np.array([self.fr_vocab[w.lower()] for w in pair.fr])
+        co = self.co[e][:, f].toarray()
+        return 2.0 * co / (self.count_en[e][:, None] + self.count_fr[f][None, :])
+
+    def __call__(self, pair: SentencePair) -> np.ndarray:
+        """(L, R, F) edge features (see :data:`FEATURE_NAMES`)."""
+        en = [w.lower() for w in pair.en]
+        fr = [w.lower() for w in pair.fr]
+        L, R = len(en), len(fr)
+        D = self.dice(pair)
+        row_best = D >= D.max(axis=1, keepdims=True)
+        col_best = D >= D.max(axis=0, keepdims=True)
+        pos = np.abs((np.arange(L)[:, None] + 0.5) / L - (np.arange(R)[None, :] + 0.5) / R)
+        width = max(max(map(len, en)), max(map(len, fr)))
+        ce, le = _codes(en, width)
+        cf, lf = _codes(fr, width)
+        prefix, edit = _string_features(ce, le, cf, lf)
+        exact = np.array(en, dtype=object)[:, None] == np.array(fr, dtype=object)[None, :]
+        len_e, len_f = le.astype(float)[:, None], lf.astype(float)[None, :]
+        punct_e = np.array([_is_punct(w) for w in en])[:, None]
+        punct_f = np.array([_is_punct(w) for w in fr])[None, :]
+        num_e = np.array([_is_number(w) for w in en])[:, None]
+        num_f = np.array([_is_number(w) for w in fr])[None, :]
+        log_n = np.log(1.0 + self.n_sentences)
+        freq_e = np.log1p(self.count_en[[self.en_vocab[w] for w in en]])[:, None] / log_n
+        freq_f = np.log1p(self.count_fr[[self.fr_vocab[w] for w in fr]])[None, :] / log_n
+        diag = np.stack([_shift(D, -1, -1), _shift(D, 1, 1)])
+        anti = np.stack([_shift(D, -1, 1), _shift(D, 1, -1)])
+        near = np.maximum(0.0, 1.0 - 5.0 * pos)
+        feats = [
+            D, D ** 2, row_best, col_best, row_best & col_best,
+            pos, pos ** 2, near,
+            exact, np.minimum(prefix, 6.0) / 6.0, (prefix >= 4) & (len_e >= 4) & (len_f >= 4), 1.0 - edit,
+            punct_e & punct_f, (punct_e & punct_f) & exact, punct_e ^ punct_f, (num_e & num_f) & exact,
+            (num_e | num_f) & ~exact,
+            np.broadcast_to(freq_e, (L, R)), np.broadcast_to(freq_f, (L, R)),
+            np.abs(len_e - len_f) / np.maximum(len_e, len_f), (len_e <= 3) & (len_f <= 3),
+            diag.mean(axis=0), diag.max(axis=0), anti.max(axis=0), D * near,
+        ]
+        X = np.stack([np.broadcast_to(np.asarray(f, dtype=float), (L, R)) for f in feats], axis=-1)
+        return np.ascontiguousarray(X)
+
+
+# --------------------------------------------------------------------------- targets, metric, baseline
+def gold_matching(pair: SentencePair, dice: np.ndarray) -> np.ndarray:
+    """One-to-one training target from the sure links (see the module docstring), int64 (L,) with -1."""
+    L, R = pair.shape
+    pos = np.abs((np.arange(L)[:, None] + 0.5) / L - (np.arange(R)[None, :] + 0.5) / R)
+    scores = np.full((L, R), -1.0)
+    for j, k in pair.sure:
+        scores[j, k] = 1.0 + 0.1 * dice[j, k] + 0.01 * (1.0 - pos[j, k])
+    return BipartiteMatching(allow_unmatched=True).argmax(scores)
+
+
+def links(y: np.ndarray) -> set[tuple[int, int]]:
+    """The links ``(j, y[j])`` of a matching."""
+    return {(int(j), int(k)) for j, k in enumerate(y) if k >= 0}
+
+
+def aer(predicted: list[set[tuple[int, int]]], pairs: list[SentencePair]) -> float:
+    """Alignment error rate summed over the pairs: 1 - (|A∩S| + |A∩P|) / (|A| + |S|)."""
+    if len(predicted) != len(pairs):
+        raise InvalidInputError(f"{len(predicted)} predicted alignments for {len(pairs)} sentence pairs")
+    a_s = a_p = n_a = n_s = 0
+    for A, p in zip(predicted, pairs, strict=True):
+        a_s += len(A & p.sure)
+        a_p += len(A & p.possible)
+        n_a += len(A)
+        n_s += len(p.sure)
+    if n_a + n_s == 0:
+        return 0.0
+    return 1.0 - (a_s + a_p) / (n_a + n_s)
+
+
+def competitive_linking(dice: np.ndarray, threshold: float) -> np.ndarray:
+    """Greedy one-to-one linking by decreasing Dice (ties: nearer the diagonal, then lower indices);
+    pairs with Dice below ``threshold`` stay unlinked (Melamed 2000)."""
+    L, R = dice.shape
+    pos = np.abs((np.arange(L)[:, None] + 0.5) / L - (np.arange(R)[None, :] + 0.5) / R)
+    order = np.lexsort((pos.ravel(), -dice.ravel()))
+    y = np.full(L, -1, dtype=np.int64)
+    used_e, used_f = np.zeros(L, dtype=bool), np.zeros(R, dtype=bool)
+    for flat in order:
+        j, k = divmod(int(flat), R)
+        if dice[j, k] < threshold or dice[j, k] <= 0:
+            break
+        if not used_e[j] and not used_f[k]:
+            y[j], used_e[j], used_f[k] = k, True, True
+    return y
+
+
+def dice_baseline(task: AlignmentTask, thresholds: np.ndarray | None = None) -> dict:
+    """Dice + competitive linking, its threshold chosen by AER on the training pairs (no other learning).
+
+    Returns
+    -------
+    dict with ``threshold``, ``train_aer`` and ``test_aer`` (on ``task.test_pairs``).
+    """
+    thresholds = np.linspace(0.0, 0.95, 20) if thresholds is None else np.asarray(thresholds)
+    train_dice = [task.featurizer.dice(p) for p in task.train_pairs]
+    train_aers = [aer([links(competitive_linking(d, t)) for d in train_dice], task.train_pairs) for t in thresholds]
+    best = float(thresholds[int(np.argmin(train_aers))])
+    test = [links(competitive_linking(task.featurizer.dice(p), best)) for p in task.test_pairs]
+    return {"threshold": best, "train_aer": float(min(train_aers)), "test_aer": aer(test, task.test_pairs)}
+
+
+# --------------------------------------------------------------------------- the task
+@dataclass
+class AlignmentTask:
+    """A train / held-out split with features and targets.
+
+    Attributes
+    ----------
+    X_train, Y_train : lists of (L, R, F) feature arrays and int64 (L,) target matchings
+    X_test : list of feature arrays of the held-out pairs
+    train_pairs, test_pairs : the gold sentence pairs (for AER)
+    featurizer : AlignmentFeaturizer
+    """
+
+    X_train: list[np.ndarray]
+    Y_train: list[np.ndarray]
+    X_test: list[np.ndarray]
+    train_pairs: list[SentencePair]
+    test_pairs: list[SentencePair]
+    featurizer: AlignmentFeaturizer
+
+    @property
+    def n_features(self) -> int:
+        return self.featurizer.n_features
+
+    def evaluate(self, predictions: list[np.ndarray]) -> float:
+        """Held-out AER of predicted matchings (one int64 (L,) array per held-out pair)."""
+        return aer([links(y) for y in predictions], self.test_pairs)
+
+
+def load_alignment(path: str | os.PathLike | None = None, n_heldout: int = 200,
+                   random_state: int | None = 0) -> AlignmentTask:
+    """Hansards alignment task: ``n_heldout`` of the 447 test pairs are held out (a seeded random
+    choice), the rest plus the 37 trial pairs are for training.
+
+    Parameters
+    ----------
+    path : path, optional
+        Directory with the six Hansards files (see :func:`resolve_data_dir`).
+    n_heldout : int
+        Number of held-out test pairs (1..446).
+    random_state : int, optional
+        Seed of the held-out choice.
+    """
+    pairs = load_hansards(path)
+    test_idx = [i for i, p in enumerate(pairs) if p.part == "test"]
+    if not 1 <= n_heldout < len(test_idx):
+        raise InvalidInputError(f"n_heldout must be in [1, {len(test_idx) - 1}], got {n_heldout}")
+    rng = np.random.default_rng(random_state)
+    heldout = set(rng.choice(test_idx, size=n_heldout, replace=False).tolist())
+    featurizer = AlignmentFeaturizer(pairs)
+    train = [p for i, p in enumerate(pairs) if i not in heldout]
+    test = [p for i, p in enumerate(pairs) if i in heldout]
+    X_train = [featurizer(p) for p in train]
+    Y_train = [gold_matching(p, featurizer.dice(p)) for p in train]
+    X_test = [featurizer(p) for p in test]
+    return AlignmentTask(X_train, Y_train, X_test, train, test, featurizer)
+
+
+def as_potentials(theta_edge: np.ndarray) -> MatchingPotentials:
+    """Edge scores as partial-matching potentials with zero unmatched scores (helper for scripts)."""
+    L, R = theta_edge.shape
+    return MatchingPotentials(theta_edge, np.zeros(L), np.zeros(R))
