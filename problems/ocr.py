@@ -6,6 +6,7 @@ The data ship with structopt (``problems/data/letters.npz``, converted from pyst
 
 from __future__ import annotations
 
+import itertools
 import os
 import string
 from pathlib import Path
@@ -51,8 +52,8 @@ def load_ocr(path: str | os.PathLike | None = None) -> dict[str, Any]:
     bounds = np.concatenate([[0], np.cumsum(lengths)])
     if bounds[-1] != len(labels):
         raise InvalidInputError(f"{path}: word lengths sum to {bounds[-1]} but there are {len(labels)} letters")
-    X = [pixels[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    y = [labels[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    X = [pixels[a:b] for a, b in itertools.pairwise(bounds)]
+    y = [labels[a:b] for a, b in itertools.pairwise(bounds)]
     return {"X": X, "y": y, "folds": folds, "letters": LETTERS}
 
 

@@ -77,6 +77,21 @@ class ChainModel(Model):
         edge = np.asarray(mu.pairwise)
         return ChainPotentials(mu.unary, edge.sum(axis=0) if edge.ndim == 3 else edge)
 
+    def compiled_kernels(self, problem):
+        """Fused numba kernels (see ``_chain_compiled``) when the loss only scores nodes."""
+        from structopt.models._chain_compiled import build_chain_kernels
+
+        if not problem.loss.decomposable:
+            return None
+        costs, consts = [], []
+        for i in range(problem.n):
+            c, const = problem.loss_terms(i)
+            if np.any(np.asarray(c.pairwise) != 0):
+                return None
+            costs.append(np.asarray(c.unary, dtype=float))
+            consts.append(const)
+        return build_chain_kernels(self, problem.X, costs, np.array(consts))
+
     def features_sqnorm(self, x: ChainInput, mu: ChainPotentials) -> float:
         """``||A_x^T mu||^2`` through the token Gram matrix ``x x^T`` (no weight-sized vector)."""
         node = np.asarray(mu.unary, dtype=float)

@@ -21,8 +21,11 @@ class BlockState:
     """Dual state of BCFW.
 
     ``w = sum_i w_i`` and ``ell = sum_i l_i`` with ``w_i = A_i^T (gold_i - m_i) / (lam n)``; ``m`` is
-    the concatenation of the compact statistics ``m_i`` (``offsets`` delimit them); ``u`` and ``v``
-    accumulate ``sum_j j(j-1)/2`` times the step increments of ``w`` and ``ell`` (lazy averaging).
+    the concatenation of the compact statistics ``m_i`` (``offsets`` delimit them). Weighted
+    averaging is lazy and in statistics space: ``r`` and ``v`` accumulate ``sum_j j(j-1)/2`` times
+    the step increments of ``m`` and ``ell``, so that ``m_bar = m - 2 r / (k (k+1))`` and
+    ``w_bar = w + 2 / (k (k+1)) * sum_i A_i^T r_i / (lam n)`` cost one adjoint pass, paid only when
+    the average is wanted, never inside a step.
     """
 
     w: np.ndarray
@@ -30,7 +33,7 @@ class BlockState:
     m: np.ndarray
     offsets: np.ndarray
     ell_i: np.ndarray
-    u: np.ndarray
+    r: np.ndarray
     v: float
     k: int = 0
 
@@ -47,15 +50,20 @@ class BlockState:
             parts.append(gold)
         offsets = np.zeros(problem.n + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([p.size for p in parts])
-        return cls(w=zero, ell=0.0, m=np.concatenate(parts), offsets=offsets, ell_i=np.zeros(problem.n),
-                   u=problem.model.zeros(), v=0.0)
+        m = np.concatenate(parts)
+        return cls(w=zero, ell=0.0, m=m, offsets=offsets, ell_i=np.zeros(problem.n), r=np.zeros_like(m), v=0.0)
 
-    def averaged(self) -> tuple[np.ndarray, float]:
+    def averaged(self, problem: SSVMProblem) -> tuple[np.ndarray, float]:
         """Weighted average ``(w_bar, l_bar)`` of the iterates 1..k (the iterate itself at k <= 1)."""
         if self.k <= 1:
             return self.w.copy(), self.ell
         factor = 2.0 / (self.k * (self.k + 1.0))
-        return self.w - factor * self.u, self.ell - factor * self.v
+        w_bar = self.w.copy()
+        for i in range(problem.n):
+            theta = problem.theta(i, self.w)
+            block = unflatten(self.r[self.offsets[i]:self.offsets[i + 1]], theta)
+            problem.model.add_features(problem.X[i], block, w_bar, factor / (problem.lam * problem.n))
+        return w_bar, self.ell - factor * self.v
 
 
 def gamma_line_search(numerator: float, denominator: float) -> float:
@@ -74,8 +82,16 @@ class PythonBlockUpdater:
         self.problem = problem
         self.state = state
 
-    def run(self, order: np.ndarray, line_search: bool) -> None:
-        """Take one BCFW step on each example of ``order`` in turn."""
+    def mean_hinge(self, w: np.ndarray) -> float:
+        """``mean_i H_i(w)`` (one batch oracle pass)."""
+        return float(np.mean(self.problem.hinge_losses(w)))
+
+    def averaged(self) -> tuple[np.ndarray, float]:
+        """``(w_bar, l_bar)``, see :meth:`BlockState.averaged`."""
+        return self.state.averaged(self.problem)
+
+    def run(self, order: np.ndarray, line_search: bool, averaging: bool = True) -> None:
+        """Take one BCFW step on each example of ``order`` in turn (``u``, ``v`` kept if ``averaging``)."""
         p, st = self.problem, self.state
         model, structure = p.model, p.structure
         n, lam = p.n, p.lam
@@ -96,16 +112,15 @@ class PythonBlockUpdater:
             st.k += 1
             if gamma == 0.0:
                 continue
-            weight = 0.5 * st.k * (st.k - 1.0)
-            scale = -gamma / (lam * n)
-            model.add_features(p.X[i], direction_pot, st.w, scale)
-            if weight:
-                model.add_features(p.X[i], direction_pot, st.u, weight * scale)
+            weight = 0.5 * st.k * (st.k - 1.0) if averaging else 0.0
+            model.add_features(p.X[i], direction_pot, st.w, -gamma / (lam * n))
             delta_ell = gamma * (loss_s - st.ell_i[i])
             st.ell += delta_ell
             st.v += weight * delta_ell
             st.ell_i[i] += delta_ell
             st.m[seg] += gamma * direction
+            if weight:
+                st.r[seg] += (weight * gamma) * direction
 
 
 def make_block_updater(problem: SSVMProblem, state: BlockState, compiled: bool | None):

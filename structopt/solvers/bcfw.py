@@ -26,10 +26,10 @@ from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_
 from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
 
 
-def _evaluate(problem: SSVMProblem, w: np.ndarray, ell: float) -> dict[str, float]:
+def _evaluate(problem: SSVMProblem, updater, w: np.ndarray, ell: float) -> dict[str, float]:
     """Primal, dual and gap at the pair (w, ell) from one batch oracle pass (spec §6)."""
     half_sq = 0.5 * problem.lam * float(w @ w)
-    primal = half_sq + float(np.mean(problem.hinge_losses(w)))
+    primal = half_sq + updater.mean_hinge(w)
     dual = ell - half_sq
     return {"primal": primal, "dual": dual, "gap": primal - dual}
 
@@ -95,28 +95,28 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
         rng = saved["rng"]
         monitor.resume(saved["trace"])
     updater = make_block_updater(problem, state, compiled)
-    steps_per_eval = max(1, int(round(gap_every * n)))
+    steps_per_eval = max(1, round(gap_every * n))
 
     while True:
         monitor.restart()
-        remaining = int(round(max_passes * n)) - state.k
+        remaining = round(max_passes * n) - state.k
         count = min(steps_per_eval - state.k % steps_per_eval, remaining)
         if count > 0:
             if sampling == "uniform":
                 order = rng.integers(0, n, size=count)
             else:
                 order = np.concatenate([rng.permutation(n) for _ in range(-(-count // n))])[:count]
-            updater.run(order, line_search)
+            updater.run(order, line_search, averaging)
         monitor.pause()
-        w_report, ell_report = state.averaged() if averaging else (state.w, state.ell)
-        evaluation = _evaluate(problem, w_report, ell_report)
+        w_report, ell_report = updater.averaged() if averaging else (state.w, state.ell)
+        evaluation = _evaluate(problem, updater, w_report, ell_report)
         dual_iterate = state.ell - 0.5 * problem.lam * float(state.w @ state.w)
         saved = {"solver": "bcfw", "state": state, "rng": rng}
         if monitor.record(w_report, passes=state.k / n, oracle_calls=state.k, dual_iterate=dual_iterate,
                           state=saved, **evaluation):
             break
     monitor.close()
-    w_out = (state.averaged()[0] if averaging else state.w).copy()
+    w_out = w_report.copy()
     return Result(w_out, monitor.trace, {"stop_reason": monitor.stop_reason, "compiled": updater.compiled,
                                          "state": state})
 
@@ -175,8 +175,8 @@ def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: bool = False
     w_avg = w.copy()
     monitor = Monitor(problem, max_passes=max_passes, time_limit=time_limit, callback=callback,
                       progress=progress, label="ssg")
-    steps_per_eval = max(1, int(round(eval_every * n)))
-    total = int(round(max_passes * n))
+    steps_per_eval = max(1, round(eval_every * n))
+    total = round(max_passes * n)
     k = 0
     while True:
         monitor.restart()

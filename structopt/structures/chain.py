@@ -135,13 +135,13 @@ class Chain(Structure):
         for t in range(T - 1):  # marginalisation of each edge onto both end nodes
             for a in range(S):
                 rows += [r] * (S + 1)
-                cols += list(p[t, a, :]) + [u[t, a]]
+                cols += [*list(p[t, a, :]), u[t, a]]
                 vals += [1.0] * S + [-1.0]
                 b.append(0.0)
                 r += 1
             for c in range(S):
                 rows += [r] * (S + 1)
-                cols += list(p[t, :, c]) + [u[t + 1, c]]
+                cols += [*list(p[t, :, c]), u[t + 1, c]]
                 vals += [1.0] * S + [-1.0]
                 b.append(0.0)
                 r += 1
