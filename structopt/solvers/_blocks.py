@@ -2,8 +2,8 @@
 
 ``BlockState`` holds everything a BCFW run needs to continue (it is what checkpoints store).
 ``PythonBlockUpdater`` works for every model and structure through the public interfaces;
-``CompiledBlockUpdater`` runs whole sequences of steps in one numba call when the model supplies
-compiled kernels (see ``Model.compiled_kernels``). Both perform the same arithmetic.
+``_compiled.CompiledBlockUpdater`` runs whole sequences of steps in one numba call when the model
+supplies compiled kernels (see ``Model.compiled_kernels``). Both perform the same arithmetic.
 """
 
 from __future__ import annotations
@@ -125,13 +125,7 @@ class PythonBlockUpdater:
 
 def make_block_updater(problem: SSVMProblem, state: BlockState, compiled: bool | None):
     """The compiled updater when available (or demanded), else the Python one."""
-    kernels = problem.compiled_kernels() if compiled is not False else None
-    if kernels is None:
-        if compiled:
-            from structopt.errors import NotSupportedError
+    from structopt.solvers._compiled import CompiledBlockUpdater, compiled_problem
 
-            raise NotSupportedError(f"{problem.model!r} with {problem.loss!r} has no compiled BCFW kernels")
-        return PythonBlockUpdater(problem, state)
-    from structopt.solvers._blocks_compiled import CompiledBlockUpdater
-
-    return CompiledBlockUpdater(problem, state, kernels)
+    fast = compiled_problem(problem, compiled)
+    return PythonBlockUpdater(problem, state) if fast is None else CompiledBlockUpdater(problem, state, fast)

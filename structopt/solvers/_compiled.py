@@ -1,8 +1,8 @@
-"""BCFW block steps fused in numba, driving a model's compiled kernels (one call per chunk).
+"""Solver loops fused in numba over a model's compiled kernels (one call per chunk of steps).
 
-The arithmetic is exactly that of ``PythonBlockUpdater``; the model supplies ``oracle``,
-``sqnorm`` and ``axpy`` (see ``structopt.models._chain_compiled``) and this driver never looks
-inside an example.
+The model supplies ``oracle``, ``sqnorm`` and ``axpy`` (see ``structopt.models._chain_compiled``);
+these drivers never look inside an example. Each performs exactly the arithmetic of the solver's
+Python path, which the tests check iterate by iterate.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from structopt.errors import NotSupportedError
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
 
@@ -67,6 +68,40 @@ def _oracle_steps(order, w, oracle, data, offsets, theta_buf, stats_buf):
 
 
 @njit
+def _ssg_steps(order, lam, w, w_avg, k0, averaging, gold, offsets, oracle, axpy, data, theta_buf, stats_buf):
+    # Pegasos steps; w_avg keeps the weighted average 2/(k(k+1)) sum_t t w_t
+    k = k0
+    for i in order:
+        lo, hi = offsets[i], offsets[i + 1]
+        stats = stats_buf[:hi - lo]
+        oracle(i, w, data, theta_buf[:hi - lo], stats)
+        step = 1.0 / (lam * (k + 1.0))
+        w *= 1.0 - step * lam
+        axpy(i, stats - gold[lo:hi], -step, w, data)
+        k += 1
+        if averaging:
+            w_avg += (2.0 / (k + 1.0)) * (w - w_avg)
+    return k
+
+
+@njit
+def _fw_pass(w, lam, n, gold, offsets, oracle, axpy, data, w_s, theta_buf, stats_buf):
+    # one oracle pass at w: accumulates the corner w_s, returns (sum of losses, sum of hinges)
+    loss_sum = 0.0
+    hinge_sum = 0.0
+    for i in range(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        theta = theta_buf[:hi - lo]
+        stats = stats_buf[:hi - lo]
+        loss = oracle(i, w, data, theta, stats)
+        diff = gold[lo:hi] - stats
+        loss_sum += loss
+        hinge_sum += loss - np.dot(diff, theta)
+        axpy(i, diff, 1.0 / (lam * n), w_s, data)
+    return loss_sum, hinge_sum
+
+
+@njit
 def _hinge_sum(w, oracle, data, offsets, gold, theta_buf, stats_buf):
     total = 0.0
     for i in range(offsets.shape[0] - 1):
@@ -78,29 +113,73 @@ def _hinge_sum(w, oracle, data, offsets, gold, theta_buf, stats_buf):
     return total
 
 
+class CompiledProblem:
+    """A problem together with its model's compiled kernels, gold statistics and scratch buffers."""
+
+    def __init__(self, problem: SSVMProblem, kernels):
+        self.problem = problem
+        self.kernels = kernels
+        self.gold = BlockState.initial(problem).m
+        self.offsets = np.zeros(problem.n + 1, dtype=np.int64)
+        self.offsets[1:] = np.cumsum(kernels.sizes)
+        width = int(kernels.sizes.max())
+        self.theta_buf = np.empty(width)
+        self.stats_buf = np.empty(width)
+
+    def mean_hinge(self, w: np.ndarray) -> float:
+        """``mean_i H_i(w)`` in one compiled pass."""
+        k = self.kernels
+        return _hinge_sum(w, k.oracle, k.data, self.offsets, self.gold, self.theta_buf, self.stats_buf) / self.problem.n
+
+    def oracle_only(self, order: np.ndarray, w: np.ndarray) -> float:
+        """The oracle calls of a pass over ``order`` at fixed ``w``, nothing else (timing baseline)."""
+        k = self.kernels
+        return _oracle_steps(np.asarray(order, dtype=np.int64), w, k.oracle, k.data, self.offsets,
+                             self.theta_buf, self.stats_buf)
+
+    def add_adjoint(self, blocks: np.ndarray, scale: float, out: np.ndarray) -> None:
+        """``out += scale * sum_i A_i^T blocks_i`` for concatenated compact statistics ``blocks``."""
+        _adjoint_sum(blocks, self.offsets, scale, out, self.kernels.axpy, self.kernels.data)
+
+    def fw_pass(self, w: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """Batch FW corner at ``w``: ``(w_s, l_s, mean hinge)`` from one oracle pass."""
+        p, k = self.problem, self.kernels
+        w_s = np.zeros_like(w)
+        loss_sum, hinge_sum = _fw_pass(w, p.lam, p.n, self.gold, self.offsets, k.oracle, k.axpy, k.data, w_s,
+                                       self.theta_buf, self.stats_buf)
+        return w_s, loss_sum / p.n, hinge_sum / p.n
+
+    def ssg_steps(self, order: np.ndarray, w: np.ndarray, w_avg: np.ndarray, k0: int, averaging: bool) -> int:
+        """Pegasos steps on ``order`` in place; returns the new step count."""
+        k = self.kernels
+        return _ssg_steps(np.asarray(order, dtype=np.int64), self.problem.lam, w, w_avg, k0, averaging, self.gold,
+                          self.offsets, k.oracle, k.axpy, k.data, self.theta_buf, self.stats_buf)
+
+
 class CompiledBlockUpdater:
     """Runs BCFW steps through ``_bcfw_steps`` on a model's compiled kernels."""
 
     compiled = True
 
-    def __init__(self, problem: SSVMProblem, state: BlockState, kernels):
+    def __init__(self, problem: SSVMProblem, state: BlockState, compiled: CompiledProblem):
         self.problem = problem
         self.state = state
-        self.kernels = kernels
-        if not np.array_equal(np.diff(state.offsets), kernels.sizes):
+        self.compiled_problem = compiled
+        if not np.array_equal(state.offsets, compiled.offsets):
             raise AssertionError("compiled kernels and block state disagree on the statistics layout")
-        width = int(kernels.sizes.max())
-        self.theta_buf = np.empty(width)
-        self.stats_buf = np.empty(width)
-        self._gold = None
 
     def run(self, order: np.ndarray, line_search: bool, averaging: bool = True) -> None:
-        st, kern = self.state, self.kernels
+        """BCFW steps on ``order`` (see ``PythonBlockUpdater.run``)."""
+        st, cp = self.state, self.compiled_problem
+        k = cp.kernels
         scalars = np.array([st.ell, st.v, float(st.k)])
         _bcfw_steps(np.asarray(order, dtype=np.int64), line_search, averaging, self.problem.n, self.problem.lam,
-                    st.w, st.m, st.r, st.offsets, st.ell_i, scalars, kern.oracle, kern.sqnorm, kern.axpy,
-                    kern.data, self.theta_buf, self.stats_buf)
+                    st.w, st.m, st.r, st.offsets, st.ell_i, scalars, k.oracle, k.sqnorm, k.axpy,
+                    k.data, cp.theta_buf, cp.stats_buf)
         st.ell, st.v, st.k = float(scalars[0]), float(scalars[1]), round(scalars[2])
+
+    def mean_hinge(self, w: np.ndarray) -> float:
+        return self.compiled_problem.mean_hinge(w)
 
     def averaged(self) -> tuple[np.ndarray, float]:
         """``(w_bar, l_bar)`` with the adjoint pass compiled (see :meth:`BlockState.averaged`)."""
@@ -109,20 +188,19 @@ class CompiledBlockUpdater:
             return st.w.copy(), st.ell
         factor = 2.0 / (st.k * (st.k + 1.0))
         w_bar = st.w.copy()
-        _adjoint_sum(st.r, st.offsets, factor / (self.problem.lam * self.problem.n), w_bar, self.kernels.axpy,
-                     self.kernels.data)
+        self.compiled_problem.add_adjoint(st.r, factor / (self.problem.lam * self.problem.n), w_bar)
         return w_bar, st.ell - factor * st.v
 
-    def oracle_only(self, order: np.ndarray, w: np.ndarray) -> float:
-        """The oracle calls of a pass over ``order`` at fixed ``w``, nothing else (timing baseline)."""
-        kern = self.kernels
-        return _oracle_steps(np.asarray(order, dtype=np.int64), w, kern.oracle, kern.data, self.state.offsets,
-                             self.theta_buf, self.stats_buf)
 
-    def mean_hinge(self, w: np.ndarray) -> float:
-        """``mean_i H_i(w)`` in one compiled pass."""
-        if self._gold is None:
-            self._gold = BlockState.initial(self.problem).m
-        kern = self.kernels
-        return _hinge_sum(w, kern.oracle, kern.data, self.state.offsets, self._gold, self.theta_buf,
-                          self.stats_buf) / self.problem.n
+def compiled_problem(problem: SSVMProblem, compiled: bool | None) -> CompiledProblem | None:
+    """The compiled view of ``problem``: used when available unless ``compiled`` is False; demanded when True."""
+    if compiled is False:
+        return None
+    kernels = problem.compiled_kernels()
+    if kernels is None:
+        if compiled:
+            raise NotSupportedError(f"{problem.model!r} with {problem.loss!r} has no compiled kernels")
+        return None
+    if not hasattr(problem, "_compiled_problem"):
+        problem._compiled_problem = CompiledProblem(problem, kernels)
+    return problem._compiled_problem

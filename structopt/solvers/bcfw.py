@@ -23,6 +23,7 @@ import numpy as np
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
+from structopt.solvers._compiled import compiled_problem
 from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
 
 
@@ -121,81 +122,111 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
                                          "state": state})
 
 
+def _fw_corner(problem: SSVMProblem, w: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """``(w_s, l_s, mean hinge)`` at ``w`` from one oracle pass through the Python interfaces."""
+    n, lam, model = problem.n, problem.lam, problem.model
+    w_s = model.zeros()
+    loss_s = hinge = 0.0
+    for i in range(n):
+        d = problem.decode(i, w)
+        hinge += problem.hinge(i, d)
+        loss_s += d.loss
+        stats = model.reduce_stats(problem.structure.stats(d.y, d.theta))
+        model.add_features(problem.X[i], problem.gold_stats(i, d.theta), w_s, 1.0 / (lam * n))
+        model.add_features(problem.X[i], stats, w_s, -1.0 / (lam * n))
+    return w_s, loss_s / n, hinge / n
+
+
 def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = True, tol: float = 0.0,
-                time_limit: float | None = None, progress: bool = False, callback=None) -> Result:
+                time_limit: float | None = None, progress: bool = False, checkpoint: str | os.PathLike | None = None,
+                resume: str | os.PathLike | None = None, callback=None, compiled: bool | None = None) -> Result:
     """Batch Frank-Wolfe on the structural SVM dual (paper Alg. 2), one oracle pass per iteration.
 
     The pass at ``w`` yields both the corner ``(w_s, l_s)`` and the primal value, so primal,
-    dual and gap of every iterate are free.
+    dual and gap of every iterate are free. Options as in :func:`bcfw`.
     """
-    n, lam = problem.n, problem.lam
-    w = problem.model.zeros()
-    ell = 0.0
+    lam = problem.lam
+    fast = compiled_problem(problem, compiled)
+    w, ell, k = problem.model.zeros(), 0.0, 0
     monitor = Monitor(problem, max_passes=max_passes, tol=tol, time_limit=time_limit, callback=callback,
-                      progress=progress, label="frank_wolfe")
-    for k in range(int(np.ceil(max_passes))):
+                      progress=progress, checkpoint=checkpoint, label="frank_wolfe")
+    if resume is not None:
+        saved = load_checkpoint(resume, "frank_wolfe")
+        w, ell, k = saved["w"], saved["ell"], saved["k"]
+        monitor.resume(saved["trace"])
+    while k < max_passes:
         monitor.restart()
-        w_s = problem.model.zeros()
-        loss_s, hinge = 0.0, 0.0
-        for i in range(n):
-            d = problem.decode(i, w)
-            hinge += problem.hinge(i, d)
-            loss_s += d.loss
-            diff = problem.model.reduce_stats(problem.structure.stats(d.y, d.theta))
-            problem.model.add_features(problem.X[i], problem.gold_stats(i, d.theta), w_s, 1.0 / (lam * n))
-            problem.model.add_features(problem.X[i], diff, w_s, -1.0 / (lam * n))
-        loss_s /= n
+        w_s, loss_s, mean_hinge = fast.fw_pass(w) if fast is not None else _fw_corner(problem, w)
         half_sq = 0.5 * lam * float(w @ w)
-        primal, dual = half_sq + hinge / n, ell - half_sq
+        primal, dual = half_sq + mean_hinge, ell - half_sq
         direction = w - w_s
         gap = lam * float(direction @ w) - ell + loss_s  # equals primal - dual
-        if line_search:
-            gamma = gamma_line_search(gap, lam * float(direction @ direction))
-        else:
-            gamma = 2.0 / (k + 2.0)
+        gamma = gamma_line_search(gap, lam * float(direction @ direction)) if line_search else 2.0 / (k + 2.0)
         monitor.pause()
-        if monitor.record(w, passes=k + 1, oracle_calls=(k + 1) * n, primal=primal, dual=dual, gap=primal - dual):
+        state = {"solver": "frank_wolfe", "w": w, "ell": ell, "k": k}
+        if monitor.record(w, passes=k + 1, oracle_calls=(k + 1) * problem.n, primal=primal, dual=dual,
+                          gap=primal - dual, state=state):
             break
         w = w - gamma * direction
         ell = (1.0 - gamma) * ell + gamma * loss_s
+        k += 1
     monitor.close()
-    return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason})
+    return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "compiled": fast is not None})
+
+
+def _ssg_steps_python(problem: SSVMProblem, order: np.ndarray, w: np.ndarray, w_avg: np.ndarray, k: int,
+                      averaging: bool) -> int:
+    lam, model = problem.lam, problem.model
+    for i in order:
+        d = problem.decode(int(i), w)
+        step = 1.0 / (lam * (k + 1))
+        w *= 1.0 - step * lam
+        stats = model.reduce_stats(problem.structure.stats(d.y, d.theta))
+        model.add_features(problem.X[i], stats, w, -step)
+        model.add_features(problem.X[i], problem.gold_stats(int(i), d.theta), w, step)
+        k += 1
+        if averaging:
+            w_avg += (2.0 / (k + 1)) * (w - w_avg)  # weighted average, weight t on w_t
+    return k
 
 
 def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: bool = False, eval_every: float = 1,
         time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
-        progress: bool = False, callback=None) -> Result:
+        progress: bool = False, checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
+        callback=None, compiled: bool | None = None) -> Result:
     """Pegasos stochastic subgradient: step ``1 / (lam (k + 1))`` on one uniformly drawn example.
 
     With ``averaging`` the weighted average ``2/(k(k+1)) sum_t t w_t`` is reported and returned.
+    The primal is evaluated every ``eval_every`` passes. Other options as in :func:`bcfw`.
     """
-    n, lam = problem.n, problem.lam
+    n = problem.n
+    fast = compiled_problem(problem, compiled)
     rng = make_rng(random_state)
-    w = problem.model.zeros()
-    w_avg = w.copy()
+    w, w_avg, k = problem.model.zeros(), problem.model.zeros(), 0
     monitor = Monitor(problem, max_passes=max_passes, time_limit=time_limit, callback=callback,
-                      progress=progress, label="ssg")
+                      progress=progress, checkpoint=checkpoint, label="ssg")
+    if resume is not None:
+        saved = load_checkpoint(resume, "ssg")
+        w, w_avg, k, rng = saved["w"], saved["w_avg"], saved["k"], saved["rng"]
+        monitor.resume(saved["trace"])
     steps_per_eval = max(1, round(eval_every * n))
     total = round(max_passes * n)
-    k = 0
     while True:
         monitor.restart()
-        for i in rng.integers(0, n, size=min(steps_per_eval, total - k)):
-            d = problem.decode(i, w)
-            step = 1.0 / (lam * (k + 1))
-            w *= 1.0 - step * lam
-            diff = problem.model.reduce_stats(problem.structure.stats(d.y, d.theta))
-            problem.model.add_features(problem.X[i], diff, w, -step)
-            problem.model.add_features(problem.X[i], problem.gold_stats(i, d.theta), w, step)
-            k += 1
-            w_avg += (2.0 / (k + 1)) * (w - w_avg)  # weighted average, weight t on w_t
+        order = rng.integers(0, n, size=min(steps_per_eval, total - k))
+        if fast is not None:
+            k = fast.ssg_steps(order, w, w_avg, k, averaging)
+        else:
+            k = _ssg_steps_python(problem, order, w, w_avg, k, averaging)
         monitor.pause()
         w_report = w_avg if averaging else w
-        if monitor.record(w_report, passes=k / n, oracle_calls=k, primal=problem.primal(w_report)):
+        mean_hinge = fast.mean_hinge(w_report) if fast is not None else float(np.mean(problem.hinge_losses(w_report)))
+        state = {"solver": "ssg", "w": w, "w_avg": w_avg, "k": k, "rng": rng}
+        if monitor.record(w_report, passes=k / n, oracle_calls=k, state=state,
+                          primal=0.5 * problem.lam * float(w_report @ w_report) + mean_hinge):
             break
     monitor.close()
-    return Result((w_avg if averaging else w).copy(), monitor.trace, {"stop_reason": monitor.stop_reason})
+    return Result(w_report.copy(), monitor.trace, {"stop_reason": monitor.stop_reason, "compiled": fast is not None})
 
 
 __all__ = ["bcfw", "frank_wolfe", "ssg"]
-
