@@ -1,0 +1,101 @@
+"""Sparse-friendly iterates for stochastic primal solvers (SGD, SVRG, Casimir).
+
+A step of these methods has the form ``w <- rho w - gamma A_i^T d - gamma c`` with a dense
+constant ``c`` (SVRG's full gradient minus the prox term, zero for SGD) and a sparse part
+``A_i^T d`` that touches only the weight rows of the features present in ``x_i``. Writing
+``w = a v + b c`` turns the dense parts into scalar updates (``a <- rho a``, ``b <- rho b -
+gamma``) and the sparse part into ``v <- v - (gamma / a) A_i^T d``, applied in place with
+``model.add_features``. A weighted running sum of the iterates ``S = sum_t omega_t w_t`` is kept
+as ``S = P + B v + C c``: when ``v`` moves by ``delta``, ``P <- P - B delta`` (same sparsity),
+then ``B += omega a`` and ``C += omega b``. So a step costs O(nnz(x_i) S) whatever the dimension.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from structopt.structures.base import Potentials, add, scale
+
+_TINY = 1e-12  # fold the scale into v below this, to keep ``gamma / a`` finite
+
+
+class LazyIterate:
+    """``w = a v + b c`` with a lazily weighted running sum of the iterates.
+
+    Parameters
+    ----------
+    model : Model
+        Supplies ``potentials`` and ``add_features``.
+    w0 : ndarray
+        Starting point (copied).
+    c : ndarray or None
+        Dense constant direction (None: zero).
+    """
+
+    def __init__(self, model, w0: np.ndarray, c: np.ndarray | None = None):
+        self.model = model
+        self.v = np.array(w0, dtype=float, copy=True)
+        self.a = 1.0
+        self.b = 0.0
+        self.c = c
+        self.P = np.zeros_like(self.v)
+        self.B = 0.0
+        self.C = 0.0
+        self.weight = 0.0  # sum of omega_t
+
+    # ------------------------------------------------------------------ reading
+    def potentials(self, x: Any) -> Potentials:
+        """``A_x w`` without forming ``w`` (the model is linear in the weights)."""
+        theta = scale(self.model.potentials(x, self.v), self.a)
+        if self.c is not None and self.b != 0.0:
+            theta = add(theta, self.model.potentials(x, self.c), self.b)
+        return theta
+
+    def dense(self) -> np.ndarray:
+        """The current iterate as a dense vector (O(d); evaluations only)."""
+        w = self.a * self.v
+        if self.c is not None and self.b != 0.0:
+            w += self.b * self.c
+        return w
+
+    def average(self) -> np.ndarray:
+        """``sum_t omega_t w_t / sum_t omega_t`` (the current iterate if nothing was accumulated)."""
+        if self.weight == 0.0:
+            return self.dense()
+        s = self.P + self.B * self.v
+        if self.c is not None and self.C != 0.0:
+            s += self.C * self.c
+        return s / self.weight
+
+    # ------------------------------------------------------------------ writing
+    def _fold(self, new_a: float) -> None:
+        # rewrite w with a = 1 (dense, rare): keep S = P + B v valid by moving B v into P
+        if self.B != 0.0:
+            self.P += self.B * self.v
+            self.B = 0.0
+        self.v *= new_a
+        self.a = 1.0
+
+    def step(self, rho: float, gamma: float, x: Any, d: Potentials | None, omega: float = 0.0) -> None:
+        """``w <- rho w - gamma A_x^T d - gamma c``, then add ``omega w`` to the running sum."""
+        new_a = rho * self.a
+        if abs(new_a) < _TINY:
+            self._fold(new_a)
+        else:
+            self.a = new_a
+        self.b = rho * self.b - (gamma if self.c is not None else 0.0)
+        if d is not None:
+            factor = gamma / self.a
+            self.model.add_features(x, d, self.v, -factor)  # v <- v + delta, delta = -factor A^T d
+            if self.B != 0.0:
+                self.model.add_features(x, d, self.P, self.B * factor)  # P <- P - B delta
+        if omega:
+            self.B += omega * self.a
+            self.C += omega * self.b
+            self.weight += omega
+
+    def nbytes(self) -> int:
+        """Bytes held by the dense vectors of this iterate."""
+        return int(self.v.nbytes + self.P.nbytes + (0 if self.c is None else self.c.nbytes))

@@ -1,0 +1,196 @@
+"""Casimir-SVRG: smoothing + Catalyst + SVRG (Pillutla et al., Algo 4; spec ``casimir.md``).
+
+Outer iteration k minimises the smoothed, prox-regularised subproblem (25)
+
+    F_k(w) = (1/n) sum_i f_{i,mu_k}(w) + (lam/2)||w||^2 + (kappa_k/2)||w - z_{k-1}||^2
+
+approximately with one SVRG epoch (budget n steps, :func:`~structopt.solvers.svrg.svrg_epoch`,
+snapshot at the warm start), then extrapolates ``z_k = w_k + beta_k (w_k - w_{k-1})`` with
+``alpha_k`` the root of (27) and ``beta_k`` of (29).
+
+Schedules
+---------
+``"const"`` (Prop. 29 / Casimir-SVRG-const): ``mu_k = mu``; ``kappa = L/n - lam`` if
+``L/n > 4 lam`` else ``kappa = lam`` (Prop. 29 with the smoothness ``L`` in place of ``A/mu``,
+typo "kappa_k = k" read as kappa); learning rate ``1/(L + lam + kappa)``; ``alpha_0 = sqrt(q)``,
+``q = lam / (lam + kappa)``.
+
+``"adapt"`` (Prop. 30 / Cor. 18, Casimir-SVRG-adapt): ``kappa = lam`` (so ``q = 1/2``), ``alpha_0 =
+sqrt(q)``, ``mu_k = mu * (1 - sqrt(q)/2)^(k/2)``; a constant learning rate (the paper tunes it),
+by default ``1/(L + lam + kappa)`` with L the smoothness at the initial ``mu``.
+
+``L`` is given, or estimated by :func:`~structopt.solvers._smooth.estimate_lipschitz` (squared
+norm of the far-from-gold row ``Phi(x_i, y^) - Phi(x_i, y_i)`` over a sample, divided by ``mu``; a
+conservative value: the paper tunes L on a grid).
+
+Oracle counting: 2 calls per SVRG step as in the paper, full-gradient passes (one per outer
+iteration) reported apart; see :mod:`structopt.solvers._smooth`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from structopt.errors import InvalidInputError
+from structopt.problem import SSVMProblem
+from structopt.solvers._smooth import Counters, check_kind, estimate_lipschitz
+from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
+from structopt.solvers.svrg import svrg_epoch
+
+WARM_STARTS = ("prox-center", "extrapolation", "prev-iterate")
+
+
+def catalyst_alpha(alpha_prev: float, kappa: float, kappa_next: float, lam: float) -> float:
+    """The root ``alpha_k >= 0`` of (27).
+
+    ``a^2 (kappa_{k+1} + lam) = (1 - a) alpha_{k-1}^2 (kappa_k + lam) + a lam``.
+    """
+    c = alpha_prev ** 2 * (kappa + lam)
+    r1 = kappa_next + lam
+    return (-(c - lam) + math.sqrt((c - lam) ** 2 + 4.0 * r1 * c)) / (2.0 * r1)
+
+
+def catalyst_beta(alpha_prev: float, alpha: float, kappa: float, kappa_next: float, lam: float) -> float:
+    """Extrapolation weight (29)."""
+    r = kappa + lam
+    return alpha_prev * (1.0 - alpha_prev) * r / (alpha_prev ** 2 * r + alpha * (kappa_next + lam))
+
+
+def const_kappa(L: float, lam: float, n: int) -> float:
+    """Prop. 29's prox weight with the smoothness L in place of A/mu."""
+    return L / n - lam if L / n > 4.0 * lam else lam
+
+
+def adapt_mu(mu: float, q: float, k: int) -> float:
+    """Cor. 18's smoothing ``mu_k = mu (1 - sqrt(q)/2)^(k/2)``."""
+    return mu * (1.0 - math.sqrt(q) / 2.0) ** (k / 2.0)
+
+
+def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | None = None, kind: str = "topk",
+                 k: int = 5, L: float | None = None, kappa: float | None = None,
+                 learning_rate: float | str | None = None, mu_min: float = 0.0, warm_start: str = "prox-center",
+                 alpha0: float | None = None, inner_steps: int | None = None, max_passes: float = 50,
+                 w0: np.ndarray | None = None, time_limit: float | None = None,
+                 random_state: int | np.random.Generator | None = None, progress: bool = False,
+                 checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
+                 callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
+    """Casimir-SVRG (Algo 4) with the constant (Prop. 29) or adaptive (Prop. 30) schedule.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+        Needs a decomposable loss.
+    schedule : {"const", "adapt"}
+        Parameter schedule (module docstring).
+    mu : float, optional
+        Smoothing (const) or initial smoothing (adapt); default 1 (const) and 2 (adapt), the
+        paper's NER settings.
+    kind : {"topk", "entropy"}
+        l2 smoothing over the top-K outputs (default) or entropy smoothing.
+    k : int
+        K of top-K smoothing (default 5).
+    L : float, optional
+        Smoothness of the smoothed hinges at ``mu``; estimated when omitted.
+    kappa : float, optional
+        Override the schedule's prox weight (kept constant).
+    learning_rate : float or "theory", optional
+        Constant inner SVRG step; default ``1/(L + lam + kappa)``. ``"theory"`` follows the
+        smoothness of the k-th subproblem, ``1/(L mu/mu_k + lam + kappa)`` (adapt schedule).
+    mu_min : float
+        Floor of the decaying smoothing (adapt schedule; default 0, no floor). With the
+        ``"theory"`` step the run then ends as accelerated SVRG on the ``mu_min``-smoothed problem.
+    warm_start : {"prox-center", "extrapolation", "prev-iterate"}
+        Start of the inner solver: ``z_{k-1}``; ``w_{k-1} + kappa/(kappa+lam) (z_{k-1} - z_{k-2})``;
+        ``w_{k-1}``.
+    alpha0 : float, optional
+        Default ``sqrt(lam / (lam + kappa))``.
+    inner_steps : int, optional
+        Inner SVRG budget (default n, one pass).
+    max_passes : float
+        Stop after this many oracle calls / n (paper counting, 2 per inner step).
+    w0, time_limit, random_state, progress, callback
+        As for every solver.
+    checkpoint, resume : path, optional
+        Save the state after every outer iteration / continue from such a state.
+
+    Returns
+    -------
+    Result
+        ``w = w_k``. Trace records: ``passes``, ``oracle_calls`` (paper counting),
+        ``oracle_calls_made``, ``full_grad_passes``, ``time``, ``primal`` (non-smooth F(w_k)),
+        ``outer_iter``, ``mu``, ``kappa``, ``alpha``, ``beta``, ``learning_rate``.
+    """
+    check_kind(kind, k)
+    if schedule not in ("const", "adapt"):
+        raise InvalidInputError(f"schedule must be 'const' or 'adapt', got {schedule!r}")
+    if warm_start not in WARM_STARTS:
+        raise InvalidInputError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
+    n, lam = problem.n, problem.lam
+    mu = (1.0 if schedule == "const" else 2.0) if mu is None else float(mu)
+    if not mu > 0:
+        raise InvalidInputError(f"casimir_svrg needs a smoothing parameter mu > 0, got {mu}")
+    monitor = Monitor(problem, max_passes=max_passes, time_limit=time_limit, callback=callback,
+                      progress=progress, checkpoint=checkpoint, label=f"casimir-{schedule}")
+    if resume is not None:
+        s = load_checkpoint(resume, "casimir_svrg")
+        rng, counters, it = s["rng"], s["counters"], s["k"]
+        w, w_prev, z, z_prev, alpha = s["w"], s["w_prev"], s["z"], s["z_prev"], s["alpha"]
+        L, kappa, mu, memory = s["L"], s["kappa"], s["mu"], s["memory"]
+        monitor.resume(s["trace"])
+    else:
+        rng = make_rng(random_state)
+        L = estimate_lipschitz(problem, mu) if L is None else float(L)
+        if not L > 0:
+            raise InvalidInputError(f"L must be > 0, got {L}")
+        if kappa is None:
+            kappa = const_kappa(L, lam, n) if schedule == "const" else lam
+        kappa = float(kappa)
+        if not kappa > 0:
+            raise InvalidInputError(f"kappa must be > 0, got {kappa}")
+        alpha = math.sqrt(lam / (lam + kappa)) if alpha0 is None else float(alpha0)
+        if not 0.0 < alpha < 1.0:
+            raise InvalidInputError(f"alpha0 must lie in (0, 1), got {alpha}")
+        w = problem.model.zeros() if w0 is None else np.array(w0, dtype=float, copy=True)
+        if w.shape != (problem.n_params,):
+            raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")
+        w_prev, z, z_prev = w, w.copy(), w.copy()
+        counters, it, memory = Counters(), 0, {}
+        monitor.pause()
+        monitor.record(w, primal=problem.primal(w), outer_iter=0, **counters.record(n))
+    q = lam / (lam + kappa)
+
+    while not monitor.stop_reason:
+        monitor.restart()
+        it += 1
+        mu_k = mu if schedule == "const" else max(adapt_mu(mu, q, it), mu_min)
+        if learning_rate == "theory":
+            gamma = 1.0 / (L * mu / max(mu_k, mu_min) + lam + kappa)
+        else:
+            gamma = 1.0 / (L + lam + kappa) if learning_rate is None else float(learning_rate)
+        if warm_start == "prox-center":
+            start = z
+        elif warm_start == "prev-iterate":
+            start = w
+        else:
+            start = w + (kappa / (kappa + lam)) * (z - z_prev)
+        w_new, memory = svrg_epoch(problem, start, mu=mu_k, kind=kind, k=k, gamma=gamma, rng=rng,
+                                   counters=counters, n_steps=inner_steps, kappa=kappa, z=z)
+        alpha_new = catalyst_alpha(alpha, kappa, kappa, lam)
+        beta = catalyst_beta(alpha, alpha_new, kappa, kappa, lam)
+        z_prev, z = z, w_new + beta * (w_new - w)
+        w_prev, w, alpha = w, w_new, alpha_new
+        monitor.pause()
+        state = {"solver": "casimir_svrg", "rng": rng, "counters": counters, "k": it, "w": w, "w_prev": w_prev,
+                 "z": z, "z_prev": z_prev, "alpha": alpha, "L": L, "kappa": kappa, "mu": mu, "memory": memory}
+        monitor.record(w, primal=problem.primal(w), outer_iter=it, mu=mu_k, kappa=kappa, alpha=alpha, beta=beta,
+                       learning_rate=gamma, state=state, **counters.record(n))
+    monitor.close()
+    return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "L": L, "kappa": kappa,
+                                     "memory": memory, "schedule": schedule, "warm_start": warm_start})
+
+
+__all__ = ["WARM_STARTS", "adapt_mu", "casimir_svrg", "catalyst_alpha", "catalyst_beta", "const_kappa"]

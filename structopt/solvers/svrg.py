@@ -1,0 +1,159 @@
+"""SVRG on the smoothed structural SVM objective (Johnson & Zhang 2013; Pillutla et al. §6-7).
+
+Objective of an epoch: ``(1/n) sum_i f_{i,mu}(w) + (lam/2)||w||^2 + (kappa/2)||w - z||^2`` (the
+prox term is Casimir's; plain SVRG has ``kappa = 0``). An epoch takes a batch pass at the snapshot
+``w~`` (its start point), then ``n`` steps on uniformly drawn examples (with replacement)
+
+    w <- w - gamma (grad f_i(w) - grad f_i(w~) + g~ + lam w + kappa (w - z))
+
+and returns the average of its iterates, which is the next snapshot (spec §6). The regularisers
+enter exactly; ``grad f_i(w~)`` comes from the snapshot's cached statistics (no oracle call).
+
+Sparse features: gradients stay in statistics space (``A_i^T diff``) and the dense parts of the
+step are folded into scalars (``w = a v + b c``, :class:`~structopt.solvers._lazy.LazyIterate`),
+so a step touches only the weight rows of the features present in ``x_i``. Oracle counting: see
+:mod:`structopt.solvers._smooth` (2 calls per step as in the paper; full-gradient passes apart).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from structopt.errors import InvalidInputError
+from structopt.problem import SSVMProblem
+from structopt.solvers._lazy import LazyIterate
+from structopt.solvers._smooth import Counters, check_kind, estimate_lipschitz, snapshot, stats_nbytes, subtract
+from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
+
+
+def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: str, k: int, gamma: float,
+               rng: np.random.Generator, counters: Counters, n_steps: int | None = None, kappa: float = 0.0,
+               z: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int]]:
+    """One SVRG epoch from the snapshot ``w_start``; returns the averaged iterate and memory use.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+    w_start : ndarray
+        Start point and snapshot.
+    mu, kind, k
+        Smoothing of the hinges (see :meth:`SSVMProblem.smooth_stats`).
+    gamma : float
+        Learning rate.
+    rng : Generator
+    counters : Counters
+        Updated in place.
+    n_steps : int, optional
+        Inner steps (default n, one pass).
+    kappa, z
+        Prox weight and prox centre (Casimir's subproblem); ``kappa = 0`` for plain SVRG.
+
+    Returns
+    -------
+    w_avg : ndarray
+    memory : dict
+        Bytes of the snapshot statistics cache and of the dense iterate vectors.
+    """
+    n, lam = problem.n, problem.lam
+    n_steps = n if n_steps is None else int(n_steps)
+    rho = 1.0 - gamma * (lam + kappa)
+    if not gamma > 0.0:
+        raise InvalidInputError(f"learning rate must be > 0, got {gamma}")
+    diffs, gbar, _ = snapshot(problem, w_start, mu, kind, k)
+    counters.full_grad_passes += 1
+    c = gbar if (kappa == 0.0 or z is None) else gbar - kappa * z
+    it = LazyIterate(problem.model, w_start, c)
+    for i in rng.integers(0, n, size=n_steps):
+        x = problem.X[i]
+        res = problem.smooth_stats(int(i), it.potentials(x), mu, kind, k)
+        it.step(rho, gamma, x, subtract(res.diff, diffs[i]), omega=1.0)
+    counters.steps += n_steps
+    counters.oracle_calls += 2 * n_steps
+    counters.oracle_calls_made += n_steps
+    memory = {"snapshot_cache_bytes": stats_nbytes(diffs), "iterate_bytes": it.nbytes() + gbar.nbytes}
+    return it.average(), memory
+
+
+def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 5,
+         learning_rate: float | None = None, L: float | None = None, max_passes: float = 50,
+         w0: np.ndarray | None = None, time_limit: float | None = None,
+         random_state: int | np.random.Generator | None = None, progress: bool = False,
+         checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
+         callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
+    """SVRG on the smoothed objective: one pass per epoch, full gradient at the averaged iterate.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+        Needs a decomposable loss.
+    mu : float
+        Smoothing parameter (> 0), constant over the run.
+    kind : {"topk", "entropy"}
+        l2 smoothing over the top-K outputs (default) or entropy smoothing.
+    k : int
+        K of top-K smoothing.
+    learning_rate : float, optional
+        Constant step; default ``1 / (L + lam)``.
+    L : float, optional
+        Smoothness constant of the smoothed hinges; default
+        :func:`~structopt.solvers._smooth.estimate_lipschitz` (a conservative estimate ``R^2/mu``).
+    max_passes : float
+        Stop after this many oracle calls / n (paper counting: 2 per step, so 2 per epoch).
+    w0 : ndarray, optional
+        Starting point (zeros).
+    time_limit, random_state, progress, callback
+        As for every solver.
+    checkpoint : path, optional
+        Save the state after every epoch.
+    resume : path, optional
+        Continue from a state saved by ``checkpoint``.
+
+    Returns
+    -------
+    Result
+        ``w`` is the last epoch's averaged iterate. Trace records: ``passes`` (= oracle_calls / n),
+        ``oracle_calls`` (paper counting), ``oracle_calls_made``, ``full_grad_passes``, ``time``,
+        ``primal`` (non-smooth F of ``w``), ``epoch``.
+    """
+    check_kind(kind, k)
+    if not mu > 0:
+        raise InvalidInputError(f"svrg needs a smoothing parameter mu > 0, got {mu}")
+    n = problem.n
+    rng = make_rng(random_state)
+    monitor = Monitor(problem, max_passes=max_passes, time_limit=time_limit, callback=callback,
+                      progress=progress, checkpoint=checkpoint, label="svrg")
+    if resume is not None:
+        saved = load_checkpoint(resume, "svrg")
+        w, counters, rng, epoch, gamma = saved["w"], saved["counters"], saved["rng"], saved["epoch"], saved["gamma"]
+        memory = saved["memory"]
+        monitor.resume(saved["trace"])
+    else:
+        w = problem.model.zeros() if w0 is None else np.array(w0, dtype=float, copy=True)
+        if w.shape != (problem.n_params,):
+            raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")
+        if learning_rate is None:
+            L = estimate_lipschitz(problem, mu) if L is None else float(L)
+            learning_rate = 1.0 / (L + problem.lam)
+        gamma = float(learning_rate)
+        if not gamma > 0:
+            raise InvalidInputError(f"learning_rate must be > 0, got {gamma}")
+        counters, epoch, memory = Counters(), 0, {}
+        monitor.pause()
+        monitor.record(w, primal=problem.primal(w), epoch=0, **counters.record(n))
+    while not monitor.stop_reason:
+        monitor.restart()
+        w, memory = svrg_epoch(problem, w, mu=mu, kind=kind, k=k, gamma=gamma, rng=rng, counters=counters)
+        epoch += 1
+        monitor.pause()
+        state = {"solver": "svrg", "w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma,
+                 "memory": memory}
+        monitor.record(w, primal=problem.primal(w), epoch=epoch, state=state, **counters.record(n))
+    monitor.close()
+    return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "learning_rate": gamma,
+                                     "memory": memory})
+
+
+__all__ = ["svrg", "svrg_epoch"]
