@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import cvxpy as cp
 import numpy as np
+import scipy.sparse as sp
 
 from structopt.losses import Hamming
 from structopt.models.chain import ChainModel
@@ -61,3 +62,14 @@ def random_multiclass_problem(seed: int, n: int = 20, n_features: int = 4, n_cla
     X = rng.normal(size=(n, n_features))
     Y = np.argmax(X @ rng.normal(size=(n_features, n_classes)) + noise * rng.normal(size=(n, n_classes)), axis=1)
     return SSVMProblem(MultiClassModel(n_features, n_classes), list(X), list(Y), Hamming(), lam)
+
+
+def sparse_chain_problem(seed: int, n: int = 6, n_features: int = 40, lam: float = 0.05) -> SSVMProblem:
+    """A small chain SSVM with sparse CSR token features and random labels."""
+    rng = np.random.default_rng(seed)
+    X, Y = [], []
+    for _ in range(n):
+        T = int(rng.integers(1, 5))
+        X.append(sp.random(T, n_features, density=0.1, random_state=rng, format="csr"))
+        Y.append(rng.integers(0, 3, size=T))
+    return SSVMProblem(ChainModel(n_features, 3), X, Y, Hamming(), lam)

@@ -1,0 +1,154 @@
+"""Casimir-SVRG: the Catalyst recurrences (27)-(29), schedules, warm starts, checkpoints, and
+convergence to the exact cvxpy optimum with decaying smoothing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from _reference import exact_primal, random_chain_problem, random_multiclass_problem
+
+from structopt.errors import InvalidInputError
+from structopt.solvers._smooth import estimate_lipschitz
+from structopt.solvers.casimir import (
+    WARM_STARTS,
+    adapt_mu,
+    casimir_svrg,
+    catalyst_alpha,
+    catalyst_beta,
+    const_kappa,
+)
+
+
+def test_alpha_solves_27_and_beta_is_29():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        lam, kappa, kappa_next = rng.uniform(1e-4, 2, size=3)
+        alpha_prev = rng.uniform(0.01, 0.99)
+        a = catalyst_alpha(alpha_prev, kappa, kappa_next, lam)
+        assert 0 <= a <= 1
+        lhs = a * a * (kappa_next + lam)
+        rhs = (1 - a) * alpha_prev ** 2 * (kappa + lam) + a * lam
+        assert lhs == pytest.approx(rhs, rel=1e-12, abs=1e-15)
+        b = catalyst_beta(alpha_prev, a, kappa, kappa_next, lam)
+        expected = alpha_prev * (1 - alpha_prev) * (kappa + lam) / (
+            alpha_prev ** 2 * (kappa + lam) + a * (kappa_next + lam))
+        assert b == pytest.approx(expected, rel=1e-12)
+
+
+def test_constant_kappa_keeps_alpha_at_sqrt_q():
+    for lam, kappa in [(1e-3, 0.5), (1.0, 1.0), (1e-5, 3.0)]:
+        q = lam / (lam + kappa)
+        a = math.sqrt(q)
+        for _ in range(50):
+            a_next = catalyst_alpha(a, kappa, kappa, lam)
+            assert a_next == pytest.approx(math.sqrt(q), rel=1e-10)
+            beta = catalyst_beta(a, a_next, kappa, kappa, lam)
+            assert beta == pytest.approx((1 - math.sqrt(q)) / (1 + math.sqrt(q)), rel=1e-10)
+            a = a_next
+
+
+def test_lemma_21_monotone_alpha():
+    lam, kappa = 0.01, 0.3
+    a = 0.9  # alpha_0^2 >= lam / (lam + kappa)
+    for _ in range(100):
+        a_next = catalyst_alpha(a, kappa, kappa, lam)
+        assert 0 < a_next <= a < 1
+        assert a_next ** 2 >= lam / (lam + kappa) - 1e-15
+        a = a_next
+
+
+def test_schedules_in_trace():
+    p = random_chain_problem(0, lam=0.1)
+    r = casimir_svrg(p, schedule="adapt", mu=1.0, max_passes=12, random_state=0)
+    steps = r.trace[1:]
+    kappa = steps[0]["kappa"]
+    assert kappa == pytest.approx(p.lam)  # adapt: kappa = lam, q = 1/2
+    for t in steps:
+        assert t["mu"] == pytest.approx(1.0 * (1 - math.sqrt(0.5) / 2) ** (t["outer_iter"] / 2))
+        assert t["alpha"] == pytest.approx(math.sqrt(0.5))
+    assert adapt_mu(2.0, 0.5, 2) == pytest.approx(2.0 * (1 - math.sqrt(0.5) / 2))
+    L = 40.0
+    r = casimir_svrg(p, schedule="const", mu=0.5, L=L, max_passes=4, random_state=0)
+    kappa = const_kappa(L, p.lam, p.n)
+    assert kappa == pytest.approx(L / p.n - p.lam if L / p.n > 4 * p.lam else p.lam)
+    for t in r.trace[1:]:
+        assert t["kappa"] == pytest.approx(kappa) and t["mu"] == 0.5
+        assert t["learning_rate"] == pytest.approx(1 / (L + p.lam + kappa))
+        assert t["alpha"] == pytest.approx(math.sqrt(p.lam / (p.lam + kappa)))
+        assert t["oracle_calls"] == 2 * p.n * t["outer_iter"] and t["full_grad_passes"] == t["outer_iter"]
+
+
+@pytest.mark.parametrize("warm_start", WARM_STARTS)
+def test_warm_starts_decrease_objective(warm_start):
+    p = random_multiclass_problem(0, lam=0.1)
+    r = casimir_svrg(p, warm_start=warm_start, mu=0.3, max_passes=40, random_state=0)
+    assert r.trace[-1]["primal"] < 0.8 * r.trace[0]["primal"]
+    assert r.trace[-1]["primal"] == pytest.approx(p.primal(r.w))
+
+
+def test_catalyst_accelerates_over_svrg_on_smoothed_problem():
+    import scipy.optimize as so
+
+    from structopt.solvers.svrg import svrg
+    p = random_chain_problem(0, lam=0.1)
+    mu = 0.5
+
+    def smoothed(w):
+        rs = p.smooth_oracle_batch(w, mu, "entropy")
+        return (np.mean([r.value for r in rs]) + 0.5 * p.lam * w @ w,
+                np.mean([r.grad for r in rs], axis=0) + p.lam * w)
+
+    ref = so.minimize(smoothed, np.zeros(p.n_params), jac=True, method="L-BFGS-B",
+                      options={"gtol": 1e-12, "ftol": 1e-15, "maxiter": 5000})
+    L = estimate_lipschitz(p, mu)
+    cas = casimir_svrg(p, mu=mu, kind="entropy", L=L, max_passes=400, random_state=0)
+    plain = svrg(p, mu=mu, kind="entropy", L=L, max_passes=400, random_state=0)
+    gap_cas, gap_plain = smoothed(cas.w)[0] - ref.fun, smoothed(plain.w)[0] - ref.fun
+    assert gap_cas < 1e-8 and gap_cas < 1e-3 * gap_plain
+
+
+@pytest.mark.parametrize("make,seed,k", [
+    (random_chain_problem, 0, 27),
+    pytest.param(random_chain_problem, 3, 27, marks=pytest.mark.slow),
+    pytest.param(random_multiclass_problem, 0, 4, marks=pytest.mark.slow),
+    pytest.param(random_multiclass_problem, 2, 4, marks=pytest.mark.slow),
+])
+def test_decaying_mu_reaches_exact_optimum(make, seed, k):
+    # adapt schedule (mu_k = mu (1 - sqrt(q)/2)^(k/2)) with a floor, the step following the
+    # subproblem's smoothness and Prop. 29's kappa at the floor
+    p = make(seed, lam=1.0)
+    f_star, _ = exact_primal(p)
+    assert p.primal(np.zeros(p.n_params)) > f_star * 1.03
+    L = estimate_lipschitz(p, 1.0)
+    mu_min = 0.005
+    r = casimir_svrg(p, schedule="adapt", mu=1.0, mu_min=mu_min, L=L, kappa=const_kappa(L / mu_min, p.lam, p.n),
+                     k=k, learning_rate="theory", max_passes=1500, random_state=0)
+    assert mu_min <= r.trace[-1]["mu"] < 0.1 * r.trace[1]["mu"]
+    assert (r.trace[-1]["primal"] - f_star) / f_star < 1e-3
+
+
+def test_checkpoint_resume_and_determinism(tmp_path):
+    p = random_chain_problem(1)
+    kw = {"schedule": "const", "mu": 0.2, "warm_start": "extrapolation", "random_state": 4}
+    full = casimir_svrg(p, max_passes=10, **kw)
+    again = casimir_svrg(p, max_passes=10, **kw)
+    assert [t["primal"] for t in full.trace] == [t["primal"] for t in again.trace]
+    ck = tmp_path / "cas.pkl"
+    casimir_svrg(p, max_passes=4, checkpoint=ck, **kw)
+    resumed = casimir_svrg(p, max_passes=10, resume=ck, **kw)
+    np.testing.assert_allclose(resumed.w, full.w, rtol=1e-12, atol=1e-14)
+    assert [t["outer_iter"] for t in resumed.trace] == [t["outer_iter"] for t in full.trace]
+
+
+def test_bad_arguments():
+    p = random_chain_problem(0)
+    with pytest.raises(InvalidInputError):
+        casimir_svrg(p, schedule="fast")
+    with pytest.raises(InvalidInputError):
+        casimir_svrg(p, warm_start="random")
+    with pytest.raises(InvalidInputError):
+        casimir_svrg(p, mu=-1.0)
+    with pytest.raises(InvalidInputError):
+        casimir_svrg(p, alpha0=1.5)
