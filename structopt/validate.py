@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,9 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.smoothing import logsumexp
 from structopt.structures.base import Potentials, Structure, flatten, inner, unflatten
+
+#: names accepted by :func:`random_instance` and :func:`check_builtin_structures`
+BUILTIN_STRUCTURES = ("chain", "multiclass", "matching")
 
 
 # --------------------------------------------------------------------------- report
@@ -150,15 +153,18 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
 
     Parameters
     ----------
-    structure_name : {"chain", "multiclass"}
+    structure_name : {"chain", "multiclass", "matching"}
     rng : Generator or seed
     integer : bool
         Integer potentials in [-3, 3] (ties) or uniform floats.
     **size
         ``chain``: ``length`` (T, default 4), ``n_states`` (S, default 3), ``shared`` (bool,
-        default True: one (S, S) transition matrix); ``multiclass``: ``n_classes`` (default 4).
+        default True: one (S, S) transition matrix); ``multiclass``: ``n_classes`` (default 4);
+        ``matching``: ``n_left`` (default 3), ``n_right`` (default 3), ``allow_unmatched`` (default
+        False: the unmatched-score fields are empty).
     """
     from structopt.structures.chain import Chain, ChainPotentials
+    from structopt.structures.matching import BipartiteMatching, MatchingPotentials
     from structopt.structures.multiclass import MultiClass, MultiClassPotentials
 
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
@@ -171,8 +177,14 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
     elif name == "multiclass":
         S = int(size.pop("n_classes", 4))
         structure, like = MultiClass(S), MultiClassPotentials(np.zeros(S))
+    elif name == "matching":
+        L, R = int(size.pop("n_left", 3)), int(size.pop("n_right", 3))
+        allow = bool(size.pop("allow_unmatched", False))
+        structure = BipartiteMatching(L, R, allow_unmatched=allow)  # validates the sides
+        like = MatchingPotentials(np.zeros((L, R)), np.zeros(L if allow else 0), np.zeros(R if allow else 0))
     else:
-        raise InvalidInputError(f"no random instance for structure {structure_name!r}; use 'chain' or 'multiclass'")
+        raise InvalidInputError(f"no random instance for structure {structure_name!r}; "
+                                f"use one of {', '.join(repr(n) for n in BUILTIN_STRUCTURES)}")
     if size:
         raise InvalidInputError(f"unknown size arguments for {name}: {sorted(size)}")
     return structure, random_like(like, rng, integer=integer)
@@ -210,7 +222,9 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
       polytope's constraints.
     - ``max_marginals``: equal the best score among outputs having each node indicator, where
       the node indicators are the first statistics field (checked only when the oracle's output
-      has that field's shape); the best entry equals the LP optimum.
+      has that field's shape); the best entry never exceeds the LP optimum and equals it when
+      some maximiser sets a node indicator (not implied otherwise, e.g. when the empty partial
+      matching is best).
     - ``lp_relaxation``: its value equals the max score; its solution is the statistics of the
       best output when that output is unique.
     - ``project``: the Euclidean projection of a random point equals the cvxpy reference
@@ -333,14 +347,32 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
         mm, seconds = _timed(lambda: structure.max_marginals(theta))
         mm = np.asarray(mm, dtype=float)
         node_shape = np.shape(ref.stats[0][0])
-        lp_ok = lp_agrees(float(np.max(mm))) if mm.size else None
+        indicators = np.array([np.asarray(m[0], dtype=float).ravel() for m in ref.stats]).reshape(len(ref.stats), -1)
+        indicators = indicators > 0.5
+        # Max-marginals only range over outputs that set some node indicator (a partial matching's
+        # empty matching sets none), so their max is the best score among those outputs: it never
+        # exceeds the LP optimum and equals it only when such an output is a maximiser.
+        with_node = indicators.any(axis=1)
+        best_with = float(np.max(ref.scores[with_node])) if with_node.any() else -np.inf
+        lp_ok, lp_detail = None, ""
+        if mm.size and lp_value is not None:
+            top = float(np.max(mm))
+            tol = max(atol, qp_atol)
+            lp_ok = top <= lp_value + tol
+            if best_with >= ref.best - atol:
+                lp_ok = lp_ok and abs(top - lp_value) <= tol
+                lp_detail = f"max {top:g} vs LP {lp_value:g}"
+            else:
+                lp_detail = (f"max {top:g} <= LP {lp_value:g} (equality not implied: an output without "
+                             "node indicators scores best)")
         if mm.shape != node_shape:
-            return None, lp_ok, seconds, f"shape {mm.shape} is not the node-indicator shape {node_shape}: not compared"
-        indicators = np.array([np.asarray(m[0], dtype=float).ravel() for m in ref.stats]) > 0.5
+            return None, lp_ok, seconds, (f"shape {mm.shape} is not the node-indicator shape {node_shape}: "
+                                          f"not compared; {lp_detail}")
         masked = np.where(indicators, ref.scores[:, None], -np.inf)
         bf = masked.max(axis=0).reshape(node_shape)
-        gap = _gap(mm, bf)
-        return gap <= atol, lp_ok, seconds, f"|max-marginals - bf| = {gap:.1e}"
+        gap = _gap(mm, bf)  # entrywise, so max(mm) == best_with is covered
+        detail = f"|max-marginals - bf| = {gap:.1e}" + (f", {lp_detail}" if lp_detail else "")
+        return gap <= atol, lp_ok, seconds, detail
 
     run("max_marginals", max_marginals)
 
@@ -376,3 +408,206 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
 
     run("prox_entropy", prox_entropy)
     return report
+
+
+# --------------------------------------------------------------------------- the built-in suite
+#: size variants checked by :func:`check_builtin_structures`, as ``random_instance`` keyword arguments
+BUILTIN_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
+    "chain": (
+        {"length": 1, "n_states": 3, "shared": True},
+        {"length": 1, "n_states": 2, "shared": False},
+        {"length": 2, "n_states": 3, "shared": False},
+        {"length": 4, "n_states": 3, "shared": True},
+        {"length": 4, "n_states": 3, "shared": False},
+        {"length": 5, "n_states": 2, "shared": True},
+    ),
+    "multiclass": ({"n_classes": 1}, {"n_classes": 2}, {"n_classes": 5}),
+    "matching": (
+        {"n_left": 1, "n_right": 1, "allow_unmatched": False},
+        {"n_left": 3, "n_right": 3, "allow_unmatched": False},
+        {"n_left": 2, "n_right": 4, "allow_unmatched": False},
+        {"n_left": 3, "n_right": 5, "allow_unmatched": False},
+        {"n_left": 0, "n_right": 2, "allow_unmatched": True},
+        {"n_left": 3, "n_right": 3, "allow_unmatched": True},
+        {"n_left": 2, "n_right": 4, "allow_unmatched": True},
+        {"n_left": 4, "n_right": 2, "allow_unmatched": True},
+    ),
+}
+
+
+def _variant_label(size: dict[str, Any], integer: bool) -> str:
+    return ", ".join(f"{key}={value}" for key, value in size.items()) + (", integer" if integer else ", float")
+
+
+def _combine(flags: list[bool | None]) -> bool | None:
+    """False if any instance failed, None if none was compared, else True."""
+    if any(f is False for f in flags):
+        return False
+    return True if any(f is True for f in flags) else None
+
+
+@dataclass
+class SuiteRow:
+    """One oracle of one structure, aggregated over random instances.
+
+    Attributes
+    ----------
+    structure, oracle : str
+    n_instances : int
+        Instances checked.
+    agrees_enumeration, agrees_lp : bool or None
+        False if any instance disagreed, None if no instance was compared, else True.
+    total_seconds, median_seconds : float
+        Wall time of the oracle calls (the median is robust to a first call that compiles).
+    detail : str
+        The first failure (with its instance), the reason for skipping, or a summary.
+    """
+
+    structure: str
+    oracle: str
+    n_instances: int
+    agrees_enumeration: bool | None
+    agrees_lp: bool | None
+    total_seconds: float
+    median_seconds: float
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """No instance failed a comparison."""
+        return self.agrees_enumeration is not False and self.agrees_lp is not False
+
+
+@dataclass
+class SuiteReport:
+    """Outcome of :func:`check_builtin_structures`: one :class:`CheckReport` per random instance.
+
+    Attributes
+    ----------
+    checks : list of (structure, instance label, CheckReport)
+    seconds : float
+        Wall time of the whole suite (references, LPs and QPs included).
+    """
+
+    checks: list[tuple[str, str, CheckReport]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when no comparison failed on any instance."""
+        return all(report.ok for _, _, report in self.checks)
+
+    @property
+    def rows(self) -> list[SuiteRow]:
+        """One row per (structure, oracle), in the order checked."""
+        groups: dict[tuple[str, str], list[tuple[str, CheckRow]]] = {}
+        sizes: dict[str, list[int]] = {}
+        for name, label, report in self.checks:
+            sizes.setdefault(name, []).append(report.n_outputs)
+            for row in report.rows:
+                groups.setdefault((name, row.oracle), []).append((label, row))
+        rows = []
+        for (name, oracle), items in groups.items():
+            checked = [r for _, r in items]
+            times = np.array([r.seconds for r in checked])
+            failed = [(label, r) for label, r in items if not r.ok]
+            skipped = [r for r in checked if r.agrees_enumeration is None and r.agrees_lp is None]
+            if failed:
+                label, first = failed[0]
+                detail = f"{len(failed)}/{len(items)} failed; first ({label}): {first.detail}"
+            elif len(skipped) == len(items):
+                detail = skipped[0].detail
+            else:
+                detail = (f"{len(items) - len(skipped)} compared" + (f", {len(skipped)} skipped" if skipped else "")
+                          + f" ({min(sizes[name])}-{max(sizes[name])} outputs each)")
+            rows.append(SuiteRow(name, oracle, len(items), _combine([r.agrees_enumeration for r in checked]),
+                                 _combine([r.agrees_lp for r in checked]), float(times.sum()),
+                                 float(np.median(times)), detail))
+        return rows
+
+    def row(self, structure: str, oracle: str) -> SuiteRow:
+        """The aggregated row of one structure and oracle (KeyError when absent)."""
+        for r in self.rows:
+            if r.structure == structure and r.oracle == oracle:
+                return r
+        raise KeyError((structure, oracle))
+
+    def failures(self) -> list[SuiteRow]:
+        """Aggregated rows where some instance failed."""
+        return [r for r in self.rows if not r.ok]
+
+    def table(self) -> str:
+        """A plain-text table: structure, oracle, agreement with enumeration and LP, time."""
+        def mark(flag: bool | None) -> str:
+            return "-" if flag is None else ("yes" if flag else "NO")
+
+        header = ("structure", "oracle", "instances", "enumeration", "LP", "total s", "median s", "detail")
+        body = [(r.structure, r.oracle, str(r.n_instances), mark(r.agrees_enumeration), mark(r.agrees_lp),
+                 f"{r.total_seconds:.2e}", f"{r.median_seconds:.2e}", r.detail) for r in self.rows]
+        widths = [max(len(line[j]) for line in [header, *body]) for j in range(7)]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(line[:7], widths)) + "  " + line[7]
+                 for line in [header, *body]]
+        n_fail = len(self.failures())
+        verdict = "all OK" if self.ok else f"FAILED: {n_fail} row{'s' if n_fail != 1 else ''}"
+        structures = list(dict.fromkeys(name for name, _, _ in self.checks))
+        lines.append(f"{len(self.checks)} instances of {len(structures)} structure"
+                     f"{'s' if len(structures) != 1 else ''} checked in {self.seconds:.2f}s: {verdict}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def check_builtin_structures(names: Sequence[str] | None = None, seed: int = 0, n_instances: int = 2,
+                             k: int = 5) -> SuiteReport:
+    """Run :func:`check_structure` on random small instances of the built-in structures.
+
+    Each structure is checked on every size variant of :data:`BUILTIN_VARIANTS` (chains of length
+    1 with both pairwise layouts, square and rectangular matchings, with and without unmatched
+    nodes, ...), ``n_instances`` random instances per variant, alternating integer potentials in
+    [-3, 3] (many ties) and float potentials. This is ``structopt check [STRUCTURE ...]``.
+
+    Parameters
+    ----------
+    names : sequence of str, optional
+        Structures among :data:`BUILTIN_STRUCTURES` (case-insensitive); all of them by default.
+    seed : int
+        Seed of the instances and of the random points used by ``project`` / ``prox_entropy``.
+    n_instances : int
+        Random instances per size variant (the first integer, then float, alternating).
+    k : int
+        K for the top-K oracle.
+
+    Returns
+    -------
+    SuiteReport
+        ``.table()`` has one row per (structure, oracle); ``.ok`` is False if any instance failed.
+
+    Raises
+    ------
+    InvalidInputError
+        For an unknown structure name (the message lists the valid ones) or ``n_instances < 1``.
+    """
+    if isinstance(names, str):
+        names = [names]
+    chosen = list(BUILTIN_STRUCTURES) if not names else []
+    for name in names or ():
+        key = str(name).lower()
+        if key not in BUILTIN_STRUCTURES:
+            raise InvalidInputError(f"unknown structure {name!r}; valid names: {', '.join(BUILTIN_STRUCTURES)}")
+        if key not in chosen:
+            chosen.append(key)
+    if int(n_instances) != n_instances or int(n_instances) < 1:
+        raise InvalidInputError(f"n_instances must be a positive integer, got {n_instances!r}")
+    rng = np.random.default_rng(seed)
+    suite = SuiteReport()
+    start = time.perf_counter()
+    for name in chosen:
+        for size in BUILTIN_VARIANTS[name]:
+            for i in range(int(n_instances)):
+                integer = i % 2 == 0
+                structure, theta = random_instance(name, rng, integer=integer, **size)
+                report = check_structure(structure, theta, k=k, random_state=rng)
+                suite.checks.append((name, _variant_label(size, integer), report))
+    suite.seconds = time.perf_counter() - start
+    return suite

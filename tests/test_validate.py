@@ -10,9 +10,19 @@ import pytest
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError
-from structopt.structures import Chain, ChainPotentials, MultiClass, Polytope
+from structopt.structures import BipartiteMatching, Chain, ChainPotentials, MatchingPotentials, MultiClass, Polytope
 from structopt.structures.base import Structure
-from structopt.validate import CheckReport, CheckRow, check_structure, random_instance, random_like
+from structopt.validate import (
+    BUILTIN_STRUCTURES,
+    BUILTIN_VARIANTS,
+    CheckReport,
+    CheckRow,
+    SuiteReport,
+    check_builtin_structures,
+    check_structure,
+    random_instance,
+    random_like,
+)
 
 ORACLES = ["lp_relaxation", "argmax", "topk", "marginals", "max_marginals", "project", "prox_entropy"]
 
@@ -212,8 +222,16 @@ def test_random_instance():
     assert np.all(theta.unary == np.round(theta.unary))
     structure, theta = random_instance("multiclass", np.random.default_rng(1), n_classes=3, integer=False)
     assert isinstance(structure, MultiClass) and theta.scores.shape == (3,)
-    with pytest.raises(InvalidInputError, match="no random instance"):
-        random_instance("matching")
+    structure, theta = random_instance("matching", 2, n_left=2, n_right=4)
+    assert isinstance(structure, BipartiteMatching) and not structure.allow_unmatched
+    assert theta.edge.shape == (2, 4) and theta.unmatched_left.shape == theta.unmatched_right.shape == (0,)
+    structure, theta = random_instance("matching", 2, n_left=4, n_right=2, allow_unmatched=True, integer=False)
+    assert structure.allow_unmatched and theta.unmatched_left.shape == (4,) and theta.unmatched_right.shape == (2,)
+    assert np.any(theta.edge != np.round(theta.edge))
+    with pytest.raises(InvalidInputError, match="allow_unmatched=True"):
+        random_instance("matching", 0, n_left=3, n_right=2)
+    with pytest.raises(InvalidInputError, match=r"no random instance.*'matching'"):
+        random_instance("tree")
     with pytest.raises(InvalidInputError, match="unknown size"):
         random_instance("chain", 0, lenght=3)
 
@@ -234,3 +252,126 @@ def test_not_supported_error_is_reported_with_reason():
     assert report.ok
     assert "#P-hard" in report.row("marginals").detail
     assert report.row("prox_entropy").detail.startswith("not supported")  # needs marginals for its mu
+
+
+# ----------------------------------------------------------------------------- matchings
+@pytest.mark.parametrize(("L", "R", "allow"), [(3, 3, False), (2, 4, False), (3, 3, True), (4, 2, True), (0, 2, True)])
+@pytest.mark.parametrize("integer", [True, False])
+def test_matching_instances_pass(L, R, allow, integer):
+    for seed in range(3):
+        structure, theta = random_instance("matching", seed, n_left=L, n_right=R, allow_unmatched=allow,
+                                           integer=integer)
+        report = check_structure(structure, theta, random_state=seed)
+        assert report.ok, report.table()
+        assert report.row("marginals").detail.startswith("not supported")
+
+
+def empty_matching_best():
+    """Partial matching instance whose unique best output is the empty matching (score 4)."""
+    structure = BipartiteMatching(allow_unmatched=True)
+    return structure, MatchingPotentials(np.full((2, 2), -5.0), np.ones(2), np.ones(2))
+
+
+def test_max_marginals_below_lp_when_empty_matching_is_best():
+    structure, theta = empty_matching_best()
+    report = check_structure(structure, theta)
+    assert report.ok, report.table()
+    row = report.row("max_marginals")
+    assert row.agrees_enumeration is True and row.agrees_lp is True
+    assert "equality not implied" in row.detail
+    np.testing.assert_allclose(structure.max_marginals(theta), -3.0)  # one edge, the other nodes unmatched
+
+
+@pytest.mark.parametrize(("shift", "lp_flag"), [(100.0, False), (7.0, True)])
+def test_wrong_matching_max_marginals_are_caught(shift, lp_flag):
+    # +7 makes every entry 4 = the LP value (a plausible bug: returning the max); +100 exceeds the LP
+    class Shifted(BipartiteMatching):
+        def max_marginals(self, theta):
+            return super().max_marginals(theta) + shift
+
+    _, theta = empty_matching_best()
+    row = check_structure(Shifted(allow_unmatched=True), theta).row("max_marginals")
+    assert row.agrees_enumeration is False
+    assert row.agrees_lp is lp_flag
+
+
+def test_max_marginals_must_reach_lp_when_a_maximiser_sets_an_indicator():
+    class Low(BipartiteMatching):
+        def max_marginals(self, theta):
+            return super().max_marginals(theta) - 1.0
+
+    theta = MatchingPotentials(np.array([[5.0, -1.0], [-1.0, 5.0]]), np.zeros(2), np.zeros(2))
+    row = check_structure(Low(allow_unmatched=True), theta).row("max_marginals")
+    assert row.agrees_enumeration is False and row.agrees_lp is False
+    assert "max 9 vs LP 10" in row.detail
+
+
+# ----------------------------------------------------------------------------- the built-in suite
+def test_builtin_suite_rows_and_coverage():
+    suite = check_builtin_structures(["matching", "Chain", "matching"], seed=1, n_instances=1)
+    assert suite.ok, suite.table()
+    assert [name for name in dict.fromkeys(n for n, _, _ in suite.checks)] == ["matching", "chain"]
+    assert len(suite.checks) == len(BUILTIN_VARIANTS["matching"]) + len(BUILTIN_VARIANTS["chain"])
+    assert {(r.structure, r.oracle) for r in suite.rows} == {(s, o) for s in ("matching", "chain") for o in ORACLES}
+    row = suite.row("chain", "marginals")
+    assert row.agrees_enumeration is True and row.agrees_lp is True and row.n_instances == 6
+    assert row.total_seconds >= row.median_seconds >= 0
+    assert suite.row("matching", "marginals").agrees_enumeration is None
+    assert suite.row("matching", "marginals").detail.startswith("not supported")
+    labels = [label for _, label, _ in suite.checks]
+    for needle in ("length=1, n_states=3, shared=True", "length=1, n_states=2, shared=False",
+                   "allow_unmatched=True", "n_left=4, n_right=2", "n_left=2, n_right=4, allow_unmatched=False"):
+        assert any(needle in label for label in labels), needle
+    assert suite.table().splitlines()[-1].endswith("all OK")
+
+
+def test_builtin_suite_alternates_integer_and_float():
+    suite = check_builtin_structures(["multiclass"], n_instances=3)
+    assert len(suite.checks) == 3 * len(BUILTIN_VARIANTS["multiclass"])
+    kinds = [label.rsplit(", ", 1)[1] for _, label, _ in suite.checks[:3]]
+    assert kinds == ["integer", "float", "integer"]
+    assert suite.ok
+
+
+def test_builtin_suite_catches_a_broken_oracle(monkeypatch):
+    original = BipartiteMatching.topk
+
+    def bad_topk(self, theta, k):
+        outs, scores = original(self, theta, k)
+        return outs, scores + 0.25
+
+    monkeypatch.setattr(BipartiteMatching, "topk", bad_topk)
+    suite = check_builtin_structures(["matching"], n_instances=1)
+    assert not suite.ok
+    assert [(r.structure, r.oracle) for r in suite.failures()] == [("matching", "topk")]
+    n = len(BUILTIN_VARIANTS["matching"])
+    assert suite.row("matching", "topk").detail.startswith(f"{n}/{n} failed; first (n_left=1")
+    assert "FAILED: 1 row" in suite.table()
+
+
+def test_suite_report_aggregation():
+    good = CheckReport("X", 3, [CheckRow("argmax", True, True, 1.0),
+                                CheckRow("topk", None, None, 0.0, "not supported")])
+    bad = CheckReport("X", 5, [CheckRow("argmax", True, False, 3.0, "off by 1"),
+                               CheckRow("topk", None, None, 0.0, "not supported")])
+    suite = SuiteReport([("x", "a", good), ("x", "b", bad), ("x", "c", good)], seconds=0.5)
+    row = suite.row("x", "argmax")
+    assert row.agrees_enumeration is True and row.agrees_lp is False and not row.ok
+    assert row.total_seconds == 5.0 and row.median_seconds == 1.0
+    assert row.detail == "1/3 failed; first (b): off by 1"
+    assert suite.row("x", "topk").agrees_enumeration is None and suite.row("x", "topk").detail == "not supported"
+    assert not suite.ok and [r.oracle for r in suite.failures()] == ["argmax"]
+    table = suite.table()
+    assert "NO" in table and table.splitlines()[-1] == "3 instances of 1 structure checked in 0.50s: FAILED: 1 row"
+    ok_suite = SuiteReport([("x", "a", good)])
+    assert ok_suite.ok and ok_suite.row("x", "argmax").detail == "1 compared (3-3 outputs each)"
+    with pytest.raises(KeyError):
+        ok_suite.row("x", "marginals")
+
+
+def test_builtin_suite_bad_arguments():
+    with pytest.raises(InvalidInputError, match="unknown structure 'tree'; valid names: chain, multiclass, matching"):
+        check_builtin_structures(["chain", "tree"])
+    with pytest.raises(InvalidInputError, match="n_instances"):
+        check_builtin_structures(["multiclass"], n_instances=0)
+    assert set(BUILTIN_VARIANTS) == set(BUILTIN_STRUCTURES)
