@@ -133,14 +133,17 @@ def chain_sqnorm(i, d, data):
     tok, S, start_end, bias, gram, gram_off = data[1], data[4], data[6], data[7], data[8], data[9]
     T = tok[i + 1] - tok[i]
     g = gram[gram_off[i]:gram_off[i + 1]]
+    node = d[:T * S].reshape(T, S)
     value = 0.0
     for t1 in range(T):
-        for t2 in range(T):
-            weight = g[t1 * T + t2]
+        row1 = node[t1]
+        for t2 in range(t1, T):
+            weight = g[t1 * T + t2] if t1 == t2 else 2.0 * g[t1 * T + t2]
             if weight != 0.0:
+                row2 = node[t2]
                 dot = 0.0
                 for s in range(S):
-                    dot += d[t1 * S + s] * d[t2 * S + s]
+                    dot += row1[s] * row2[s]
                 value += weight * dot
     return value + _extras_sqnorm(d, T, S, start_end, bias)
 

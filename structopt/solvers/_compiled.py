@@ -19,14 +19,19 @@ from structopt.solvers._blocks import BlockState
 def _bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, scalars,
                 oracle, sqnorm, axpy, data, theta_buf, stats_buf):
     ell, v, k = scalars[0], scalars[1], scalars[2]
+    direction_buf = np.empty_like(stats_buf)
     for i in order:
         lo, hi = offsets[i], offsets[i + 1]
         size = hi - lo
         theta = theta_buf[:size]
         stats = stats_buf[:size]
+        direction = direction_buf[:size]
         loss_s = oracle(i, w, data, theta, stats) / n
-        direction = stats - m[lo:hi]
-        numerator = np.dot(direction, theta) / n - ell_i[i] + loss_s
+        numerator = 0.0
+        for j in range(size):
+            direction[j] = stats[j] - m[lo + j]
+            numerator += direction[j] * theta[j]
+        numerator = numerator / n - ell_i[i] + loss_s
         if line_search:
             denominator = sqnorm(i, direction, data) / (lam * n * n)
             if denominator <= 0.0:
@@ -38,15 +43,17 @@ def _bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, 
         k += 1.0
         if gamma == 0.0:
             continue
-        weight = 0.5 * k * (k - 1.0) if averaging else 0.0
         axpy(i, direction, -gamma / (lam * n), w, data)
         delta_ell = gamma * (loss_s - ell_i[i])
         ell += delta_ell
-        v += weight * delta_ell
         ell_i[i] += delta_ell
         for j in range(size):
             m[lo + j] += gamma * direction[j]
-            r[lo + j] += weight * gamma * direction[j]
+        if averaging:
+            weight = 0.5 * k * (k - 1.0)
+            v += weight * delta_ell
+            for j in range(size):
+                r[lo + j] += weight * gamma * direction[j]
     scalars[0], scalars[1], scalars[2] = ell, v, k
 
 

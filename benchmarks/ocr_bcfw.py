@@ -1,0 +1,185 @@
+"""The BCFW paper's Figure 1(a-c) on OCR, plus per-pass wall time and the solver overhead ratio.
+
+For each lambda in {0.01, 0.001, 1/n}: BCFW, BCFW-wavg, batch FW, SSG and SSG-wavg on the BCFW
+paper's split (train on folds 1-9, 6,251 words; test on fold 0), primal suboptimality (primal minus
+the best dual seen for that lambda by any method) against effective passes, several seeds for the
+stochastic methods (min-max band), test letter error along the way.
+
+The overhead ratio is measured in one run: for a few passes, the time of a BCFW pass divided by the
+time of the same oracle calls alone (the same examples, in the same order, at the pass's starting
+weights), both compiled. Two baselines are reported: the full oracle (scoring ``A_i w``, loss
+augmentation, Viterbi) and Viterbi alone on precomputed loss-augmented potentials.
+
+Usage: python benchmarks/ocr_bcfw.py [--passes 50] [--seeds 3] [--out benchmarks/results/ocr_bcfw]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+import structopt as so
+from structopt.problems.ocr import letter_error, load_ocr, split
+from structopt.solvers._blocks import BlockState
+from structopt.solvers._compiled import CompiledBlockUpdater, compiled_problem
+from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
+from structopt.structures._chain_kernels import viterbi
+
+METHODS = {
+    "BCFW": lambda p, passes, seed, cb: bcfw(p, max_passes=passes, averaging=False, random_state=seed, callback=cb),
+    "BCFW-wavg": lambda p, passes, seed, cb: bcfw(p, max_passes=passes, averaging=True, random_state=seed,
+                                                   callback=cb),
+    "FW": lambda p, passes, seed, cb: frank_wolfe(p, max_passes=passes, callback=cb),
+    "SSG": lambda p, passes, seed, cb: ssg(p, max_passes=passes, averaging=False, random_state=seed, callback=cb),
+    "SSG-wavg": lambda p, passes, seed, cb: ssg(p, max_passes=passes, averaging=True, random_state=seed,
+                                                 callback=cb),
+}
+STOCHASTIC = {"BCFW", "BCFW-wavg", "SSG", "SSG-wavg"}
+
+
+@njit
+def _viterbi_only(order, unary, tok, pairwise):
+    total = 0.0
+    for i in order:
+        _, value = viterbi(unary[tok[i]:tok[i + 1]], pairwise)
+        total += value
+    return total
+
+
+def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
+    """Per-pass times of BCFW, of its oracle calls alone, and of its Viterbi calls alone."""
+    fast = compiled_problem(problem, True)
+    state = BlockState.initial(problem)
+    updater = CompiledBlockUpdater(problem, state, fast)
+    rng = np.random.default_rng(seed)
+    warm = rng.integers(0, problem.n, size=10)
+    updater.run(warm, True)  # compile
+    fast.oracle_only(warm, state.w)
+    rows = []
+    for _ in range(n_passes):
+        order = rng.integers(0, problem.n, size=problem.n)
+        w_start = state.w.copy()
+        # loss-augmented potentials at w_start, for Viterbi alone
+        unary, tok = [], [0]
+        for i in range(problem.n):
+            theta = problem.theta(i, w_start)
+            c, _ = problem.loss_terms(i)
+            unary.append(theta.unary + c.unary)
+            tok.append(tok[-1] + theta.unary.shape[0])
+        unary = np.concatenate(unary)
+        pairwise = np.ascontiguousarray(problem.model.unpack(w_start)["pairwise"]).reshape(1, 26, 26)
+        tok = np.array(tok)
+        _viterbi_only(order[:5], unary, tok, pairwise)
+        t0 = time.perf_counter()
+        updater.run(order, True)
+        t1 = time.perf_counter()
+        fast.oracle_only(order, w_start)
+        t2 = time.perf_counter()
+        _viterbi_only(order, unary, tok, pairwise)
+        t3 = time.perf_counter()
+        rows.append({"bcfw_pass": t1 - t0, "oracle_calls": t2 - t1, "viterbi_calls": t3 - t2})
+    total = {key: sum(r[key] for r in rows) for key in rows[0]}
+    return {"passes": rows, "seconds_per_pass": total["bcfw_pass"] / n_passes,
+            "ratio_vs_oracle": total["bcfw_pass"] / total["oracle_calls"],
+            "ratio_vs_viterbi": total["bcfw_pass"] / total["viterbi_calls"]}
+
+
+def python_path_pass(problem: so.SSVMProblem) -> float:
+    """Seconds for one BCFW pass through the generic Python interfaces (for comparison)."""
+    start = time.perf_counter()
+    bcfw(problem, max_passes=1, compiled=False, random_state=0, gap_every=2)
+    return time.perf_counter() - start
+
+
+def run(passes: int, seeds: int, lams: list[str], out: Path, overhead_passes: int) -> dict:
+    train, test = split(load_ocr(), "bcfw")
+    model = so.ChainModel(128, 26)
+    results: dict = {"n_train": len(train["X"]), "n_test": len(test["X"]), "passes": passes, "lambdas": {}}
+    base = so.SSVMProblem(model, train["X"], train["y"], so.Hamming(), 0.01)
+    results["overhead"] = overhead(base, overhead_passes, seed=0)
+    results["python_path_seconds_per_pass"] = python_path_pass(base)
+    ratios = results["overhead"]
+    print(f"BCFW pass {ratios['seconds_per_pass']:.3f}s | overhead vs oracle calls {ratios['ratio_vs_oracle']:.2f}x"
+          f" | vs Viterbi alone {ratios['ratio_vs_viterbi']:.2f}x"
+          f" | generic Python path {results['python_path_seconds_per_pass']:.2f}s/pass")
+
+    def test_error(w: np.ndarray) -> dict:
+        return {"test_error": letter_error(test["y"], base.predict(test["X"], w))}
+
+    for lam_name in lams:
+        lam = 1.0 / len(train["X"]) if lam_name == "1/n" else float(lam_name)
+        problem = so.SSVMProblem(model, train["X"], train["y"], so.Hamming(), lam)
+        runs: dict = {}
+        for method, solve in METHODS.items():
+            runs[method] = []
+            for seed in range(seeds if method in STOCHASTIC else 1):
+                started = time.perf_counter()
+                result = solve(problem, passes, seed, test_error)
+                runs[method].append({"seed": seed, "seconds": time.perf_counter() - started, "trace": result.trace})
+        best_dual = max(r["dual"] for method_runs in runs.values() for run_ in method_runs
+                        for r in run_["trace"] if "dual" in r)
+        summary = {}
+        for method, method_runs in runs.items():
+            at = {}
+            for p_mark in (10, 50):
+                errors = [next((r["test_error"] for r in run_["trace"] if r["passes"] >= p_mark), None)
+                          for run_ in method_runs]
+                at[p_mark] = float(np.mean(errors)) if None not in errors else None
+            final = [run_["trace"][-1]["primal"] - best_dual for run_ in method_runs]
+            summary[method] = {"final_suboptimality_mean": float(np.mean(final)),
+                               "test_error_at_10": at[10], "test_error_at_50": at[50],
+                               "seconds_per_run_mean": float(np.mean([r["seconds"] for r in method_runs]))}
+            print(f"lam={lam_name:>6} {method:>9}: primal-best dual {np.mean(final):.3e} | test error @10 "
+                  f"{at[10]} @50 {at[50]} | {summary[method]['seconds_per_run_mean']:.1f}s/run")
+        results["lambdas"][lam_name] = {"lam": lam, "best_dual": best_dual, "summary": summary, "runs": runs}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ocr_bcfw.json").write_text(json.dumps(results, indent=1))
+    plot(results, out / "ocr_bcfw.png")
+    return results
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lams = list(results["lambdas"])
+    fig, axes = plt.subplots(1, len(lams), figsize=(5 * len(lams), 4), squeeze=False)
+    for ax, lam_name in zip(axes[0], lams, strict=True):
+        entry = results["lambdas"][lam_name]
+        for method, method_runs in entry["runs"].items():
+            passes = np.array([r["passes"] for r in method_runs[0]["trace"]])
+            curves = np.array([[max(r["primal"] - entry["best_dual"], 1e-10) for r in run_["trace"]]
+                               for run_ in method_runs])
+            line, = ax.loglog(passes, np.median(curves, axis=0), label=method)
+            if len(method_runs) > 1:
+                ax.fill_between(passes, curves.min(axis=0), curves.max(axis=0), color=line.get_color(), alpha=0.2)
+        ax.set_title(f"OCR, λ = {lam_name}")
+        ax.set_xlabel("effective passes")
+        ax.set_ylabel("primal suboptimality")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--passes", type=int, default=50)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--lams", nargs="+", default=["0.01", "0.001", "1/n"])
+    parser.add_argument("--overhead-passes", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ocr_bcfw"))
+    args = parser.parse_args()
+    run(args.passes, args.seeds, args.lams, args.out, args.overhead_passes)
+
+
+if __name__ == "__main__":
+    main()
