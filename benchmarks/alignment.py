@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from structopt.problems.alignment import dice_baseline, load_alignment
 
 from structopt.losses import MatchingHamming
 from structopt.models.matching import MatchingModel
 from structopt.problem import SSVMProblem
+from structopt.problems.alignment import dice_baseline, load_alignment
 
 
 def time_assignment(n: int = 30, trials: int = 200, resolution: float = 1e-6, seed: int = 0) -> dict:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from structopt.problems.alignment import (
     FEATURE_NAMES,
     SentencePair,
@@ -18,7 +19,6 @@ from structopt.problems.alignment import (
     load_hansards,
     resolve_data_dir,
 )
-
 from structopt.structures.matching import BipartiteMatching
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "hansards"

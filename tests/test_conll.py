@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from structopt.problems import conll
 
 from structopt import ChainModel, Hamming, InvalidInputError, SSVMProblem
+from structopt.problems import conll
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
