@@ -5,6 +5,9 @@ with brute force over :meth:`Structure.enumerate` and with the linear descriptio
 polytope (:meth:`Structure.polytope`, solved by :meth:`Structure.lp_relaxation` and
 :meth:`Structure.project_qp`). It only uses the :class:`~structopt.structures.base.Structure`
 interface, so it serves built-in and user-declared structures alike.
+
+:func:`check_builtin_structures` runs it on random small instances of every built-in structure
+(``structopt check``) and aggregates the outcome into one row per (structure, oracle).
 """
 
 from __future__ import annotations
