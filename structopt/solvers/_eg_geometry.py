@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
-from structopt.structures.base import Potentials, Structure, add, scale
+from structopt.solvers import _eg_operator as op
+from structopt.structures.base import Potentials, Structure, add, inner, scale
 from structopt.structures.chain import Chain
 
 
@@ -29,7 +30,6 @@ class EuclideanBlocks:
     """
 
     name = "euclidean"
-    sigma = 1.0  # strong convexity of h w.r.t. the l2 norm
 
     def __init__(self, structure, beta: float, warm: bool = True, tol: float = 1e-8):
         self.structure = structure
@@ -73,14 +73,12 @@ class EntropicBlocks:
 
     name = "entropic"
 
-    def __init__(self, structure, beta: float, max_len: int):
+    def __init__(self, structure, beta: float):
         if type(structure).marginals is Structure.marginals:
             raise NotSupportedError(f"the entropic geometry needs marginals (a tractable log-partition), "
                                     f"which {structure.name} does not have; use geometry='euclidean'")
         self.structure = structure
         self.beta = float(beta)
-        # KL between chain distributions >= ||dz||_2^2 / (2 (2T - 1)) (Pinsker, per block)
-        self.sigma = 1.0 / max(2 * int(max_len) - 1, 1)
 
     def centre(self, like: Potentials) -> Potentials:
         return self.structure.marginals(scale(like, 0.0))[1]
@@ -92,10 +90,151 @@ class EntropicBlocks:
         return self.structure.marginals(scale(add(s, eta_g), 1.0 / self.beta))[1]
 
 
-def make_blocks(geometry: str, structure, beta: float, max_len: int, warm: bool, tol: float):
+def make_blocks(geometry: str, structure, beta: float, warm: bool, tol: float):
     """The z-block prox maps of a geometry name."""
     if geometry == "euclidean":
         return EuclideanBlocks(structure, beta, warm=warm, tol=tol)
     if geometry == "entropic":
-        return EntropicBlocks(structure, beta, max_len)
+        return EntropicBlocks(structure, beta)
     raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
+
+
+def entropic_sigma(max_sqnorm: float) -> float:
+    """Strong convexity of the KL between output distributions w.r.t. the l2 norm of the statistics.
+
+    With ``k = max_y ||stats(y)||^2`` (``2T - 1`` on a chain), ``||dz||_2^2 <= k ||dp||_1^2 <= 2 k KL``
+    (Pinsker), so ``KL >= (sigma / 2) ||dz||^2`` with ``sigma = 1 / k``.
+    """
+    return 1.0 / max(float(max_sqnorm), 1.0)
+
+
+class PythonZPass:
+    """z-side of one iteration by a per-example Python loop (any structure with project / marginals).
+
+    ``memory_light`` recomputes ``s_{z_i} = (A_i W + Lambda c_i) / n`` from the w-side sums;
+    otherwise ``s_{z_i}`` is stored and advanced lazily by the previous w-iterate (spec section 4).
+    """
+
+    compiled = False
+
+    def __init__(self, problem, geometry: str, beta: float, sigma: float, memory_light: bool, warm: bool,
+                 tol: float, keep_z: bool = False):
+        self.problem = problem
+        self.blocks = make_blocks(geometry, problem.structure, beta, warm, tol)
+        self.sigma = float(sigma)
+        self.terms = [op.loss_vector(problem, i)[0] for i in range(problem.n)]
+        self.centres = [self.blocks.centre(t) for t in self.terms]
+        self.s_z = None if memory_light else [scale(t, 0.0) for t in self.terms]
+        self._pending: tuple[np.ndarray, float] | None = None  # (u_w, eta) not yet folded into s_z
+        self.max_residual = 0.0
+        self.z_sum = [scale(t, 0.0) for t in self.terms] if keep_z else None  # sum_t eta_t u_{z_i}^t
+
+    def run(self, W: np.ndarray, lam_acc: float, v_w: np.ndarray, eta: float):
+        """``(sum A_i^T v_i, sum A_i^T u_i, sum <c_i, u_i>, sum ||v_i - u_i||^2)``; commit with :meth:`commit`."""
+        p, n = self.problem, self.problem.n
+        r = np.zeros(p.n_params)
+        q = np.zeros(p.n_params)
+        lin = dz = 0.0
+        new_s = [] if self.s_z is not None else None
+        self._u = [] if self.z_sum is not None else None
+        for i in range(n):
+            if self.s_z is None:
+                s_i = add(op.block_theta(p, i, W / n), self.terms[i], lam_acc / n)
+            else:
+                s_i = self.s_z[i]
+                if self._pending is not None:
+                    u_prev, eta_prev = self._pending
+                    s_i = add(s_i, add(op.block_theta(p, i, u_prev / n), self.terms[i], 1.0 / n), eta_prev)
+                new_s.append(s_i)
+            v_i = self.blocks.lookahead(i, self.centres[i], s_i)
+            op.add_features(p, i, v_i, r)
+            g_i = add(op.block_theta(p, i, v_w / n), self.terms[i], 1.0 / n)
+            u_i = self.blocks.step(i, v_i, s_i, scale(g_i, eta))
+            op.add_features(p, i, u_i, q)
+            if self._u is not None:
+                self._u.append(u_i)
+            lin += inner(self.terms[i], u_i)
+            dz += op.diff_sq_norm(v_i, u_i)
+        self._candidate = new_s
+        self.max_residual = getattr(self.blocks, "max_residual", 0.0)
+        return r, q, lin, dz
+
+    def reset_from(self, W: np.ndarray, lam_acc: float) -> None:
+        """Rebuild stored ``s_{z_i}`` from the w-side sums (after a resume)."""
+        if self.s_z is not None:
+            n = self.problem.n
+            self.s_z = [add(op.block_theta(self.problem, i, W / n), t, lam_acc / n) for i, t in enumerate(self.terms)]
+            self._pending = None
+
+    def commit(self, u_w: np.ndarray, eta: float) -> None:
+        """Accept the last :meth:`run` (stored mode: keep its ``s_z`` and remember ``u_w``)."""
+        if self.s_z is not None:
+            self.s_z = self._candidate
+            self._pending = (u_w.copy(), eta)
+        if self.z_sum is not None:
+            self.z_sum = [add(a, u, eta) for a, u in zip(self.z_sum, self._u, strict=True)]
+
+    def sum_sq_theta(self, x: np.ndarray) -> float:
+        """``sum_i ||A_i x||^2`` (full statistics layout)."""
+        return float(sum(op.sq_norm(op.block_theta(self.problem, i, x)) for i in range(self.problem.n)))
+
+    def operator_norm(self, n_iter: int, rng) -> float:
+        return op.operator_norm(self.problem, n_iter, rng)
+
+
+class ChainZPass:
+    """z-side of one iteration in one numba call over all examples (chain models with packed data)."""
+
+    compiled = True
+
+    def __init__(self, problem, kernels, geometry: str, beta: float, sigma: float, tol: float, max_iter: int = 200):
+        if geometry not in ("euclidean", "entropic"):
+            raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
+        from structopt.solvers import _eg_chain
+
+        self._k = _eg_chain
+        self.beta = float(beta)
+        self.problem = problem
+        self.data = kernels.data
+        self.entropic = geometry == "entropic"
+        self.sigma = float(sigma)
+        tok, S = self.data[1], int(self.data[4])
+        edges = int(tok[-1] - tok[0]) - problem.n
+        self.warm = np.zeros((2, 2, max(edges, 0), S))
+        self.tol, self.max_iter = float(tol), int(max_iter)
+        self.stats = np.zeros(4)
+        self.max_residual = 0.0
+        self.projection_iterations = 0.0
+
+    def run(self, W: np.ndarray, lam_acc: float, v_w: np.ndarray, eta: float):
+        r = np.empty(self.problem.n_params)
+        q = np.empty(self.problem.n_params)
+        self._k.chain_z_pass(self.data, W, float(lam_acc), v_w, float(eta), self.beta, 1.0 / self.problem.n,
+                             self.entropic, self.warm, self.tol, self.max_iter, r, q, self.stats)
+        if not self.entropic and self.stats[2] > self.tol:
+            raise RuntimeError(f"chain projection not certified: residual {self.stats[2]:.2e} > {self.tol:.1e}")
+        self.max_residual = max(self.max_residual, float(self.stats[2]))
+        self.projection_iterations += float(self.stats[3])
+        return r, q, float(self.stats[0]), float(self.stats[1])
+
+    def commit(self, u_w: np.ndarray, eta: float) -> None:
+        pass
+
+    def reset_from(self, W: np.ndarray, lam_acc: float) -> None:
+        pass
+
+    def sum_sq_theta(self, x: np.ndarray) -> float:
+        return float(self._k.chain_sum_sq_theta(self.data, np.ascontiguousarray(x, dtype=np.float64)))
+
+    def operator_norm(self, n_iter: int, rng) -> float:
+        x = rng.normal(size=self.problem.n_params)
+        x /= np.linalg.norm(x)
+        y = np.empty_like(x)
+        estimate = 0.0
+        for _ in range(int(n_iter)):
+            estimate = self._k.chain_normal_product(self.data, x, y)  # = x^T (B B^T) x for unit x
+            norm = np.linalg.norm(y)
+            if norm == 0.0:
+                return 0.0
+            x = y / norm
+        return float(np.sqrt(max(estimate, 0.0)))

@@ -31,25 +31,54 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.problem import SSVMProblem
 from structopt.solvers import _eg_operator as op
-from structopt.solvers._eg_geometry import make_blocks
+from structopt.solvers._eg_geometry import ChainZPass, PythonZPass, entropic_sigma
 from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
-from structopt.structures.base import add, inner, scale
+from structopt.structures.base import scale
 
 
-def _default_z_weight(problem: SSVMProblem, geometry: str, f0: float) -> float:
-    # balance the two blocks' prox-diameters: D_w = F(0)/lam >= ||w*||^2 / 2 against
-    # n * mean per-example z diameter (1/2 ||z - centre||^2 <= T for Euclidean, T log S for entropy)
-    lengths = np.array([np.shape(problem.theta(i, problem.model.zeros())[0])[0] for i in range(problem.n)])
-    labels = getattr(problem.structure, "n_labels", 2)
-    per_example = lengths.astype(float) if geometry == "euclidean" else lengths * np.log(max(labels, 2))
-    return max(f0, 1e-12) / problem.lam / max(float(per_example.sum()), 1e-12)
+def _output_sqnorms(problem: SSVMProblem) -> np.ndarray:
+    """``||stats(y_i)||^2`` in the full layout (parts used by the gold output: 2T - 1 on a chain)."""
+    zero = problem.model.zeros()
+    return np.array([op.sq_norm(problem.gold_stats(i, op.block_theta(problem, i, zero))) for i in range(problem.n)])
+
+
+def _log_sizes(problem: SSVMProblem) -> np.ndarray:
+    """``log |Y_i|`` = log-partition at zero potentials (the entropic prox-diameter of example i)."""
+    zero = problem.model.zeros()
+    return np.array([problem.structure.marginals(op.block_theta(problem, i, zero))[0] for i in range(problem.n)])
+
+
+def default_z_weight(problem: SSVMProblem, geometry: str, radius_sq: float) -> float:
+    """``beta`` balancing the two blocks' prox-diameters: ``D_w = radius_sq / 2`` against ``D_z / beta``.
+
+    ``D_z / beta`` is the sum over examples of the distance from the prox-centre to a vertex:
+    ``||stats(y_i)||^2 / 2`` (Euclidean; about T_i on a chain) or ``log |Y_i|`` (entropic; T_i log S).
+    With ``beta = D_w / (D_z / beta)`` the two terms of the rate constant ``(D_w + D_z) L`` of
+    dual extrapolation are equal, which minimises it over ``beta`` up to a factor 2.
+    """
+    per_example = 0.5 * _output_sqnorms(problem) if geometry == "euclidean" else _log_sizes(problem)
+    return max(0.5 * radius_sq, 1e-12) / max(float(per_example.sum()), 1e-12)
+
+
+def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, compiled, keep_z):
+    kernels = None
+    if compiled is not False and not keep_z and geometry in ("euclidean", "entropic"):
+        kernels = problem.compiled_kernels()
+        if kernels is not None and kernels.oracle.__name__ != "chain_oracle":
+            kernels = None
+    if kernels is not None:
+        return ChainZPass(problem, kernels, geometry, beta, sigma, tol)
+    if compiled:
+        raise NotSupportedError(f"{problem.model!r} with {problem.loss!r} has no compiled extragradient pass")
+    return PythonZPass(problem, geometry, beta, sigma, memory_light, warm, tol, keep_z=keep_z)
 
 
 def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max_passes: float = 50,
-                       step: float | None = None, z_weight: float | None = None, backtracking: bool = False,
-                       memory_light: bool = False, gap_every: int = 1, tol: float = 0.0,
-                       time_limit: float | None = None, power_iters: int = 30, lipschitz_margin: float = 1.05,
-                       projection_tol: float = 1e-8, warm_projections: bool = True,
+                       step: float | None = None, z_weight: float | None = None, backtracking: bool = True,
+                       step_growth: float = 1.25, memory_light: bool = False, gap_every: int = 1,
+                       tol: float = 0.0, time_limit: float | None = None, power_iters: int = 30,
+                       lipschitz_margin: float = 1.05, projection_tol: float = 1e-8, warm_projections: bool = True,
+                       compiled: bool | None = None, keep_z: bool = False,
                        random_state: int | np.random.Generator | None = None, progress: bool = False,
                        checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
                        callback=None) -> Result:
@@ -60,20 +89,29 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     problem : SSVMProblem
         Needs a decomposable (linear) loss; raises :class:`NotSupportedError` otherwise.
     geometry : {"euclidean", "entropic"}
-        z-block prox: Euclidean projection (``structure.project``; fast dual-Newton method with
-        warm starts for chains) or entropic prox in natural parameters (needs ``marginals``).
+        z-block prox: Euclidean projection (``structure.project``; for chains a dual-Newton
+        projection with per-example warm starts) or entropic prox in natural parameters (needs
+        ``marginals``).
     max_passes : float
-        Iterations (each is one streaming pass with two prox calls per example).
+        Iterations (each is one pass with two prox calls per example; rejected backtracking trials
+        are counted in ``oracle_calls``).
     step : float, optional
-        Fixed step ``eta`` (default ``1 / L``, ``L = lam + ||B|| / (n sqrt(beta sigma))``).
+        Initial step ``eta`` (default ``1 / L``, ``L = lam + ||B|| / (n sqrt(beta sigma))``).
     z_weight : float, optional
-        ``beta``, weight of the z-block distance (default balances the blocks' diameters).
+        ``beta``, weight of the z-block distance. Default :func:`default_z_weight` with the squared
+        radius ``2 F(0) / lam`` (so that ``lam/2 ||w*||^2 <= F(0)`` holds), i.e. the block
+        diameters balanced.
     backtracking : bool
-        Start from ``8 / L`` and halve the step while ``eta ||G(v) - G(u)||_* > ||v - u||``
-        (a standard extragradient safeguard, not from the paper). The step never increases.
+        Adaptive step (default): each iteration first tries ``step_growth`` times the last
+        accepted step and halves it while the local Lipschitz test
+        ``eta ||G(v) - G(u)||_* <= ||v - u||`` fails (exact on both blocks: the z-part uses
+        ``sum_i ||A_i (v_w - u_w)||^2``). With ``False`` the step stays at ``step``.
+    step_growth : float
+        Growth factor of the adaptive step (1 = only ever decrease).
     memory_light : bool
-        Keep only w-side state and recompute each ``s_{z_i} = A_i W_t / n + S_t c_i / n`` from
-        the weighted iterate sum ``W_t`` while streaming (spec section 4); otherwise store ``s_{z_i}``.
+        Python path only: recompute each ``s_{z_i} = (A_i W_t + Lambda_t c_i) / n`` from the
+        w-side sums while streaming (spec section 4) instead of storing it. The compiled chain
+        path is always memory-light.
     gap_every : int
         Evaluate primal, dual and gap every this many iterations (one max-oracle pass each, not
         counted in the trace's ``time``).
@@ -87,7 +125,12 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     projection_tol : float
         Marginalisation residual certified by each Euclidean chain projection.
     warm_projections : bool
-        Keep per-example projection multipliers (O(T S) each) to warm-start the projections.
+        Python path: keep per-example projection multipliers to warm-start the projections.
+    compiled : bool, optional
+        Use the fused numba pass (chain models) when available (None), demand it (True) or use the
+        per-example Python path (False).
+    keep_z : bool
+        Keep the averaged ``z_bar`` per example in ``info["z_bar"]`` (Python path; for tests).
     random_state, progress, checkpoint, resume, callback
         As in every structopt solver (see :mod:`structopt.solvers.base`).
 
@@ -95,108 +138,90 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     -------
     Result
         ``w`` = averaged iterate; trace records have ``passes``, ``oracle_calls`` (prox calls),
-        ``time``, ``primal``, ``dual``, ``gap``, ``step``; ``info`` has ``L``, ``norm_B``, ``z_weight``.
+        ``time``, ``primal``, ``dual``, ``gap``, ``step``; ``info`` has ``L``, ``norm_B``,
+        ``z_weight``, ``w_of_z`` (the dual's weights ``w(z_bar)``).
     """
     if not problem.loss.decomposable:
         raise NotSupportedError(f"dual extragradient needs a loss linear in the statistics (decomposable); "
                                 f"{problem.loss!r} is not")
+    if geometry not in ("euclidean", "entropic"):
+        raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
     if int(gap_every) < 1:
         raise InvalidInputError(f"gap_every must be a positive integer, got {gap_every}")
     if step is not None and not step > 0:
         raise InvalidInputError(f"step must be > 0, got {step}")
+    if not step_growth >= 1.0:
+        raise InvalidInputError(f"step_growth must be >= 1, got {step_growth}")
     n, lam = problem.n, problem.lam
     rng = make_rng(random_state)
-    lengths = [int(np.shape(problem.theta(i, problem.model.zeros())[0])[0]) for i in range(n)]
+    # strong convexity of the z-block prox function w.r.t. l2: 1 (Euclidean), 1 / max ||stats||^2 (entropic)
+    sigma = 1.0 if geometry == "euclidean" else entropic_sigma(float(_output_sqnorms(problem).max()))
     f0 = problem.primal(problem.model.zeros())
-    beta = float(z_weight) if z_weight is not None else _default_z_weight(problem, geometry, f0)
+    beta = float(z_weight) if z_weight is not None else default_z_weight(problem, geometry, 2.0 * f0 / lam)
     if not beta > 0:
         raise InvalidInputError(f"z_weight must be > 0, got {z_weight}")
-    blocks = make_blocks(geometry, problem.structure, beta, max(lengths), warm_projections, projection_tol)
-    norm_b = op.operator_norm(problem, power_iters, rng) * lipschitz_margin
-    lip = lam + norm_b / (n * np.sqrt(beta * blocks.sigma))
-    eta = float(step) if step is not None else (8.0 if backtracking else 1.0) / lip
-
+    zpass = _make_zpass(problem, geometry, beta, sigma, memory_light, warm_projections, projection_tol,
+                        compiled, keep_z)
+    norm_b = zpass.operator_norm(power_iters, rng) * lipschitz_margin
+    lip = lam + norm_b / (n * np.sqrt(beta * sigma))
     fbar = op.gold_mean(problem)
     dbar = float(np.mean([op.loss_vector(problem, i)[1] for i in range(n)]))
-    terms = [op.loss_vector(problem, i)[0] for i in range(n)]
-    centres = [blocks.centre(t) for t in terms]
 
-    st: dict[str, Any] = {"solver": "dual_extragradient", "t": 0, "S": 0.0, "W": np.zeros(problem.n_params),
-                          "s_w": np.zeros(problem.n_params), "zfeat": np.zeros(problem.n_params), "zlin": 0.0,
-                          "u_w_prev": None, "eta_prev": 0.0, "eta": eta,
-                          "s_z": None if memory_light else [scale(t, 0.0) for t in terms]}
+    st: dict[str, Any] = {"t": 0, "Lam": 0.0, "W": np.zeros(problem.n_params), "s_w": np.zeros(problem.n_params),
+                          "zfeat": np.zeros(problem.n_params), "zlin": 0.0,
+                          "eta": float(step) if step is not None else 1.0 / lip, "trials": 0}
     monitor = Monitor(problem, max_passes=max_passes, tol=tol, time_limit=time_limit, callback=callback,
                       progress=progress, checkpoint=checkpoint, label=f"extragradient-{geometry}")
     if resume is not None:
         saved = load_checkpoint(resume, "dual_extragradient")
         st = saved["state"]
         monitor.resume(saved["trace"])
+        zpass.reset_from(st["W"], st["Lam"])
 
-    def one_pass(eta_t: float):
-        # one dual-extrapolation iteration at step eta_t; returns candidate quantities (no commit)
-        v_w = st["s_w"]  # prox-centre 0, unit weight on the w-block
-        r = np.zeros_like(v_w)
-        q = np.zeros_like(v_w)
-        lin = 0.0
-        dz = 0.0
-        new_s = [] if st["s_z"] is not None else None
-        for i in range(n):
-            if st["s_z"] is None:  # memory-light: s_{z_i} = (A_i W + S c_i) / n
-                s_i = add(op.block_theta(problem, i, st["W"] / n), terms[i], st["S"] / n)
-            else:  # stored s_{z_i}, lazily advanced by the previous iterate u_w
-                s_i = st["s_z"][i]
-                if st["u_w_prev"] is not None:
-                    s_i = add(s_i, add(op.block_theta(problem, i, st["u_w_prev"] / n), terms[i], 1.0 / n),
-                              st["eta_prev"])
-                new_s.append(s_i)
-            v_i = blocks.lookahead(i, centres[i], s_i)
-            op.add_features(problem, i, v_i, r, 1.0 / n)
-            g_i = add(op.block_theta(problem, i, v_w / n), terms[i], 1.0 / n)  # -G_z(v) = (A_i v_w + c_i)/n
-            u_i = blocks.step(i, v_i, s_i, scale(g_i, eta_t))
-            op.add_features(problem, i, u_i, q, 1.0 / n)
-            lin += inner(terms[i], u_i) / n
-            dz += op.diff_sq_norm(v_i, u_i)
-        u_w = v_w - eta_t * (lam * v_w + r - fbar)
-        return v_w, u_w, r, q, lin, dz, new_s
+    def iteration() -> None:
+        eta = st["eta"] * (step_growth if backtracking and st["t"] > 0 else 1.0)
+        v_w = st["s_w"]  # w-prox centre 0 with unit weight: v_w = s_w
+        while True:
+            r, q, lin, dz = zpass.run(st["W"], st["Lam"], v_w, eta)
+            st["trials"] += 1
+            u_w = v_w - eta * (lam * v_w + r / n - fbar)
+            if not backtracking:
+                break
+            dw = v_w - u_w
+            dual_sq = (float(np.sum((lam * dw + (r - q) / n) ** 2))
+                       + zpass.sum_sq_theta(dw) / (n * n * beta * sigma))
+            primal_sq = float(dw @ dw) + beta * sigma * dz
+            if eta * eta * dual_sq <= primal_sq * (1 + 1e-10) or eta * lip <= 1.0:
+                break
+            eta *= 0.5
+        zpass.commit(u_w, eta)
+        st["s_w"] = st["s_w"] - eta * (lam * u_w + q / n - fbar)
+        st["W"] = st["W"] + eta * u_w
+        st["zfeat"] = st["zfeat"] + (eta / n) * q
+        st["zlin"] += eta * lin / n
+        st["Lam"] += eta
+        st["eta"] = eta
+        st["t"] += 1
 
-    oracle_calls = 2 * n * st["t"]
     stop = False
     while not stop:
         monitor.restart()
         for _ in range(int(gap_every)):
-            while True:
-                v_w, u_w, r, q, lin, dz, new_s = one_pass(st["eta"])
-                if not backtracking:
-                    break
-                dw = v_w - u_w
-                lhs = (np.sum((lam * dw + r - q) ** 2) + (norm_b / n) ** 2 * float(dw @ dw) / (beta * blocks.sigma))
-                rhs = float(dw @ dw) + beta * blocks.sigma * dz
-                oracle_calls += 2 * n
-                if st["eta"] ** 2 * lhs <= rhs * (1 + 1e-12) or st["eta"] * lip <= 1.0:
-                    break
-                st["eta"] *= 0.5
-            eta_t = st["eta"]
-            oracle_calls += 2 * n
-            if new_s is not None:
-                st["s_z"] = new_s
-            st["s_w"] = st["s_w"] - eta_t * (lam * u_w + q - fbar)
-            st["W"] = st["W"] + eta_t * u_w
-            st["zfeat"] = st["zfeat"] + eta_t * q
-            st["zlin"] += eta_t * lin
-            st["S"] += eta_t
-            st["u_w_prev"], st["eta_prev"] = u_w, eta_t
-            st["t"] += 1
+            iteration()
             if st["t"] >= max_passes:
                 break
         monitor.pause()
-        w_bar = st["W"] / st["S"]
-        w_of_z = (fbar - st["zfeat"] / st["S"]) / lam
-        dual = dbar + st["zlin"] / st["S"] - 0.5 * lam * float(w_of_z @ w_of_z)
+        w_bar = st["W"] / st["Lam"]
+        w_of_z = (fbar - st["zfeat"] / st["Lam"]) / lam
+        dual = dbar + st["zlin"] / st["Lam"] - 0.5 * lam * float(w_of_z @ w_of_z)
         primal = problem.primal(w_bar)
-        stop = monitor.record(w_bar, passes=st["t"], oracle_calls=oracle_calls, primal=primal, dual=dual,
+        stop = monitor.record(w_bar, passes=st["t"], oracle_calls=2 * n * st["trials"], primal=primal, dual=dual,
                               gap=primal - dual, step=st["eta"],
                               state={"solver": "dual_extragradient", "state": st})
     monitor.close()
-    info = {"stop_reason": monitor.stop_reason, "L": lip, "norm_B": norm_b, "z_weight": beta,
-            "geometry": geometry, "iterations": st["t"], "step": st["eta"], "w_of_z": w_of_z}
+    info = {"stop_reason": monitor.stop_reason, "L": lip, "norm_B": norm_b, "z_weight": beta, "sigma": sigma,
+            "geometry": geometry, "iterations": st["t"], "step": st["eta"], "w_of_z": w_of_z,
+            "compiled": zpass.compiled, "max_projection_residual": zpass.max_residual}
+    if keep_z and zpass.z_sum is not None:
+        info["z_bar"] = [scale(z, 1.0 / st["Lam"]) for z in zpass.z_sum]
     return Result(w_bar.copy(), monitor.trace, info)
