@@ -24,9 +24,10 @@ import numpy as np
 from numba import njit
 
 import structopt as so
+from structopt.compiled import compiled_problem
 from structopt.problems.ocr import letter_error, load_ocr, split
 from structopt.solvers._blocks import BlockState
-from structopt.solvers._compiled import CompiledBlockUpdater, compiled_problem
+from structopt.solvers._compiled import CompiledBlockUpdater
 from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
 from structopt.structures._chain_kernels import viterbi
 

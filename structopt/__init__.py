@@ -5,15 +5,26 @@ Declare an output structure (a chain, a matching, ...) through a model, build an
 """
 
 from structopt.errors import InvalidInputError, NotSupportedError, StructoptError
-from structopt.losses import Hamming, Loss, WeightedHamming
-from structopt.models import ChainModel, Model, MultiClassModel
+from structopt.estimator import StructuredSVM
+from structopt.losses import Hamming, Loss, MatchingHamming, WeightedHamming
+from structopt.models import ChainModel, MatchingModel, Model, MultiClassModel
 from structopt.problem import OracleResult, SSVMProblem
-from structopt.structures import Chain, ChainPotentials, MultiClass, MultiClassPotentials, Structure
+from structopt.solvers import Result, get_solver
+from structopt.structures import (
+    BipartiteMatching,
+    Chain,
+    ChainPotentials,
+    MatchingPotentials,
+    MultiClass,
+    MultiClassPotentials,
+    Structure,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Chain", "ChainModel", "ChainPotentials", "Hamming", "InvalidInputError", "Loss", "Model",
-    "MultiClass", "MultiClassModel", "MultiClassPotentials", "NotSupportedError", "OracleResult",
-    "SSVMProblem", "StructoptError", "Structure", "WeightedHamming", "__version__",
+    "BipartiteMatching", "Chain", "ChainModel", "ChainPotentials", "Hamming", "InvalidInputError", "Loss",
+    "MatchingHamming", "MatchingModel", "MatchingPotentials", "Model", "MultiClass", "MultiClassModel",
+    "MultiClassPotentials", "NotSupportedError", "OracleResult", "Result", "SSVMProblem", "StructoptError",
+    "Structure", "StructuredSVM", "WeightedHamming", "__version__", "get_solver",
 ]

@@ -14,7 +14,7 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.losses import Loss
 from structopt.models.base import Model
-from structopt.structures.base import Potentials, add, inner, scale
+from structopt.structures.base import Potentials, add, flatten, inner, scale
 from structopt.structures.chain import Chain, ChainPotentials
 
 
@@ -271,10 +271,35 @@ class SSVMProblem:
         """``H_i(w)`` for every example (no gradients built)."""
         return np.array([self.hinge(i, self.decode(i, w)) for i in range(self.n)])
 
+    def compact_gold_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """Gold statistics of every example in the model's compact layout, flattened and concatenated.
+
+        Returns ``(flat, offsets)``; example i's block is ``flat[offsets[i]:offsets[i+1]]`` and has
+        the layout of ``flatten(theta(i, w))``, so ``<block, flatten(theta)>`` is the gold score.
+        """
+        zero = self.model.zeros()
+        parts = []
+        for i in range(self.n):
+            theta = self.theta(i, zero)
+            gold = flatten(self.model.reduce_stats(self.gold_stats(i, theta)))
+            if gold.size != flatten(theta).size:
+                raise AssertionError(f"{self.model!r}: compact statistics must have the potentials' layout")
+            parts.append(gold)
+        offsets = np.zeros(self.n + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([part.size for part in parts])
+        return np.concatenate(parts), offsets
+
+    def mean_hinge(self, w: np.ndarray) -> float:
+        """``mean_i H_i(w)``: one compiled pass when the model has kernels, else the Python loop."""
+        from structopt.compiled import compiled_problem
+
+        fast = compiled_problem(self)
+        return fast.mean_hinge(np.asarray(w, dtype=float)) if fast is not None else float(np.mean(self.hinge_losses(w)))
+
     def primal(self, w: np.ndarray) -> float:
         """``F(w) = lam/2 ||w||^2 + mean_i H_i(w)``, the objective every solver reports."""
         w = np.asarray(w, dtype=float)
-        return 0.5 * self.lam * float(w @ w) + float(np.mean(self.hinge_losses(w)))
+        return 0.5 * self.lam * float(w @ w) + self.mean_hinge(w)
 
     def compiled_kernels(self):
         """Fused numba kernels for this model/structure/loss, or None (see ``Model.compiled_kernels``)."""

@@ -40,18 +40,9 @@ class BlockState:
     @classmethod
     def initial(cls, problem: SSVMProblem) -> BlockState:
         """All blocks at their gold vertex: ``w = 0``, ``ell = 0``."""
-        zero = problem.model.zeros()
-        parts = []
-        for i in range(problem.n):
-            theta = problem.theta(i, zero)
-            gold = flatten(problem.model.reduce_stats(problem.gold_stats(i, theta)))
-            if gold.size != flatten(theta).size:
-                raise AssertionError("compact statistics must have the potentials' layout")
-            parts.append(gold)
-        offsets = np.zeros(problem.n + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([p.size for p in parts])
-        m = np.concatenate(parts)
-        return cls(w=zero, ell=0.0, m=m, offsets=offsets, ell_i=np.zeros(problem.n), r=np.zeros_like(m), v=0.0)
+        m, offsets = problem.compact_gold_stats()
+        return cls(w=problem.model.zeros(), ell=0.0, m=m.copy(), offsets=offsets, ell_i=np.zeros(problem.n),
+                   r=np.zeros_like(m), v=0.0)
 
     def averaged(self, problem: SSVMProblem) -> tuple[np.ndarray, float]:
         """Weighted average ``(w_bar, l_bar)`` of the iterates 1..k (the iterate itself at k <= 1)."""
@@ -125,7 +116,8 @@ class PythonBlockUpdater:
 
 def make_block_updater(problem: SSVMProblem, state: BlockState, compiled: bool | None):
     """The compiled updater when available (or demanded), else the Python one."""
-    from structopt.solvers._compiled import CompiledBlockUpdater, compiled_problem
+    from structopt.compiled import compiled_problem
+    from structopt.solvers._compiled import CompiledBlockUpdater
 
     fast = compiled_problem(problem, compiled)
     return PythonBlockUpdater(problem, state) if fast is None else CompiledBlockUpdater(problem, state, fast)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from structopt.errors import NotSupportedError
+from structopt.compiled import CompiledProblem
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
 
@@ -58,23 +58,6 @@ def _bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, 
 
 
 @njit
-def _adjoint_sum(blocks, offsets, scale, out, axpy, data):
-    # out += scale * sum_i A_i^T blocks_i
-    for i in range(offsets.shape[0] - 1):
-        axpy(i, blocks[offsets[i]:offsets[i + 1]], scale, out, data)
-
-
-@njit
-def _oracle_steps(order, w, oracle, data, offsets, theta_buf, stats_buf):
-    # the same oracle calls as a BCFW pass, without any update (for overhead ratios)
-    total = 0.0
-    for i in order:
-        size = offsets[i + 1] - offsets[i]
-        total += oracle(i, w, data, theta_buf[:size], stats_buf[:size])
-    return total
-
-
-@njit
 def _ssg_steps(order, lam, w, w_avg, k0, averaging, gold, offsets, oracle, axpy, data, theta_buf, stats_buf):
     # Pegasos steps; w_avg keeps the weighted average 2/(k(k+1)) sum_t t w_t
     k = k0
@@ -108,59 +91,21 @@ def _fw_pass(w, lam, n, gold, offsets, oracle, axpy, data, w_s, theta_buf, stats
     return loss_sum, hinge_sum
 
 
-@njit
-def _hinge_sum(w, oracle, data, offsets, gold, theta_buf, stats_buf):
-    total = 0.0
-    for i in range(offsets.shape[0] - 1):
-        lo, hi = offsets[i], offsets[i + 1]
-        theta = theta_buf[:hi - lo]
-        stats = stats_buf[:hi - lo]
-        loss = oracle(i, w, data, theta, stats)
-        total += loss + np.dot(stats - gold[lo:hi], theta)
-    return total
+def fw_pass(cp: CompiledProblem, w: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """Batch FW corner at ``w``: ``(w_s, l_s, mean hinge)`` from one compiled oracle pass."""
+    p, k = cp.problem, cp.kernels
+    w_s = np.zeros_like(w)
+    loss_sum, hinge_sum = _fw_pass(w, p.lam, p.n, cp.gold, cp.offsets, k.oracle, k.axpy, k.data, w_s,
+                                   cp.theta_buf, cp.stats_buf)
+    return w_s, loss_sum / p.n, hinge_sum / p.n
 
 
-class CompiledProblem:
-    """A problem together with its model's compiled kernels, gold statistics and scratch buffers."""
-
-    def __init__(self, problem: SSVMProblem, kernels):
-        self.problem = problem
-        self.kernels = kernels
-        self.gold = BlockState.initial(problem).m
-        self.offsets = np.zeros(problem.n + 1, dtype=np.int64)
-        self.offsets[1:] = np.cumsum(kernels.sizes)
-        width = int(kernels.sizes.max())
-        self.theta_buf = np.empty(width)
-        self.stats_buf = np.empty(width)
-
-    def mean_hinge(self, w: np.ndarray) -> float:
-        """``mean_i H_i(w)`` in one compiled pass."""
-        k = self.kernels
-        return _hinge_sum(w, k.oracle, k.data, self.offsets, self.gold, self.theta_buf, self.stats_buf) / self.problem.n
-
-    def oracle_only(self, order: np.ndarray, w: np.ndarray) -> float:
-        """The oracle calls of a pass over ``order`` at fixed ``w``, nothing else (timing baseline)."""
-        k = self.kernels
-        return _oracle_steps(np.asarray(order, dtype=np.int64), w, k.oracle, k.data, self.offsets,
-                             self.theta_buf, self.stats_buf)
-
-    def add_adjoint(self, blocks: np.ndarray, scale: float, out: np.ndarray) -> None:
-        """``out += scale * sum_i A_i^T blocks_i`` for concatenated compact statistics ``blocks``."""
-        _adjoint_sum(blocks, self.offsets, scale, out, self.kernels.axpy, self.kernels.data)
-
-    def fw_pass(self, w: np.ndarray) -> tuple[np.ndarray, float, float]:
-        """Batch FW corner at ``w``: ``(w_s, l_s, mean hinge)`` from one oracle pass."""
-        p, k = self.problem, self.kernels
-        w_s = np.zeros_like(w)
-        loss_sum, hinge_sum = _fw_pass(w, p.lam, p.n, self.gold, self.offsets, k.oracle, k.axpy, k.data, w_s,
-                                       self.theta_buf, self.stats_buf)
-        return w_s, loss_sum / p.n, hinge_sum / p.n
-
-    def ssg_steps(self, order: np.ndarray, w: np.ndarray, w_avg: np.ndarray, k0: int, averaging: bool) -> int:
-        """Pegasos steps on ``order`` in place; returns the new step count."""
-        k = self.kernels
-        return _ssg_steps(np.asarray(order, dtype=np.int64), self.problem.lam, w, w_avg, k0, averaging, self.gold,
-                          self.offsets, k.oracle, k.axpy, k.data, self.theta_buf, self.stats_buf)
+def ssg_steps(cp: CompiledProblem, order: np.ndarray, w: np.ndarray, w_avg: np.ndarray, k0: int,
+              averaging: bool) -> int:
+    """Pegasos steps on ``order`` in place; returns the new step count."""
+    k = cp.kernels
+    return _ssg_steps(np.asarray(order, dtype=np.int64), cp.problem.lam, w, w_avg, k0, averaging, cp.gold,
+                      cp.offsets, k.oracle, k.axpy, k.data, cp.theta_buf, cp.stats_buf)
 
 
 class CompiledBlockUpdater:
@@ -198,16 +143,3 @@ class CompiledBlockUpdater:
         self.compiled_problem.add_adjoint(st.r, factor / (self.problem.lam * self.problem.n), w_bar)
         return w_bar, st.ell - factor * st.v
 
-
-def compiled_problem(problem: SSVMProblem, compiled: bool | None) -> CompiledProblem | None:
-    """The compiled view of ``problem``: used when available unless ``compiled`` is False; demanded when True."""
-    if compiled is False:
-        return None
-    kernels = problem.compiled_kernels()
-    if kernels is None:
-        if compiled:
-            raise NotSupportedError(f"{problem.model!r} with {problem.loss!r} has no compiled kernels")
-        return None
-    if not hasattr(problem, "_compiled_problem"):
-        problem._compiled_problem = CompiledProblem(problem, kernels)
-    return problem._compiled_problem

@@ -20,10 +20,11 @@ import os
 
 import numpy as np
 
+from structopt.compiled import compiled_problem
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
-from structopt.solvers._compiled import compiled_problem
+from structopt.solvers._compiled import fw_pass, ssg_steps
 from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
 
 
@@ -156,7 +157,7 @@ def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50, line_search: bo
         monitor.resume(saved["trace"])
     while k < max_passes:
         monitor.restart()
-        w_s, loss_s, mean_hinge = fast.fw_pass(w) if fast is not None else _fw_corner(problem, w)
+        w_s, loss_s, mean_hinge = fw_pass(fast, w) if fast is not None else _fw_corner(problem, w)
         half_sq = 0.5 * lam * float(w @ w)
         primal, dual = half_sq + mean_hinge, ell - half_sq
         direction = w - w_s
@@ -215,12 +216,12 @@ def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: bool = False
         monitor.restart()
         order = rng.integers(0, n, size=min(steps_per_eval, total - k))
         if fast is not None:
-            k = fast.ssg_steps(order, w, w_avg, k, averaging)
+            k = ssg_steps(fast, order, w, w_avg, k, averaging)
         else:
             k = _ssg_steps_python(problem, order, w, w_avg, k, averaging)
         monitor.pause()
         w_report = w_avg if averaging else w
-        mean_hinge = fast.mean_hinge(w_report) if fast is not None else float(np.mean(problem.hinge_losses(w_report)))
+        mean_hinge = problem.mean_hinge(w_report)
         state = {"solver": "ssg", "w": w, "w_avg": w_avg, "k": k, "rng": rng}
         if monitor.record(w_report, passes=k / n, oracle_calls=k, state=state,
                           primal=0.5 * problem.lam * float(w_report @ w_report) + mean_hinge):
