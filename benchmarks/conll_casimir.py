@@ -16,8 +16,11 @@ Three parts, each optional:
     The issue's acceptance run: Casimir-SVRG (const, top-5) on CoNLL-2000 chunking, ``lam = 1/n``;
     test chunk F1 after 10 passes (paper counting: 5 epochs) and after 10 epochs.
 
-Hyper-parameters follow the paper's released NER scripts (const: L = 32, mu = 1; adapt:
-learning rate 2e-2, mu = 2; SGD: gamma0 = 0.02) and are not tuned here. Memory: peak RSS of the
+Hyper-parameters: SGD gamma0 = 0.02, t0 = 150000 and mu = 1 (const) / 2 (adapt) as in the paper's
+released NER scripts, with their warm starts (const: prev-iterate, adapt: extrapolation). The
+released L = 32 and adapt rate 2e-2 diverge on these features (F grows to ~10 on a 2000-sentence
+subset), so L = 128 (SVRG, const) and the adapt rate 1/512 were picked from a 3-point grid
+{128, 512, 2048} at lam = 0.1/n on that subset after 6 passes; all are options. Memory: peak RSS of the
 process and, per run, the bytes of the solver state (snapshot cache and dense iterates).
 
 Usage::
@@ -36,10 +39,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from structopt.problems.conll import chunk_f1, load_conll2000, load_conll2002
 
 from structopt.losses import Hamming
 from structopt.problem import SSVMProblem
+from structopt.problems.conll import chunk_f1, load_conll2000, load_conll2002
 from structopt.solvers.casimir import casimir_svrg
 from structopt.solvers.sgd import sgd
 from structopt.solvers.svrg import svrg
@@ -66,24 +69,24 @@ def subset(split: dict, m: int | None) -> dict:
     return {"X": split["X"][:m], "y": split["y"][:m]}
 
 
-def run_method(name: str, problem: SSVMProblem, passes: float, seed: int, cb) -> dict:
+def run_method(name: str, problem: SSVMProblem, args, cb) -> dict:
     """Run one method; return its trace and summary."""
-    n = problem.n
+    n, passes, seed = problem.n, args.passes, args.seed
     t = time.perf_counter()
     if name == "sgd":
-        res = sgd(problem, gamma0=0.02, t0=150000, averaging="weighted", max_passes=passes, random_state=seed,
-                  callback=cb)
+        res = sgd(problem, gamma0=args.sgd_gamma0, t0=150000, averaging="weighted", max_passes=passes,
+                  random_state=seed, callback=cb)
     elif name == "bcfw-wavg":
         from structopt.solvers.bcfw import bcfw
         res = bcfw(problem, max_passes=passes, averaging=True, random_state=seed, callback=cb)
     elif name == "svrg":
-        res = svrg(problem, mu=1.0, k=5, L=32.0, max_passes=passes, random_state=seed, callback=cb)
+        res = svrg(problem, mu=args.mu, k=5, L=args.L, max_passes=passes, random_state=seed, callback=cb)
     elif name == "casimir-const":
-        res = casimir_svrg(problem, schedule="const", mu=1.0, k=5, L=32.0, max_passes=passes, random_state=seed,
-                           callback=cb)
+        res = casimir_svrg(problem, schedule="const", mu=args.mu, k=5, L=args.L, warm_start=args.const_warm_start,
+                           max_passes=passes, random_state=seed, callback=cb)
     elif name == "casimir-adapt":
-        res = casimir_svrg(problem, schedule="adapt", mu=2.0, k=5, learning_rate=2e-2, max_passes=passes,
-                           random_state=seed, callback=cb)
+        res = casimir_svrg(problem, schedule="adapt", mu=args.adapt_mu, k=5, learning_rate=args.adapt_lr,
+                           warm_start=args.adapt_warm_start, max_passes=passes, random_state=seed, callback=cb)
     else:
         raise ValueError(name)
     wall = time.perf_counter() - t
@@ -106,14 +109,14 @@ def part_ner(args) -> dict:
         problem = SSVMProblem(data["model"], train["X"], train["y"], Hamming(), c / len(train["X"]))
         cb = f1_callback(problem, test, data["tags"])
         print(f" lam = {c}/n", flush=True)
-        out["runs"][str(c)] = [run_method(m, problem, args.passes, args.seed, cb) for m in args.methods]
+        out["runs"][str(c)] = [run_method(m, problem, args, cb) for m in args.methods]
     return out
 
 
 def part_chunk(args) -> dict:
     from structopt.solvers.bcfw import bcfw
     data = load_conll2000(DATA / "conll2000")
-    train, test = subset(data["train"], args.subset), subset(data["test"], args.test_subset)
+    train, test = subset(data["train"], args.chunk_subset), data["test"]
     n = len(train["X"])
     problem = SSVMProblem(data["model"], train["X"], train["y"], Hamming(), 1.0 / n)
     cb = f1_callback(problem, test, data["tags"])
@@ -179,13 +182,21 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-passes", type=float, default=10)
     ap.add_argument("--accept-passes", type=float, default=20, help="acceptance run (10 epochs = 20 passes)")
     ap.add_argument("--subset", type=int, default=None, help="first m training sentences (ner, chunk)")
-    ap.add_argument("--test-subset", type=int, default=None)
+    ap.add_argument("--test-subset", type=int, default=None, help="first m test sentences (ner)")
+    ap.add_argument("--chunk-subset", type=int, default=None, help="first m training sentences (chunk)")
+    ap.add_argument("--mu", type=float, default=1.0, help="smoothing of SVRG and Casimir-const")
+    ap.add_argument("--L", type=float, default=128.0, help="smoothness estimate of SVRG and Casimir-const")
+    ap.add_argument("--const-warm-start", default="prev-iterate")
+    ap.add_argument("--adapt-mu", type=float, default=2.0)
+    ap.add_argument("--adapt-lr", type=float, default=1 / 512)
+    ap.add_argument("--adapt-warm-start", default="extrapolation")
+    ap.add_argument("--sgd-gamma0", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="subset 1000/500 sentences, 4 passes")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = ap.parse_args(argv)
     if args.quick:
-        args.subset, args.test_subset, args.passes, args.chunk_passes = 1000, 500, 4, 4
+        args.subset, args.test_subset, args.chunk_subset, args.passes, args.chunk_passes = 1000, 500, 2000, 4, 4
     args.out.mkdir(parents=True, exist_ok=True)
     results = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     if "ner" in args.parts:

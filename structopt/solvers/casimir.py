@@ -116,6 +116,8 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         As for every solver.
     checkpoint, resume : path, optional
         Save the state after every outer iteration / continue from such a state.
+        Resuming restores the iterates, counters, random state and the step/schedule constants;
+        pass the other options (smoothing, schedule, warm start, max_passes) as in the first run.
 
     Returns
     -------

@@ -66,6 +66,8 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         As for every solver.
     checkpoint, resume : path, optional
         Save the state at each evaluation / continue from such a state.
+        Resuming restores the iterates, counters, random state and the step/schedule constants;
+        pass the other options (smoothing, schedule, warm start, max_passes) as in the first run.
 
     Returns
     -------
