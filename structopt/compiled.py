@@ -17,14 +17,14 @@ from numba import njit
 from structopt.errors import NotSupportedError
 
 
-@njit
+@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
 def _adjoint_sum(blocks, offsets, scale, out, axpy, data):
     # out += scale * sum_i A_i^T blocks_i
     for i in range(offsets.shape[0] - 1):
         axpy(i, blocks[offsets[i]:offsets[i + 1]], scale, out, data)
 
 
-@njit
+@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
 def _oracle_steps(order, w, oracle, data, offsets, theta_buf, stats_buf):
     # the same oracle calls as a BCFW pass, without any update (for overhead ratios)
     total = 0.0
@@ -34,7 +34,7 @@ def _oracle_steps(order, w, oracle, data, offsets, theta_buf, stats_buf):
     return total
 
 
-@njit
+@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
 def _hinge_sum(w, oracle, data, offsets, gold, theta_buf, stats_buf):
     total = 0.0
     for i in range(offsets.shape[0] - 1):

@@ -15,7 +15,7 @@ from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
 
 
-@njit
+@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
 def _bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, scalars,
                 oracle, sqnorm, axpy, data, theta_buf, stats_buf):
     ell, v, k = scalars[0], scalars[1], scalars[2]
@@ -57,7 +57,7 @@ def _bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, 
     scalars[0], scalars[1], scalars[2] = ell, v, k
 
 
-@njit
+@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
 def _ssg_steps(order, lam, w, w_avg, k0, averaging, gold, offsets, oracle, axpy, data, theta_buf, stats_buf):
     # Pegasos steps; w_avg keeps the weighted average 2/(k(k+1)) sum_t t w_t
     k = k0
@@ -74,7 +74,7 @@ def _ssg_steps(order, lam, w, w_avg, k0, averaging, gold, offsets, oracle, axpy,
     return k
 
 
-@njit
+@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
 def _fw_pass(w, lam, n, gold, offsets, oracle, axpy, data, w_s, theta_buf, stats_buf):
     # one oracle pass at w: accumulates the corner w_s, returns (sum of losses, sum of hinges)
     loss_sum = 0.0
