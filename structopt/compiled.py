@@ -5,6 +5,9 @@
 them with the gold statistics and scratch buffers, and runs the passes every solver needs (the
 hinge values behind ``SSVMProblem.primal``, adjoint sums). Solver loops built on the same kernels
 live in ``structopt.solvers._compiled``.
+
+The loops are jitted without ``cache=True``: they take the kernels as arguments, whose numba
+types differ per process, so a disk cache would never hit (only grow).
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ from numba import njit
 from structopt.errors import NotSupportedError
 
 
-@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
+@njit
 def _adjoint_sum(blocks, offsets, scale, out, axpy, data):
     # out += scale * sum_i A_i^T blocks_i
     for i in range(offsets.shape[0] - 1):
         axpy(i, blocks[offsets[i]:offsets[i + 1]], scale, out, data)
 
 
-@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
+@njit
 def _oracle_steps(order, w, oracle, data, offsets, theta_buf, stats_buf):
     # the same oracle calls as a BCFW pass, without any update (for overhead ratios)
     total = 0.0
@@ -34,7 +37,7 @@ def _oracle_steps(order, w, oracle, data, offsets, theta_buf, stats_buf):
     return total
 
 
-@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
+@njit
 def _hinge_sum(w, oracle, data, offsets, gold, theta_buf, stats_buf):
     total = 0.0
     for i in range(offsets.shape[0] - 1):

@@ -3,6 +3,9 @@
 The model supplies ``oracle``, ``sqnorm`` and ``axpy`` (see ``structopt.models._chain_compiled``);
 these drivers never look inside an example. Each performs exactly the arithmetic of the solver's
 Python path, which the tests check iterate by iterate.
+
+The loops are jitted without ``cache=True``: they take the kernels as arguments, whose numba
+types differ per process, so a disk cache would never hit (only grow).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
 
 
-@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
+@njit
 def _bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, scalars,
                 oracle, sqnorm, axpy, data, theta_buf, stats_buf):
     ell, v, k = scalars[0], scalars[1], scalars[2]
@@ -57,7 +60,7 @@ def _bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, 
     scalars[0], scalars[1], scalars[2] = ell, v, k
 
 
-@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
+@njit
 def _ssg_steps(order, lam, w, w_avg, k0, averaging, gold, offsets, oracle, axpy, data, theta_buf, stats_buf):
     # Pegasos steps; w_avg keeps the weighted average 2/(k(k+1)) sum_t t w_t
     k = k0
@@ -74,7 +77,7 @@ def _ssg_steps(order, lam, w, w_avg, k0, averaging, gold, offsets, oracle, axpy,
     return k
 
 
-@njit  # not cached: its kernel arguments are typed per process, so a cache would never hit
+@njit
 def _fw_pass(w, lam, n, gold, offsets, oracle, axpy, data, w_s, theta_buf, stats_buf):
     # one oracle pass at w: accumulates the corner w_s, returns (sum of losses, sum of hinges)
     loss_sum = 0.0
