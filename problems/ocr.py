@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError
+from structopt.losses import Hamming
+from structopt.models.chain import ChainModel
 
 LETTERS = list(string.ascii_lowercase)
 N_PIXELS = 128
@@ -55,6 +57,13 @@ def load_ocr(path: str | os.PathLike | None = None) -> dict[str, Any]:
     X = [pixels[a:b] for a, b in itertools.pairwise(bounds)]
     y = [labels[a:b] for a, b in itertools.pairwise(bounds)]
     return {"X": X, "y": y, "folds": folds, "letters": LETTERS}
+
+
+def paper_model_and_loss() -> tuple[ChainModel, Hamming]:
+    """The BCFW paper's OCR setup (its released demo): 128 pixels plus a per-letter bias,
+    start and end scores, transitions (26*129 + 2*26 + 26*26 = 4,082 weights), and the Hamming
+    loss normalised by word length."""
+    return ChainModel(N_PIXELS, len(LETTERS), start_end=True, bias=True), Hamming(normalize=True)
 
 
 def split(data: dict[str, Any], name: str = "bcfw") -> tuple[dict[str, list], dict[str, list]]:

@@ -43,17 +43,15 @@ def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
 
 
 def _train_ocr(args: argparse.Namespace) -> int:
-    from structopt.losses import Hamming
-    from structopt.models.chain import ChainModel
     from structopt.problem import SSVMProblem
-    from structopt.problems.ocr import letter_error, load_ocr, split
+    from structopt.problems.ocr import letter_error, load_ocr, paper_model_and_loss, split
     from structopt.solvers import get_solver
 
     train, test = split(load_ocr(args.data), args.split)
     if args.n_train is not None:
         train = {key: value[: args.n_train] for key, value in train.items()}
-    model = ChainModel(n_features=128, n_states=26)
-    problem = SSVMProblem(model, train["X"], train["y"], Hamming(), args.lam)
+    model, loss = paper_model_and_loss()
+    problem = SSVMProblem(model, train["X"], train["y"], loss, args.lam)
     solver = get_solver(args.solver)
     options: dict = {"max_passes": args.passes, "progress": not args.no_progress}
     if args.solver in ("bcfw", "ssg"):

@@ -15,7 +15,6 @@ from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.losses import Loss
 from structopt.models.base import Model
 from structopt.structures.base import Potentials, add, flatten, inner, scale
-from structopt.structures.chain import Chain, ChainPotentials
 
 
 class OracleResult(NamedTuple):
@@ -79,25 +78,6 @@ def _l2_sorted_max(z: np.ndarray, mu: float) -> tuple[float, np.ndarray]:
     u[:k] = np.maximum(0.0, 1.0 / k + (z[:k] - csum[k - 1] / k) / mu)
     u /= u.sum()  # round-off only
     return float(u @ z - 0.5 * mu * (u @ u - 1.0)), u
-
-
-def _weighted_stats(structure, outputs: list, weights: np.ndarray, like: Potentials) -> Potentials:
-    """``sum_j weights[j] * stats(outputs[j])``; vectorised for chains (no per-output arrays)."""
-    if isinstance(structure, Chain):
-        labels = np.asarray(outputs, dtype=np.int64).reshape(len(outputs), -1)
-        T, S = labels.shape[1], structure.n_states
-        node = np.zeros((T, S))
-        edge = np.zeros((max(T - 1, 0), S, S))
-        pos = np.broadcast_to(np.arange(T), labels.shape)
-        np.add.at(node, (pos, labels), weights[:, None])
-        if T > 1:
-            np.add.at(edge, (pos[:, :-1], labels[:, :-1], labels[:, 1:]), weights[:, None])
-        return ChainPotentials(node, edge)
-    total = None
-    for u, y in zip(weights, outputs, strict=True):
-        term = scale(structure.stats(y, like), float(u))
-        total = term if total is None else add(total, term)
-    return total
 
 
 class Decoded(NamedTuple):
@@ -220,7 +200,7 @@ class SSVMProblem:
             outputs, scores = [outputs[j] for j in keep], np.asarray(scores)[keep]
             value, weights = _l2_sorted_max(scores + const - gold_score, mu)
             used = np.flatnonzero(weights > 0)
-            expected = _weighted_stats(self.structure, [outputs[j] for j in used], weights[used], theta)
+            expected = self.structure.expected_stats([outputs[j] for j in used], weights[used], theta)
             loss = float(sum(weights[j] * self.loss(self.Y[i], outputs[j]) for j in used))
             diff = self.model.reduce_stats(add(expected, gold, -1.0))
             return SmoothStats(value, diff, np.asarray(outputs), loss)

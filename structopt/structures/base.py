@@ -122,6 +122,14 @@ class Structure(ABC):
         """``<theta, stats(y)>``."""
         return inner(theta, self.stats(y, theta))
 
+    def expected_stats(self, outputs: Any, weights: np.ndarray, like: Potentials) -> Potentials:
+        """``sum_j weights[j] * stats(outputs[j])`` (structures override it to vectorise)."""
+        total = None
+        for u, y in zip(weights, outputs, strict=True):
+            term = scale(self.stats(y, like), float(u))
+            total = term if total is None else add(total, term)
+        return total
+
     def enumerate(self, theta: Potentials) -> list[Any]:
         """List of all outputs of the instance (see :meth:`outputs`)."""
         return list(self.outputs(theta))

@@ -105,6 +105,18 @@ class Chain(Structure):
         pairwise[np.arange(T - 1), y[:-1], y[1:]] = 1.0
         return ChainPotentials(unary, pairwise)
 
+    def expected_stats(self, outputs, weights: np.ndarray, like: ChainPotentials) -> ChainPotentials:
+        """``sum_j weights[j] * stats(outputs[j])`` for a (k, T) array of label sequences, vectorised."""
+        labels = np.asarray(outputs, dtype=np.int64).reshape(len(weights), -1)
+        T, S = labels.shape[1], self.n_states
+        node = np.zeros((T, S))
+        edge = np.zeros((max(T - 1, 0), S, S))
+        pos = np.broadcast_to(np.arange(T), labels.shape)
+        np.add.at(node, (pos, labels), weights[:, None])
+        if T > 1:
+            np.add.at(edge, (pos[:, :-1], labels[:, :-1], labels[:, 1:]), weights[:, None])
+        return ChainPotentials(node, edge)
+
     def score(self, theta: ChainPotentials, y) -> float:
         unary, pairwise = self.check_potentials(theta)
         y = np.asarray(y, dtype=np.int64)
