@@ -73,3 +73,26 @@ def sparse_chain_problem(seed: int, n: int = 6, n_features: int = 40, lam: float
         X.append(sp.random(T, n_features, density=0.1, random_state=rng, format="csr"))
         Y.append(rng.integers(0, 3, size=T))
     return SSVMProblem(ChainModel(n_features, 3), X, Y, Hamming(), lam)
+
+
+def _smoothed_objective(problem: SSVMProblem, w: np.ndarray, mu: float, kind: str) -> tuple[float, np.ndarray]:
+    results = problem.smooth_oracle_batch(w, mu, kind)
+    return (np.mean([r.value for r in results]) + 0.5 * problem.lam * w @ w,
+            np.mean([r.grad for r in results], axis=0) + problem.lam * w)
+
+
+def smoothed_value(problem: SSVMProblem, w: np.ndarray, mu: float, kind: str = "entropy") -> float:
+    """The smoothed objective ``mean_i f_{i,mu}(w) + lam/2 ||w||^2``."""
+    return float(_smoothed_objective(problem, w, mu, kind)[0])
+
+
+def smoothed_optimum(problem: SSVMProblem, mu: float, kind: str = "entropy") -> tuple[float, np.ndarray]:
+    """Minimum of the smoothed objective ``mean_i f_{i,mu}(w) + lam/2 ||w||^2`` by L-BFGS."""
+    import scipy.optimize
+
+    def objective(w):
+        return _smoothed_objective(problem, w, mu, kind)
+
+    found = scipy.optimize.minimize(objective, np.zeros(problem.n_params), jac=True, method="L-BFGS-B",
+                                    options={"gtol": 1e-12, "ftol": 1e-15, "maxiter": 5000})
+    return float(found.fun), found.x

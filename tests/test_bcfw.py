@@ -7,12 +7,12 @@ import copy
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _reference import exact_primal, random_chain_problem, random_multiclass_problem
 
 import structopt as so
 from structopt.solvers._blocks import BlockState, PythonBlockUpdater, gamma_line_search
 from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
 from structopt.structures.base import unflatten
-from tests._reference import exact_primal, random_chain_problem, random_multiclass_problem
 
 
 def _chain_problem(seed=0, n=15, sparse=False, extras=False, loss=None, lam=0.1):
