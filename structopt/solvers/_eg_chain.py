@@ -80,6 +80,23 @@ def _add_adjoint(data, i, node, edge, scale, out):
 
 
 @njit(cache=True)
+def _project(node_in, edge_in, alpha, beta, tol, max_iter):
+    # the dual-Newton projection, resumed from its own multipliers if it stopped short of tol;
+    # then from zero multipliers (a bad warm start can stall the Newton phase)
+    node, edge, res, it = project_local_polytope(node_in, edge_in, alpha, beta, tol, max_iter)
+    total = it
+    for attempt in range(4):
+        if res <= tol:
+            break
+        if attempt == 2:
+            alpha[:] = 0.0
+            beta[:] = 0.0
+        node, edge, res, it = project_local_polytope(node_in, edge_in, alpha, beta, tol, max_iter)
+        total += it
+    return node, edge, res, total
+
+
+@njit(cache=True)
 def chain_normal_product(data, x, out):
     """``out = sum_i A_i^T A_i x`` (one power-iteration step); returns ``sum_i ||A_i x||^2``."""
     tok, S, F = data[1], data[4], data[5]
@@ -118,7 +135,8 @@ def chain_sum_sq_theta(data, x):
 
 
 @njit(cache=True)
-def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, warm, tol, max_iter, r_out, q_out, stats):
+def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, labels, kappa, warm, tol, max_iter, r_out, q_out,
+                 stats):
     """One dual-extrapolation iteration's z-side over all examples (see module docstring).
 
     Parameters
@@ -129,6 +147,10 @@ def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, warm, tol, m
     eta, beta, inv_n : step, z-block weight, 1/n.
     entropic : bool
         Entropic prox (CRF marginals of natural parameters) instead of Euclidean projections.
+    labels : (N,) int64 gold labels of all tokens, or empty for the uniform prox-centre.
+    kappa : float
+        Prox-centre at the gold output: Euclidean, the gold vertex (any ``kappa``); entropic, the
+        chain distribution with node potentials ``kappa`` on the gold labels.
     warm : (2, 2, E, S)
         Projection multipliers (look-ahead / step, rows / columns) over all E edges; updated.
     tol, max_iter : projection tolerance and Newton-step cap.
@@ -154,6 +176,7 @@ def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, warm, tol, m
     th_v = np.empty((maxT, S))
     inv_s = 1.0 / S
     inv_s2 = 1.0 / (S * S)
+    gold = labels.shape[0] > 0
     for i in range(n):
         a = tok[i]
         T = tok[i + 1] - a
@@ -175,6 +198,8 @@ def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, warm, tol, m
             for t in range(T):
                 for s in range(S):
                     node_in[t, s] = sW[t, s] / beta
+                if gold:
+                    node_in[t, labels[a + t]] += kappa
             for t in range(E):
                 for x in range(S):
                     for y in range(S):
@@ -191,13 +216,17 @@ def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, warm, tol, m
         else:
             for t in range(T):
                 for s in range(S):
-                    node_in[t, s] = inv_s + sW[t, s] / beta
+                    node_in[t, s] = (0.0 if gold else inv_s) + sW[t, s] / beta
+                if gold:
+                    node_in[t, labels[a + t]] += 1.0
             for t in range(E):
                 for x in range(S):
                     for y in range(S):
-                        edge_in[t, x, y] = inv_s2 + pw_W[x, y] * inv_n / beta
-            v_node, v_edge, res, it = project_local_polytope(node_in, edge_in, warm[0, 0, e0:e0 + E],
-                                                             warm[0, 1, e0:e0 + E], tol, max_iter)
+                        edge_in[t, x, y] = (0.0 if gold else inv_s2) + pw_W[x, y] * inv_n / beta
+                if gold:
+                    edge_in[t, labels[a + t], labels[a + t + 1]] += 1.0
+            v_node, v_edge, res, it = _project(node_in, edge_in, warm[0, 0, e0:e0 + E], warm[0, 1, e0:e0 + E],
+                                               tol, max_iter)
             max_res = max(max_res, res)
             iters += it
             for t in range(T):
@@ -207,8 +236,8 @@ def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, warm, tol, m
                 for x in range(S):
                     for y in range(S):
                         edge_in[t, x, y] = v_edge[t, x, y] + eta * pw_v[x, y] * inv_n / beta
-            u_node, u_edge, res, it = project_local_polytope(node_in, edge_in, warm[1, 0, e0:e0 + E],
-                                                             warm[1, 1, e0:e0 + E], tol, max_iter)
+            u_node, u_edge, res, it = _project(node_in, edge_in, warm[1, 0, e0:e0 + E], warm[1, 1, e0:e0 + E],
+                                               tol, max_iter)
             max_res = max(max_res, res)
             iters += it
         _add_adjoint(data, i, v_node, v_edge, 1.0, r_out)

@@ -31,9 +31,11 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.problem import SSVMProblem
 from structopt.solvers import _eg_operator as op
-from structopt.solvers._eg_geometry import ChainZPass, PythonZPass, entropic_sigma
+from structopt.solvers._eg_geometry import ChainZPass, PythonZPass, entropic_sigma, gold_node_potentials
 from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
 from structopt.structures.base import scale
+
+KAPPA = 6.0
 
 
 def _output_sqnorms(problem: SSVMProblem) -> np.ndarray:
@@ -48,7 +50,28 @@ def _log_sizes(problem: SSVMProblem) -> np.ndarray:
     return np.array([problem.structure.marginals(op.block_theta(problem, i, zero))[0] for i in range(problem.n)])
 
 
-def default_z_weight(problem: SSVMProblem, geometry: str, radius_sq: float) -> float:
+def _centre_diameters(problem: SSVMProblem, geometry: str, centre: str, kappa: float) -> np.ndarray:
+    """Per example, the largest prox-distance from the z prox-centre to a vertex (``D_z / beta``).
+
+    Euclidean: ``||stats(y_i)||^2 / 2`` from the uniform centre (about T_i on a chain) and
+    ``||stats(y_i)||^2`` from the gold vertex. Entropic: ``max_y KL(y || p_centre) = log Z(centre)``
+    (``T_i log S`` uniform, ``T_i log(e^kappa + S - 1)`` gold).
+    """
+    sq = _output_sqnorms(problem)
+    if geometry == "euclidean":
+        return sq if centre == "gold" else 0.5 * sq
+    if centre != "gold":
+        return _log_sizes(problem)
+    zero = problem.model.zeros()
+    out = []
+    for i in range(problem.n):
+        gold = problem.gold_stats(i, op.block_theta(problem, i, zero))
+        out.append(problem.structure.marginals(gold_node_potentials(gold, kappa))[0])
+    return np.array(out)
+
+
+def default_z_weight(problem: SSVMProblem, geometry: str, radius_sq: float, centre: str = "gold",
+                     kappa: float = 0.0) -> float:
     """``beta`` balancing the two blocks' prox-diameters: ``D_w = radius_sq / 2`` against ``D_z / beta``.
 
     ``D_z / beta`` is the sum over examples of the distance from the prox-centre to a vertex:
@@ -56,21 +79,21 @@ def default_z_weight(problem: SSVMProblem, geometry: str, radius_sq: float) -> f
     With ``beta = D_w / (D_z / beta)`` the two terms of the rate constant ``(D_w + D_z) L`` of
     dual extrapolation are equal, which minimises it over ``beta`` up to a factor 2.
     """
-    per_example = 0.5 * _output_sqnorms(problem) if geometry == "euclidean" else _log_sizes(problem)
+    per_example = _centre_diameters(problem, geometry, centre, kappa)
     return max(0.5 * radius_sq, 1e-12) / max(float(per_example.sum()), 1e-12)
 
 
-def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, compiled, keep_z):
+def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, compiled, keep_z, centre, kappa):
     kernels = None
     if compiled is not False and not keep_z and geometry in ("euclidean", "entropic"):
         kernels = problem.compiled_kernels()
         if kernels is not None and kernels.oracle.__name__ != "chain_oracle":
             kernels = None
     if kernels is not None:
-        return ChainZPass(problem, kernels, geometry, beta, sigma, tol)
+        return ChainZPass(problem, kernels, geometry, beta, sigma, tol, centre, kappa)
     if compiled:
         raise NotSupportedError(f"{problem.model!r} with {problem.loss!r} has no compiled extragradient pass")
-    return PythonZPass(problem, geometry, beta, sigma, memory_light, warm, tol, keep_z=keep_z)
+    return PythonZPass(problem, geometry, beta, sigma, memory_light, warm, tol, keep_z, centre, kappa)
 
 
 def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max_passes: float = 50,
@@ -78,7 +101,8 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
                        step_growth: float = 1.25, memory_light: bool = False, gap_every: int = 1,
                        tol: float = 0.0, time_limit: float | None = None, power_iters: int = 30,
                        lipschitz_margin: float = 1.05, projection_tol: float = 1e-8, warm_projections: bool = True,
-                       compiled: bool | None = None, keep_z: bool = False,
+                       compiled: bool | None = None, keep_z: bool = False, centre: str = "gold",
+                       kappa: float | None = None, w_block: str = "saddle",
                        random_state: int | np.random.Generator | None = None, progress: bool = False,
                        checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
                        callback=None) -> Result:
@@ -157,13 +181,21 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     # strong convexity of the z-block prox function w.r.t. l2: 1 (Euclidean), 1 / max ||stats||^2 (entropic)
     sigma = 1.0 if geometry == "euclidean" else entropic_sigma(float(_output_sqnorms(problem).max()))
     f0 = problem.primal(problem.model.zeros())
-    beta = float(z_weight) if z_weight is not None else default_z_weight(problem, geometry, 2.0 * f0 / lam)
+    if centre not in ("gold", "uniform"):
+        raise InvalidInputError(f"centre must be 'gold' or 'uniform', got {centre!r}")
+    kappa = float(KAPPA if kappa is None else kappa)
+    beta = (float(z_weight) if z_weight is not None
+            else default_z_weight(problem, geometry, 2.0 * f0 / lam, centre, kappa))
     if not beta > 0:
         raise InvalidInputError(f"z_weight must be > 0, got {z_weight}")
     zpass = _make_zpass(problem, geometry, beta, sigma, memory_light, warm_projections, projection_tol,
-                        compiled, keep_z)
+                        compiled, keep_z, centre, kappa)
     norm_b = zpass.operator_norm(power_iters, rng) * lipschitz_margin
-    lip = lam + norm_b / (n * np.sqrt(beta * sigma))
+    if w_block not in ("saddle", "exact"):
+        raise InvalidInputError(f"w_block must be 'saddle' or 'exact', got {w_block!r}")
+    exact = w_block == "exact"
+    # exact w-block: operator -grad D(z) on z alone, Lipschitz ||B||^2 / (lam n^2 beta sigma)
+    lip = norm_b ** 2 / (lam * n * n * beta * sigma) if exact else lam + norm_b / (n * np.sqrt(beta * sigma))
     fbar = op.gold_mean(problem)
     dbar = float(np.mean([op.loss_vector(problem, i)[1] for i in range(n)]))
 
@@ -182,11 +214,20 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         eta = st["eta"] * (step_growth if backtracking and st["t"] > 0 else 1.0)
         v_w = st["s_w"]  # w-prox centre 0 with unit weight: v_w = s_w
         while True:
+            if exact:  # w = w(v_z): one look-ahead-only pass for sum_i A_i^T v_i, then the step pass
+                r, _, _, _ = zpass.run(st["W"], st["Lam"], v_w, 0.0)
+                v_w = (fbar - r / n) / lam
             r, q, lin, dz = zpass.run(st["W"], st["Lam"], v_w, eta)
-            st["trials"] += 1
-            u_w = v_w - eta * (lam * v_w + r / n - fbar)
+            st["trials"] += 2 if exact else 1
+            u_w = (fbar - q / n) / lam if exact else v_w - eta * (lam * v_w + r / n - fbar)
             if not backtracking:
                 break
+            if exact:  # local test on -grad D: eta^2 ||B^T B (v - u)||_*^2 / (lam n^2)^2 <= ||v - u||^2
+                dual_sq = zpass.sum_sq_theta(v_w - u_w) / (n * n * beta * sigma)
+                if eta * eta * dual_sq <= beta * sigma * dz * (1 + 1e-10) or eta * lip <= 1.0:
+                    break
+                eta *= 0.5
+                continue
             dw = v_w - u_w
             dual_sq = (float(np.sum((lam * dw + (r - q) / n) ** 2))
                        + zpass.sum_sq_theta(dw) / (n * n * beta * sigma))
