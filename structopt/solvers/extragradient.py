@@ -14,11 +14,25 @@ needs no radius and its gap is directly comparable.
 Algorithm: Nesterov's dual extrapolation with per-block prox maps (Euclidean projection or
 entropic prox on the z-blocks, Euclidean on w with prox-centre 0) and step-weighted dual
 accumulation ``s <- s - eta_t G(u_t)``; the output is the ``eta``-weighted average of the
-``u_t`` (uniform for a fixed step). Norm: ``||u||^2 = ||w||^2 + beta sigma sum_i ||z_i||^2``
-(``beta`` = ``z_weight``, ``sigma`` = strong convexity of the z-block entropy), in which the
-operator is Lipschitz with ``L <= lam + ||B||_2 / (n sqrt(beta sigma))``, ``||B||_2`` estimated
-by power iteration over the stacked ``A_i``. One iteration is one streaming pass over the data
-(two prox calls per example).
+``u_t``. Norm: ``||u||^2 = ||w||^2 + beta sigma sum_i ||z_i||^2`` (``beta`` = ``z_weight``,
+``sigma`` = strong convexity of the z-block prox function), in which the operator is Lipschitz
+with ``L <= lam + ||B||_2 / (n sqrt(beta sigma))``, ``||B||_2`` by power iteration.
+
+Defaults and why (diagnosed on OCR, see the benchmark):
+
+* z prox-centre at the gold outputs (``centre="gold"``): then the start ``(w, z) = (0, gold)`` is
+  BCFW's start (``w(z) = 0``, ``D = 0``); from the uniform centre ``w(z_bar)`` is of order
+  ``1/lam`` and the first duals are hugely negative (gap ~1e3 on OCR at lam = 0.01). Entropic
+  geometry cannot sit on a vertex: its centre has node potentials ``kappa = 6`` on the gold labels.
+* ``beta`` balances the two prox-diameters (``default_z_weight``).
+* adaptive step (``backtracking=True``): grow by ``step_growth``, halve while the exact local
+  Lipschitz test fails.
+* ``w_block="exact"`` replaces the w-player by its best response ``w(z)`` (extrapolation on the
+  concave dual alone); offered, not the default (it did not help on OCR).
+
+Compiled path: for chain models with packed data (``problem.compiled_kernels()``) each iteration
+is one numba call over all examples (``_eg_chain.chain_z_pass``), memory-light; other structures
+(matchings) use a per-example Python loop around ``structure.project``.
 """
 
 from __future__ import annotations
