@@ -177,7 +177,11 @@ class Chain(Structure):
         """
         if int(k) < 1:
             raise InvalidInputError(f"topk needs k >= 1, got {k}")
-        return kern.topk_viterbi(*self.check_potentials(theta), int(k))
+        unary, pairwise = self.check_potentials(theta)
+        if int(k) == 1:  # plain Viterbi: same answer, same tie-breaking, a fraction of the cost
+            y, score = kern.viterbi(unary, pairwise)
+            return y[None, :], np.array([score])
+        return kern.topk_viterbi(unary, pairwise, int(k))
 
     def marginals(self, theta: ChainPotentials) -> tuple[float, ChainPotentials]:
         """Forward-backward in log space: ``(log Z, marginals)``, marginals in the stats layout."""
