@@ -261,3 +261,30 @@ def test_check_structure_many_random_chains():
         if not report.ok:
             failures.append(report.table())
     assert not failures, "\n\n".join(failures[:3])
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 50.0, 1e3, 1e5])
+@pytest.mark.parametrize("shared", [True, False])
+def test_scaled_forward_backward_matches_log_space_at_extreme_scales(scale, shared):
+    # the scaled sum-product must agree with a plain log-space recursion whatever the dynamic range
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(int(scale) % 97 + shared)
+    T, S = 7, 5
+    unary = scale * rng.normal(size=(T, S))
+    pairwise = scale * rng.normal(size=(S, S) if shared else (T - 1, S, S))
+    pairwise[..., 0, 1] = -np.inf  # a forbidden transition
+    pw = np.broadcast_to(pairwise, (T - 1, S, S))
+    alpha = [unary[0]]
+    for t in range(1, T):
+        alpha.append(unary[t] + logsumexp(alpha[-1][:, None] + pw[t - 1], axis=0))
+    beta = [np.zeros(S)]
+    for t in range(T - 2, -1, -1):
+        beta.insert(0, logsumexp(pw[t] + (unary[t + 1] + beta[0])[None, :], axis=1))
+    alpha, beta = np.array(alpha), np.array(beta)
+    log_z = logsumexp(alpha[-1])
+    log_z_fast, marg = Chain(S).marginals(ChainPotentials(unary, pairwise))
+    assert log_z_fast == pytest.approx(log_z, rel=1e-12, abs=1e-9)
+    np.testing.assert_allclose(marg.unary, np.exp(alpha + beta - log_z), atol=1e-10)
+    edge = np.exp(alpha[:-1, :, None] + pw + (unary[1:] + beta[1:])[:, None, :] - log_z)
+    np.testing.assert_allclose(marg.pairwise, edge, atol=1e-10)

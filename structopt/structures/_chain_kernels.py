@@ -216,19 +216,100 @@ def _forward_backward_tables(unary, pairwise, use_max):
     return alpha, beta
 
 
+# Sum-product in scaled probability space: a transition matrix is exponentiated once, shifted by
+# its max (E = exp(pw - pmax)), and each step multiplies max-shifted exponentials of the messages
+# by it, so a position costs S^2 multiply-adds and O(S) exp/log instead of S^2 exp. A message
+# entry whose scaled sum is too small to trust (below TINY: underflow, or a -inf transition
+# column) is recomputed exactly in log space, so the result matches the log-space recursion.
+TINY = 1e-280
+
+
+@njit(cache=True)
+def _scaled_transitions(pairwise):
+    P, S = pairwise.shape[0], pairwise.shape[1]
+    E = np.empty((P, S, S))
+    shift = np.empty(P)
+    for p in range(P):
+        m = NEG_INF
+        for a in range(S):
+            for b in range(S):
+                m = max(m, pairwise[p, a, b])
+        shift[p] = m if m > NEG_INF else 0.0
+        for a in range(S):
+            for b in range(S):
+                E[p, a, b] = np.exp(pairwise[p, a, b] - shift[p])
+    return E, shift
+
+
+@njit(cache=True, inline="always")
+def _shifted_exp(values, out):
+    # out = exp(values - max), returns the max (-inf when all are -inf, out then zero)
+    m = NEG_INF
+    for v in values:
+        m = max(m, v)
+    for k in range(values.shape[0]):
+        out[k] = np.exp(values[k] - m) if m > NEG_INF else 0.0
+    return m
+
+
 @njit(cache=True)
 def forward_backward(unary, pairwise):
-    """log Z, node marginals (T, S) and edge marginals (T-1, S, S), all in log space inside."""
+    """log Z, node marginals (T, S) and edge marginals (T-1, S, S) (scaled sum-product)."""
     T, S = unary.shape
-    alpha, beta = _forward_backward_tables(unary, pairwise, False)
+    E, shift = _scaled_transitions(pairwise)
+    single = pairwise.shape[0] == 1
+    alpha = np.empty((T, S))
+    beta = np.zeros((T, S))
+    alpha[0] = unary[0]
+    scaled = np.empty(S)
+    buf = np.empty(S)
+    for t in range(1, T):
+        p = 0 if single else t - 1
+        top = _shifted_exp(alpha[t - 1], scaled)
+        for b in range(S):
+            acc = 0.0
+            for a in range(S):
+                acc += scaled[a] * E[p, a, b]
+            if acc > TINY:
+                alpha[t, b] = unary[t, b] + top + shift[p] + np.log(acc)
+            else:
+                for a in range(S):
+                    buf[a] = alpha[t - 1, a] + pairwise[p, a, b]
+                alpha[t, b] = unary[t, b] + _reduce(buf, False)
+    below = np.empty((T, S))  # below[t, b] = unary[t, b] + beta[t, b]
+    below[T - 1] = unary[T - 1]
+    for t in range(T - 2, -1, -1):
+        p = 0 if single else t
+        top = _shifted_exp(below[t + 1], scaled)
+        for a in range(S):
+            acc = 0.0
+            for b in range(S):
+                acc += E[p, a, b] * scaled[b]
+            if acc > TINY:
+                beta[t, a] = top + shift[p] + np.log(acc)
+            else:
+                for b in range(S):
+                    buf[b] = pairwise[p, a, b] + below[t + 1, b]
+                beta[t, a] = _reduce(buf, False)
+            below[t, a] = unary[t, a] + beta[t, a]
     log_z = _reduce(alpha[T - 1], False)
     node = np.exp(alpha + beta - log_z)
     edge = np.empty((max(T - 1, 0), S, S))
+    left = np.empty(S)
     for t in range(T - 1):
-        pw = _transition(pairwise, t)
-        for a in range(S):
-            for b in range(S):
-                edge[t, a, b] = np.exp(alpha[t, a] + pw[a, b] + unary[t + 1, b] + beta[t + 1, b] - log_z)
+        p = 0 if single else t
+        top_left = _shifted_exp(alpha[t], left)
+        top_right = _shifted_exp(below[t + 1], scaled)
+        factor = top_left + shift[p] + top_right - log_z
+        if factor < 700.0:
+            c = np.exp(factor)
+            for a in range(S):
+                for b in range(S):
+                    edge[t, a, b] = c * left[a] * E[p, a, b] * scaled[b]
+        else:  # the scaled product could overflow: exact log-space entries
+            for a in range(S):
+                for b in range(S):
+                    edge[t, a, b] = np.exp(alpha[t, a] + pairwise[p, a, b] + below[t + 1, b] - log_z)
     return log_z, node, edge
 
 
