@@ -31,7 +31,7 @@ from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
 
 def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: str, k: int, gamma: float,
                rng: np.random.Generator, counters: Counters, n_steps: int | None = None, kappa: float = 0.0,
-               z: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int]]:
+               z: np.ndarray | None = None, iterate: str = "average") -> tuple[np.ndarray, dict[str, int]]:
     """One SVRG epoch from the snapshot ``w_start``; returns the averaged iterate and memory use.
 
     Parameters
@@ -74,7 +74,7 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     counters.oracle_calls += 2 * n_steps
     counters.oracle_calls_made += n_steps
     memory = {"snapshot_cache_bytes": stats_nbytes(diffs), "iterate_bytes": it.nbytes() + gbar.nbytes}
-    return it.average(), memory
+    return (it.average() if iterate == "average" else it.dense()), memory
 
 
 def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 5,

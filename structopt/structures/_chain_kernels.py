@@ -195,7 +195,7 @@ def _reduce(values, use_max):
 
 
 @njit(cache=True)
-def _forward_backward_tables(unary, pairwise, use_max):
+def _max_product_tables(unary, pairwise):
     T, S = unary.shape
     alpha = np.full((T, S), NEG_INF)
     beta = np.zeros((T, S))
@@ -206,13 +206,13 @@ def _forward_backward_tables(unary, pairwise, use_max):
         for b in range(S):
             for a in range(S):
                 buf[a] = alpha[t - 1, a] + pw[a, b]
-            alpha[t, b] = _reduce(buf, use_max) + unary[t, b]
+            alpha[t, b] = _reduce(buf, True) + unary[t, b]
     for t in range(T - 2, -1, -1):
         pw = _transition(pairwise, t)
         for a in range(S):
             for b in range(S):
                 buf[b] = pw[a, b] + unary[t + 1, b] + beta[t + 1, b]
-            beta[t, a] = _reduce(buf, use_max)
+            beta[t, a] = _reduce(buf, True)
     return alpha, beta
 
 
@@ -316,5 +316,5 @@ def forward_backward(unary, pairwise):
 @njit(cache=True)
 def max_marginals(unary, pairwise):
     """mm[t, s] = best score of a sequence with y_t = s."""
-    alpha, beta = _forward_backward_tables(unary, pairwise, True)
+    alpha, beta = _max_product_tables(unary, pairwise)
     return alpha + beta
