@@ -131,11 +131,11 @@ class Monitor:
         if self.callback is not None:
             entry.update(self.callback(w) or {})
         self.trace.append(entry)
-        self._bar.update(max(0.0, passes - self._bar.n))
         postfix = {"primal": f"{primal:.5g}"}
         if gap is not None:
             postfix["gap"] = f"{gap:.3g}"
         self._bar.set_postfix(postfix, refresh=False)
+        self._bar.update(max(0.0, passes - self._bar.n))  # refreshes with this record's postfix
         if self.checkpoint is not None and state is not None:
             save_checkpoint(self.checkpoint, {**state, "trace": self.trace})
         if gap is not None and gap <= self.tol:
