@@ -80,13 +80,16 @@ def run_method(name: str, problem: SSVMProblem, args, cb) -> dict:
         from structopt.solvers.bcfw import bcfw
         res = bcfw(problem, max_passes=passes, averaging=True, random_state=seed, callback=cb)
     elif name == "svrg":
-        res = svrg(problem, mu=args.mu, k=5, L=args.L, max_passes=passes, random_state=seed, callback=cb)
+        res = svrg(problem, mu=args.mu, k=5, L=args.L, iterate=args.iterate, sgd_init=args.sgd_init,
+                   max_passes=passes, random_state=seed, callback=cb)
     elif name == "casimir-const":
         res = casimir_svrg(problem, schedule="const", mu=args.mu, k=5, L=args.L, warm_start=args.const_warm_start,
-                           max_passes=passes, random_state=seed, callback=cb)
+                           iterate=args.iterate, sgd_init=args.sgd_init, max_passes=passes, random_state=seed,
+                           callback=cb)
     elif name == "casimir-adapt":
         res = casimir_svrg(problem, schedule="adapt", mu=args.adapt_mu, k=5, learning_rate=args.adapt_lr,
-                           warm_start=args.adapt_warm_start, max_passes=passes, random_state=seed, callback=cb)
+                           warm_start=args.adapt_warm_start, iterate=args.iterate, sgd_init=args.sgd_init,
+                           max_passes=passes, random_state=seed, callback=cb)
     else:
         raise ValueError(name)
     wall = time.perf_counter() - t
@@ -137,8 +140,8 @@ def part_accept(args) -> dict:
     problem = SSVMProblem(data["model"], train["X"], train["y"], Hamming(), 1.0 / n)
     cb = f1_callback(problem, test, data["tags"])
     t = time.perf_counter()
-    res = casimir_svrg(problem, schedule="const", mu=1.0, k=5, L=32.0, max_passes=args.accept_passes,
-                       random_state=args.seed, callback=cb, progress=False)
+    res = casimir_svrg(problem, schedule="const", mu=args.mu, k=5, L=args.L, iterate=args.iterate,
+                       sgd_init=args.sgd_init, max_passes=args.accept_passes, random_state=args.seed, callback=cb)
     wall = time.perf_counter() - t
     at10 = next((r for r in res.trace if r["passes"] >= 10 - 1e-9), res.trace[-1])
     epochs10 = next((r for r in res.trace if r.get("outer_iter", 0) >= 10), res.trace[-1])
@@ -185,12 +188,16 @@ def main(argv=None) -> int:
     ap.add_argument("--test-subset", type=int, default=None, help="first m test sentences (ner)")
     ap.add_argument("--chunk-subset", type=int, default=None, help="first m training sentences (chunk)")
     ap.add_argument("--mu", type=float, default=1.0, help="smoothing of SVRG and Casimir-const")
-    ap.add_argument("--L", type=float, default=128.0, help="smoothness estimate of SVRG and Casimir-const")
+    ap.add_argument("--L", type=float, default=None,
+                    help="smoothness of SVRG and Casimir (default: estimated, local top-K curvature)")
+    ap.add_argument("--iterate", default="average", choices=["average", "last"], help="SVRG epoch output")
+    ap.add_argument("--sgd-init", action="store_true", help="one SGD pass before the first SVRG snapshot")
+    ap.add_argument("--tag", default="", help="suffix of the output files")
     ap.add_argument("--const-warm-start", default="prev-iterate")
     ap.add_argument("--adapt-mu", type=float, default=2.0)
-    ap.add_argument("--adapt-lr", type=float, default=1 / 512)
+    ap.add_argument("--adapt-lr", type=float, default=None, help="default 1/(L + lam + kappa), L estimated")
     ap.add_argument("--adapt-warm-start", default="extrapolation")
-    ap.add_argument("--sgd-gamma0", type=float, default=0.02)
+    ap.add_argument("--sgd-gamma0", type=float, default=0.02, help="the released scripts' value")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="subset 1000/500 sentences, 4 passes")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
@@ -201,7 +208,7 @@ def main(argv=None) -> int:
     results = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
     if "ner" in args.parts:
         results["ner"] = part_ner(args)
-        plot(results["ner"], args.out / "conll_casimir_ner.png")
+        plot(results["ner"], args.out / f"conll_casimir_ner{args.tag}.png")
     if "chunk" in args.parts:
         results["chunk_bcfw"] = part_chunk(args)
     if "accept" in args.parts:
@@ -209,7 +216,7 @@ def main(argv=None) -> int:
     results["peak_rss_mb"] = peak_rss_mb()
     print(f"peak RSS {results['peak_rss_mb']:.0f} MB")
     name = "conll_casimir" + ("_" + "_".join(args.parts) if set(args.parts) != {"ner", "chunk", "accept"} else "")
-    with open(args.out / f"{name}.json", "w") as fh:
+    with open(args.out / f"{name}{args.tag}.json", "w") as fh:
         json.dump(results, fh, indent=1, default=float)
     return 0
 

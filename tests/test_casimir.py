@@ -143,3 +143,13 @@ def test_bad_arguments():
         casimir_svrg(p, mu=-1.0)
     with pytest.raises(InvalidInputError):
         casimir_svrg(p, alpha0=1.5)
+
+
+def test_sgd_init_and_last_iterate():
+    p = random_chain_problem(2, lam=0.1)
+    r = casimir_svrg(p, mu=0.3, iterate="last", sgd_init=True, max_passes=5, random_state=0)
+    assert [t["oracle_calls"] for t in r.trace] == [0, p.n, 3 * p.n, 5 * p.n]
+    assert [t["outer_iter"] for t in r.trace] == [0, 0, 1, 2]
+    assert r.trace[-1]["primal"] < r.trace[0]["primal"]
+    with pytest.raises(InvalidInputError):
+        casimir_svrg(p, iterate="median")

@@ -186,3 +186,55 @@ def test_bad_arguments():
         svrg(p, kind="hinge")
     with pytest.raises(InvalidInputError):
         svrg(p, learning_rate=-1.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_local_curvature_is_the_hessian_norm_on_the_topk_support(seed):
+    # Hessian of the top-K l2-smoothed hinge on a fixed support: A_K^T (I - 11^T/K) A_K / mu over the
+    # K best rows (K = |Y| here, so every support lies inside them): compare with dense rows, and
+    # check that gradient differences along random small moves stay below it
+    from structopt.solvers._smooth import local_curvature
+
+    p = random_chain_problem(seed, n=3, max_len=3, n_states=2)
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=p.n_params)
+    mu = 2.0
+    for i in range(p.n):
+        psi, rows = enumerated_psi(p, i, w)
+        m = len(psi)
+        centred = rows - rows.mean(axis=0)
+        expected = np.linalg.eigvalsh(centred @ centred.T)[-1] / mu
+        got = local_curvature(p, i, w, mu, k=m)
+        assert got == pytest.approx(expected, rel=1e-9, abs=1e-9)
+        g0 = p.smooth_oracle(i, w, mu, "topk", k=m).grad
+        for _ in range(5):
+            d = rng.normal(size=p.n_params) * 1e-3
+            g1 = p.smooth_oracle(i, w + d, mu, "topk", k=m).grad
+            assert np.linalg.norm(g1 - g0) <= got * np.linalg.norm(d) * (1 + 1e-6) + 1e-12
+
+
+def test_local_lipschitz_estimate_is_below_the_row_norm_bound_on_long_chains():
+    from structopt.solvers._smooth import estimate_lipschitz
+
+    p = sparse_chain_problem(0)
+    local, bound = estimate_lipschitz(p, 1.0), estimate_lipschitz(p, 1.0, method="bound")
+    assert 0 < local < bound
+    with pytest.raises(InvalidInputError):
+        estimate_lipschitz(p, 1.0, method="guess")
+
+
+def test_last_iterate_and_sgd_init_options():
+    p = random_chain_problem(2, lam=0.1)
+    rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+    w0 = np.zeros(p.n_params)
+    avg, _ = svrg_epoch(p, w0, mu=0.5, kind="topk", k=3, gamma=0.05, rng=rng_a, counters=Counters())
+    last, _ = svrg_epoch(p, w0, mu=0.5, kind="topk", k=3, gamma=0.05, rng=rng_b, counters=Counters(),
+                         iterate="last")
+    assert not np.allclose(avg, last)
+    r = svrg(p, mu=0.5, iterate="last", sgd_init=True, max_passes=7, random_state=0)
+    # one SGD pass (1 call per step), then epochs of 2 calls per step
+    assert [t["oracle_calls"] for t in r.trace] == [0, p.n, 3 * p.n, 5 * p.n, 7 * p.n]
+    assert [t["full_grad_passes"] for t in r.trace] == [0, 0, 1, 2, 3]
+    assert r.trace[-1]["primal"] < r.trace[0]["primal"]
+    with pytest.raises(InvalidInputError):
+        svrg(p, iterate="median")

@@ -19,9 +19,11 @@ typo "kappa_k = k" read as kappa); learning rate ``1/(L + lam + kappa)``; ``alph
 sqrt(q)``, ``mu_k = mu * (1 - sqrt(q)/2)^(k/2)``; a constant learning rate (the paper tunes it),
 by default ``1/(L + lam + kappa)`` with L the smoothness at the initial ``mu``.
 
-``L`` is given, or estimated by :func:`~structopt.solvers._smooth.estimate_lipschitz` (squared
-norm of the far-from-gold row ``Phi(x_i, y^) - Phi(x_i, y_i)`` over a sample, divided by ``mu``; a
-conservative value: the paper tunes L on a grid).
+``L`` is given, or estimated by :func:`~structopt.solvers._smooth.estimate_lipschitz`: the
+curvature of the top-K smoothed hinges at the start point (largest eigenvalue of the centred
+Gram matrix of the K best outputs' features, over a sample, divided by ``mu``). It replaces the
+former ``R^2/mu`` bound (row norm of the far-from-gold output), which on CoNLL NER was ~400x the
+curvature the iterates see; the paper tunes L on a grid.
 
 Oracle counting: 2 calls per SVRG step as in the paper, full-gradient passes (one per outer
 iteration) reported apart; see :mod:`structopt.solvers._smooth`.
@@ -37,7 +39,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
-from structopt.solvers._smooth import Counters, check_kind, estimate_lipschitz
+from structopt.solvers._smooth import Counters, check_iterate, check_kind, estimate_lipschitz, sgd_pass
 from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
 from structopt.solvers.svrg import svrg_epoch
 
@@ -73,7 +75,8 @@ def adapt_mu(mu: float, q: float, k: int) -> float:
 def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | None = None, kind: str = "topk",
                  k: int = 5, L: float | None = None, kappa: float | None = None,
                  learning_rate: float | str | None = None, mu_min: float = 0.0, warm_start: str = "prox-center",
-                 alpha0: float | None = None, inner_steps: int | None = None, max_passes: float = 50,
+                 alpha0: float | None = None, inner_steps: int | None = None, iterate: str = "average",
+                 sgd_init: bool = False, max_passes: float = 50,
                  w0: np.ndarray | None = None, time_limit: float | None = None,
                  random_state: int | np.random.Generator | None = None, progress: bool = False,
                  checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
@@ -110,6 +113,12 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         Default ``sqrt(lam / (lam + kappa))``.
     inner_steps : int, optional
         Inner SVRG budget (default n, one pass).
+    iterate : {"average", "last"}
+        ``w_k`` is the mean of the inner SVRG iterates (spec §6 and the released code, default)
+        or the last one.
+    sgd_init : bool
+        Replace ``w_0`` by one pass of SGD at the step ``1/(L + lam)`` (one oracle call per step),
+        see :func:`~structopt.solvers._smooth.sgd_pass`.
     max_passes : float
         Stop after this many oracle calls / n (paper counting, 2 per inner step).
     w0, time_limit, random_state, progress, callback
@@ -127,6 +136,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         ``outer_iter``, ``mu``, ``kappa``, ``alpha``, ``beta``, ``learning_rate``.
     """
     check_kind(kind, k)
+    check_iterate(iterate)
     if schedule not in ("const", "adapt"):
         raise InvalidInputError(f"schedule must be 'const' or 'adapt', got {schedule!r}")
     if warm_start not in WARM_STARTS:
@@ -145,7 +155,10 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         monitor.resume(s["trace"])
     else:
         rng = make_rng(random_state)
-        L = estimate_lipschitz(problem, mu) if L is None else float(L)
+        w = problem.model.zeros() if w0 is None else np.array(w0, dtype=float, copy=True)
+        if w.shape != (problem.n_params,):
+            raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")
+        L = estimate_lipschitz(problem, mu, k=k, w=w) if L is None else float(L)
         if not L > 0:
             raise InvalidInputError(f"L must be > 0, got {L}")
         if kappa is None:
@@ -156,13 +169,15 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         alpha = math.sqrt(lam / (lam + kappa)) if alpha0 is None else float(alpha0)
         if not 0.0 < alpha < 1.0:
             raise InvalidInputError(f"alpha0 must lie in (0, 1), got {alpha}")
-        w = problem.model.zeros() if w0 is None else np.array(w0, dtype=float, copy=True)
-        if w.shape != (problem.n_params,):
-            raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")
-        w_prev, z, z_prev = w, w.copy(), w.copy()
         counters, it, memory = Counters(), 0, {}
         monitor.pause()
         monitor.record(w, primal=problem.primal(w), outer_iter=0, **counters.record(n))
+        if sgd_init:
+            monitor.restart()
+            w = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=mu, kind=kind, k=k, rng=rng, counters=counters)
+            monitor.pause()
+            monitor.record(w, primal=problem.primal(w), outer_iter=0, **counters.record(n))
+        w_prev, z, z_prev = w, w.copy(), w.copy()
     q = lam / (lam + kappa)
 
     while not monitor.stop_reason:
@@ -180,7 +195,8 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         else:
             start = w + (kappa / (kappa + lam)) * (z - z_prev)
         w_new, memory = svrg_epoch(problem, start, mu=mu_k, kind=kind, k=k, gamma=gamma, rng=rng,
-                                   counters=counters, n_steps=inner_steps, kappa=kappa, z=z)
+                                   counters=counters, n_steps=inner_steps, kappa=kappa, z=z,
+                                   iterate=iterate)
         alpha_new = catalyst_alpha(alpha, kappa, kappa, lam)
         beta = catalyst_beta(alpha, alpha_new, kappa, kappa, lam)
         z_prev, z = z, w_new + beta * (w_new - w)

@@ -52,7 +52,8 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         Smoothing kind and K when ``mu`` is given.
     gamma0 : float, optional
         Initial step; default ``1 / (L + lam)`` with L from
-        :func:`~structopt.solvers._smooth.estimate_lipschitz` at ``mu`` (at 1 without smoothing).
+        :func:`~structopt.solvers._smooth.estimate_lipschitz` (local top-K curvature at ``w0``) at
+        ``mu`` (at 1 without smoothing; on CoNLL NER this gives ~1/54, near the paper's 0.02).
     t0 : float, optional
         Steps between decreases of the step (default n, one pass).
     averaging : {"weighted", "uniform", "none"}
@@ -93,7 +94,7 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
     else:
         rng = make_rng(random_state)
         if gamma0 is None:
-            gamma0 = 1.0 / (estimate_lipschitz(problem, 1.0 if mu is None else mu) + lam)
+            gamma0 = 1.0 / (estimate_lipschitz(problem, 1.0 if mu is None else mu, k=k) + lam)
         t0 = float(n if t0 is None else t0)
         if not (gamma0 > 0 and t0 > 0):
             raise InvalidInputError(f"gamma0 and t0 must be > 0, got {gamma0}, {t0}")

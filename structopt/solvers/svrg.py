@@ -25,14 +25,23 @@ import numpy as np
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
-from structopt.solvers._smooth import Counters, check_kind, estimate_lipschitz, snapshot, stats_nbytes, subtract
+from structopt.solvers._smooth import (
+    Counters,
+    check_iterate,
+    check_kind,
+    estimate_lipschitz,
+    sgd_pass,
+    snapshot,
+    stats_nbytes,
+    subtract,
+)
 from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
 
 
 def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: str, k: int, gamma: float,
                rng: np.random.Generator, counters: Counters, n_steps: int | None = None, kappa: float = 0.0,
                z: np.ndarray | None = None, iterate: str = "average") -> tuple[np.ndarray, dict[str, int]]:
-    """One SVRG epoch from the snapshot ``w_start``; returns the averaged iterate and memory use.
+    """One SVRG epoch from the snapshot ``w_start``; returns its averaged (or last) iterate and memory use.
 
     Parameters
     ----------
@@ -50,6 +59,9 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
         Inner steps (default n, one pass).
     kappa, z
         Prox weight and prox centre (Casimir's subproblem); ``kappa = 0`` for plain SVRG.
+    iterate : {"average", "last"}
+        Return the mean of the inner iterates (spec §6, the paper's SVRG baseline and the released
+        code) or the last one (Johnson & Zhang's option I).
 
     Returns
     -------
@@ -62,6 +74,7 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     rho = 1.0 - gamma * (lam + kappa)
     if not gamma > 0.0:
         raise InvalidInputError(f"learning rate must be > 0, got {gamma}")
+    check_iterate(iterate)
     diffs, gbar, _ = snapshot(problem, w_start, mu, kind, k)
     counters.full_grad_passes += 1
     c = gbar if (kappa == 0.0 or z is None) else gbar - kappa * z
@@ -78,7 +91,8 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
 
 
 def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 5,
-         learning_rate: float | None = None, L: float | None = None, max_passes: float = 50,
+         learning_rate: float | None = None, L: float | None = None, iterate: str = "average",
+         sgd_init: bool = False, max_passes: float = 50,
          w0: np.ndarray | None = None, time_limit: float | None = None,
          random_state: int | np.random.Generator | None = None, progress: bool = False,
          checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
@@ -99,7 +113,14 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         Constant step; default ``1 / (L + lam)``.
     L : float, optional
         Smoothness constant of the smoothed hinges; default
-        :func:`~structopt.solvers._smooth.estimate_lipschitz` (a conservative estimate ``R^2/mu``).
+        :func:`~structopt.solvers._smooth.estimate_lipschitz` (the local top-K curvature at the
+        start point, largest over a sample of examples).
+    iterate : {"average", "last"}
+        Next snapshot: the mean of the epoch's iterates (the paper's SVRG baseline, default) or
+        the last iterate (Johnson & Zhang's option I; faster on CoNLL NER, see the benchmark).
+    sgd_init : bool
+        Start with one pass of SGD at the same step (one oracle call per step) before the first
+        snapshot (:func:`~structopt.solvers._smooth.sgd_pass`).
     max_passes : float
         Stop after this many oracle calls / n (paper counting: 2 per step, so 2 per epoch).
     w0 : ndarray, optional
@@ -114,11 +135,12 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
     Returns
     -------
     Result
-        ``w`` is the last epoch's averaged iterate. Trace records: ``passes`` (= oracle_calls / n),
+        ``w`` is the last epoch's averaged (or last) iterate. Trace records: ``passes`` (= oracle_calls / n),
         ``oracle_calls`` (paper counting), ``oracle_calls_made``, ``full_grad_passes``, ``time``,
         ``primal`` (non-smooth F of ``w``), ``epoch``.
     """
     check_kind(kind, k)
+    check_iterate(iterate)
     if not mu > 0:
         raise InvalidInputError(f"svrg needs a smoothing parameter mu > 0, got {mu}")
     n = problem.n
@@ -135,7 +157,7 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         if w.shape != (problem.n_params,):
             raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")
         if learning_rate is None:
-            L = estimate_lipschitz(problem, mu) if L is None else float(L)
+            L = estimate_lipschitz(problem, mu, k=k, w=w) if L is None else float(L)
             learning_rate = 1.0 / (L + problem.lam)
         gamma = float(learning_rate)
         if not gamma > 0:
@@ -145,7 +167,11 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         monitor.record(w, primal=problem.primal(w), epoch=0, **counters.record(n))
     while not monitor.stop_reason:
         monitor.restart()
-        w, memory = svrg_epoch(problem, w, mu=mu, kind=kind, k=k, gamma=gamma, rng=rng, counters=counters)
+        if sgd_init and epoch == 0:
+            w = sgd_pass(problem, w, gamma=gamma, mu=mu, kind=kind, k=k, rng=rng, counters=counters)
+        else:
+            w, memory = svrg_epoch(problem, w, mu=mu, kind=kind, k=k, gamma=gamma, rng=rng, counters=counters,
+                                   iterate=iterate)
         epoch += 1
         monitor.pause()
         state = {"solver": "svrg", "w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma,
