@@ -14,6 +14,7 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.losses import Loss
 from structopt.models.base import Model
+from structopt.smoothing import l2_smoothed_max_sorted
 from structopt.structures.base import Potentials, add, flatten, inner, scale
 
 
@@ -59,25 +60,6 @@ class SmoothStats(NamedTuple):
     diff: Potentials
     y: Any
     loss: float
-
-
-def _l2_sorted_max(z: np.ndarray, mu: float) -> tuple[float, np.ndarray]:
-    """l2-smoothed max of scores sorted non-increasingly (spec §3, Prop. 3), stable for tiny mu.
-
-    The support size k is the first j with ``sum_{i<=j} (z_i - z_{j+1}) >= mu`` (else all), and
-    ``u_i = max(0, 1/k + (z_i - mean(z_1..z_k)) / mu)``: no division of the scores by mu, so the
-    weights stay exact (one-hot, or uniform over ties) when mu is far below the score gaps.
-    """
-    z = np.asarray(z, dtype=float)
-    m = z.size
-    csum = np.cumsum(z)
-    j = np.arange(1, m)
-    hit = np.flatnonzero(csum[:-1] - j * z[1:] >= mu)
-    k = int(hit[0]) + 1 if hit.size else m
-    u = np.zeros(m)
-    u[:k] = np.maximum(0.0, 1.0 / k + (z[:k] - csum[k - 1] / k) / mu)
-    u /= u.sum()  # round-off only
-    return float(u @ z - 0.5 * mu * (u @ u - 1.0)), u
 
 
 class Decoded(NamedTuple):
@@ -198,7 +180,7 @@ class SSVMProblem:
             outputs, scores = self.structure.topk(augmented, k)
             keep = np.flatnonzero(np.isfinite(scores))  # fewer than k outputs exist: -inf padding
             outputs, scores = [outputs[j] for j in keep], np.asarray(scores)[keep]
-            value, weights = _l2_sorted_max(scores + const - gold_score, mu)
+            value, weights = l2_smoothed_max_sorted(scores + const - gold_score, mu)
             used = np.flatnonzero(weights > 0)
             expected = self.structure.expected_stats([outputs[j] for j in used], weights[used], theta)
             loss = float(sum(weights[j] * self.loss(self.Y[i], outputs[j]) for j in used))

@@ -34,13 +34,34 @@ def project_simplex(v: np.ndarray) -> np.ndarray:
     return np.maximum(v - tau, 0.0)
 
 
+def l2_smoothed_max_sorted(z: np.ndarray, mu: float) -> tuple[float, np.ndarray]:
+    """:func:`l2_smoothed_max` of scores already sorted non-increasingly (Prop. 3).
+
+    The support size k is the first j with ``sum_{i<=j} (z_i - z_{j+1}) >= mu`` (else all), and
+    ``u_i = max(0, 1/k + (z_i - mean(z_1..z_k)) / mu)``: the scores are never divided by mu, so the
+    weights stay exact (one-hot, or uniform over ties) when mu is far below the score gaps.
+    """
+    if mu <= 0:
+        raise ValueError(f"smoothing parameter mu must be > 0, got {mu}")
+    z = np.asarray(z, dtype=float)
+    m = z.size
+    csum = np.cumsum(z)
+    j = np.arange(1, m)
+    hit = np.flatnonzero(csum[:-1] - j * z[1:] >= mu)
+    k = int(hit[0]) + 1 if hit.size else m
+    u = np.zeros(m)
+    u[:k] = np.maximum(0.0, 1.0 / k + (z[:k] - csum[k - 1] / k) / mu)
+    u /= u.sum()  # round-off only
+    return float(u @ z - 0.5 * mu * (u @ u - 1.0)), u
+
+
 def l2_smoothed_max(scores: np.ndarray, mu: float) -> tuple[float, np.ndarray]:
     """l2-smoothed max of a score vector and its gradient (the simplex weights).
 
     Parameters
     ----------
     scores : (m,) array
-        Finite scores (drop ``-inf`` entries first).
+        Finite scores (drop ``-inf`` entries first), in any order.
     mu : float
         Smoothing parameter, > 0.
 
@@ -50,13 +71,14 @@ def l2_smoothed_max(scores: np.ndarray, mu: float) -> tuple[float, np.ndarray]:
         ``<u, z> - (mu/2)(||u||^2 - 1)``, the smoothed max itself (not only ``<u, z>``), so that
         the returned weights are exactly its gradient.
     weights : (m,) array
-        ``u = proj_simplex(z / mu)``.
+        ``u = proj_simplex(z / mu)``, in the order of ``scores``.
     """
-    if mu <= 0:
-        raise ValueError(f"smoothing parameter mu must be > 0, got {mu}")
     z = np.asarray(scores, dtype=float)
-    u = project_simplex(z / mu)
-    return float(u @ z - 0.5 * mu * (u @ u - 1.0)), u
+    order = np.argsort(-z, kind="stable")
+    value, sorted_weights = l2_smoothed_max_sorted(z[order], mu)
+    weights = np.empty_like(sorted_weights)
+    weights[order] = sorted_weights
+    return value, weights
 
 
 def entropy_smoothed_max(scores: np.ndarray, mu: float) -> tuple[float, np.ndarray]:

@@ -15,8 +15,8 @@ from _reference import (
 )
 
 from structopt.errors import InvalidInputError
-from structopt.problem import SSVMProblem, _l2_sorted_max
-from structopt.smoothing import logsumexp, project_simplex
+from structopt.problem import SSVMProblem
+from structopt.smoothing import l2_smoothed_max_sorted, logsumexp, project_simplex
 from structopt.solvers._smooth import Counters
 from structopt.solvers.svrg import svrg, svrg_epoch
 
@@ -95,11 +95,11 @@ def test_sorted_l2_max_matches_generic_projection_and_is_stable():
     for _ in range(500):
         z = np.sort(rng.integers(-3, 4, size=rng.integers(1, 8)) * rng.choice([0.1, 1.0]))[::-1]
         mu = float(rng.choice([1e-3, 0.1, 1.0, 10.0]))
-        value, u = _l2_sorted_max(z, mu)
+        value, u = l2_smoothed_max_sorted(z, mu)
         np.testing.assert_allclose(u, project_simplex(z / mu), atol=1e-9)
         assert value == pytest.approx(u @ z - 0.5 * mu * (u @ u - 1), abs=1e-9)
     # far below the gaps: one-hot (or uniform over exact ties), where z / mu would overflow precision
-    _, u = _l2_sorted_max(np.array([2.0, 2.0, 1.0]), 1e-300)
+    _, u = l2_smoothed_max_sorted(np.array([2.0, 2.0, 1.0]), 1e-300)
     np.testing.assert_array_equal(u, [0.5, 0.5, 0.0])
 
 
