@@ -11,6 +11,10 @@ dual-extrapolation iteration (look-ahead from the prox-centre and the extragradi
 accumulates ``sum_i A_i^T v_i``, ``sum_i A_i^T u_i``, ``sum_i <c_i, u_i>`` and ``sum_i ||v_i - u_i||^2``.
 Only O(one example) scratch memory is used besides the projection warm starts, which is the
 memory-light variant of spec section 4 (``s_{z_i}`` recomputed from the w-side sums).
+
+Numba's on-disk cache of these kernels is keyed on this file only: after editing
+``structures/_chain_projection.py`` (compiled into ``chain_z_pass``), touch this file or clear its
+``__pycache__`` entries, or the old projection keeps running.
 """
 
 from __future__ import annotations
@@ -81,14 +85,14 @@ def _add_adjoint(data, i, node, edge, scale, out):
 
 @njit(cache=True)
 def _project(node_in, edge_in, alpha, beta, tol, max_iter):
-    # the dual-Newton projection, resumed from its own multipliers if it stopped short of tol;
-    # then from zero multipliers (a bad warm start can stall the Newton phase)
+    # the dual-Newton projection from the warm multipliers; if it stops short of tol (rare since
+    # the derivative line search), once more from zero multipliers, then resumed from its own
     node, edge, res, it = project_local_polytope(node_in, edge_in, alpha, beta, tol, max_iter)
     total = it
-    for attempt in range(4):
+    for attempt in range(2):
         if res <= tol:
             break
-        if attempt == 2:
+        if attempt == 0:
             alpha[:] = 0.0
             beta[:] = 0.0
         node, edge, res, it = project_local_polytope(node_in, edge_in, alpha, beta, tol, max_iter)

@@ -12,13 +12,27 @@ projection of ``v_t + alpha_t + beta_{t-1}`` and each edge entry is
 ``max(0, w_t[a, b] - alpha_t[a] - beta_t[b])``. The dual is concave, piecewise quadratic, with
 gradient = the marginalisation residuals. Phase 1 runs accelerated gradient ascent (FISTA with
 adaptive restart, step ``1/||A||^2 >= 1/(2S + 2)``) until the residual is below ``switch_tol``;
-phase 2 runs semismooth Newton steps with Armijo backtracking, solving the block-tridiagonal
-generalised Hessian system (``(S, S)`` blocks along the chain) exactly. Plain alternating
-projections would not give the projection; this dual method does, since the primal point is the
-exact Lagrangian minimiser. Warm starts (multipliers of a nearby projection) cut the cost by
-about 5x, which is how the extragradient solver calls it.
+phase 2 runs semismooth Newton steps, solving the block-tridiagonal generalised Hessian system
+(``(S, S)`` blocks along the chain, ridge ``min(residual, 1)``) exactly, each followed by an exact
+line search on the piecewise-linear directional derivative (bracketing + Illinois regula falsi).
+Plain alternating projections would not give the projection; this dual method does, since the
+primal point is the exact Lagrangian minimiser. Warm starts (multipliers of a nearby projection)
+are how the extragradient solver calls it.
 
-Measured (T=8, S=26, 2-core machine, tol 1e-8): cold 1.5-7 ms, warm-started 0.4-0.8 ms.
+Why a derivative line search: the former Armijo test on dual *values* stalled near the optimum
+(residual stuck at 2e-8 to 1e-7 > tol for 200 Newton steps with steps down to 1e-13, then up to
+four restarts): the value gains of the last steps fall below the round-off of the value itself,
+and the extragradient targets (projections plus a gradient step, shared pairwise blocks) have
+many edge entries at the kink, so the active set keeps changing. Comparing gradients only is
+immune to this; the larger ridge damps directions the current active set sees as flat.
+
+Measured on the real targets of the 5th Euclidean extragradient iteration on 1,000 OCR words
+(2,000 projections warm-started from the previous iteration, tol 1e-8, shared 2-core machine):
+before (Armijo on values, 500 FISTA + 200 Newton, up to 4 restarts), total 21 s, mean 10.5 ms,
+median 1.15 ms, p99 389 ms, max 762 ms, 2 calls still above tol; after, total 1.5-1.9 s, mean
+0.74-0.96 ms, median 0.74 ms, p99 1.8-2.4 ms, max 3.4 ms, about 25 FISTA steps, 4.2 Newton steps
+(max 8) and 9 line-search evaluations per call, no failure. (The Newton workspace is allocated
+once per call: per-step allocation was a third of the cost.)
 
 Certificate: the returned point satisfies every KKT condition exactly except primal
 feasibility of the marginalisation equalities, whose max-abs residual is returned and driven
@@ -109,35 +123,37 @@ def _node_jacobian(mu_t, out):
                 out[a, b] = 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def _cholesky(A):
-    # in-place lower Cholesky factor of a symmetric positive definite matrix
+    # in-place lower Cholesky factor of a symmetric positive definite matrix (row-oriented:
+    # contiguous dot products of row prefixes)
     n = A.shape[0]
-    for j in range(n):
-        d = A[j, j]
-        for k in range(j):
-            d -= A[j, k] * A[j, k]
-        d = np.sqrt(d)
-        A[j, j] = d
-        for i in range(j + 1, n):
+    for i in range(n):
+        for j in range(i + 1):
             x = A[i, j]
             for k in range(j):
                 x -= A[i, k] * A[j, k]
-            A[i, j] = x / d
-        for i in range(j):
+            if i == j:
+                A[i, i] = np.sqrt(x)
+            else:
+                A[i, j] = x / A[j, j]
+        for j in range(i + 1, n):
             A[i, j] = 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=True)
 def _lower_solve(L, B):
-    # in place B <- L^{-1} B (B is (n, m))
+    # in place B <- L^{-1} B (B is (n, m)); row axpy form, contiguous inner loops
     n, m = B.shape
-    for c in range(m):
-        for i in range(n):
-            x = B[i, c]
-            for k in range(i):
-                x -= L[i, k] * B[k, c]
-            B[i, c] = x / L[i, i]
+    for i in range(n):
+        for k in range(i):
+            lik = L[i, k]
+            if lik != 0.0:
+                for c in range(m):
+                    B[i, c] -= lik * B[k, c]
+        inv = 1.0 / L[i, i]
+        for c in range(m):
+            B[i, c] *= inv
 
 
 @njit(cache=True)
@@ -152,16 +168,14 @@ def _upper_solve_vec(L, x):
 
 
 @njit(cache=True)
-def _newton_direction(mu, e, ga, gb, ridge, da, db):
+def _newton_direction(mu, e, ga, gb, ridge, da, db, Ls, Cs, rhs, P):
     # solve (K + ridge I) d = g with K = A J A^T the (negated) generalised dual Hessian.
     # Unknowns in the order alpha_0, beta_0, alpha_1, ... : a block-tridiagonal system with
     # (S, S) blocks; alpha_t-beta_t couple through edge t, beta_t-alpha_{t+1} through node t+1.
+    # Workspace (fully overwritten): Ls, Cs (2E, S, S) (C_k = L_k^{-1} O_k, the coupling of
+    # block k to block k + 1), rhs (2E, S), P (S, S).
     E, S = ga.shape
     N = 2 * E
-    Ls = np.zeros((N, S, S))
-    Cs = np.zeros((N, S, S))  # C_k = L_k^{-1} O_k (coupling of block k to block k + 1)
-    rhs = np.zeros((N, S))
-    P = np.empty((S, S))
     for k in range(N):
         t = k // 2
         D = Ls[k]
@@ -197,14 +211,12 @@ def _newton_direction(mu, e, ga, gb, ridge, da, db):
                         Cs[k, a, b] = P[a, b]
         if k > 0:  # Schur complement: D -= C_{k-1}^T C_{k-1}
             C = Cs[k - 1]
-            for a in range(S):
-                for b in range(a + 1):
-                    x = 0.0
-                    for r in range(S):
-                        x += C[r, a] * C[r, b]
-                    D[a, b] -= x
-                    if b != a:
-                        D[b, a] -= x
+            for r in range(S):  # axpy form: contiguous, vectorisable inner loop
+                for a in range(S):
+                    c = C[r, a]
+                    if c != 0.0:
+                        for b in range(S):
+                            D[a, b] -= c * C[r, b]
             for a in range(S):  # forward substitution of the right-hand side, part 1
                 x = 0.0
                 for r in range(S):
@@ -277,6 +289,123 @@ def _fista(v, w, alpha, beta, tol, max_iter, mu, e, ga, gb, buf, work):
 
 
 @njit(cache=True)
+def _directional(ga, gb, da, db):
+    # phi'(s) along d: <dual gradient, d>
+    E, S = ga.shape
+    x = 0.0
+    for t in range(E):
+        for s in range(S):
+            x += ga[t, s] * da[t, s] + gb[t, s] * db[t, s]
+    return x
+
+
+@njit(cache=True)
+def _line_search(v, w, alpha, beta, da, db, slope0, tol, ta, tb, mu, e, ga, gb, buf, work, max_eval):
+    # Maximise the concave piecewise-quadratic dual along d: find the root of the monotone,
+    # piecewise-linear phi'(s) = <g(alpha + s d), d> by bracketing + Illinois regula falsi
+    # (exact as soon as both bracket ends lie on one linear piece). Only gradients are compared,
+    # never dual values: near the optimum the value gains fall below the round-off of the value
+    # itself, which is what stalled the former Armijo test. On return (ta, tb, mu, e, ga, gb)
+    # hold the accepted point; returns (step, residual, value, evaluations).
+    E, S = da.shape
+    lo, dlo = 0.0, slope0
+    hi, dhi = np.inf, 0.0
+    s = 1.0
+    side = 0
+    res = np.inf
+    value = 0.0
+    k = 0
+    while k < max_eval:
+        for t in range(E):
+            for j in range(S):
+                ta[t, j] = alpha[t, j] + s * da[t, j]
+                tb[t, j] = beta[t, j] + s * db[t, j]
+        res, value = _lagrangian_min(v, w, ta, tb, mu, e, ga, gb, buf, work)
+        k += 1
+        phi = _directional(ga, gb, da, db)
+        if res <= tol or abs(phi) <= 1e-3 * slope0:
+            return s, res, value, k
+        if phi > 0.0:
+            if hi == np.inf:  # the full Newton step still ascends: take it (no extrapolation)
+                return s, res, value, k
+            lo, dlo = s, phi
+            if side == 1:  # Illinois: the other end was kept twice, halve its weight
+                dhi *= 0.5
+            side = 1
+        else:
+            hi, dhi = s, phi
+            if side == -1:
+                dlo *= 0.5
+            side = -1
+        s = lo + dlo * (hi - lo) / (dlo - dhi)
+        if not (lo < s < hi):
+            s = 0.5 * (lo + hi)
+    if lo > 0.0 and s != lo:  # budget spent: fall back to the ascent side of the bracket
+        for t in range(E):
+            for j in range(S):
+                ta[t, j] = alpha[t, j] + lo * da[t, j]
+                tb[t, j] = beta[t, j] + lo * db[t, j]
+        res, value = _lagrangian_min(v, w, ta, tb, mu, e, ga, gb, buf, work)
+        k += 1
+        s = lo
+    return s, res, value, k
+
+
+@njit(cache=True)
+def solve_local_polytope(v, w, alpha, beta, tol, max_iter, switch_tol=1e-3, fista_iter=500, max_eval=20):
+    """Projection with its work counters; see :func:`project_local_polytope`.
+
+    Returns
+    -------
+    mu, e, residual, fista_iterations, newton_iterations, line_search_evaluations
+    """
+    T, S = v.shape
+    E = max(T - 1, 0)
+    mu = np.empty((T, S))
+    e = np.empty((E, S, S))
+    buf = np.empty(S)
+    work = np.empty(S)
+    ga = np.zeros((E, S))
+    gb = np.zeros((E, S))
+    if T == 1:
+        _project_simplex(v[0], mu[0], work)
+        return mu, e, 0.0, 0, 0, 0
+    da = np.empty((E, S))
+    db = np.empty((E, S))
+    ta = np.empty((E, S))
+    tb = np.empty((E, S))
+    mu2 = np.empty((T, S))
+    e2 = np.empty((E, S, S))
+    ga2 = np.empty((E, S))
+    gb2 = np.empty((E, S))
+    Ls = np.empty((2 * E, S, S))
+    Cs = np.empty((2 * E, S, S))
+    rhs = np.empty((2 * E, S))
+    P = np.empty((S, S))
+    # phase 1: first-order steps until the active set is roughly right; phase 2: Newton
+    res, _, it = _fista(v, w, alpha, beta, max(tol, switch_tol), fista_iter, mu, e, ga, gb, buf, work)
+    newton = 0
+    evals = 0
+    while res > tol and newton < max_iter:
+        # a tiny ridge handles the always-present null directions (alpha_t + c, beta_t - c)
+        _newton_direction(mu, e, ga, gb, 1e-10 + min(res, 1.0), da, db, Ls, Cs, rhs, P)
+        slope = _directional(ga, gb, da, db)
+        if not slope > 0.0:  # no ascent left at this precision
+            break
+        _, res, _, k = _line_search(v, w, alpha, beta, da, db, slope, tol, ta, tb, mu2, e2, ga2, gb2, buf,
+                                        work, max_eval)
+        evals += k
+        alpha[:] = ta
+        beta[:] = tb
+        mu[:] = mu2
+        e[:] = e2
+        ga[:] = ga2
+        gb[:] = gb2
+        newton += 1
+    return mu, e, res, it, newton, evals
+
+
+@njit(cache=True)
 def project_local_polytope(v, w, alpha, beta, tol, max_iter, switch_tol=1e-3, fista_iter=500):
     """Project ``(v, w)`` onto the chain's local polytope by semismooth Newton on the dual.
 
@@ -293,55 +422,9 @@ def project_local_polytope(v, w, alpha, beta, tol, max_iter, switch_tol=1e-3, fi
 
     Returns
     -------
-    mu : (T, S), e : (T-1, S, S), residual : float, iterations : int
+    mu : (T, S), e : (T-1, S, S), residual : float, iterations : int (first-order + Newton)
     """
-    T, S = v.shape
-    E = max(T - 1, 0)
-    mu = np.empty((T, S))
-    e = np.empty((E, S, S))
-    buf = np.empty(S)
-    work = np.empty(S)
-    ga = np.zeros((E, S))
-    gb = np.zeros((E, S))
-    if T == 1:
-        _project_simplex(v[0], mu[0], work)
-        return mu, e, 0.0, 0
-    da = np.empty((E, S))
-    db = np.empty((E, S))
-    ta = np.empty((E, S))
-    tb = np.empty((E, S))
-    mu2 = np.empty((T, S))
-    e2 = np.empty((E, S, S))
-    ga2 = np.empty((E, S))
-    gb2 = np.empty((E, S))
-    # phase 1: first-order steps until the active set is roughly right; phase 2: Newton
-    res, value, it = _fista(v, w, alpha, beta, max(tol, switch_tol), fista_iter, mu, e, ga, gb, buf, work)
-    newton = 0
-    while res > tol and newton < max_iter:
-        # a tiny ridge handles the always-present null directions (alpha_t + c, beta_t - c)
-        _newton_direction(mu, e, ga, gb, 1e-10 + 1e-3 * min(res, 1.0), da, db)
-        slope = 0.0
-        for t in range(E):
-            for s in range(S):
-                slope += ga[t, s] * da[t, s] + gb[t, s] * db[t, s]
-        step = 1.0
-        for _ in range(60):  # Armijo backtracking on the concave dual
-            for t in range(E):
-                for s in range(S):
-                    ta[t, s] = alpha[t, s] + step * da[t, s]
-                    tb[t, s] = beta[t, s] + step * db[t, s]
-            res2, value2 = _lagrangian_min(v, w, ta, tb, mu2, e2, ga2, gb2, buf, work)
-            if value2 >= value + 1e-4 * step * slope or res2 <= tol:
-                break
-            step *= 0.5
-        alpha[:] = ta
-        beta[:] = tb
-        mu[:] = mu2
-        e[:] = e2
-        ga[:] = ga2
-        gb[:] = gb2
-        res, value = res2, value2
-        newton += 1
+    mu, e, res, it, newton, _ = solve_local_polytope(v, w, alpha, beta, tol, max_iter, switch_tol, fista_iter)
     return mu, e, res, it + newton
 
 
