@@ -50,13 +50,16 @@ def _bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, 
         delta_ell = gamma * (loss_s - ell_i[i])
         ell += delta_ell
         ell_i[i] += delta_ell
-        for j in range(size):
-            m[lo + j] += gamma * direction[j]
         if averaging:
             weight = 0.5 * k * (k - 1.0)
             v += weight * delta_ell
+            for j in range(size):  # one sweep over both state arrays
+                step = gamma * direction[j]
+                m[lo + j] += step
+                r[lo + j] += weight * step
+        else:
             for j in range(size):
-                r[lo + j] += weight * gamma * direction[j]
+                m[lo + j] += gamma * direction[j]
     scalars[0], scalars[1], scalars[2] = ell, v, k
 
 
