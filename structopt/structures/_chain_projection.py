@@ -211,11 +211,11 @@ def _newton_direction(mu, e, ga, gb, ridge, da, db, Ls, Cs, rhs, P):
                         Cs[k, a, b] = P[a, b]
         if k > 0:  # Schur complement: D -= C_{k-1}^T C_{k-1}
             C = Cs[k - 1]
-            for r in range(S):  # axpy form: contiguous, vectorisable inner loop
-                for a in range(S):
+            for r in range(S):  # axpy form (contiguous inner loop); lower triangle only, all
+                for a in range(S):  # that the row-oriented Cholesky reads
                     c = C[r, a]
                     if c != 0.0:
-                        for b in range(S):
+                        for b in range(a + 1):
                             D[a, b] -= c * C[r, b]
             for a in range(S):  # forward substitution of the right-hand side, part 1
                 x = 0.0
