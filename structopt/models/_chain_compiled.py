@@ -39,23 +39,42 @@ class CompiledKernels(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- shared pieces
-@njit(cache=True)
-def _finish_oracle(i, unary, w, data, theta_out, stats_out):
-    # add extras, write theta, decode with the loss, write statistics; returns the loss
-    _, tok, costs, const, S, F, start_end, bias = data[0], data[1], data[2], data[3], data[4], data[5], data[6], data[7]
+@njit(cache=True, fastmath=True)
+def chain_unary_scores(i, w, data, out):
+    """``out`` (T, S) = node potentials of example i: token scores plus start/end and bias."""
+    (indptr, indices, values), tok, S, F, start_end, bias = data[0], data[1], data[4], data[5], data[6], data[7]
     a = tok[i]
-    T = unary.shape[0]
-    p0 = F * S
-    extra = p0 + S * S
+    T = tok[i + 1] - a
+    table = w[:F * S].reshape(F, S)
+    for t in range(T):
+        row_out = out[t]
+        row_out[:] = 0.0
+        for j in range(indptr[a + t], indptr[a + t + 1]):
+            row = table[indices[j]]
+            v = values[j]
+            for s in range(S):
+                row_out[s] += v * row[s]
+    extra = F * S + S * S
     if start_end:
         for s in range(S):
-            unary[0, s] += w[extra + s]
-            unary[T - 1, s] += w[extra + S + s]
+            out[0, s] += w[extra + s]
+            out[T - 1, s] += w[extra + S + s]
         extra += 2 * S
     if bias:
         for t in range(T):
             for s in range(S):
-                unary[t, s] += w[extra + s]
+                out[t, s] += w[extra + s]
+
+
+@njit(cache=True)
+def chain_oracle(i, w, data, theta_out, stats_out):
+    # loss-augmented Viterbi: writes theta and the statistics of the maximiser, returns its loss
+    tok, costs, const, S, F = data[1], data[2], data[3], data[4], data[5]
+    a = tok[i]
+    T = tok[i + 1] - a
+    unary = np.empty((T, S))
+    chain_unary_scores(i, w, data, unary)
+    p0 = F * S
     pairwise = w[p0:p0 + S * S].reshape(1, S, S)
     augmented = unary + costs[a:a + T]
     y, _ = viterbi(augmented, pairwise)
@@ -106,23 +125,6 @@ def _extras_axpy(d, T, S, F, start_end, bias, scale, out):
         for t in range(T):
             for s in range(S):
                 out[extra + s] += scale * d[t * S + s]
-
-
-# ----------------------------------------------------------------------------- oracle
-@njit(cache=True, fastmath=True)
-def chain_oracle(i, w, data, theta_out, stats_out):
-    (indptr, indices, values), tok, S, F = data[0], data[1], data[4], data[5]
-    a, b = tok[i], tok[i + 1]
-    table = w[:F * S].reshape(F, S)
-    unary = np.zeros((b - a, S))
-    for t in range(b - a):
-        out = unary[t]
-        for j in range(indptr[a + t], indptr[a + t + 1]):
-            row = table[indices[j]]
-            v = values[j]
-            for s in range(S):
-                out[s] += v * row[s]
-    return _finish_oracle(i, unary, w, data, theta_out, stats_out)
 
 
 # ----------------------------------------------------------------------------- shared adjoint side

@@ -12,9 +12,9 @@ accumulates ``sum_i A_i^T v_i``, ``sum_i A_i^T u_i``, ``sum_i <c_i, u_i>`` and `
 Only O(one example) scratch memory is used besides the projection warm starts, which is the
 memory-light variant of spec section 4 (``s_{z_i}`` recomputed from the w-side sums).
 
-Numba's on-disk cache of these kernels is keyed on this file only: after editing
-``structures/_chain_projection.py`` (compiled into ``chain_z_pass``), touch this file or clear its
-``__pycache__`` entries, or the old projection keeps running.
+Scoring and adjoint products are the chain model's own kernels (``chain_unary_scores``,
+``chain_axpy``). Numba's on-disk cache of these functions is keyed on this file only: after editing
+a kernel module they call, clear the ``__pycache__`` entries (see the README's Development notes).
 """
 
 from __future__ import annotations
@@ -22,65 +22,28 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from structopt.models._chain_compiled import chain_axpy, chain_unary_scores
 from structopt.structures._chain_kernels import forward_backward
 from structopt.structures._chain_projection import project_local_polytope
 
 
 @njit(cache=True)
 def _unary_theta(data, i, w, out):
-    # out (T, S) = X_i W_table + start/end + bias; the transition block is w[F S: F S + S S]
-    (indptr, indices, values), tok, S, F, start_end, bias = data[0], data[1], data[4], data[5], data[6], data[7]
-    a = tok[i]
-    T = tok[i + 1] - a
-    table = w[:F * S].reshape(F, S)
-    for t in range(T):
-        for s in range(S):
-            out[t, s] = 0.0
-        for j in range(indptr[a + t], indptr[a + t + 1]):
-            row = table[indices[j]]
-            v = values[j]
-            for s in range(S):
-                out[t, s] += v * row[s]
-    extra = F * S + S * S
-    if start_end:
-        for s in range(S):
-            out[0, s] += w[extra + s]
-            out[T - 1, s] += w[extra + S + s]
-        extra += 2 * S
-    if bias:
-        for t in range(T):
-            for s in range(S):
-                out[t, s] += w[extra + s]
+    # out (T, S) = node potentials of example i (the model's own scoring kernel)
+    chain_unary_scores(i, w, data, out)
 
 
 @njit(cache=True)
 def _add_adjoint(data, i, node, edge, scale, out):
-    # out += scale * A_i^T (node, edge)
-    (indptr, indices, values), tok, S, F, start_end, bias = data[0], data[1], data[4], data[5], data[6], data[7]
-    a = tok[i]
-    T = tok[i + 1] - a
-    table = out[:F * S].reshape(F, S)
-    for t in range(T):
-        for j in range(indptr[a + t], indptr[a + t + 1]):
-            row = table[indices[j]]
-            v = scale * values[j]
-            for s in range(S):
-                row[s] += v * node[t, s]
-    p0 = F * S
+    # out += scale * A_i^T (node, edge): the model's adjoint on the compact layout (edges summed)
+    T, S = node.shape
+    compact = np.empty(T * S + S * S)
+    compact[:T * S] = node.ravel()
+    shared = compact[T * S:]
+    shared[:] = 0.0
     for t in range(T - 1):
-        for x in range(S):
-            for y in range(S):
-                out[p0 + x * S + y] += scale * edge[t, x, y]
-    extra = p0 + S * S
-    if start_end:
-        for s in range(S):
-            out[extra + s] += scale * node[0, s]
-            out[extra + S + s] += scale * node[T - 1, s]
-        extra += 2 * S
-    if bias:
-        for t in range(T):
-            for s in range(S):
-                out[extra + s] += scale * node[t, s]
+        shared += edge[t].ravel()
+    chain_axpy(i, compact, scale, out, data)
 
 
 @njit(cache=True)
