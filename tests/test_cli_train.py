@@ -1,0 +1,34 @@
+"""`structopt train` on the other built-in tasks and with other solvers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from structopt.cli import main
+
+
+def _run(tmp_path, capsys, *args):
+    out = tmp_path / "run"
+    assert main(["train", *args, "--out", str(out), "--no-progress"]) == 0
+    return json.loads((out / "trace.json").read_text()), capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_alignment_task(tmp_path, capsys):
+    summary, closing = _run(tmp_path, capsys, "alignment", "--passes", "3")
+    assert "heldout aer" in closing
+    assert summary["n_train"] == 284 and 0.0 < summary["heldout_aer"] < 0.37  # below the Dice baseline
+    assert summary["trace"][-1]["gap"] >= 0.0
+
+
+def test_lam_zero_means_one_over_n_and_other_solvers_run(tmp_path, capsys):
+    summary, _ = _run(tmp_path, capsys, "ocr", "--n-train", "100", "--passes", "2", "--lam", "0", "--solver", "sgd")
+    assert summary["lam"] == pytest.approx(1 / 100)
+    assert summary["solver"] == "sgd" and len(summary["trace"]) >= 2
+
+
+@pytest.mark.slow
+def test_conll_task(tmp_path, capsys):
+    summary, closing = _run(tmp_path, capsys, "conll", "--passes", "1", "--n-train", "2000")
+    assert "test chunk f1" in closing and summary["test_chunk_f1"] > 0.8
