@@ -13,11 +13,17 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
-from structopt.structures.base import Potentials, Structure
+from structopt.structures.base import Potentials, Structure, add, inner, scale
 
 
 class Loss(ABC):
-    """A task loss. ``decomposable`` says whether :meth:`linear_terms` is available."""
+    """A task loss ``Delta(y_true, y_pred) >= 0``.
+
+    A *decomposable* loss implements :meth:`linear_terms`; loss-augmented decoding then adds the
+    terms to the potentials and calls the structure's own oracle. A loss that is not linear in the
+    statistics (e.g. 1 - IoU of boxes) overrides the ``augmented_*`` hooks instead; the problem
+    calls them, and solvers never look inside.
+    """
 
     decomposable: bool = False
 
@@ -27,23 +33,67 @@ class Loss(ABC):
 
     def linear_terms(self, structure: Structure, y_true: Any, like: Potentials) -> tuple[Potentials, float]:
         """``(c, const)`` with ``Delta(y_true, y) = <c, stats(y)> + const`` for every output y."""
-        raise NotSupportedError(f"{type(self).__name__} is not linear in the output statistics")
+        raise NotSupportedError(
+            f"{type(self).__name__} is not decomposable (linear in the output statistics); a loss that is not "
+            "must override Loss.augmented_argmax (and augmented_topk / augmented_marginals for smoothing)")
+
+    # ----- loss-augmented oracles (defaults: add the linear terms, then call the structure)
+    def augmented_argmax(self, structure: Structure, theta: Potentials, y_true: Any) -> Any:
+        """``argmax_y Delta(y_true, y) + <theta, stats(y)>``."""
+        c, _ = self.linear_terms(structure, y_true, theta)
+        return structure.argmax(add(theta, c))
+
+    def augmented_topk(self, structure: Structure, theta: Potentials, y_true: Any, k: int) -> tuple[Any, np.ndarray]:
+        """The ``k`` outputs with the highest ``Delta(y_true, y) + <theta, stats(y)>``, sorted, and those values."""
+        c, const = self.linear_terms(structure, y_true, theta)
+        outputs, scores = structure.topk(add(theta, c), k)
+        return outputs, np.asarray(scores, dtype=float) + const
+
+    def augmented_marginals(self, structure: Structure, theta: Potentials, y_true: Any,
+                            temperature: float) -> tuple[float, Potentials, float]:
+        """Gibbs distribution ``p(y) ∝ exp((Delta(y_true, y) + <theta, stats(y)>) / temperature)``.
+
+        Returns
+        -------
+        log_z : float
+            ``log sum_y exp((Delta + score) / temperature)``.
+        marginals : Potentials
+            Expected statistics under p.
+        expected_loss : float
+            ``E_p[Delta(y_true, y)]``.
+        """
+        c, const = self.linear_terms(structure, y_true, theta)
+        log_z, marginals = structure.marginals(scale(add(theta, c), 1.0 / temperature))
+        return float(log_z) + const / temperature, marginals, inner(c, marginals) + const
 
 
-def _node_terms(structure: Structure, node_costs: np.ndarray, like: Potentials) -> Potentials:
+def _node_terms(loss: Loss, structure: Structure, node_costs: np.ndarray, like: Potentials) -> Potentials:
     # the loss vector c of a per-node loss, in the structure's potentials layout
-    if not hasattr(structure, "unary_potentials"):
-        raise NotSupportedError(f"a per-node loss needs a structure with per-node labels, not {structure.name}")
-    return structure.unary_potentials(node_costs, like)
+    if not (hasattr(structure, "states_per_node") and hasattr(structure, "node_potentials")):
+        raise NotSupportedError(
+            f"{type(loss).__name__} is a per-node loss: it needs a structure with per-node labels, i.e. one "
+            f"that defines `states_per_node` and `node_potentials(costs, like)`; {structure.name} does not")
+    return structure.node_potentials(node_costs, like)
+
+
+def _node_labels(structure: Structure, y_true: Any) -> np.ndarray:
+    labels = np.asarray(y_true, dtype=np.int64)
+    S = structure.states_per_node
+    if labels.size and (labels.min() < 0 or labels.max() >= S):
+        raise InvalidInputError(f"node labels must lie in [0, {S}), got min {labels.min()}, max {labels.max()}")
+    return labels
 
 
 class Hamming(Loss):
-    """Number of positions where the labels differ (optionally divided by the length).
+    """Number of nodes whose labels differ (optionally divided by the number of nodes).
+
+    Works with every structure that has per-node labels (chains, multiclass, grids, ...): the
+    output is an int array of node labels (any shape) or a single int.
 
     Parameters
     ----------
     normalize : bool, default False
-        Divide by the number of positions.
+        Divide by the number of nodes.
     """
 
     decomposable = True
@@ -59,15 +109,17 @@ class Hamming(Loss):
         if y_true.shape != y_pred.shape:
             raise InvalidInputError(f"Hamming loss of outputs with shapes {y_true.shape} and {y_pred.shape}")
         value = float(np.count_nonzero(y_true != y_pred))
-        return value / len(y_true) if self.normalize else value
+        return value / y_true.size if self.normalize else value
 
     def linear_terms(self, structure: Structure, y_true, like: Potentials) -> tuple[Potentials, float]:
-        y_true = np.atleast_1d(np.asarray(y_true, dtype=np.int64))
-        c = np.ones((len(y_true), structure.n_labels))
-        c[np.arange(len(y_true)), y_true] = 0.0
+        if not hasattr(structure, "states_per_node"):
+            return _node_terms(self, structure, np.zeros(0), like)  # raises the contract error
+        labels = _node_labels(structure, y_true)
+        c = np.ones((*labels.shape, structure.states_per_node))
+        np.put_along_axis(c, labels[..., None], 0.0, axis=-1)
         if self.normalize:
-            c /= len(y_true)
-        return _node_terms(structure, c, like), 0.0
+            c /= max(labels.size, 1)
+        return _node_terms(self, structure, c, like), 0.0
 
 
 class WeightedHamming(Loss):
@@ -100,17 +152,19 @@ class WeightedHamming(Loss):
         if y_true.shape != y_pred.shape:
             raise InvalidInputError(f"Hamming loss of outputs with shapes {y_true.shape} and {y_pred.shape}")
         value = float(self.cost[y_true, y_pred].sum())
-        return value / len(y_true) if self.normalize else value
+        return value / y_true.size if self.normalize else value
 
     def linear_terms(self, structure: Structure, y_true, like: Potentials) -> tuple[Potentials, float]:
-        y_true = np.atleast_1d(np.asarray(y_true, dtype=np.int64))
-        if self.cost.shape[0] != structure.n_labels:
+        if not hasattr(structure, "states_per_node"):
+            return _node_terms(self, structure, np.zeros(0), like)  # raises the contract error
+        if self.cost.shape[0] != structure.states_per_node:
             raise InvalidInputError(f"cost matrix is {self.cost.shape[0]}x{self.cost.shape[0]} but the "
-                                    f"structure has {structure.n_labels} labels")
-        c = self.cost[y_true]
+                                    f"structure's nodes take {structure.states_per_node} values")
+        labels = _node_labels(structure, y_true)
+        c = self.cost[labels]
         if self.normalize:
-            c = c / len(y_true)
-        return _node_terms(structure, c, like), 0.0
+            c = c / max(labels.size, 1)
+        return _node_terms(self, structure, c, like), 0.0
 
 
 class MatchingHamming(Loss):

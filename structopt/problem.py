@@ -130,10 +130,16 @@ class SSVMProblem:
         return self.structure.stats(self.Y[i], like)
 
     def decode(self, i: int, w: np.ndarray) -> Decoded:
-        """Loss-augmented decoding ``argmax_y Delta(y_i, y) + <A_i w, stats(y)>``."""
+        """Loss-augmented decoding ``argmax_y Delta(y_i, y) + <A_i w, stats(y)>``.
+
+        A decomposable loss adds its cached linear terms and calls ``structure.argmax``; any other
+        loss decodes through its own ``Loss.augmented_argmax`` hook.
+        """
         theta = self.theta(i, w)
-        c, _ = self.loss_terms(i)
-        y = self.structure.argmax(add(theta, c))
+        if self._terms[i] is not None:
+            y = self.structure.argmax(add(theta, self._terms[i][0]))
+        else:
+            y = self.loss.augmented_argmax(self.structure, theta, self.Y[i])
         return Decoded(y, self.loss(self.Y[i], y), theta)
 
     def hinge(self, i: int, decoded: Decoded) -> float:
@@ -172,26 +178,36 @@ class SSVMProblem:
         """
         if not mu > 0:
             raise InvalidInputError(f"smoothing parameter mu must be > 0, got {mu}")
-        c, const = self.loss_terms(i)
-        augmented = add(theta, c)
+        if kind not in ("topk", "entropy"):
+            raise InvalidInputError(f"unknown smoothing kind {kind!r}; use 'topk' or 'entropy'")
         gold = self.gold_stats(i, theta)
         gold_score = self.structure.score(theta, self.Y[i])
         if kind == "topk":
-            outputs, scores = self.structure.topk(augmented, k)
-            keep = np.flatnonzero(np.isfinite(scores))  # fewer than k outputs exist: -inf padding
-            outputs, scores = [outputs[j] for j in keep], np.asarray(scores)[keep]
-            value, weights = l2_smoothed_max_sorted(scores + const - gold_score, mu)
+            outputs, values = self._augmented_topk(i, theta, k)
+            keep = np.flatnonzero(np.isfinite(values))  # fewer than k outputs exist: -inf padding
+            outputs, values = [outputs[j] for j in keep], np.asarray(values)[keep]
+            value, weights = l2_smoothed_max_sorted(values - gold_score, mu)
             used = np.flatnonzero(weights > 0)
             expected = self.structure.expected_stats([outputs[j] for j in used], weights[used], theta)
             loss = float(sum(weights[j] * self.loss(self.Y[i], outputs[j]) for j in used))
             diff = self.model.reduce_stats(add(expected, gold, -1.0))
             return SmoothStats(value, diff, np.asarray(outputs), loss)
-        if kind == "entropy":
-            log_z, marg = self.structure.marginals(scale(augmented, 1.0 / mu))
-            value = mu * log_z + const - gold_score
-            diff = self.model.reduce_stats(add(marg, gold, -1.0))
-            return SmoothStats(float(value), diff, marg, inner(c, marg) + const)
-        raise InvalidInputError(f"unknown smoothing kind {kind!r}; use 'topk' or 'entropy'")
+        if self._terms[i] is not None:
+            c, const = self._terms[i]
+            log_z, marg = self.structure.marginals(scale(add(theta, c), 1.0 / mu))
+            log_z, loss = log_z + const / mu, inner(c, marg) + const
+        else:
+            log_z, marg, loss = self.loss.augmented_marginals(self.structure, theta, self.Y[i], mu)
+        diff = self.model.reduce_stats(add(marg, gold, -1.0))
+        return SmoothStats(float(mu * log_z - gold_score), diff, marg, float(loss))
+
+    def _augmented_topk(self, i: int, theta: Potentials, k: int) -> tuple[Any, np.ndarray]:
+        # the k best outputs of Delta(y_i, .) + <theta, stats(.)> and those values
+        if self._terms[i] is not None:
+            c, const = self._terms[i]
+            outputs, scores = self.structure.topk(add(theta, c), k)
+            return outputs, np.asarray(scores, dtype=float) + const
+        return self.loss.augmented_topk(self.structure, theta, self.Y[i], k)
 
     def smooth_oracle(self, i: int, w: np.ndarray, mu: float, kind: str = "topk", k: int = 5) -> OracleResult:
         """Smoothed structured hinge of example i (Pillutla et al., Algo 6 and Prop. 9).

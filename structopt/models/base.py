@@ -25,6 +25,11 @@ class Model(ABC):
 
     structure: Structure
 
+    #: Names of weight blocks constrained to be >= 0 (e.g. the pairwise block of a grid model, which
+    #: keeps its potentials supermodular). The problem exposes the constraint
+    #: (``SSVMProblem.project_weights``); every solver keeps its iterates feasible or refuses the model.
+    nonnegative_blocks: tuple[str, ...] = ()
+
     @property
     @abstractmethod
     def blocks(self) -> list[tuple[str, tuple[int, ...]]]:

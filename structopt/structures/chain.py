@@ -49,13 +49,13 @@ class Chain(Structure):
         return f"Chain(n_states={self.n_states})"
 
     @property
-    def n_labels(self) -> int:
-        """Number of values each node takes (per-node losses use it)."""
+    def states_per_node(self) -> int:
+        """Values each node variable takes (the per-node loss hook; see ``Structure``)."""
         return self.n_states
 
-    def unary_potentials(self, node: np.ndarray, like: ChainPotentials) -> ChainPotentials:
-        """Potentials with per-node scores ``node`` (T, S) and no transition scores."""
-        return ChainPotentials(np.asarray(node, dtype=float), np.zeros((self.n_states, self.n_states)))
+    def node_potentials(self, costs: np.ndarray, like: ChainPotentials) -> ChainPotentials:
+        """Potentials with per-node scores ``costs`` (T, S) and no transition scores."""
+        return ChainPotentials(np.asarray(costs, dtype=float), np.zeros((self.n_states, self.n_states)))
 
     # ------------------------------------------------------------------ validation / layout
     def check_potentials(self, theta: ChainPotentials, index: int | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -34,13 +34,13 @@ class MultiClass(Structure):
         return f"MultiClass(n_classes={self.n_classes})"
 
     @property
-    def n_labels(self) -> int:
-        """Number of classes (per-node losses use it)."""
+    def states_per_node(self) -> int:
+        """Number of classes (the per-node loss hook; the output is a single node)."""
         return self.n_classes
 
-    def unary_potentials(self, node: np.ndarray, like=None) -> MultiClassPotentials:
-        """Potentials from a (1, S) or (S,) array of class scores."""
-        return MultiClassPotentials(np.asarray(node, dtype=float).reshape(self.n_classes))
+    def node_potentials(self, costs: np.ndarray, like=None) -> MultiClassPotentials:
+        """Potentials from an (S,) array of class scores."""
+        return MultiClassPotentials(np.asarray(costs, dtype=float).reshape(self.n_classes))
 
     def _scores(self, theta: MultiClassPotentials) -> np.ndarray:
         scores = np.asarray(theta.scores, dtype=float)
