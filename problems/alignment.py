@@ -24,6 +24,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from structopt.errors import InvalidInputError
+from structopt.problems._data import find_data_dir
 from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 
 SOURCE = ("the HLT-NAACL 2003 shared-task English-French Hansards word-alignment gold "
@@ -58,27 +59,9 @@ class SentencePair:
 
 # --------------------------------------------------------------------------- loading
 def resolve_data_dir(path: str | os.PathLike | None = None) -> Path:
-    """The Hansards directory: ``path``, else ``$STRUCTOPT_DATA/hansards``, else ``../shared/data/hansards``
-    (relative to the current directory, then to the repository root).
-
-    Raises
-    ------
-    FileNotFoundError
-        Naming the places tried and the data to obtain (nothing is downloaded).
-    """
-    if path is not None:
-        candidates = [Path(path)]
-    elif os.environ.get("STRUCTOPT_DATA"):
-        candidates = [Path(os.environ["STRUCTOPT_DATA"]) / "hansards"]
-    else:
-        root = Path(__file__).resolve().parent.parent
-        candidates = [Path.cwd() / ".." / "shared" / "data" / "hansards", root / ".." / "shared" / "data" / "hansards"]
-    for c in candidates:
-        if all((c / f"{part}.en-fr.{ext}").is_file() for part in PARTS for ext in ("en", "fr", "naacl")):
-            return c.resolve()
-    tried = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(f"Hansards alignment data not found (tried: {tried}). Get {SOURCE}, put the six files "
-                            "in one directory and pass path=... or set STRUCTOPT_DATA to its parent directory.")
+    """The Hansards directory (``path``, ``$STRUCTOPT_DATA/hansards`` or ``../shared/data/hansards``)."""
+    required = [f"{part}.en-fr.{ext}" for part in PARTS for ext in ("en", "fr", "naacl")]
+    return find_data_dir("hansards", path, required, SOURCE)
 
 
 def load_hansards(path: str | os.PathLike | None = None) -> list[SentencePair]:

@@ -32,8 +32,9 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from structopt.errors import InvalidInputError
+from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models import ChainModel
+from structopt.problems._data import find_data_dir
 
 __all__ = [
     "Corpus", "chunk_f1", "decode_tags", "featurize", "load_conll2000", "load_conll2002",
@@ -57,39 +58,15 @@ _BOS, _EOS = "\x02" * 4, "\x03" * 4
 # --------------------------------------------------------------------------------------------
 
 def resolve_data_dir(corpus: str, path: str | os.PathLike | None = None) -> Path:
-    """Directory holding ``corpus`` (``"conll2000"`` or ``"conll2002"``).
-
-    ``path`` if given; else ``$STRUCTOPT_DATA/<corpus>`` if that variable is set; else
-    ``../shared/data/<corpus>`` relative to the current directory, then relative to the repository
-    root (the directory above the installed ``problems/`` package).
-
-    Raises
-    ------
-    FileNotFoundError
-        Naming the places tried and where to obtain the data (nothing is downloaded).
-    """
-    if path is not None:
-        candidates = [Path(path)]
-    elif os.environ.get("STRUCTOPT_DATA"):
-        candidates = [Path(os.environ["STRUCTOPT_DATA"]) / corpus]
-    else:
-        repo_root = Path(__file__).resolve().parent.parent
-        candidates = [Path.cwd() / ".." / "shared" / "data" / corpus,
-                      repo_root / ".." / "shared" / "data" / corpus]
-    for c in candidates:
-        if c.is_dir():
-            return c.resolve()
-    tried = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(
-        f"{corpus} data not found (tried: {tried}). Get the files from {_SOURCES.get(corpus, 'its distributor')}, "
-        f"put them in a directory and pass path=... or set STRUCTOPT_DATA to its parent directory.")
+    """Directory holding ``corpus`` (``"conll2000"`` or ``"conll2002"``); see :func:`problems._data.find_data_dir`."""
+    return find_data_dir(corpus, path, source=_SOURCES.get(corpus, "its distributor"))
 
 
 def _data_file(directory: Path, name: str, corpus: str) -> Path:
     for candidate in (directory / name, directory / (name + ".gz")):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"{corpus}: missing file {directory / name} (or {name}.gz). "
+    raise DataNotFoundError(f"{corpus}: missing file {directory / name} (or {name}.gz). "
                             f"Get it from {_SOURCES[corpus]}.")
 
 

@@ -21,6 +21,10 @@ class InvalidInputError(StructoptError, ValueError):
     """
 
 
+class DataNotFoundError(StructoptError, FileNotFoundError):
+    """A task's data files are not where the loader looked; the message says where to put them."""
+
+
 def example_error(index: int | None, message: str) -> InvalidInputError:
     """Build an :class:`InvalidInputError` whose message names example ``index``."""
     where = f"example {index}: " if index is not None else ""

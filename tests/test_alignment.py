@@ -49,7 +49,7 @@ def test_loader_counts_match_the_files(pairs):
 
 def test_missing_data_gives_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("STRUCTOPT_DATA", raising=False)
-    with pytest.raises(FileNotFoundError, match=r"Hansards.*STRUCTOPT_DATA"):
+    with pytest.raises(FileNotFoundError, match=r"hansards.*STRUCTOPT_DATA"):
         resolve_data_dir(tmp_path / "nowhere")
     monkeypatch.setenv("STRUCTOPT_DATA", str(DATA.parent))
     assert resolve_data_dir() == DATA.resolve()
