@@ -49,7 +49,7 @@ class BlockState:
         """All blocks at their gold vertex: ``w = 0``, ``ell = 0``."""
         m, offsets = problem.compact_gold_stats()
         return cls(w=problem.model.zeros(), ell=0.0, m=m.copy(), offsets=offsets, ell_i=np.zeros(problem.n),
-                   r=np.zeros_like(m), v=0.0)
+                   r=np.zeros(m.shape), v=0.0)  # calloc: pages appear when first written
 
     def averaged(self, problem: SSVMProblem) -> tuple[np.ndarray, float]:
         """Weighted average ``(w_hat_bar, l_bar)`` of the iterates 1..k (the iterate itself at k <= 1)."""

@@ -92,13 +92,13 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     for i in rng.integers(0, n, size=n_steps):
         x = problem.X[i]
         res = problem.smooth_stats(int(i), it.potentials(x), mu, kind, k)
-        it.step(rho, gamma, x, subtract(res.diff, diffs[i]), omega=1.0)
-        it.project_nonnegative(problem.nonnegative_indices)
+        it.step(rho, gamma, x, subtract(res.diff, diffs[i]), omega=1.0, nonnegative=problem.nonnegative_indices)
     counters.steps += n_steps
     counters.oracle_calls += 2 * n_steps
     counters.oracle_calls_made += n_steps
     memory = {"snapshot_cache_bytes": stats_nbytes(diffs), "iterate_bytes": it.nbytes() + gbar.nbytes}
-    return (it.average() if iterate == "average" else it.dense()), memory
+    # the projection only removes round-off: the iterates are feasible
+    return problem.project_weights(it.average() if iterate == "average" else it.dense()), memory
 
 
 @solver("svrg", mu=positive, kind=one_of("topk", "entropy"), k=positive_int, learning_rate=optional(positive),
