@@ -19,7 +19,6 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.solvers import _eg_operator as op
 from structopt.structures.base import Potentials, Structure, add, inner, scale
-from structopt.structures.chain import Chain
 
 
 class EuclideanBlocks:
@@ -35,7 +34,8 @@ class EuclideanBlocks:
         self.structure = structure
         self.beta = float(beta)
         self.tol = float(tol)
-        self._fast = isinstance(structure, Chain)
+        # the warm-started chain projection, only where the structure declares it is its own projection
+        self._fast = "project" in structure.kernel_oracles()
         self._warm: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = {} if warm else None
         self.max_residual = 0.0
 
