@@ -64,118 +64,203 @@ def viterbi_batch(unary, pairwise, offsets, out):
 
 
 # ----------------------------------------------------------------------------- top-K
+# A candidate of cell (t, b) is (value, code) with code = a << shift | l: rank l (< 2**shift) of
+# state a at t - 1 (shifts, not divisions, in the inner loops).
+# Candidates are ordered by larger value, then smaller code (smaller state, then smaller rank), so
+# rank 0 of every cell is Viterbi's choice and every kernel breaks ties the same way.
+
+
 @njit(cache=True, inline="always")
-def _before(v1, a1, l1, v2, a2, l2):
-    # heap order: larger value first, then smaller state, then smaller rank
-    if v1 != v2:
-        return v1 > v2
-    if a1 != a2:
-        return a1 < a2
-    return l1 < l2
+def _ahead(v1, c1, v2, c2):
+    # is candidate (v1, c1) ahead of (v2, c2)? (branch-free form of the order above)
+    return (v1 > v2) | ((v1 == v2) & (c1 < c2))
+
+
+@njit(cache=True, inline="always")
+def _merge_insert(prev, n_prev, pw, b, K, shift, out_v, out_c, heads):
+    """K best of the S sorted lists ``prev[a, :n_prev] + pw[a, b]`` into ``out_v``/``out_c``.
+
+    The list with the best head (Viterbi's choice) is copied first, so the buffer's last entry is
+    a high bar from the start: most other lists are dismissed at their head (a predictable branch)
+    and few entries are inserted. A list is left at its first entry that does not beat the bar.
+    """
+    S = prev.shape[0]
+    best = NEG_INF
+    top = 0
+    for a in range(S):
+        v = prev[a, 0] + pw[a, b]
+        heads[a] = v
+        if v > best:
+            best = v
+            top = a
+    w = pw[top, b]
+    for l in range(n_prev):
+        out_v[l] = prev[top, l] + w
+        out_c[l] = (top << shift) | l
+    m = n_prev
+    for a in range(S):
+        if a == top or (m == K and heads[a] < out_v[K - 1]):
+            continue  # the usual case, decided without the tie-breaking code
+        w = pw[a, b]
+        code = a << shift
+        if m < K:  # the buffer has room (first positions only): insert
+            for l in range(n_prev):
+                v = prev[a, l] + w
+                if m == K:
+                    if not _ahead(v, code | l, out_v[K - 1], out_c[K - 1]):
+                        break
+                    j = K - 1
+                else:
+                    j = m
+                    m += 1
+                while j > 0 and _ahead(v, code | l, out_v[j - 1], out_c[j - 1]):
+                    out_v[j] = out_v[j - 1]
+                    out_c[j] = out_c[j - 1]
+                    j -= 1
+                out_v[j] = v
+                out_c[j] = code | l
+            continue
+        # full buffer: the r first entries of list a beat its last entry; merge them in from the
+        # back, dropping the r last entries of the union (each moved entry moves once)
+        r = 0
+        while r < n_prev and _ahead(prev[a, r] + w, code | r, out_v[K - 1], out_c[K - 1]):
+            r += 1
+        i = K - 1
+        j = r - 1
+        for _ in range(r):
+            if _ahead(prev[a, j] + w, code | j, out_v[i], out_c[i]):
+                i -= 1
+            else:
+                j -= 1
+        dst = K - 1
+        while j >= 0:
+            v = prev[a, j] + w
+            if i >= 0 and _ahead(v, code | j, out_v[i], out_c[i]):
+                out_v[dst] = out_v[i]
+                out_c[dst] = out_c[i]
+                i -= 1
+            else:
+                out_v[dst] = v
+                out_c[dst] = code | j
+                j -= 1
+            dst -= 1
+    return m
 
 
 @njit(cache=True)
-def _sift_down(hv, ha, hl, n, i):
+def _sift_down(hv, hc, n, i):
+    v, c = hv[i], hc[i]
     while True:
-        left = 2 * i + 1
-        if left >= n:
-            return
-        best = left
-        right = left + 1
-        if right < n and _before(hv[right], ha[right], hl[right], hv[left], ha[left], hl[left]):
-            best = right
-        if _before(hv[best], ha[best], hl[best], hv[i], ha[i], hl[i]):
-            hv[i], hv[best] = hv[best], hv[i]
-            ha[i], ha[best] = ha[best], ha[i]
-            hl[i], hl[best] = hl[best], hl[i]
-            i = best
-        else:
-            return
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and _ahead(hv[child + 1], hc[child + 1], hv[child], hc[child]):
+            child += 1
+        if not _ahead(hv[child], hc[child], v, c):
+            break
+        hv[i], hc[i] = hv[child], hc[child]
+        i = child
+    hv[i], hc[i] = v, c
 
 
 @njit(cache=True)
-def _heapify(hv, ha, hl, n):
-    for i in range(n // 2 - 1, -1, -1):
-        _sift_down(hv, ha, hl, n, i)
+def _merge_heap(prev, n_prev, pw, b, K, shift, out_v, out_c, hv, hc):
+    """K best of the S sorted lists ``prev[a, :n_prev] + pw[a, b]`` with a heap of list heads."""
+    S = prev.shape[0]
+    for a in range(S):
+        hv[a] = prev[a, 0] + pw[a, b]
+        hc[a] = a << shift
+    for i in range(S // 2 - 1, -1, -1):
+        _sift_down(hv, hc, S, i)
+    n = S
+    m = 0
+    while m < K and n > 0:
+        out_v[m] = hv[0]
+        c = hc[0]
+        out_c[m] = c
+        m += 1
+        a = c >> shift
+        l = (c & ((1 << shift) - 1)) + 1
+        if l < n_prev:
+            hv[0] = prev[a, l] + pw[a, b]
+            hc[0] = c + 1
+        else:
+            n -= 1
+            hv[0], hc[0] = hv[n], hc[n]
+        _sift_down(hv, hc, n, 0)
+    return m
+
+
+# up to this K the buffer merge beats the heap (measured at S = 26; both give the same output)
+INSERT_MAX_K = 32
 
 
 @njit(cache=True)
 def topk_viterbi(unary, pairwise, K):
-    """Exact K best label sequences (fewer when fewer exist), sorted by score.
+    """Exact K best label sequences (all S**T when fewer exist), sorted by decreasing score.
 
-    Forward pass keeps, for every position and state, the K best partial scores with back
-    pointers (previous state, previous rank); each cell merges S sorted lists with a heap, so a
-    call costs O(T S (S + K log S)) plus the backtracking.
+    The forward pass keeps, for every state, the K best partial scores (a sorted (S, K) table for
+    the previous and current positions only) and a back-pointer code per entry; each cell merges
+    the S sorted incoming lists, stopping after K entries, so a call costs O(T S (S + K log S)).
+    Sequences with score -inf (forbidden entries) are ordinary candidates: they come last, so
+    fewer than K finite scores are padded with distinct sequences of score -inf.
     """
+    return _topk(unary, pairwise, K, K <= INSERT_MAX_K)
+
+
+@njit(cache=True)
+def _topk(unary, pairwise, K, small):
     T, S = unary.shape
-    pi = np.full((T, S, K), NEG_INF)
-    count = np.zeros((T, S), dtype=np.int64)
-    bstate = np.zeros((T, S, K), dtype=np.int64)
-    brank = np.zeros((T, S, K), dtype=np.int64)
-    for s in range(S):
-        pi[0, s, 0] = unary[0, s]
-        count[0, s] = 1
+    total = 1  # no more than S**T sequences exist: cap K (and the tables) there
+    for _ in range(T):
+        total = min(total * S, K)
+    K = total
+    shift = 0
+    while (1 << shift) < K:
+        shift += 1
+    mask = (1 << shift) - 1
+    prev = np.empty((S, K))
+    cur = np.empty((S, K))
+    back = np.empty((T, S, K), dtype=np.int32)
+    out_v = np.empty(K)
+    out_c = np.empty(K, dtype=np.int64)
     hv = np.empty(S)
-    ha = np.empty(S, dtype=np.int64)
-    hl = np.empty(S, dtype=np.int64)
+    hc = np.empty(S, dtype=np.int64)
+    for s in range(S):
+        prev[s, 0] = unary[0, s]
+    n_prev = 1
     for t in range(1, T):
         pw = _transition(pairwise, t - 1)
+        n_cur = min(K, n_prev * S)
         for b in range(S):
-            n = 0
-            for a in range(S):
-                if count[t - 1, a] > 0:
-                    hv[n] = pi[t - 1, a, 0] + pw[a, b]
-                    ha[n] = a
-                    hl[n] = 0
-                    n += 1
-            _heapify(hv, ha, hl, n)
-            k = 0
-            while k < K and n > 0:
-                v, a, l = hv[0], ha[0], hl[0]
-                pi[t, b, k] = v + unary[t, b]
-                bstate[t, b, k] = a
-                brank[t, b, k] = l
-                k += 1
-                if l + 1 < count[t - 1, a]:
-                    hv[0] = pi[t - 1, a, l + 1] + pw[a, b]
-                    hl[0] = l + 1
-                else:
-                    n -= 1
-                    hv[0], ha[0], hl[0] = hv[n], ha[n], hl[n]
-                _sift_down(hv, ha, hl, n, 0)
-            count[t, b] = k
-    # final merge over the last position's states
-    n = 0
-    for s in range(S):
-        if count[T - 1, s] > 0:
-            hv[n] = pi[T - 1, s, 0]
-            ha[n] = s
-            hl[n] = 0
-            n += 1
-    _heapify(hv, ha, hl, n)
-    labels = np.empty((K, T), dtype=np.int64)
-    scores = np.empty(K)
-    k = 0
-    while k < K and n > 0:
-        v, s, l = hv[0], ha[0], hl[0]
-        scores[k] = v
-        # backtrack
+            if small:
+                _merge_insert(prev, n_prev, pw, b, K, shift, out_v, out_c, hv)
+            else:
+                _merge_heap(prev, n_prev, pw, b, K, shift, out_v, out_c, hv, hc)
+            u = unary[t, b]
+            for l in range(n_cur):
+                cur[b, l] = out_v[l] + u
+                back[t, b, l] = out_c[l]
+        prev, cur = cur, prev
+        n_prev = n_cur
+    # final merge over the last position's states (no transition)
+    zero = np.zeros((S, 1))
+    if small:
+        m = _merge_insert(prev, n_prev, zero, 0, K, shift, out_v, out_c, hv)
+    else:
+        m = _merge_heap(prev, n_prev, zero, 0, K, shift, out_v, out_c, hv, hc)
+    labels = np.empty((m, T), dtype=np.int64)
+    scores = out_v[:m].copy()
+    for k in range(m):
+        s = out_c[k] >> shift
+        l = out_c[k] & mask
         labels[k, T - 1] = s
         for t in range(T - 1, 0, -1):
-            prev = bstate[t, s, l]
-            l = brank[t, s, l]
-            s = prev
+            c = back[t, s, l]
+            s = c >> shift
+            l = c & mask
             labels[k, t - 1] = s
-        k += 1
-        s0, l0 = ha[0], hl[0]
-        if l0 + 1 < count[T - 1, s0]:
-            hv[0] = pi[T - 1, s0, l0 + 1]
-            hl[0] = l0 + 1
-        else:
-            n -= 1
-            hv[0], ha[0], hl[0] = hv[n], ha[n], hl[n]
-        _sift_down(hv, ha, hl, n, 0)
-    return labels[:k], scores[:k]
+    return labels, scores
 
 
 # ----------------------------------------------------------------------------- sum-product
