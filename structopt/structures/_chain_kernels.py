@@ -63,6 +63,100 @@ def viterbi_batch(unary, pairwise, offsets, out):
     return total
 
 
+# ----------------------------------------------------------------------------- input range
+# Status codes of the checked kernels (``input_error`` turns them into messages).
+OK, HAS_NAN, HAS_POS_INF, INFEASIBLE, LOG_Z_OVERFLOW = 0, 1, 2, 3, 4
+# Below this bound on |sum of potentials along a sequence| plain float64 recursions cannot overflow
+# (the log-sum-exp terms add at most T log S).
+SAFE = 1e300
+# Above this bound the rounding error of a score may exceed ~1e-9: forward-backward then checks
+# that every position's marginals still sum to 1.
+CAREFUL = 1e6
+
+
+@njit(cache=True)
+def input_range(unary, pairwise):
+    """Largest |entry| among entries > -inf (-inf marks a forbidden label or transition).
+
+    NaN when an entry is NaN, +inf when one is +inf.
+    """
+    # branch-free (vectorisable) pass: NaN count, largest entry, smallest entry above -inf
+    n_nan = 0
+    hi = NEG_INF
+    lo = 0.0
+    for t in range(unary.shape[0]):
+        for s in range(unary.shape[1]):
+            x = unary[t, s]
+            n_nan += x != x
+            hi = max(hi, x)
+            lo = min(lo, x if x > NEG_INF else 0.0)
+    for p in range(pairwise.shape[0]):
+        for a in range(pairwise.shape[1]):
+            for b in range(pairwise.shape[2]):
+                x = pairwise[p, a, b]
+                n_nan += x != x
+                hi = max(hi, x)
+                lo = min(lo, x if x > NEG_INF else 0.0)
+    if n_nan:
+        return np.nan
+    return max(hi, -lo)
+
+
+@njit(cache=True)
+def _status(bound):
+    if bound != bound:
+        return HAS_NAN
+    if bound == np.inf:
+        return HAS_POS_INF
+    return OK
+
+
+@njit(cache=True)
+def _power_of_two_at_least(n):
+    x = 1.0
+    while x < n:
+        x *= 2.0
+    return x
+
+
+@njit(cache=True)
+def viterbi_checked(unary, pairwise):
+    """Viterbi labels and a status code (NaN / +inf potentials are refused, not decoded).
+
+    Potentials so large that a sequence's score could overflow are first scaled down by a power
+    of two: the maximiser is scale-free, and the scaled sums round exactly like the unscaled ones.
+    """
+    T = unary.shape[0]
+    bound = input_range(unary, pairwise)
+    status = _status(bound)
+    if status != OK:
+        return np.zeros(T, dtype=np.int64), status
+    if bound * 2 * T < SAFE:
+        y, _ = viterbi(unary, pairwise)
+    else:
+        scale = 1.0 / _power_of_two_at_least(2.0 * T + 2.0)
+        y, _ = viterbi(unary * scale, pairwise * scale)
+    return y, OK
+
+
+def input_error(status: int, unary: np.ndarray, pairwise: np.ndarray) -> str:
+    """The message for a checked kernel's non-zero status (naming the first offending entry)."""
+    if status in (HAS_NAN, HAS_POS_INF):
+        test, what = (np.isnan, "NaN") if status == HAS_NAN else (np.isposinf, "+inf")
+        for name, arr in (("unary", unary), ("pairwise", pairwise)):
+            where = np.argwhere(test(arr))
+            if len(where):
+                index = ", ".join(str(i) for i in where[0])
+                return (f"chain potentials contain {what} ({name}[{index}]); potentials must be finite "
+                        f"or -inf (a forbidden label or transition)")
+    if status == INFEASIBLE:
+        return "every label sequence has score -inf (all forbidden): the chain distribution is undefined"
+    if status == LOG_Z_OVERFLOW:
+        return (f"the log-partition of these chain potentials (largest |entry| {input_range(unary, pairwise):.3g}) "
+                f"is beyond the float64 range")
+    return f"chain kernel status {status}"
+
+
 # ----------------------------------------------------------------------------- top-K
 # A candidate of cell (t, b) is (value, code) with code = a << shift | l: rank l (< 2**shift) of
 # state a at t - 1 (shifts, not divisions, in the inner loops).
@@ -310,9 +404,24 @@ TINY = 1e-280
 
 
 @njit(cache=True)
+def _normalised_exp(x, n, inv_c, out):
+    # out[:n] = softmax(x[:n] * inv_c) (x[:n] has a finite entry)
+    m = NEG_INF
+    for i in range(n):
+        m = max(m, x[i])
+    acc = 0.0
+    for i in range(n):
+        out[i] = np.exp((x[i] - m) * inv_c)
+        acc += out[i]
+    for i in range(n):
+        out[i] /= acc
+
+
+@njit(cache=True)
 def _scaled_transitions(pairwise):
     P, S = pairwise.shape[0], pairwise.shape[1]
     E = np.empty((P, S, S))
+    Et = np.empty((P, S, S))  # transposed copy: both passes then sweep contiguous rows
     shift = np.empty(P)
     for p in range(P):
         m = NEG_INF
@@ -323,7 +432,8 @@ def _scaled_transitions(pairwise):
         for a in range(S):
             for b in range(S):
                 E[p, a, b] = np.exp(pairwise[p, a, b] - shift[p])
-    return E, shift
+                Et[p, b, a] = E[p, a, b]
+    return E, Et, shift
 
 
 @njit(cache=True, inline="always")
@@ -338,23 +448,30 @@ def _shifted_exp(values, out):
 
 
 @njit(cache=True)
-def forward_backward(unary, pairwise):
-    """log Z, node marginals (T, S) and edge marginals (T-1, S, S) (scaled sum-product)."""
+def _forward_backward_fast(unary, pairwise, careful):
+    # exact while no partial sum of potentials overflows (the caller checks the input range);
+    # ``careful``: scores may carry a rounding error above ~1e-9 (checks node normalisation)
     T, S = unary.shape
-    E, shift = _scaled_transitions(pairwise)
+    E, Et, shift = _scaled_transitions(pairwise)
     single = pairwise.shape[0] == 1
     alpha = np.empty((T, S))
     beta = np.zeros((T, S))
     alpha[0] = unary[0]
     scaled = np.empty(S)
     buf = np.empty(S)
+    sums = np.empty(S)
+    # sums[b] = sum_a scaled[a] E[a, b], accumulated row by row in a (the same order as a dot
+    # product per b, but S independent accumulators that vectorise)
     for t in range(1, T):
         p = 0 if single else t - 1
         top = _shifted_exp(alpha[t - 1], scaled)
+        sums[:] = 0.0
+        for a in range(S):
+            sa = scaled[a]
+            for b in range(S):
+                sums[b] += sa * E[p, a, b]
         for b in range(S):
-            acc = 0.0
-            for a in range(S):
-                acc += scaled[a] * E[p, a, b]
+            acc = sums[b]
             if acc > TINY:
                 alpha[t, b] = unary[t, b] + top + shift[p] + np.log(acc)
             else:
@@ -363,13 +480,18 @@ def forward_backward(unary, pairwise):
                 alpha[t, b] = unary[t, b] + _reduce(buf, False)
     below = np.empty((T, S))  # below[t, b] = unary[t, b] + beta[t, b]
     below[T - 1] = unary[T - 1]
+    mass = np.empty((max(T - 1, 0), S))  # the scaled sums behind beta[t], reused for edge totals
     for t in range(T - 2, -1, -1):
         p = 0 if single else t
         top = _shifted_exp(below[t + 1], scaled)
+        sums[:] = 0.0
+        for b in range(S):
+            sb = scaled[b]
+            for a in range(S):
+                sums[a] += Et[p, b, a] * sb
         for a in range(S):
-            acc = 0.0
-            for b in range(S):
-                acc += E[p, a, b] * scaled[b]
+            acc = sums[a]
+            mass[t, a] = acc
             if acc > TINY:
                 beta[t, a] = top + shift[p] + np.log(acc)
             else:
@@ -378,23 +500,140 @@ def forward_backward(unary, pairwise):
                 beta[t, a] = _reduce(buf, False)
             below[t, a] = unary[t, a] + beta[t, a]
     log_z = _reduce(alpha[T - 1], False)
-    node = np.exp(alpha + beta - log_z)
+    if log_z == NEG_INF:
+        return log_z, np.zeros((T, S)), np.zeros((max(T - 1, 0), S, S))
+    node = np.empty((T, S))
     edge = np.empty((max(T - 1, 0), S, S))
+    # exp(alpha + beta - log Z) loses or gains mass once the rounding error of a score exceeds
+    # ~1e-9 (potentials of magnitude ~1e6 and up): such positions are normalised on their own.
+    flat = np.empty(S * S)
+    for t in range(T):
+        for b in range(S):
+            node[t, b] = np.exp(alpha[t, b] + beta[t, b] - log_z)
+        if careful and not abs(np.sum(node[t]) - 1.0) < 1e-9:
+            for b in range(S):
+                flat[b] = alpha[t, b] + beta[t, b]
+            _normalised_exp(flat, S, 1.0, node[t])
     left = np.empty(S)
     for t in range(T - 1):
         p = 0 if single else t
         top_left = _shifted_exp(alpha[t], left)
         top_right = _shifted_exp(below[t + 1], scaled)
         factor = top_left + shift[p] + top_right - log_z
+        out = edge[t]
+        total = 0.0
         if factor < 700.0:
             c = np.exp(factor)
             for a in range(S):
+                total += left[a] * mass[t, a]
                 for b in range(S):
-                    edge[t, a, b] = c * left[a] * E[p, a, b] * scaled[b]
-        else:  # the scaled product could overflow: exact log-space entries
+                    out[a, b] = c * left[a] * E[p, a, b] * scaled[b]
+            total *= c
+        if not abs(total - 1.0) < 1e-9:  # overflow, underflow or rounding: exact log-space entries
             for a in range(S):
                 for b in range(S):
-                    edge[t, a, b] = np.exp(alpha[t, a] + pairwise[p, a, b] + below[t + 1, b] - log_z)
+                    flat[a * S + b] = alpha[t, a] + pairwise[p, a, b] + below[t + 1, b]
+            _normalised_exp(flat, S * S, 1.0, out.reshape(S * S))
+    return log_z, node, edge
+
+
+# Wide-range sum-product: the log-space recursion run on potentials scaled by c = 2**-k, with 2**k
+# above twice the number of terms of a sequence's score, so no partial sum overflows; only the
+# differences inside log-sum-exp are scaled back (by 1/c) before exponentiating, and a difference
+# that overflows to -inf there has exponential 0 anyway. Power-of-two scaling rounds exactly like
+# the unscaled sums, so this is the plain log-space recursion with a wider exponent range.
+
+
+@njit(cache=True)
+def _lse_scaled(x, n, inv_c):
+    # c * log sum exp(x[:n] / c) for c-scaled log-weights x
+    m = NEG_INF
+    for i in range(n):
+        m = max(m, x[i])
+    if m == NEG_INF:
+        return NEG_INF
+    acc = 0.0
+    for i in range(n):
+        acc += np.exp((x[i] - m) * inv_c)
+    return m + np.log(acc) / inv_c
+
+
+@njit(cache=True)
+def _forward_backward_wide(unary, pairwise):
+    T, S = unary.shape
+    single = pairwise.shape[0] == 1
+    inv_c = _power_of_two_at_least(4.0 * T + 4.0)
+    c = 1.0 / inv_c
+    alpha = np.empty((T, S))  # c * log forward messages
+    beta = np.empty((T, S))  # c * log backward messages
+    buf = np.empty(S)
+    for b in range(S):
+        alpha[0, b] = c * unary[0, b]
+    for t in range(1, T):
+        p = 0 if single else t - 1
+        for b in range(S):
+            for a in range(S):
+                buf[a] = alpha[t - 1, a] + c * pairwise[p, a, b]
+            alpha[t, b] = c * unary[t, b] + _lse_scaled(buf, S, inv_c)
+    beta[T - 1] = 0.0
+    for t in range(T - 2, -1, -1):
+        p = 0 if single else t
+        for a in range(S):
+            for b in range(S):
+                buf[b] = c * pairwise[p, a, b] + c * unary[t + 1, b] + beta[t + 1, b]
+            beta[t, a] = _lse_scaled(buf, S, inv_c)
+    node = np.zeros((T, S))
+    edge = np.zeros((max(T - 1, 0), S, S))
+    log_z_c = _lse_scaled(alpha[T - 1], S, inv_c)
+    if log_z_c == NEG_INF:
+        return NEG_INF, node, edge, INFEASIBLE
+    # Marginals normalised position by position: at magnitudes where the rounding error of a
+    # score exceeds 1, exp(alpha + beta - log Z) alone could lose its mass to under/overflow.
+    flat = np.empty(S * S)
+    for t in range(T):
+        for b in range(S):
+            flat[b] = alpha[t, b] + beta[t, b]
+        _normalised_exp(flat, S, inv_c, node[t])
+    for t in range(T - 1):
+        p = 0 if single else t
+        for a in range(S):
+            for b in range(S):
+                flat[a * S + b] = alpha[t, a] + c * pairwise[p, a, b] + c * unary[t + 1, b] + beta[t + 1, b]
+        _normalised_exp(flat, S * S, inv_c, edge[t].reshape(S * S))
+    log_z = log_z_c * inv_c
+    return log_z, node, edge, OK if abs(log_z) < np.inf else LOG_Z_OVERFLOW
+
+
+@njit(cache=True)
+def forward_backward_checked(unary, pairwise):
+    """log Z, node marginals (T, S), edge marginals (T-1, S, S) and a status code.
+
+    Marginals are exact for any potentials in [-inf, +inf): forbidden (-inf) entries get marginal
+    0, and no feasible sequence gives status INFEASIBLE with zero marginals. Potentials large
+    enough to overflow a partial sum take the wide-range recursion (S^2 exponentials per position
+    instead of S^2 multiply-adds); log Z beyond float64 gives status LOG_Z_OVERFLOW.
+    """
+    T, S = unary.shape
+    bound = input_range(unary, pairwise)
+    status = _status(bound)
+    if status != OK:
+        return np.nan, np.full((T, S), np.nan), np.full((max(T - 1, 0), S, S), np.nan), status
+    if bound * 2 * T < SAFE:
+        log_z, node, edge = _forward_backward_fast(unary, pairwise, bound * 2 * T > CAREFUL)
+    else:
+        log_z, node, edge, status = _forward_backward_wide(unary, pairwise)
+    if log_z == NEG_INF and status == OK:
+        status = INFEASIBLE
+    if status == INFEASIBLE:
+        node[:] = 0.0
+        edge[:] = 0.0
+    return log_z, node, edge, status
+
+
+@njit(cache=True)
+def forward_backward(unary, pairwise):
+    """log Z, node marginals (T, S) and edge marginals (T-1, S, S); see forward_backward_checked."""
+    log_z, node, edge, _ = forward_backward_checked(unary, pairwise)
     return log_z, node, edge
 
 
