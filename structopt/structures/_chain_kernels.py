@@ -158,154 +158,72 @@ def input_error(status: int, unary: np.ndarray, pairwise: np.ndarray) -> str:
 
 
 # ----------------------------------------------------------------------------- top-K
-# A candidate of cell (t, b) is (value, code) with code = a << shift | l: rank l (< 2**shift) of
-# state a at t - 1 (shifts, not divisions, in the inner loops).
-# Candidates are ordered by larger value, then smaller code (smaller state, then smaller rank), so
-# rank 0 of every cell is Viterbi's choice and every kernel breaks ties the same way.
+# An entry of cell (t, b) (the rank-th best partial sequence ending in state b at position t) has
+# a value and a code = a << shift | l: it extends rank l of state a at position t - 1 (shifts, not
+# divisions, in the inner loops). Entries are ordered by larger value, then smaller code (smaller
+# state, then smaller rank): a total order, so the output is deterministic, rank 0 of every cell is
+# Viterbi's choice, and the K best for K' < K are the first K' of the K best.
 
 
 @njit(cache=True, inline="always")
 def _ahead(v1, c1, v2, c2):
-    # is candidate (v1, c1) ahead of (v2, c2)? (branch-free form of the order above)
+    # is entry (v1, c1) before (v2, c2) in the order above?
     return (v1 > v2) | ((v1 == v2) & (c1 < c2))
 
 
 @njit(cache=True, inline="always")
-def _merge_insert(prev, n_prev, pw, b, K, shift, out_v, out_c, heads):
-    """K best of the S sorted lists ``prev[a, :n_prev] + pw[a, b]`` into ``out_v``/``out_c``.
-
-    The list with the best head (Viterbi's choice) is copied first, so the buffer's last entry is
-    a high bar from the start: most other lists are dismissed at their head (a predictable branch)
-    and few entries are inserted. A list is left at its first entry that does not beat the bar.
-    """
-    S = prev.shape[0]
-    best = NEG_INF
-    top = 0
-    for a in range(S):
-        v = prev[a, 0] + pw[a, b]
-        heads[a] = v
-        if v > best:
-            best = v
-            top = a
-    w = pw[top, b]
-    for l in range(n_prev):
-        out_v[l] = prev[top, l] + w
-        out_c[l] = (top << shift) | l
-    m = n_prev
-    for a in range(S):
-        if a == top or (m == K and heads[a] < out_v[K - 1]):
-            continue  # the usual case, decided without the tie-breaking code
-        w = pw[a, b]
-        code = a << shift
-        if m < K:  # the buffer has room (first positions only): insert
-            for l in range(n_prev):
-                v = prev[a, l] + w
-                if m == K:
-                    if not _ahead(v, code | l, out_v[K - 1], out_c[K - 1]):
-                        break
-                    j = K - 1
-                else:
-                    j = m
-                    m += 1
-                while j > 0 and _ahead(v, code | l, out_v[j - 1], out_c[j - 1]):
-                    out_v[j] = out_v[j - 1]
-                    out_c[j] = out_c[j - 1]
-                    j -= 1
-                out_v[j] = v
-                out_c[j] = code | l
-            continue
-        # full buffer: the r first entries of list a beat its last entry; merge them in from the
-        # back, dropping the r last entries of the union (each moved entry moves once)
-        r = 0
-        while r < n_prev and _ahead(prev[a, r] + w, code | r, out_v[K - 1], out_c[K - 1]):
-            r += 1
-        i = K - 1
-        j = r - 1
-        for _ in range(r):
-            if _ahead(prev[a, j] + w, code | j, out_v[i], out_c[i]):
-                i -= 1
-            else:
-                j -= 1
-        dst = K - 1
-        while j >= 0:
-            v = prev[a, j] + w
-            if i >= 0 and _ahead(v, code | j, out_v[i], out_c[i]):
-                out_v[dst] = out_v[i]
-                out_c[dst] = out_c[i]
-                i -= 1
-            else:
-                out_v[dst] = v
-                out_c[dst] = code | j
-                j -= 1
-            dst -= 1
-    return m
+def _heap_push(hv, hc, base, n, v, c):
+    # add (v, c) to the n-entry heap stored at hv[base:], hc[base:]
+    i = n
+    while i > 0:
+        parent = (i - 1) >> 1
+        if not _ahead(v, c, hv[base + parent], hc[base + parent]):
+            break
+        hv[base + i] = hv[base + parent]
+        hc[base + i] = hc[base + parent]
+        i = parent
+    hv[base + i] = v
+    hc[base + i] = c
 
 
-@njit(cache=True)
-def _sift_down(hv, hc, n, i):
-    v, c = hv[i], hc[i]
+@njit(cache=True, inline="always")
+def _heap_pop(hv, hc, base, n):
+    # drop the first entry of the n-entry heap at hv[base:], hc[base:]
+    n -= 1
+    v, c = hv[base + n], hc[base + n]
+    i = 0
     while True:
         child = 2 * i + 1
         if child >= n:
             break
-        if child + 1 < n and _ahead(hv[child + 1], hc[child + 1], hv[child], hc[child]):
+        if child + 1 < n and _ahead(hv[base + child + 1], hc[base + child + 1], hv[base + child], hc[base + child]):
             child += 1
-        if not _ahead(hv[child], hc[child], v, c):
+        if not _ahead(hv[base + child], hc[base + child], v, c):
             break
-        hv[i], hc[i] = hv[child], hc[child]
+        hv[base + i] = hv[base + child]
+        hc[base + i] = hc[base + child]
         i = child
-    hv[i], hc[i] = v, c
-
-
-@njit(cache=True)
-def _merge_heap(prev, n_prev, pw, b, K, shift, out_v, out_c, hv, hc):
-    """K best of the S sorted lists ``prev[a, :n_prev] + pw[a, b]`` with a heap of list heads."""
-    S = prev.shape[0]
-    for a in range(S):
-        hv[a] = prev[a, 0] + pw[a, b]
-        hc[a] = a << shift
-    for i in range(S // 2 - 1, -1, -1):
-        _sift_down(hv, hc, S, i)
-    n = S
-    m = 0
-    while m < K and n > 0:
-        out_v[m] = hv[0]
-        c = hc[0]
-        out_c[m] = c
-        m += 1
-        a = c >> shift
-        l = (c & ((1 << shift) - 1)) + 1
-        if l < n_prev:
-            hv[0] = prev[a, l] + pw[a, b]
-            hc[0] = c + 1
-        else:
-            n -= 1
-            hv[0], hc[0] = hv[n], hc[n]
-        _sift_down(hv, hc, n, 0)
-    return m
-
-
-# up to this K the buffer merge beats the heap (measured at S = 26; both give the same output)
-INSERT_MAX_K = 32
+    hv[base + i] = v
+    hc[base + i] = c
 
 
 @njit(cache=True)
 def topk_viterbi(unary, pairwise, K):
     """Exact K best label sequences (all S**T when fewer exist), sorted by decreasing score.
 
-    The forward pass keeps, for every state, the K best partial scores (a sorted (S, K) table for
-    the previous and current positions only) and a back-pointer code per entry; each cell merges
-    the S sorted incoming lists, stopping after K entries, so a call costs O(T S (S + K log S)).
-    Sequences with score -inf (forbidden entries) are ordinary candidates: they come last, so
-    fewer than K finite scores are padded with distinct sequences of score -inf.
+    Lazy K-best: a Viterbi pass gives every cell its best entry; a cell's next entries are made
+    only on demand, from a heap holding, per previous state, the next unused rank of that state's
+    list. The entry just taken from a cell stays 'pending' until the cell's next entry is asked
+    for; only then is its successor (the next rank of the same list) pushed, which may ask the
+    previous position for one more entry. Position T is a virtual cell (one state, no scores)
+    whose list is the answer. Only cells on the paths of the K answers grow, so a call costs
+    about one Viterbi pass plus O(K T log S) heap steps.
+
+    Sequences with score -inf (forbidden entries) are ordinary entries: they come last, so fewer
+    than K finite scores are padded with distinct sequences of score -inf.
     """
-    return _topk(unary, pairwise, K, K <= INSERT_MAX_K)
-
-
-@njit(cache=True)
-def _topk(unary, pairwise, K, small):
     T, S = unary.shape
-    total = 1  # no more than S**T sequences exist: cap K (and the tables) there
+    total = 1  # no more than S**T sequences exist: cap K there
     for _ in range(T):
         total = min(total * S, K)
     K = total
@@ -313,47 +231,105 @@ def _topk(unary, pairwise, K, small):
     while (1 << shift) < K:
         shift += 1
     mask = (1 << shift) - 1
-    prev = np.empty((S, K))
-    cur = np.empty((S, K))
-    back = np.empty((T, S, K), dtype=np.int32)
-    out_v = np.empty(K)
-    out_c = np.empty(K, dtype=np.int64)
-    hv = np.empty(S)
-    hc = np.empty(S, dtype=np.int64)
-    for s in range(S):
-        prev[s, 0] = unary[0, s]
-    n_prev = 1
-    for t in range(1, T):
-        pw = _transition(pairwise, t - 1)
-        n_cur = min(K, n_prev * S)
-        for b in range(S):
-            if small:
-                _merge_insert(prev, n_prev, pw, b, K, shift, out_v, out_c, hv)
-            else:
-                _merge_heap(prev, n_prev, pw, b, K, shift, out_v, out_c, hv, hc)
-            u = unary[t, b]
-            for l in range(n_cur):
-                cur[b, l] = out_v[l] + u
-                back[t, b, l] = out_c[l]
-        prev, cur = cur, prev
-        n_prev = n_cur
-    # final merge over the last position's states (no transition)
+    # rank 0 of every cell (compact); ranks >= 1 and the heap of a cell live in a block of the
+    # pools, given out in order when the cell is first expanded, so the pages touched are few
+    v0 = np.empty((T + 1, S))
+    c0 = np.empty((T + 1, S), dtype=np.int64)
+    block = np.full((T + 1, S), -1, dtype=np.int64)
+    count = np.ones((T + 1, S), dtype=np.int64)
+    size = np.zeros((T + 1, S), dtype=np.int64)  # heap sizes
+    pending = np.empty((T + 1, S), dtype=np.int64)
+    done = np.zeros((T + 1, S), dtype=np.bool_)
+    R = max(K - 1, 1)
+    n_blocks = 0
+    cap = (T + 1) * S
+    pool_v = np.empty(cap * R)
+    pool_c = np.empty(cap * R, dtype=np.int64)
+    heap_v = np.empty(cap * S)
+    heap_c = np.empty(cap * S, dtype=np.int64)
     zero = np.zeros((S, 1))
-    if small:
-        m = _merge_insert(prev, n_prev, zero, 0, K, shift, out_v, out_c, hv)
-    else:
-        m = _merge_heap(prev, n_prev, zero, 0, K, shift, out_v, out_c, hv, hc)
+    # Viterbi (same arithmetic and tie-breaking as viterbi)
+    for s in range(S):
+        v0[0, s] = unary[0, s]
+        done[0, s] = True
+    for t in range(1, T + 1):
+        pw = _transition(pairwise, t - 1) if t < T else zero
+        for b in range(S if t < T else 1):
+            best = NEG_INF
+            top = 0
+            for a in range(S):
+                v = v0[t - 1, a] + pw[a, b]
+                if v > best:
+                    best = v
+                    top = a
+            v0[t, b] = best + unary[t, b] if t < T else best
+            c0[t, b] = top << shift
+            pending[t, b] = top << shift
+    # requests (t, b, rank): make count[t, b] > rank unless the cell runs out; a request may need
+    # one entry of the previous position first, so the stack is at most T + 1 deep
+    st_t = np.empty(T + 2, dtype=np.int64)
+    st_b = np.empty(T + 2, dtype=np.int64)
+    st_r = np.empty(T + 2, dtype=np.int64)
+    for k in range(1, K):
+        sp = 1
+        st_t[0], st_b[0], st_r[0] = T, 0, k
+        while sp > 0:
+            t, b, want = st_t[sp - 1], st_b[sp - 1], st_r[sp - 1]
+            if count[t, b] > want or done[t, b]:
+                sp -= 1
+                continue
+            pw = _transition(pairwise, t - 1) if t < T else zero
+            if block[t, b] < 0:  # first expansion: a block, and the heads of the other lists
+                block[t, b] = n_blocks
+                n_blocks += 1
+                hb = block[t, b] * S
+                first = pending[t, b] >> shift
+                for a in range(S):
+                    if a != first:
+                        _heap_push(heap_v, heap_c, hb, size[t, b], v0[t - 1, a] + pw[a, b], a << shift)
+                        size[t, b] += 1
+            hb = block[t, b] * S
+            c = pending[t, b]
+            if c >= 0:  # push the successor of the entry taken last
+                a = c >> shift
+                rank = (c & mask) + 1
+                if rank < K:
+                    if count[t - 1, a] <= rank and not done[t - 1, a]:
+                        st_t[sp], st_b[sp], st_r[sp] = t - 1, a, rank
+                        sp += 1
+                        continue
+                    if count[t - 1, a] > rank:
+                        v = pool_v[block[t - 1, a] * R + rank - 1]
+                        _heap_push(heap_v, heap_c, hb, size[t, b], v + pw[a, b], c + 1)
+                        size[t, b] += 1
+                pending[t, b] = -1
+            if size[t, b] == 0:
+                done[t, b] = True
+                continue
+            v, c = heap_v[hb], heap_c[hb]
+            _heap_pop(heap_v, heap_c, hb, size[t, b])
+            size[t, b] -= 1
+            slot = block[t, b] * R + count[t, b] - 1
+            pool_v[slot] = v + unary[t, b] if t < T else v
+            pool_c[slot] = c
+            count[t, b] += 1
+            pending[t, b] = c
+        if count[T, 0] <= k:
+            break
+    m = count[T, 0]
     labels = np.empty((m, T), dtype=np.int64)
-    scores = out_v[:m].copy()
+    scores = np.empty(m)
     for k in range(m):
-        s = out_c[k] >> shift
-        l = out_c[k] & mask
-        labels[k, T - 1] = s
-        for t in range(T - 1, 0, -1):
-            c = back[t, s, l]
+        if k == 0:
+            scores[k], c = v0[T, 0], c0[T, 0]
+        else:
+            scores[k], c = pool_v[block[T, 0] * R + k - 1], pool_c[block[T, 0] * R + k - 1]
+        for t in range(T - 1, -1, -1):
             s = c >> shift
-            l = c & mask
-            labels[k, t - 1] = s
+            labels[k, t] = s
+            if t > 0:
+                rank = c & mask
+                c = c0[t, s] if rank == 0 else pool_c[block[t, s] * R + rank - 1]
     return labels, scores
 
 
