@@ -5,6 +5,13 @@ transition matrix shared by all positions, or P == T - 1 with ``pairwise[t]`` sc
 transition from position t to t + 1 (``pairwise[t, a, b]``: y_t = a, y_{t+1} = b).
 Ties are broken towards the smaller state index (and, in top-K, the smaller rank), so every
 kernel is deterministic.
+
+Entries may be -inf (a forbidden label, transition, start or end): a sequence using one has score
+-inf. Viterbi then returns a finite-scoring sequence whenever one exists, top-K lists the finite
+scores first and pads with forbidden sequences (score -inf), max-marginals are -inf where no
+feasible sequence passes, and forward-backward gives forbidden entries marginal exactly 0. NaN and
++inf are not valid potentials: the ``*_checked`` kernels report them (and an empty feasible set or
+an out-of-range log Z) as a status code that ``input_error`` turns into a message.
 """
 
 from __future__ import annotations
@@ -513,11 +520,12 @@ def _forward_backward_fast(unary, pairwise, careful):
     return log_z, node, edge
 
 
-# Wide-range sum-product: the log-space recursion run on potentials scaled by c = 2**-k, with 2**k
-# above twice the number of terms of a sequence's score, so no partial sum overflows; only the
-# differences inside log-sum-exp are scaled back (by 1/c) before exponentiating, and a difference
-# that overflows to -inf there has exponential 0 anyway. Power-of-two scaling rounds exactly like
-# the unscaled sums, so this is the plain log-space recursion with a wider exponent range.
+# Wide-range sum-product: the log-space recursion run on potentials scaled by c = 2**-k, with
+# 2**k >= 4 (T + 1), so neither a partial sum of a sequence's 2T - 1 terms nor the difference of two
+# overflows; only the differences inside log-sum-exp are scaled back (by 1/c) before
+# exponentiating, and a difference that overflows to -inf there has exponential 0 anyway.
+# Power-of-two scaling rounds exactly like the unscaled sums, so this is the plain log-space
+# recursion with a wider exponent range.
 
 
 @njit(cache=True)
@@ -584,8 +592,10 @@ def _forward_backward_wide(unary, pairwise):
 def forward_backward_checked(unary, pairwise):
     """log Z, node marginals (T, S), edge marginals (T-1, S, S) and a status code.
 
-    Marginals are exact for any potentials in [-inf, +inf): forbidden (-inf) entries get marginal
-    0, and no feasible sequence gives status INFEASIBLE with zero marginals. Potentials large
+    Works for any potentials in [-inf, +inf): forbidden (-inf) entries get marginal exactly 0,
+    every position's marginals sum to 1 (once a score's rounding error exceeds ~1e-9 they are
+    normalised position by position: the exact marginals of the rounded scores), and no feasible
+    sequence gives status INFEASIBLE with zero marginals. Potentials large
     enough to overflow a partial sum take the wide-range recursion (S^2 exponentials per position
     instead of S^2 multiply-adds); log Z beyond float64 gives status LOG_Z_OVERFLOW.
     """
