@@ -127,8 +127,8 @@ def local_curvature(problem: SSVMProblem, i: int, w: np.ndarray, mu: float, k: i
     feature scale rather than the whole-sequence ``R^2`` of :func:`lipschitz_bound`.
     """
     theta = problem.theta(i, w)
-    c, _ = problem.loss_terms(i)
-    outputs, scores = problem.structure.topk(add(theta, c), k)
+    # through the loss hook, so that non-decomposable losses (e.g. 1 - IoU of boxes) work too
+    outputs, scores = problem.loss.augmented_topk(problem.structure, theta, problem.Y[i], k)
     outputs = [y for y, s in zip(outputs, scores, strict=True) if np.isfinite(s)]
     m = len(outputs)
     if m < 2:

@@ -28,8 +28,11 @@ AVERAGING = ("none", "uniform", "weighted")
 
 def _subgradient_stats(problem: SSVMProblem, i: int, theta):
     # max-oracle subgradient in statistics space: stats(y*) - stats(y_i), reduced
-    c, _ = problem.loss_terms(i)
-    y = problem.structure.argmax(type(theta)(*(a + b for a, b in zip(theta, c, strict=True))))
+    if problem.loss.decomposable:
+        c, _ = problem.loss_terms(i)
+        y = problem.structure.argmax(type(theta)(*(a + b for a, b in zip(theta, c, strict=True))))
+    else:
+        y = problem.loss.augmented_argmax(problem.structure, theta, problem.Y[i])
     return problem.model.reduce_stats(subtract(problem.structure.stats(y, theta), problem.gold_stats(i, theta)))
 
 
