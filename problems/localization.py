@@ -14,8 +14,8 @@ is the pixel box rounded to the nearest cell boundaries (clipped to the grid, at
 Cell features (:mod:`structopt.problems._bow`): bag of visual words of dense HOG descriptors, a
 codebook of ``n_words`` k-means centres fitted on the training images only, per-cell word counts,
 the indicator of the cell's coarse position (a spatial prior the model can learn) and a constant
-feature (a per-cell bias: the model's area term), scaled so that the whole image sums to (its word
-distribution, position-bin fractions, 1) whatever the grid size. Features are cached under
+feature (a per-cell bias: the model's area term), scaled so that the whole image sums to
+``sqrt(H W) * (word distribution, position-bin fractions, 1)``. Features are cached under
 ``$STRUCTOPT_CACHE`` (default ``$XDG_CACHE_HOME/structopt`` or ``~/.cache/structopt``), keyed on
 every parameter and the data directory.
 
@@ -99,19 +99,22 @@ def _raccoon_items(root: Path) -> tuple[list[tuple[str, Path, Box]], int]:
     return items, dropped
 
 
-def load_image(path: Path, pixel_box: Box, image_size: int) -> tuple[np.ndarray, tuple[float, float, float, float]]:
-    """Grey image rescaled so that its longer side is ``image_size``, and the rescaled pixel box."""
+def load_image(path: Path, image_size: int) -> np.ndarray:
+    """Grey image in [0, 1] rescaled so that its longer side is ``image_size`` pixels."""
     from skimage.transform import resize
 
     image = _read_grey(path)
     h, w = image.shape
     scale = image_size / max(h, w)
-    shape = (max(1, round(h * scale)), max(1, round(w * scale)))
-    small = resize(image, shape, anti_aliasing=True)
+    return resize(image, (max(1, round(h * scale)), max(1, round(w * scale))), anti_aliasing=True)
+
+
+def rescale_box(pixel_box: Box, original: tuple[int, int], shape: tuple[int, int]) -> tuple[float, float, float, float]:
+    """A pixel box of an image of shape ``original`` in the pixels of its rescaled ``shape`` (clipped)."""
+    (h, w), (sh, sw) = original, shape
     t, l, b, r = pixel_box
-    t, b = max(0, t), min(h, b)
-    l, r = max(0, l), min(w, r)
-    return small, (t * shape[0] / h, l * shape[1] / w, b * shape[0] / h, r * shape[1] / w)
+    t, b, l, r = max(0, t), min(h, b), max(0, l), min(w, r)
+    return t * sh / h, l * sw / w, b * sh / h, r * sw / w
 
 
 def cell_box(box: tuple[float, float, float, float], grid: tuple[int, int], cell_size: int) -> Box:
@@ -173,7 +176,9 @@ def _compute(dataset: str, root: Path, image_size: int, cell_size: int, n_words:
         raise InvalidInputError(f"{dataset}: found {len(items)} usable images in {root}, expected more than {n_train}")
     grids, boxes, descs, where = [], [], [], []
     for _name, path, pixel_box in items:
-        image, box = load_image(path, pixel_box, image_size)
+        original = _read_grey(path).shape
+        image = load_image(path, image_size)
+        box = rescale_box(pixel_box, original, image.shape)
         grid = _bow.grid_shape(image.shape, cell_size)
         desc, cells = _bow.descriptors(image, cell_size)
         grids.append(grid)
@@ -191,16 +196,17 @@ def _compute(dataset: str, root: Path, image_size: int, cell_size: int, n_words:
 
 
 def _cell_features(counts: np.ndarray, bins: int) -> np.ndarray:
-    # word counts over the image's total; position indicators and the constant over the number of
-    # cells: the whole image's joint feature is (word distribution, bin fractions, 1), so feature
-    # norms (and a sensible lam) do not grow with the grid or the number of descriptors
+    # The whole image's joint feature is sqrt(H W) * (word distribution, bin fractions, 1): the
+    # scale does not depend on the number of descriptors, and grows like the grid's side so that
+    # useful lam for a few BCFW passes sit near 0.01 (the command line's default).
     H, W, n_words = counts.shape
+    unit = 1.0 / np.sqrt(H * W)
     x = np.zeros((H, W, n_words + bins * bins + 1))
-    x[..., :n_words] = counts / max(counts.sum(), 1.0)
+    x[..., :n_words] = counts * (np.sqrt(H * W) / max(counts.sum(), 1.0))
     if bins:
         rows, cols = (np.arange(H) * bins) // H, (np.arange(W) * bins) // W
-        x[np.arange(H)[:, None], np.arange(W)[None, :], n_words + rows[:, None] * bins + cols[None, :]] = 1.0 / (H * W)
-    x[..., -1] = 1.0 / (H * W)
+        x[np.arange(H)[:, None], np.arange(W)[None, :], n_words + rows[:, None] * bins + cols[None, :]] = unit
+    x[..., -1] = unit
     return x
 
 
@@ -232,8 +238,8 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
     -------
     dict
         ``{"train": {"X", "y"}, "test": {"X", "y"}, "model", "info"}``: X are
-        (H, W, n_words + position_bins**2 + 1) float64 arrays (word counts over the image's total,
-        position indicators over H W, and the constant ``1 / (H W)`` last), y boxes ``(top, left, bottom, right)``
+        (H, W, n_words + position_bins**2 + 1) float64 arrays (word counts, position indicators
+        and the constant last, scaled as in the module notes), y boxes ``(top, left, bottom, right)``
         in cells, ``model`` a :class:`~structopt.models.box.BoxModel`, ``info`` the dataset,
         data directory, cell and image size in pixels, names of the train/test images and the
         number of images dropped.

@@ -55,7 +55,7 @@ def test_model_bad_input():
             model.validate_input(bad, 4)
     with pytest.raises(InvalidInputError, match="example 1: box input contains NaN"):
         so.SSVMProblem(model, [np.zeros((2, 2, 3)), np.full((2, 2, 3), np.nan)], [(0, 0, 1, 1)] * 2, so.BoxLoss(), 0.1)
-    with pytest.raises(InvalidInputError, match="example 1: box .* does not fit"):
+    with pytest.raises(InvalidInputError, match=r"example 1: box .* does not fit"):
         so.SSVMProblem(model, [np.zeros((2, 2, 3))] * 2, [(0, 0, 1, 1), (0, 0, 3, 1)], so.BoxLoss(), 0.1)
     with pytest.raises(InvalidInputError, match="do not match"):
         model.features(np.zeros((2, 2, 3)), so.BoxPotentials(np.zeros((3, 2))))
@@ -71,8 +71,8 @@ def test_problem_oracles_match_enumeration(ref):
             x, gold = problem.X[i], problem.Y[i]
             cells = problem.model.potentials(x, w).cells
             boxes = _boxes(*cells.shape)
-            psi = np.array([loss(gold, y) + cells[y[0]:y[2], y[1]:y[3]].sum() - cells[gold[0]:gold[2], gold[1]:gold[3]].sum()
-                            for y in boxes])
+            gold_score = cells[gold[0]:gold[2], gold[1]:gold[3]].sum()
+            psi = np.array([loss(gold, y) + cells[y[0]:y[2], y[1]:y[3]].sum() - gold_score for y in boxes])
             feats = np.array([problem.model.joint_feature(x, y) - problem.model.joint_feature(x, gold) for y in boxes])
             res = problem.max_oracle(i, w)
             assert res.value == pytest.approx(psi.max(), abs=1e-9)
@@ -80,7 +80,7 @@ def test_problem_oracles_match_enumeration(ref):
             mu = float(rng.uniform(0.1, 2.0))
             top = problem.smooth_oracle(i, w, mu, kind="topk", k=5)
             order = np.argsort(-psi, kind="stable")[:5]
-            value, u = ref.l2_max(psi[order], mu)
+            value, _ = ref.l2_max(psi[order], mu)
             assert top.value == pytest.approx(value, abs=1e-8)
             ent = problem.smooth_oracle(i, w, mu, kind="entropy")
             value, p = ref.entropy_max(psi, mu)
