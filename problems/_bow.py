@@ -2,8 +2,8 @@
 
 HOG (scikit-image) is computed with ``pixels_per_cell = cell_size / 2`` and 2 x 2 blocks, so each
 block descriptor covers one grid cell's worth of pixels and four block centres fall inside every
-grid cell (one or two in the first row and column). Each descriptor is assigned its nearest codeword; a cell's feature vector is the
-histogram of the words of the blocks centred in it.
+grid cell (one or two in the first row and column). Each descriptor is assigned its nearest
+codeword; a cell's feature vector is the histogram of the words of the blocks centred in it.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def test_raccoon_keeps_single_box_images():
     numbers = [int(name.split("-")[-1]) for name, _, _ in items]
     assert numbers == sorted(numbers)
     assert all(path.exists() for _, path, _ in items)
-    name, _, box = next(item for item in items if item[0] == "raccoon-1")
+    _, _, box = next(item for item in items if item[0] == "raccoon-1")
     assert box == (87, 80, 408, 522)  # VOC (xmin 81, ymin 88, xmax 522, ymax 408), 1-based inclusive
 
 
