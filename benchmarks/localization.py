@@ -7,9 +7,12 @@ Data: ``load_boxes(dataset=...)`` (horses or raccoon; bag-of-words cells, see
    the plain and the loss-augmented (1 - IoU) argmax by branch-and-bound and by the compiled
    exhaustive scan (best of ``--repeats`` calls each), the sets branch-and-bound pops against the
    number of boxes, and the top-K (K = 10) time.
+   The same on the learned score maps upsampled 2x and 4x (finer grids of the same images), to
+   see where the search pays off.
 2. Solvers on one objective: BCFW, SGD (max oracle), SVRG and Casimir-SVRG (top-K smoothing,
    K = 10) for ``--passes`` effective passes: train primal and test detection rate (IoU >= 0.5)
-   against oracle calls, beside the mean-box prior.
+   against oracle calls, beside the mean-box prior. The stochastic methods' smoothness constant
+   is tuned on a grid (``--l-grid``), the paper's protocol (best objective within the budget).
 
 Usage: ``python benchmarks/localization.py --dataset horses --passes 10 --out benchmarks/results/localization``
 (writes ``<out>/<dataset>.json`` and ``<out>/<dataset>.png``).
@@ -86,29 +89,73 @@ def oracle_timings(problem: SSVMProblem, X: list, Y: list, w: np.ndarray, repeat
     return summary
 
 
-def run_solvers(problem: SSVMProblem, test: dict, passes: int) -> dict:
-    """Each solver for ``passes`` passes with the test detection rate recorded at every evaluation."""
+def grid_scaling(problem: SSVMProblem, X: list, w: np.ndarray, factors: tuple[int, ...], repeats: int) -> dict:
+    """B&B vs exhaustive argmax on the learned score maps upsampled by each factor (finer grids, same images)."""
+    no_gold = np.zeros(4, dtype=np.int64)
+    out = {}
+    for f in factors:
+        bnb_t, scan_t, popped = [], [], []
+        for x in X:
+            cells = np.kron(problem.model.potentials(x, w).cells, np.ones((f, f))) / (f * f)
+            _, _, n = kern.bnb_topk(cells, no_gold, False, 1)
+            popped.append(int(n))
+            bnb_t.append(_best_time(lambda c=cells: kern.bnb_topk(c, no_gold, False, 1), repeats))
+            scan_t.append(_best_time(lambda c=cells: kern.exhaustive_argmax(kern.integral(c), no_gold, False), repeats))
+        row = {"bnb_median_ms": 1e3 * float(np.median(bnb_t)), "exhaustive_median_ms": 1e3 * float(np.median(scan_t)),
+               "speedup_total": float(np.sum(scan_t) / np.sum(bnb_t)), "popped_mean": float(np.mean(popped))}
+        out[str(f)] = row
+        print(f"  grid x{f}: B&B median {row['bnb_median_ms']:.3f} ms ({row['popped_mean']:.0f} popped) | "
+              f"exhaustive {row['exhaustive_median_ms']:.3f} ms | speed-up {row['speedup_total']:.1f}x")
+    return out
+
+
+def _tuned(name: str, run, problem: SSVMProblem, mu: float, k: int, multipliers: tuple[float, ...]):
+    """Run with L = m * (local curvature estimate) for each m; keep the lowest final primal (paper's criterion)."""
+    from structopt.solvers._smooth import estimate_lipschitz
+
+    base = estimate_lipschitz(problem, mu, k=k)
+    best = None
+    for m in multipliers:
+        res = run(base * m)
+        print(f"    {name} L = {m:g} x {base:.3g}: primal {res.trace[-1]['primal']:.4f}")
+        if best is None or res.trace[-1]["primal"] < best[0].trace[-1]["primal"]:
+            best = (res, m * base)
+    return best
+
+
+def run_solvers(problem: SSVMProblem, test: dict, passes: int, multipliers: tuple[float, ...]) -> dict:
+    """Each solver for ``passes`` passes with the test detection rate recorded at every evaluation.
+
+    The stochastic methods' smoothness constant L (hence their steps) is tuned on a grid of
+    multiples of the default estimate, keeping the lowest final train primal.
+    """
+    lam = problem.lam
+
     def metric(w: np.ndarray) -> dict:
         predicted = problem.predict(test["X"], w)
         return {"test_detection_rate": detection_rate(test["y"], predicted),
                 "test_mean_iou": mean_iou(test["y"], predicted)}
 
+    common = {"max_passes": passes, "random_state": 0, "callback": metric}
     runs = {
-        "bcfw": lambda: bcfw(problem, max_passes=passes, random_state=0, callback=metric),
-        "sgd": lambda: sgd(problem, mu=None, max_passes=passes, random_state=0, callback=metric),
-        "svrg": lambda: svrg(problem, mu=0.1, kind="topk", k=10, max_passes=passes, random_state=0, callback=metric),
-        "casimir_svrg": lambda: casimir_svrg(problem, kind="topk", k=10, max_passes=passes, random_state=0,
-                                             callback=metric),
+        "bcfw": lambda: (bcfw(problem, **common), None),
+        "sgd": lambda: _tuned("sgd", lambda L: sgd(problem, mu=None, gamma0=1.0 / (L + lam), **common),
+                              problem, 1.0, 5, multipliers),
+        "svrg": lambda: _tuned("svrg", lambda L: svrg(problem, mu=0.1, kind="topk", k=10, L=L, **common),
+                               problem, 0.1, 10, multipliers),
+        "casimir_svrg": lambda: _tuned("casimir_svrg", lambda L: casimir_svrg(problem, kind="topk", k=10, mu=1.0, L=L,
+                                                                              **common),
+                                       problem, 1.0, 10, multipliers),
     }
     results = {}
     for name, run in runs.items():
         start = time.perf_counter()
-        res = run()
-        results[name] = {"wall": time.perf_counter() - start, "trace": res.trace}
+        res, L = run()
+        results[name] = {"wall": time.perf_counter() - start, "L": L, "trace": res.trace}
         last = res.trace[-1]
-        print(f"{name:13s} {last['passes']:5.1f} passes, {last['oracle_calls']:6d} oracle calls, "
-              f"{results[name]['wall']:6.1f}s | primal {last['primal']:.4f} | test detection "
-              f"{last['test_detection_rate']:.3f}, mean IoU {last['test_mean_iou']:.3f}")
+        print(f"{name:13s} {last['passes']:5.1f} passes, {last['oracle_calls']:6d} oracle calls | primal "
+              f"{last['primal']:.4f} | test detection {last['test_detection_rate']:.3f}, mean IoU "
+              f"{last['test_mean_iou']:.3f}" + (f" | L {L:.3g}" if L is not None else ""))
     return results
 
 
@@ -139,6 +186,10 @@ def main(argv=None) -> None:
     parser.add_argument("--lam", type=float, default=0.01)
     parser.add_argument("--passes", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats per oracle call (best is kept)")
+    parser.add_argument("--l-grid", type=float, nargs="+", default=[1.0, 10.0, 100.0, 1000.0],
+                        help="multiples of the default smoothness estimate tried for SGD, SVRG, Casimir-SVRG")
+    parser.add_argument("--grid-factors", type=int, nargs="+", default=[1, 2, 4],
+                        help="upsampling factors of the score maps for the B&B vs exhaustive scaling")
     parser.add_argument("--out", default="benchmarks/results/localization")
     args = parser.parse_args(argv)
 
@@ -150,7 +201,7 @@ def main(argv=None) -> None:
     print(f"{args.dataset}: {problem.n} train / {len(test['X'])} test images, lam {args.lam:g}; mean-box prior: "
           f"test detection {prior_rate:.3f}, mean IoU {prior_iou:.3f}")
 
-    results = run_solvers(problem, test, args.passes)
+    results = run_solvers(problem, test, args.passes, tuple(args.l_grid))
     w = bcfw(problem, max_passes=10, random_state=0).w
     timings = oracle_timings(problem, test["X"], test["y"], w, args.repeats)
     print(f"oracles on {timings['images']} test images (grid mean {timings['grid_mean']}, max {timings['grid_max']}, "
@@ -162,6 +213,9 @@ def main(argv=None) -> None:
           f"exhaustive {timings['exhaustive_iou_median_ms']:.3f} ms | speed-up {timings['speedup_iou_total']:.1f}x "
           f"total, {timings['speedup_iou_median_per_image']:.1f}x median per image; top-10 B&B median "
           f"{timings['bnb_top10_iou_median_ms']:.3f} ms")
+
+    print("  branch-and-bound vs exhaustive on finer grids (learned score maps upsampled):")
+    timings["grid_scaling"] = grid_scaling(problem, test["X"], w, tuple(args.grid_factors), args.repeats)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
