@@ -151,7 +151,11 @@ class BoundingBox(Structure):
             boxes, values = box[None, :], np.array([value])
         else:
             boxes, values = kern.all_values(kern.integral(cells), gold, use_loss)
-            order = np.argsort(-values, kind="stable")[: int(k)]
+            if int(k) < len(values):  # O(m) selection, then sort the k chosen by (value, position)
+                chosen = np.argpartition(-values, int(k) - 1)[: int(k)]
+                order = chosen[np.lexsort((chosen, -values[chosen]))]
+            else:
+                order = np.argsort(-values, kind="stable")
             boxes, values = boxes[order], values[order]
         return [tuple(int(v) for v in row) for row in boxes], np.asarray(values, dtype=float)
 
