@@ -30,6 +30,28 @@ def integral(cells):
     return S
 
 
+@njit(cache=True)
+def _integrals(cells):
+    # integral images of the cells, of their positive parts and of their negative parts
+    H, W = cells.shape
+    S = np.zeros((H + 1, W + 1))
+    P = np.zeros((H + 1, W + 1))
+    N = np.zeros((H + 1, W + 1))
+    for i in range(H):
+        row = row_p = row_n = 0.0
+        for j in range(W):
+            v = cells[i, j]
+            row += v
+            if v > 0.0:
+                row_p += v
+            else:
+                row_n += v
+            S[i + 1, j + 1] = S[i, j + 1] + row
+            P[i + 1, j + 1] = P[i, j + 1] + row_p
+            N[i + 1, j + 1] = N[i, j + 1] + row_n
+    return S, P, N
+
+
 @njit(cache=True, inline="always")
 def box_sum(S, t, l, b, r):
     return S[b, r] - S[t, r] - S[b, l] + S[t, l]
@@ -120,71 +142,58 @@ def _set_bound(P, N, S, s, gold, use_loss):
     return v
 
 
+# The queue is a binary max-heap of indices into an append-only pool of sets (``keys``, ``items``):
+# sifting moves one int per level, and the pool index doubles as the insertion order that breaks
+# ties between equal keys deterministically (earlier first).
 @njit(cache=True, inline="always")
-def _heap_less(keys, seq, a, b):
-    # max-heap order: larger key first, then the earlier insertion (deterministic ties)
-    if keys[a] != keys[b]:
-        return keys[a] > keys[b]
-    return seq[a] < seq[b]
+def _before(keys, a, b):
+    return keys[a] > keys[b] or (keys[a] == keys[b] and a < b)
 
 
 @njit(cache=True)
-def _heap_push(keys, seq, items, size, key, counter, item):
+def _grow(keys, items, heap):
     cap = keys.shape[0]
-    if size == cap:
-        new_keys = np.empty(2 * cap)
-        new_seq = np.empty(2 * cap, dtype=np.int64)
-        new_items = np.empty((2 * cap, 8), dtype=np.int64)
-        new_keys[:cap] = keys
-        new_seq[:cap] = seq
-        new_items[:cap] = items
-        keys, seq, items = new_keys, new_seq, new_items
-    pos = size
-    keys[pos] = key
-    seq[pos] = counter
-    items[pos] = item
+    new_keys = np.empty(2 * cap)
+    new_items = np.empty((2 * cap, 8), dtype=np.int64)
+    new_heap = np.empty(2 * cap, dtype=np.int64)
+    new_keys[:cap] = keys
+    new_items[:cap] = items
+    new_heap[:cap] = heap
+    return new_keys, new_items, new_heap
+
+
+@njit(cache=True, inline="always")
+def _sift_up(keys, heap, pos):
+    node = heap[pos]
     while pos > 0:
         parent = (pos - 1) // 2
-        if _heap_less(keys, seq, pos, parent):
-            _swap(keys, seq, items, pos, parent)
-            pos = parent
-        else:
+        if not _before(keys, node, heap[parent]):
             break
-    return keys, seq, items
+        heap[pos] = heap[parent]
+        pos = parent
+    heap[pos] = node
 
 
 @njit(cache=True, inline="always")
-def _swap(keys, seq, items, a, b):
-    keys[a], keys[b] = keys[b], keys[a]
-    seq[a], seq[b] = seq[b], seq[a]
-    for c in range(8):
-        items[a, c], items[b, c] = items[b, c], items[a, c]
-
-
-@njit(cache=True)
-def _heap_pop(keys, seq, items, size, out):
-    # moves the top item into ``out``, returns its key; the heap then has size - 1 entries
-    key = keys[0]
-    out[:] = items[0]
+def _pop(keys, heap, size):
+    # remove and return the top pool index; the heap then holds size - 1 entries
+    top = heap[0]
     last = size - 1
     if last > 0:
-        keys[0] = keys[last]
-        seq[0] = seq[last]
-        items[0] = items[last]
+        node = heap[last]
         pos = 0
         while True:
-            left = 2 * pos + 1
-            right = left + 1
-            best = pos
-            if left < last and _heap_less(keys, seq, left, best):
-                best = left
-            if right < last and _heap_less(keys, seq, right, best):
-                best = right
-            if best == pos:
+            child = 2 * pos + 1
+            if child >= last:
                 break
-            _swap(keys, seq, items, pos, best)
-            pos = best
-    return key
+            if child + 1 < last and _before(keys, heap[child + 1], heap[child]):
+                child += 1
+            if not _before(keys, heap[child], node):
+                break
+            heap[pos] = heap[child]
+            pos = child
+        heap[pos] = node
+    return top
 
 
 @njit(cache=True, inline="always")
@@ -212,25 +221,24 @@ def bnb_topk(cells, gold, use_loss, k):
     popped : number of sets taken off the queue (a measure of the search effort).
     """
     H, W = cells.shape
-    S = integral(cells)
-    P = integral(np.maximum(cells, 0.0))
-    N = integral(np.minimum(cells, 0.0))
-    cap = 64
+    S, P, N = _integrals(cells)
+    cap = 256
     keys = np.empty(cap)
-    seq = np.empty(cap, dtype=np.int64)
     items = np.empty((cap, 8), dtype=np.int64)
-    root = np.array([0, H - 1, 1, H, 0, W - 1, 1, W], dtype=np.int64)
-    keys, seq, items = _heap_push(keys, seq, items, 0, _set_bound(P, N, S, root, gold, use_loss), 0, root)
-    size, counter, popped = 1, 1, 0
+    heap = np.empty(cap, dtype=np.int64)
+    items[0, 0], items[0, 1], items[0, 2], items[0, 3] = 0, H - 1, 1, H
+    items[0, 4], items[0, 5], items[0, 6], items[0, 7] = 0, W - 1, 1, W
+    keys[0] = _set_bound(P, N, S, items[0], gold, use_loss)
+    heap[0] = 0
+    size, used, popped = 1, 1, 0
     out_boxes = np.empty((k, 4), dtype=np.int64)
     out_values = np.empty(k)
     found = 0
-    cur = np.empty(8, dtype=np.int64)
-    child = np.empty(8, dtype=np.int64)
     while found < k and size > 0:
-        key = _heap_pop(keys, seq, items, size, cur)
+        top = _pop(keys, heap, size)
         size -= 1
         popped += 1
+        cur = items[top]
         axis, width = 0, cur[1] - cur[0]
         for c in range(1, 4):  # split the widest coordinate interval
             if cur[2 * c + 1] - cur[2 * c] > width:
@@ -238,22 +246,26 @@ def bnb_topk(cells, gold, use_loss, k):
         if width == 0:  # a singleton: its key is its exact value
             out_boxes[found, 0], out_boxes[found, 1] = cur[0], cur[4]
             out_boxes[found, 2], out_boxes[found, 3] = cur[2], cur[6]
-            out_values[found] = key
+            out_values[found] = keys[top]
             found += 1
             continue
-        lo, hi = cur[2 * axis], cur[2 * axis + 1]
-        mid = (lo + hi) // 2
+        mid = (cur[2 * axis] + cur[2 * axis + 1]) // 2
         for half in range(2):
+            if used == keys.shape[0]:
+                keys, items, heap = _grow(keys, items, heap)
+                cur = items[top]
+            child = items[used]
             child[:] = cur
             if half == 0:
                 child[2 * axis + 1] = mid
             else:
                 child[2 * axis] = mid + 1
             if _clamp(child):
-                keys, seq, items = _heap_push(keys, seq, items, size, _set_bound(P, N, S, child, gold, use_loss),
-                                              counter, child)
+                keys[used] = _set_bound(P, N, S, child, gold, use_loss)
+                heap[size] = used
+                _sift_up(keys, heap, size)
                 size += 1
-                counter += 1
+                used += 1
     return out_boxes[:found], out_values[:found], popped
 
 
