@@ -170,3 +170,13 @@ def test_bad_input():
         so.BoxLoss()((0, 0, 1, 1), (0, 0, 0, 1))
     with pytest.raises(NotSupportedError, match="BoundingBox"):
         so.BoxLoss().augmented_argmax(so.MultiClass(3), so.MultiClassPotentials(np.zeros(3)), 0)
+
+
+def test_random_instance_box():
+    from structopt.validate import random_instance
+
+    structure, theta = random_instance("box", 0, height=2, width=5)
+    assert isinstance(structure, so.BoundingBox) and theta.cells.shape == (2, 5)
+    assert np.all(theta.cells == np.round(theta.cells))
+    with pytest.raises(InvalidInputError, match="height, width >= 1"):
+        random_instance("box", 0, height=0)
