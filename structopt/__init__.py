@@ -29,3 +29,9 @@ __all__ = [
     "MultiClassPotentials", "NotSupportedError", "OracleResult", "Result", "SSVMProblem", "StructoptError",
     "Structure", "StructuredSVM", "WeightedHamming", "__version__", "get_solver",
 ]
+
+from structopt.losses import BoxLoss
+from structopt.models import BoxModel
+from structopt.structures import BoundingBox, BoxPotentials
+
+__all__ += ["BoundingBox", "BoxLoss", "BoxModel", "BoxPotentials"]

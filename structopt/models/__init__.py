@@ -6,6 +6,8 @@ from structopt.models.multiclass import MultiClassModel
 
 __all__ = ["ChainModel", "Model", "MultiClassModel"]
 
+from structopt.models.box import BoxModel
 from structopt.models.matching import MatchingModel
 
 __all__ += ["MatchingModel"]
+__all__ += ["BoxModel"]
