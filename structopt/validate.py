@@ -25,7 +25,7 @@ from structopt.smoothing import logsumexp
 from structopt.structures.base import Potentials, Structure, flatten, inner, unflatten
 
 #: names accepted by :func:`random_instance` and :func:`check_builtin_structures`
-BUILTIN_STRUCTURES = ("chain", "multiclass", "matching")
+BUILTIN_STRUCTURES = ("chain", "multiclass", "matching", "lp")
 
 
 # --------------------------------------------------------------------------- report
@@ -156,7 +156,7 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
 
     Parameters
     ----------
-    structure_name : {"chain", "multiclass", "matching"}
+    structure_name : {"chain", "multiclass", "matching", "lp"}
     rng : Generator or seed
     integer : bool
         Integer potentials in [-3, 3] (ties) or uniform floats.
@@ -164,7 +164,9 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
         ``chain``: ``length`` (T, default 4), ``n_states`` (S, default 3), ``shared`` (bool,
         default True: one (S, S) transition matrix); ``multiclass``: ``n_classes`` (default 4);
         ``matching``: ``n_left`` (default 3), ``n_right`` (default 3), ``allow_unmatched`` (default
-        False: the unmatched-score fields are empty).
+        False: the unmatched-score fields are empty); ``lp``: ``n`` (default 5), an
+        :class:`~structopt.structures.lp.LPStructure` selecting between lo and hi of n entries with at
+        most a cap in a random window (an exact LP description).
     """
     from structopt.structures.chain import Chain, ChainPotentials
     from structopt.structures.matching import BipartiteMatching, MatchingPotentials
@@ -185,12 +187,33 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
         allow = bool(size.pop("allow_unmatched", False))
         structure = BipartiteMatching(L, R, allow_unmatched=allow)  # validates the sides
         like = MatchingPotentials(np.zeros((L, R)), np.zeros(L if allow else 0), np.zeros(R if allow else 0))
+    elif name == "lp":
+        structure = _random_lp_structure(rng, int(size.pop("n", 5)))
+        like = structure.Potentials(np.zeros(structure.size))
     else:
         raise InvalidInputError(f"no random instance for structure {structure_name!r}; "
                                 f"use one of {', '.join(repr(n) for n in BUILTIN_STRUCTURES)}")
     if size:
         raise InvalidInputError(f"unknown size arguments for {name}: {sorted(size)}")
     return structure, random_like(like, rng, integer=integer)
+
+
+def _random_lp_structure(rng: np.random.Generator, n: int) -> Structure:
+    # k-of-n selection with a cap on a random window: interval constraint rows are totally
+    # unimodular, so the LP description is exact and every row of check_structure applies
+    import cvxpy as cp
+
+    from structopt.structures.lp import LPStructure
+
+    if n < 1:
+        raise InvalidInputError(f"an lp instance needs n >= 1, got {n}")
+    z = cp.Variable(n, boolean=True)
+    lo = int(rng.integers(0, n + 1))
+    hi = int(rng.integers(lo, n + 1))
+    start = int(rng.integers(0, n))
+    stop = int(rng.integers(start + 1, n + 1))
+    cap = int(rng.integers(max(0, lo - (n - (stop - start))), stop - start + 1))
+    return LPStructure(z, [cp.sum(z) >= lo, cp.sum(z) <= hi, cp.sum(z[start:stop]) <= cap])
 
 
 # --------------------------------------------------------------------------- the check
@@ -435,6 +458,7 @@ BUILTIN_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"n_left": 2, "n_right": 4, "allow_unmatched": True},
         {"n_left": 4, "n_right": 2, "allow_unmatched": True},
     ),
+    "lp": ({"n": 1}, {"n": 4}, {"n": 7}),
 }
 
 

@@ -10,3 +10,7 @@ __all__ = ["Chain", "ChainPotentials", "MultiClass", "MultiClassPotentials", "Po
 from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 
 __all__ += ["BipartiteMatching", "MatchingPotentials"]
+
+from structopt.structures.lp import LPStructure, VectorPotentials
+
+__all__ += ["LPStructure", "VectorPotentials"]
