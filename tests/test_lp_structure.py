@@ -148,7 +148,7 @@ def test_project_onto_the_hull_of_an_odd_cycle():
 def test_project_equals_qp_on_integral_instances():
     rng = np.random.default_rng(5)
     for seed in range(5):
-        structure, theta = random_instance("lp", seed)
+        structure, _ = random_instance("lp", seed)
         v = VectorPotentials(rng.normal(size=structure.size))
         assert np.allclose(structure.project(v).values, structure.project_qp(v).values, atol=1e-6)
 
@@ -203,14 +203,14 @@ def test_bad_declarations_are_refused_clearly():
 def test_bad_potentials_and_outputs_name_the_example():
     z = cp.Variable(3, boolean=True)
     structure = LPStructure(z, [cp.sum(z) <= 1])
-    with pytest.raises(InvalidInputError, match="example 7.*shape \\(3,\\)"):
+    with pytest.raises(InvalidInputError, match=r"example 7.*shape \(3,\)"):
         structure._values(VectorPotentials(np.zeros(4)), 7)
     with pytest.raises(InvalidInputError, match="NaN"):
         structure.argmax(VectorPotentials(np.array([0.0, np.nan, 1.0])))
     like = VectorPotentials(np.zeros(3))
-    with pytest.raises(InvalidInputError, match="example 2: .*0 and 1"):
+    with pytest.raises(InvalidInputError, match=r"example 2: .*0 and 1"):
         structure.validate_output(np.array([0, 2, 0]), like, 2)
-    with pytest.raises(InvalidInputError, match="example 4: .*violates"):
+    with pytest.raises(InvalidInputError, match=r"example 4: .*violates"):
         structure.validate_output(np.array([1, 1, 0]), like, 4)
     with pytest.raises(InvalidInputError, match="shape"):
         structure.validate_output(np.array([1, 0]), like, 0)

@@ -11,6 +11,6 @@ from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 
 __all__ += ["BipartiteMatching", "MatchingPotentials"]
 
-from structopt.structures.lp import LPStructure, VectorPotentials
+from structopt.structures.lp import LPStructure, VectorPotentials  # noqa: E402
 
 __all__ += ["LPStructure", "VectorPotentials"]

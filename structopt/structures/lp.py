@@ -76,9 +76,9 @@ def compile_constraints(z: Any, constraints: list[Any]) -> ILP:
     if not constraints:
         return ILP(n, None, None, None, None)
     # cvxpy's canonicalisation: A x = b for the equalities, G x <= h for the inequalities, x = z
-    problem = cp.Problem(cp.Minimize(0), constraints + [z >= 0])
+    problem = cp.Problem(cp.Minimize(0), [*constraints, z >= 0])
     data, _, _ = problem.get_problem_data(cp.SCIPY)
-    if data["A"] is not None and data["A"].shape[1] != n or data["G"].shape[1] != n:
+    if (data["A"] is not None and data["A"].shape[1] != n) or data["G"].shape[1] != n:
         raise InvalidInputError("could not express the constraints in z alone")
     G, h = data["G"], data["h"]
     # drop the z >= 0 rows added above (bounds are implicit) by keeping rows that are not -e_j <= 0
