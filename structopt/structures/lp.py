@@ -99,9 +99,10 @@ class LPStructure(Structure):
         A 1-D boolean variable, ``cp.Variable(n, boolean=True)``.
     constraints : list of cvxpy constraints
         Linear equalities and inequalities in ``z`` only.
-    solver : {"highs", "scip", "cpsat"}, default "highs"
-        Exact ILP backend (HiGHS through scipy is the fastest on the measured instances; see
-        ``benchmarks/lp_structure.py``).
+    solver : {"auto", "cpsat", "highs", "scip"}, default "auto"
+        Exact ILP backend. ``"auto"`` uses OR-Tools CP-SAT when the constraint rows scale to integers
+        exactly (the fastest on the measured programs, see ``benchmarks/lp_structure.py``; the
+        objective is rounded at resolution ``max|theta| * 1e-9``) and scipy's HiGHS ``milp`` otherwise.
 
     Raises
     ------
@@ -121,7 +122,7 @@ class LPStructure(Structure):
     #: the per-node loss hook: every entry of z is a node with values 0 and 1
     states_per_node = 2
 
-    def __init__(self, z: Any = None, constraints: list[Any] | None = None, solver: str = "highs", *,
+    def __init__(self, z: Any = None, constraints: list[Any] | None = None, solver: str = "auto", *,
                  builder: Builder | None = None):
         self.solver = str(solver).lower()
         self._solve = get_backend(self.solver)
@@ -138,7 +139,7 @@ class LPStructure(Structure):
             raise InvalidInputError("pass either (z, constraints) or builder, not both")
 
     @classmethod
-    def from_builder(cls, builder: Builder, solver: str = "highs") -> LPStructure:
+    def from_builder(cls, builder: Builder, solver: str = "auto") -> LPStructure:
         """A structure whose instances vary in size: ``builder(n)`` returns ``(z, constraints)``.
 
         The size of an instance is the length of its potentials; each size is compiled once.
