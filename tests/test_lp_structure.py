@@ -231,7 +231,7 @@ def test_auto_backend_falls_back_to_highs_on_irrational_rows():
     structure = LPStructure(z, [np.array([np.pi, np.e, 1.0]) @ z <= 4.0])  # only e + 1 of the pairs fits
     theta = VectorPotentials(np.array([1.0, 1.0, 0.5]))
     assert structure.argmax(theta).tolist() == [0, 1, 1]
-    outs, scores = structure.topk(theta, 8)
+    _, scores = structure.topk(theta, 8)
     _, expected = brute_force_topk(structure, theta, 8)
     assert np.allclose(scores, expected)
     with pytest.raises(NotSupportedError, match="rational"):

@@ -9,3 +9,8 @@ __all__ = ["ChainModel", "Model", "MultiClassModel"]
 from structopt.models.matching import MatchingModel
 
 __all__ += ["MatchingModel"]
+
+from structopt.models.feature import FeatureModel  # noqa: E402
+from structopt.models.tree import TreeModel  # noqa: E402
+
+__all__ += ["FeatureModel", "TreeModel"]

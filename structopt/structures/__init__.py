@@ -12,5 +12,6 @@ from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 __all__ += ["BipartiteMatching", "MatchingPotentials"]
 
 from structopt.structures.lp import LPStructure, VectorPotentials  # noqa: E402
+from structopt.structures.tree import TreePotentials, TreeStructure  # noqa: E402
 
-__all__ += ["LPStructure", "VectorPotentials"]
+__all__ += ["LPStructure", "TreePotentials", "TreeStructure", "VectorPotentials"]
