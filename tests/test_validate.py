@@ -200,7 +200,7 @@ def test_generic_structure_skips_unsupported_oracles():
         row = report.row(oracle)
         assert row.agrees_enumeration is None and row.detail.startswith("not supported")
     assert report.row("argmax").agrees_enumeration is True
-    assert report.row("project").agrees_lp is True  # default project is the QP itself
+    assert report.row("project").agrees_lp is True  # certified by the structure's argmax
     assert report.row("project").agrees_enumeration is True  # vertex optimality over the 4 outputs
 
 
@@ -231,7 +231,7 @@ def test_random_instance():
     with pytest.raises(InvalidInputError, match="allow_unmatched=True"):
         random_instance("matching", 0, n_left=3, n_right=2)
     with pytest.raises(InvalidInputError, match=r"no random instance.*'matching'"):
-        random_instance("tree")
+        random_instance("nonexistent")
     with pytest.raises(InvalidInputError, match="unknown size"):
         random_instance("chain", 0, lenght=3)
 
