@@ -275,9 +275,10 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
       best output when that output is unique.
     - ``project``: the Euclidean projection p of a random point v equals the projection onto the
       hull of the enumerated vertices (Wolfe's min-norm point over that list) and satisfies the
-      variational inequality against every vertex; LP column: p satisfies the polytope's
-      constraints and the certificate ``<v - p, s - p> <= qp_atol`` with ``s = argmax(v - p)``
-      from the structure's own oracle (independent of how ``project`` computes p).
+      variational inequality against every vertex; LP column: p equals the min-norm-point
+      projection driven by the structure's own ``argmax`` (independent of how ``project``
+      computes p), satisfies ``<v - p, s - p> <= qp_atol`` with ``s = argmax(v - p)`` and the
+      polytope's constraints.
     - ``prox_entropy``: with ``mu`` the marginals of random potentials ``theta0``, equals the
       marginals of the Gibbs distribution of ``theta0 + eta * step`` by enumeration.
 
@@ -437,15 +438,21 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
         ref_gap = _gap(p_flat, reference)
         violation = float(np.max(ref.flat @ (v_flat - p_flat) - (v_flat - p_flat) @ p_flat))
         enum_ok = violation <= qp_atol and ref_gap <= qp_atol
-        # certificate: feasible for the polytope's description and, with s = argmax(v - p) from the
-        # structure's own oracle, <v - p, s - p> <= 0 (p is then the projection onto the hull)
-        direction = unflatten(v_flat - p_flat, template)
-        s_flat = flatten(structure.stats(structure.argmax(direction), theta))
-        certificate = float((v_flat - p_flat) @ (s_flat - p_flat))
+        # the structure's own argmax oracle: the min-norm-point projection it drives (membership in
+        # the hull, which an outer description cannot certify) and the certificate
+        # <v - p, s - p> <= 0 with s = argmax(v - p); plus feasibility for the polytope's description
+        def linear_oracle(d: np.ndarray) -> np.ndarray:
+            return flatten(structure.stats(structure.argmax(unflatten(d, template)), theta))
+
+        by_oracle, _ = project_hull(v_flat, linear_oracle, tol=1e-14)
+        oracle_gap = _gap(p_flat, by_oracle)
+        certificate = float((v_flat - p_flat) @ (linear_oracle(v_flat - p_flat) - p_flat))
         infeasible = _infeasibility(structure, theta, p_flat)
         detail = (f"|p - hull reference| = {ref_gap:.1e}, vertex optimality violation {violation:.1e}, "
-                  f"argmax certificate {certificate:.1e}, infeasibility {infeasible:.1e}")
-        return enum_ok, certificate <= qp_atol and infeasible <= qp_atol, seconds, detail
+                  f"|p - projection by argmax oracle| = {oracle_gap:.1e}, certificate {certificate:.1e}, "
+                  f"infeasibility {infeasible:.1e}")
+        lp_ok = oracle_gap <= qp_atol and certificate <= qp_atol and infeasible <= qp_atol
+        return enum_ok, lp_ok, seconds, detail
 
     run("project", project)
 
