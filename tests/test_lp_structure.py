@@ -264,3 +264,24 @@ def test_weighted_hamming_is_linear_too():
     c, const = loss.linear_terms(structure, truth, like)
     for y in structure.enumerate(like):
         assert c.values @ y + const == pytest.approx(loss(truth, y))
+
+
+def test_cpsat_objective_is_exact_when_integral_and_bounded_otherwise():
+    from structopt.structures._ilp import OBJECTIVE_RESOLUTION, cpsat_objective
+
+    ints, factor = cpsat_objective(np.array([3.0, -2.0, 0.0]))
+    assert factor == 1.0 and ints.tolist() == [3, -2, 0]
+    c = np.random.default_rng(0).normal(size=50)
+    ints, factor = cpsat_objective(c)
+    assert np.max(np.abs(ints / factor - c)) <= 0.5 / factor
+    assert factor == pytest.approx(OBJECTIVE_RESOLUTION / np.max(np.abs(c)))
+
+
+def test_structures_pickle():
+    import pickle
+
+    z = cp.Variable(4, boolean=True)
+    structure = LPStructure(z, [cp.sum(z) <= 2])
+    copy = pickle.loads(pickle.dumps(structure))
+    theta = VectorPotentials(np.array([1.0, -1.0, 2.0, 0.5]))
+    assert copy.argmax(theta).tolist() == structure.argmax(theta).tolist() == [1, 0, 1, 0]

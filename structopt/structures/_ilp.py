@@ -8,9 +8,9 @@ exposes them) and returns the 0/1 point, or None when the program is infeasible.
   the HiGHS bundled in OR-Tools).
 - ``"scip"``: OR-Tools' ``pywraplp`` with SCIP.
 - ``"cpsat"``: OR-Tools' CP-SAT, which takes integers only: each constraint row is scaled to integers
-  exactly (or refused), and the objective is rounded at resolution ``1 / scale`` with
-  ``scale = OBJECTIVE_RESOLUTION / max|c|``, so the point returned is optimal within
-  ``n * max|c| / OBJECTIVE_RESOLUTION`` of the true optimum.
+  exactly (or refused); an integral objective is used as is, any other is rounded at resolution
+  ``1 / scale`` with ``scale = OBJECTIVE_RESOLUTION / max|c|``, so the point returned is optimal
+  within ``n * max|c| / OBJECTIVE_RESOLUTION`` of the true optimum.
 
 ``benchmarks/lp_structure.py`` measures the three on the same programs: CP-SAT is fastest or close to
 it on every family measured (k-of-n, windows, knapsack rows, independent sets), so ``"auto"`` (the
@@ -161,9 +161,12 @@ def _cpsat_rows(ilp: ILP) -> list[tuple[np.ndarray, list[int], int, bool]]:
 
 
 def cpsat_objective(c: np.ndarray) -> tuple[np.ndarray, float]:
-    """Integer objective for CP-SAT and its scale: ``round(scale * c)``, ``scale = R / max|c|``."""
+    """Integer objective for CP-SAT and its scale: ``c`` itself when it is integral (exact), else
+    ``round(scale * c)`` with ``scale = R / max|c|``."""
     c = np.asarray(c, dtype=float)
     top = float(np.max(np.abs(c), initial=0.0))
+    if np.all(c == np.rint(c)) and top * max(c.size, 1) <= OBJECTIVE_RESOLUTION:
+        return c.astype(np.int64), 1.0
     factor = OBJECTIVE_RESOLUTION / top if top > 0 else 1.0
     return np.rint(c * factor).astype(np.int64), factor
 
