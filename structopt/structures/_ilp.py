@@ -62,6 +62,8 @@ class ILP:
         if self._cpsat_rows is not None:  # reuse the parent's integer rows; convert only the new ones
             child._cpsat_rows = self._cpsat_rows + _integer_rows(rows, np.asarray(b_ub_extra, dtype=float), False)
             child._integral = True
+        elif self._integral is False:  # no integer form: stay on HiGHS without retrying the scaling
+            child._integral = False
         return child
 
     def feasible(self, X: np.ndarray, tol: float = 1e-9) -> np.ndarray:
