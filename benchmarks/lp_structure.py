@@ -9,7 +9,8 @@ Families (each solved with the three backends on the same random potentials):
 - ``k_of_n``: choose exactly k of n (the example's selection task);
 - ``windows``: between lo and hi of n with caps on random windows (interval rows, integral LP);
 - ``independent_set``: independent sets of a random graph (fractional LP, real branching);
-- ``knapsack``: a few random integer knapsack rows.
+- ``knapsack``: a few random integer knapsack rows;
+- ``tiny``: n = 6 with one random row (the size of the tests: per-call overhead).
 
 Reported per (family, backend): median seconds per argmax over the instances, the ratio to the
 fastest backend in the same run, and the largest score deficit against the best backend (CP-SAT
@@ -48,13 +49,15 @@ def family(name: str, n: int, rng: np.random.Generator):
         return z, [z[a] + z[b] <= 1 for a, b in sorted(edges)]
     if name == "knapsack":
         return z, [rng.integers(1, 10, size=n) @ z <= 2 * n for _ in range(3)]
+    if name == "tiny":
+        return z, [rng.integers(-2, 3, size=n) @ z <= 2, cp.sum(z) >= 1]
     raise ValueError(name)
 
 
 def run(instances: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     out = {}
-    for name, n in (("k_of_n", 50), ("windows", 40), ("independent_set", 30), ("knapsack", 30)):
+    for name, n in (("tiny", 6), ("k_of_n", 50), ("windows", 40), ("independent_set", 30), ("knapsack", 30)):
         z, cons = family(name, n, rng)
         structures = {b: LPStructure(z, cons, solver=b) for b in BACKENDS}
         thetas = [VectorPotentials(rng.normal(size=n)) for _ in range(instances)]
