@@ -32,7 +32,7 @@ def brute(structure, theta):
 
 def test_oracles_match_enumeration_on_random_forests():
     rng = np.random.default_rng(0)
-    for trial in range(300):
+    for trial in range(200):
         structure, theta = random_forest_instance(rng, integer=trial % 2 == 0)
         outs, scores, flat = brute(structure, theta)
         best = scores.max()
