@@ -98,6 +98,18 @@ def test_check_structure_passes_on_forests():
         assert report.ok, report.table()
 
 
+def test_project_equals_the_cvxpy_qp():
+    rng = np.random.default_rng(7)
+    for seed in range(6):
+        n, S = int(rng.integers(1, 7)), int(rng.integers(2, 4))
+        structure, theta = random_instance("tree", seed, n_nodes=n, n_states=S)
+        like = structure.expand(theta)
+        v = TreePotentials(rng.normal(scale=1.5, size=(n, S)), rng.normal(scale=1.5, size=like.pairwise.shape))
+        assert np.allclose(flatten(structure.project(v)), flatten(structure.project_qp(v)), atol=1e-6)
+    vertex = structure.stats(structure.argmax(theta))
+    assert np.allclose(flatten(structure.project(vertex)), flatten(vertex), atol=1e-9)
+
+
 def test_large_tree_runs_without_recursion():
     rng = np.random.default_rng(2)
     n = 3000

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, example_error
 from structopt.structures import _tree_kernels as kern
+from structopt.structures._minnorm import project_hull
 from structopt.structures.base import Polytope, Structure, product_outputs
 
 
@@ -257,6 +258,28 @@ class TreeStructure(Structure):
     def max_marginals(self, theta: TreePotentials) -> np.ndarray:
         """(n, S) array: best score of a labelling with node v in state s."""
         return kern.max_marginals(*self.check_potentials(theta), *self.schedule)
+
+    def project(self, v: TreePotentials, tol: float = 1e-13) -> TreePotentials:
+        """Euclidean projection onto the marginal polytope by Wolfe's min-norm point on max-product.
+
+        Exact up to the certificate ``||p - p*||^2 <= gap <= tol * scale`` (a few times faster than
+        the cvxpy QP :meth:`project_qp` on small forests); falls back to the QP if it stalls.
+        """
+        full = self.expand(v)
+        unary_size = full.unary.size
+
+        def linear_oracle(d: np.ndarray) -> np.ndarray:
+            direction = TreePotentials(d[:unary_size].reshape(full.unary.shape), d[unary_size:].reshape(
+                full.pairwise.shape))
+            y = self.argmax(direction)
+            return np.concatenate([s.ravel() for s in self.stats(y)])
+
+        target = np.concatenate([full.unary.ravel(), full.pairwise.ravel()])
+        try:
+            p, _ = project_hull(target, linear_oracle, tol=tol)
+        except RuntimeError:
+            return self.project_qp(v)
+        return TreePotentials(p[:unary_size].reshape(full.unary.shape), p[unary_size:].reshape(full.pairwise.shape))
 
     def prox_entropy(self, mu: TreePotentials, step: TreePotentials, eta: float) -> TreePotentials:
         """Entropic (KL) prox on the forest's marginal polytope.
