@@ -172,6 +172,16 @@ def test_builder_varies_size_and_compiles_each_size_once():
     assert "from_builder" in repr(structure)
 
 
+def test_a_single_constraint_and_parameters_are_accepted():
+    z = cp.Variable(4, boolean=True)
+    k = cp.Parameter(value=2)
+    structure = LPStructure(z, cp.sum(z) <= k)
+    outs = structure.enumerate(VectorPotentials(np.zeros(4)))
+    assert len(outs) == 11 and max(o.sum() for o in outs) == 2
+    with pytest.raises(InvalidInputError, match="without a value"):
+        LPStructure(z, [cp.sum(z) <= cp.Parameter()])
+
+
 def test_builder_returning_the_wrong_size_is_refused():
     structure = LPStructure.from_builder(lambda n: (cp.Variable(n + 1, boolean=True), []))
     with pytest.raises(InvalidInputError, match="length 4"):

@@ -58,7 +58,7 @@ def compile_constraints(z: Any, constraints: list[Any]) -> ILP:
         raise InvalidInputError(f"LPStructure needs a 1-D cvxpy Variable of length >= 1, got {z!r}")
     if not z.attributes.get("boolean"):
         raise InvalidInputError("LPStructure needs a boolean variable: cvxpy.Variable(n, boolean=True)")
-    constraints = list(constraints)
+    constraints = [constraints] if isinstance(constraints, cp.constraints.constraint.Constraint) else list(constraints)
     for j, con in enumerate(constraints):
         if not isinstance(con, cp.constraints.Equality | cp.constraints.Inequality | cp.constraints.Zero
                           | cp.constraints.NonPos | cp.constraints.NonNeg):
@@ -97,8 +97,8 @@ class LPStructure(Structure):
     ----------
     z : cvxpy.Variable
         A 1-D boolean variable, ``cp.Variable(n, boolean=True)``.
-    constraints : list of cvxpy constraints
-        Linear equalities and inequalities in ``z`` only.
+    constraints : list of cvxpy constraints (or one constraint)
+        Linear equalities and inequalities in ``z`` only; cvxpy parameters are read once, here.
     solver : {"auto", "cpsat", "highs", "scip"}, default "auto"
         Exact ILP backend. ``"auto"`` uses OR-Tools CP-SAT when the constraint rows scale to integers
         exactly (the fastest on the measured programs, see ``benchmarks/lp_structure.py``; the
@@ -132,7 +132,7 @@ class LPStructure(Structure):
         if builder is None:
             if z is None:
                 raise InvalidInputError("LPStructure needs a variable z and its constraints (or use from_builder)")
-            ilp = self._checked(compile_constraints(z, constraints or []))
+            ilp = self._checked(compile_constraints(z, [] if constraints is None else constraints))
             self.size = ilp.n
             self._cache[ilp.n] = ilp
         elif z is not None or constraints is not None:
