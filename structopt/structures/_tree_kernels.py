@@ -176,25 +176,43 @@ def sum_product(unary, pairwise, order, parent, pedge, forward):
 
 
 @njit(cache=True)
+def _restricted(order, S, labels, prefix, excluded):
+    # allowed states: nodes order[:prefix] fixed to labels, node order[prefix] without `excluded`
+    n = order.shape[0]
+    allowed = np.ones((n, S), dtype=np.bool_)
+    for t in range(prefix):
+        v = order[t]
+        for s in range(S):
+            allowed[v, s] = s == labels[v]
+    if prefix < n:
+        for s in range(S):
+            if excluded[s]:
+                allowed[order[prefix], s] = False
+    return allowed
+
+
+@njit(cache=True)
 def topk(unary, pairwise, order, parent, pedge, forward, k):
     """The k best labellings (fewer when fewer exist) by best-first partitioning of the label space.
 
-    Each subproblem restricts the allowed states per node; popping the best one (ties: the one
-    created first) splits the rest of it into "first i nodes in the schedule agree with its best
-    labelling, node i + 1 differs", each solved by masked max-product.
+    A subproblem fixes the first ``prefix`` nodes of the schedule to the labels of an output already
+    found and excludes some states of the next node. Popping the best one (ties: the one created
+    first) splits the rest of it into "the first j nodes agree with its best labelling, node j + 1
+    differs", each scored by masked max-product. Subproblems are stored by this description only
+    (O(k n S) memory, not one mask per subproblem); a popped one is solved again for its labels.
     """
     n, S = unary.shape
     cap = 1 + max(k - 1, 0) * n
-    masks = np.zeros((cap, n, S), dtype=np.bool_)
+    source = np.full(cap, -1, dtype=np.int64)  # which found output fixes the prefix (-1: none)
+    prefix = np.zeros(cap, dtype=np.int64)
+    excluded = np.zeros((cap, S), dtype=np.bool_)
     values = np.full(cap, NEG_INF)
-    labels = np.zeros((cap, n), dtype=np.int64)
     alive = np.zeros(cap, dtype=np.bool_)
-    masks[0, :, :] = True
-    labels[0], values[0] = map_assignment(unary, pairwise, order, parent, pedge, forward, masks[0])
-    alive[0] = values[0] > NEG_INF
-    count = 1
     out = np.zeros((k, n), dtype=np.int64)
     scores = np.zeros(k)
+    _, values[0] = map_assignment(unary, pairwise, order, parent, pedge, forward, np.ones((n, S), dtype=np.bool_))
+    alive[0] = values[0] > NEG_INF
+    count = 1
     found = 0
     for r in range(k):
         best = -1
@@ -204,26 +222,26 @@ def topk(unary, pairwise, order, parent, pedge, forward, k):
         if best < 0:
             break
         alive[best] = False
-        out[found] = labels[best]
+        labels = out[source[best]] if source[best] >= 0 else out[0]
+        y, _ = map_assignment(unary, pairwise, order, parent, pedge, forward,
+                              _restricted(order, S, labels, prefix[best], excluded[best]))
+        out[found] = y
         scores[found] = values[best]
         found += 1
         if r == k - 1:
             break
-        mask = masks[best].copy()
-        y = labels[best]
-        for i in range(n):
-            v = order[i]
-            alternatives = 0
-            for s in range(S):
-                if mask[v, s] and s != y[v]:
-                    alternatives += 1
-            if alternatives > 0:
-                masks[count] = mask
-                masks[count, v, y[v]] = False
-                labels[count], values[count] = map_assignment(unary, pairwise, order, parent, pedge, forward,
-                                                              masks[count])
-                alive[count] = values[count] > NEG_INF
+        for j in range(prefix[best], n):  # nodes before prefix[best] are fixed: no alternatives
+            v = order[j]
+            excl = np.zeros(S, dtype=np.bool_)
+            if j == prefix[best]:
+                excl[:] = excluded[best]
+            excl[y[v]] = True
+            if np.all(excl):
+                continue
+            _, value = map_assignment(unary, pairwise, order, parent, pedge, forward,
+                                      _restricted(order, S, y, j, excl))
+            if value > NEG_INF:
+                source[count], prefix[count], values[count], alive[count] = found - 1, j, value, True
+                excluded[count] = excl
                 count += 1
-            for s in range(S):
-                mask[v, s] = s == y[v]
     return out[:found], scores[:found]
