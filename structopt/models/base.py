@@ -7,6 +7,7 @@ is ``Phi(x, y) = features(x, stats(y))``.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -38,16 +39,18 @@ class Model(ABC):
     @property
     def n_params(self) -> int:
         """Length of the flat weight vector."""
-        return int(sum(np.prod(shape) for _, shape in self.blocks))
+        return sum(math.prod(shape) for _, shape in self.blocks)
 
     def unpack(self, w: np.ndarray) -> dict[str, np.ndarray]:
         """Views of ``w`` as a dict of named blocks (e.g. ``{"unary": (F, S), "pairwise": (S, S)}``)."""
         w = np.asarray(w)
-        if w.shape != (self.n_params,):
-            raise InvalidInputError(f"weight vector must have shape ({self.n_params},), got {w.shape}")
+        blocks = self.blocks
+        n_params = sum(math.prod(shape) for _, shape in blocks)
+        if w.shape != (n_params,):
+            raise InvalidInputError(f"weight vector must have shape ({n_params},), got {w.shape}")
         out, start = {}, 0
-        for name, shape in self.blocks:
-            size = int(np.prod(shape))
+        for name, shape in blocks:
+            size = math.prod(shape)
             out[name] = w[start:start + size].reshape(shape)
             start += size
         return out
@@ -79,11 +82,11 @@ class Model(ABC):
         g = self.features(x, mu)
         return float(g @ g)
 
-    def compiled_kernels(self, problem: Any) -> Any:
-        """Fused numba kernels over a whole problem (packed data + jitted functions), or None.
+    def fused_kernels(self, problem: Any) -> Any:
+        """Fused numba kernels over a whole problem (:class:`structopt.fused.FusedKernels`), or None.
 
-        Models whose structure has numba oracles return them so that solvers can run many
-        example steps in one compiled call; the default, None, means "use the Python interfaces".
+        A model returns them only when they compute exactly its own and its structure's oracles for
+        ``problem`` (see ``Structure.kernel_oracles``); the default, None, means the generic path.
         """
         return None
 
