@@ -33,7 +33,7 @@ def optimum(problem):
 @pytest.mark.parametrize(("name", "options", "passes", "slack"), [
     ("bcfw", {"random_state": 0}, 30, 0.02),
     ("fw", {}, 30, 0.1),
-    ("ssg", {"random_state": 0, "averaging": True}, 30, 0.2),
+    ("ssg", {"random_state": 0, "averaging": "weighted"}, 30, 0.2),
     ("sgd", {"random_state": 0}, 10, 0.5),
     ("svrg", {"random_state": 0, "mu": 0.1, "learning_rate": 0.3}, 10, 0.1),  # default step 1/L is slow here
     ("casimir", {"random_state": 0}, 6, 0.5),
