@@ -34,6 +34,9 @@ class ForbiddingChain(so.Chain):
     def project(self, v):
         return self.project_qp(v)
 
+    def marginals(self, theta):
+        raise so.NotSupportedError("this test chain has no log-partition")
+
 
 def _data(seed=0, n=12):
     rng = np.random.default_rng(seed)

@@ -44,6 +44,23 @@ class BlockState:
     k: int = 0
     perm: np.ndarray | None = None  # the current pass's permutation (sampling="perm")
 
+    def __getstate__(self) -> dict:
+        # checkpoints: the averaging accumulator is mostly zeros on fused chain runs (shared blocks
+        # are summed elsewhere), so store its non-zeros only
+        state = dict(self.__dict__)
+        nonzero = np.flatnonzero(self.r)
+        if nonzero.size < self.r.size // 2:
+            state["r"] = (self.r.size, nonzero, self.r[nonzero])
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        if isinstance(state["r"], tuple):
+            size, nonzero, values = state["r"]
+            r = np.zeros(size)
+            r[nonzero] = values
+            state = {**state, "r": r}
+        self.__dict__.update(state)
+
     @classmethod
     def initial(cls, problem: SSVMProblem) -> BlockState:
         """All blocks at their gold vertex: ``w = 0``, ``ell = 0``."""
