@@ -67,13 +67,15 @@ class Loss(ABC):
         return float(log_z) + const / temperature, marginals, inner(c, marginals) + const
 
 
-def _node_terms(loss: Loss, structure: Structure, node_costs: np.ndarray, like: Potentials) -> Potentials:
-    # the loss vector c of a per-node loss, in the structure's potentials layout
+def _node_terms(loss: Loss, structure: Structure, node_costs: np.ndarray, like: Potentials) -> tuple[Potentials, float]:
+    # (c, const) of a per-node loss in the structure's potentials layout; the constant is nonzero for
+    # encodings without a statistic per (node, value), e.g. a 0/1 vector (optional hook `node_constant`)
     if not (hasattr(structure, "states_per_node") and hasattr(structure, "node_potentials")):
         raise NotSupportedError(
             f"{type(loss).__name__} is a per-node loss: it needs a structure with per-node labels, i.e. one "
             f"that defines `states_per_node` and `node_potentials(costs, like)`; {structure.name} does not")
-    return structure.node_potentials(node_costs, like)
+    const = float(structure.node_constant(node_costs)) if hasattr(structure, "node_constant") else 0.0
+    return structure.node_potentials(node_costs, like), const
 
 
 def _node_labels(structure: Structure, y_true: Any) -> np.ndarray:
@@ -119,7 +121,7 @@ class Hamming(Loss):
         np.put_along_axis(c, labels[..., None], 0.0, axis=-1)
         if self.normalize:
             c /= max(labels.size, 1)
-        return _node_terms(self, structure, c, like), 0.0
+        return _node_terms(self, structure, c, like)
 
 
 class WeightedHamming(Loss):
@@ -164,7 +166,7 @@ class WeightedHamming(Loss):
         c = self.cost[labels]
         if self.normalize:
             c = c / max(labels.size, 1)
-        return _node_terms(self, structure, c, like), 0.0
+        return _node_terms(self, structure, c, like)
 
 
 class MatchingHamming(Loss):

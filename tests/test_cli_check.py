@@ -24,7 +24,8 @@ def test_check_all_structures(capsys):
     assert set(rows) == {(s, o) for s in BUILTIN_STRUCTURES for o in ORACLES}
     for (structure, oracle), cells in rows.items():
         assert "NO" not in cells[3:5], cells
-        unsupported = {"matching": ("marginals", "prox_entropy"), "box": ("lp_relaxation", "project", "prox_entropy")}
+        unsupported = {"matching": ("marginals", "prox_entropy"), "lp": ("marginals", "prox_entropy"),
+                       "box": ("lp_relaxation", "project", "prox_entropy")}
         if oracle not in unsupported.get(structure, ()):
             assert cells[3] == "yes", cells  # every supported oracle was compared with enumeration
     assert rows[("matching", "marginals")][3:5] == ["-", "-"]
