@@ -29,3 +29,7 @@ def example_error(index: int | None, message: str) -> InvalidInputError:
     """Build an :class:`InvalidInputError` whose message names example ``index``."""
     where = f"example {index}: " if index is not None else ""
     return InvalidInputError(where + message)
+
+
+class OutputError(StructoptError, OSError):
+    """An output path (results directory, checkpoint) cannot be written; the message names it."""
