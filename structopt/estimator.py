@@ -3,7 +3,9 @@
 scikit-learn is optional: with it installed, :class:`StructuredSVM` is a
 ``sklearn.base.BaseEstimator`` (``clone``, ``GridSearchCV``, ``cross_val_score``, tags); without
 it, a small base class provides the same ``get_params`` / ``set_params`` protocol so that ``fit``
-works on a bare installation.
+works on a bare installation. Supported scikit-learn versions: 1.6 and newer (the
+``__sklearn_tags__`` protocol that ``cross_val_score`` and ``GridSearchCV`` rely on since 1.6);
+tested with 1.9.
 """
 
 from __future__ import annotations
