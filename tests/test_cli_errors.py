@@ -99,6 +99,19 @@ def test_missing_data_names_the_data_flag(tmp_path, capsys):
         assert "--data" in err and "nowhere" in err and "path=" not in err.split("--data")[0]
 
 
+@pytest.mark.parametrize("content", [b"", b"not a pickle", b"\x80\x05\x95"])
+def test_corrupted_checkpoint_is_one_line_and_kept(tmp_path, capsys, content):
+    checkpoint = tmp_path / "state.pkl"
+    checkpoint.write_bytes(content)
+    code = main(["train", "ocr", "--n-train", "20", "--passes", "1", "--out", str(tmp_path / "run"),
+                 "--checkpoint", str(checkpoint), "--no-progress"])
+    assert code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == f"resuming from {checkpoint}" and len(err) == 2 and err[1].startswith("structopt: error: ")
+    assert checkpoint.read_bytes() == content  # left for the user to inspect or delete
+    assert not (tmp_path / "run" / "trace.json").exists()
+
+
 def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
     def broken(args):
         raise KeyError("surprise")
