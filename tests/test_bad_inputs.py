@@ -361,6 +361,19 @@ def test_problem_oracles_refuse_bad_weights_and_indices(task, kind, index):
         refused(lambda: problem.max_oracle(index, good), "example")
 
 
+@pytest.mark.parametrize("task", ["chain", "multiclass"])
+@no_shrink
+@given(bad=st.sampled_from(["mu", "kind", "k"]), data=st.data())
+def test_smooth_oracles_refuse_bad_parameters(task, bad, data):
+    make, loss = DATA[task]
+    model, X, Y = make()
+    problem = so.SSVMProblem(model, X, Y, loss, 0.1)
+    value = data.draw({"mu": bad_reals(0.0, False), "kind": st.sampled_from(["", "TOPK", "l2", None, 3]),
+                       "k": bad_counts(1)}[bad])
+    options = {"mu": 0.5, "kind": "topk", "k": 3, bad: value}
+    refused(lambda: problem.smooth_oracle(0, np.zeros(model.n_params), **options), bad)
+
+
 # --------------------------------------------------------------------------- solvers
 SOLVER_NAMES = ["bcfw", "fw", "ssg", "sgd", "svrg", "casimir", "extragradient"]
 
