@@ -100,8 +100,8 @@ def _task_ocr(args: argparse.Namespace) -> Task:
     from structopt.problems.ocr import letter_error, load_ocr, paper_model_and_loss, split
 
     if args.data is not None and not Path(args.data).is_file():
-        raise DataNotFoundError(f"--data {args.data}: no such file (OCR reads a letters.npz; without --data it "
-                                "uses the copy shipped with structopt)")
+        raise DataNotFoundError(f"OCR data not found: --data {args.data} is no file (OCR reads a letters.npz; "
+                                "without --data it uses the copy shipped with structopt)")
     train, test = split(load_ocr(args.data), args.split or "bcfw")
     model, loss = paper_model_and_loss()
     X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
@@ -149,15 +149,26 @@ SPLIT_TASKS = ("ocr",)
 
 # --------------------------------------------------------------------------- output paths
 def _check_writable_dir(directory: Path, flag: str) -> None:
-    """Create ``directory`` if needed and prove a file can be written in it (before any training)."""
+    """Prove that ``directory`` can be created and written, without creating anything (before any training)."""
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{flag} {directory}: an existing file, not a directory")
+    ancestor = directory
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"{flag} {directory}: cannot write there ({ancestor} is a file)")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
+        with tempfile.TemporaryFile(dir=ancestor):
             pass
     except OSError as error:
         raise OutputError(f"{flag} {directory}: cannot write there ({error.strerror or error})") from error
+
+
+def _make_dir(directory: Path, flag: str) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{flag} {directory}: cannot create it ({error.strerror or error})") from error
 
 
 def _check_checkpoint_path(path: Path) -> None:
@@ -209,6 +220,9 @@ def _train(args: argparse.Namespace) -> int:
     task = TASKS[args.task](args)
     problem = task.problem
     options = _solver_options(args, solver)
+    _make_dir(out, "--out")
+    if args.checkpoint:
+        _make_dir(Path(args.checkpoint).parent, "--checkpoint")
     if "resume" in options:
         print(f"resuming from {args.checkpoint}", file=sys.stderr)
     if options["progress"]:

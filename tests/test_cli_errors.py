@@ -97,6 +97,7 @@ def test_missing_data_names_the_data_flag(tmp_path, capsys):
         assert main(["train", task, "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "run")]) == 2
         err = _one_line_error(capsys)
         assert "--data" in err and "nowhere" in err and "path=" not in err.split("--data")[0]
+        assert not (tmp_path / "run").exists()  # a run that cannot start leaves nothing behind
 
 
 @pytest.mark.parametrize("content", [b"", b"not a pickle", b"\x80\x05\x95"])
