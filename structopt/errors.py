@@ -29,3 +29,48 @@ def example_error(index: int | None, message: str) -> InvalidInputError:
     """Build an :class:`InvalidInputError` whose message names example ``index``."""
     where = f"example {index}: " if index is not None else ""
     return InvalidInputError(where + message)
+
+
+class OutputError(StructoptError, OSError):
+    """An output path (results directory, checkpoint) cannot be written; the message names it."""
+
+
+def check_count(value: object, name: str, owner: str, minimum: int = 1) -> int:
+    """``value`` as an int ``>= minimum``, or an :class:`InvalidInputError` naming ``owner``'s argument ``name``.
+
+    Integers (Python or numpy) and integral floats such as ``5.0`` are accepted; fractions, NaN,
+    infinities, booleans, strings and other types are not.
+    """
+    import numbers
+
+    import numpy as np
+
+    ok = isinstance(value, numbers.Integral) or (isinstance(value, numbers.Real) and np.isfinite(value)
+                                                 and float(value).is_integer())
+    if isinstance(value, (bool, np.bool_)) or not ok or int(value) < minimum:
+        raise InvalidInputError(f"{owner} needs an integer {name} >= {minimum}, got {value!r}")
+    return int(value)
+
+
+#: feature magnitudes above this overflow when squared (sqrt of the largest float is ~1.3e154)
+MAX_ABS_FEATURE = 1e150
+
+
+def numeric_array(value: object, what: str, index: int | None = None, finite: bool = True):
+    """``value`` as a contiguous float64 array, or an :class:`InvalidInputError` naming ``what`` (and the example).
+
+    Strings, bytes, objects and ragged nesting are refused even when numpy could parse them
+    (``"0.5"`` is not a number here); with ``finite``, NaN and infinities are refused too.
+    """
+    import numpy as np
+
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError) as error:  # ragged nesting
+        raise example_error(index, f"{what} must be a numeric array, got {type(value).__name__} ({error})") from None
+    if raw.dtype.kind not in "biuf":
+        raise example_error(index, f"{what} must be a numeric array, got dtype {raw.dtype}")
+    array = np.ascontiguousarray(raw, dtype=np.float64)
+    if finite and not np.all(np.isfinite(array)):
+        raise example_error(index, f"{what} contains NaN or infinite values")
+    return array

@@ -7,12 +7,13 @@ A *decomposable* loss is linear in the statistics of the prediction,
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.errors import InvalidInputError, NotSupportedError, numeric_array
 from structopt.structures.base import Potentials, Structure, add, inner, scale
 
 
@@ -138,7 +139,7 @@ class WeightedHamming(Loss):
     decomposable = True
 
     def __init__(self, cost: np.ndarray, normalize: bool = False):
-        cost = np.asarray(cost, dtype=float)
+        cost = numeric_array(cost, "WeightedHamming cost matrix")
         if cost.ndim != 2 or cost.shape[0] != cost.shape[1]:
             raise InvalidInputError(f"cost matrix must be square, got shape {cost.shape}")
         if np.any(np.diag(cost) != 0) or np.any(cost < 0) or not np.all(np.isfinite(cost)):
@@ -188,7 +189,8 @@ class MatchingHamming(Loss):
 
     def __init__(self, fp_cost: float = 1.0, fn_cost: float = 3.0):
         for label, value in (("fp_cost", fp_cost), ("fn_cost", fn_cost)):
-            if not (np.isfinite(value) and value >= 0):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
+                    np.isfinite(value) and value >= 0):
                 raise InvalidInputError(f"MatchingHamming {label} must be a finite number >= 0, got {value!r}")
         self.fp_cost = float(fp_cost)
         self.fn_cost = float(fn_cost)

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from structopt.contract import check_contract, check_layout, nonnegative_indices
-from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.errors import InvalidInputError, NotSupportedError, check_count, numeric_array
 from structopt.losses import Loss
 from structopt.models.base import Model
 from structopt.smoothing import l2_smoothed_max_sorted
@@ -89,12 +89,13 @@ class SSVMProblem:
 
     def __init__(self, model: Model, X: Sequence[Any], Y: Sequence[Any], loss: Loss, lam: float):
         check_contract(model, loss)
-        try:
-            n_x, n_y = len(X), len(Y)
-        except TypeError:
-            raise InvalidInputError("X and Y must be sequences (lists) of inputs and outputs") from None
+        for name, value in (("X", X), ("Y", Y)):
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or not hasattr(value, "__getitem__"):
+                raise InvalidInputError(f"{name} must be a sequence (e.g. a list) with one entry per example, "
+                                        f"got {type(value).__name__}")
+        n_x, n_y = len(X), len(Y)
         if n_x != n_y:
-            raise InvalidInputError(f"got {n_x} inputs but {n_y} outputs")
+            raise InvalidInputError(f"X has {n_x} inputs but Y has {n_y} outputs")
         if n_x == 0:
             raise InvalidInputError("a problem needs at least one example")
         if isinstance(lam, (bool, np.bool_)) or not isinstance(lam, numbers.Real) or not (
@@ -145,6 +146,20 @@ class SSVMProblem:
         out[self._nonnegative] = np.maximum(out[self._nonnegative], 0.0)
         return out
 
+    # ------------------------------------------------------------------ argument checks (public entry points)
+    def check_weights(self, w: Any) -> np.ndarray:
+        """``w`` as a finite float vector of the model's length, or an error naming it."""
+        w = numeric_array(w, "weights w")
+        if w.shape != (self.n_params,):
+            raise InvalidInputError(f"weights w must have shape ({self.n_params},), got {w.shape}")
+        return w
+
+    def check_index(self, i: Any) -> int:
+        """``i`` as a valid example index, or an error naming it."""
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, numbers.Integral) or not 0 <= i < self.n:
+            raise InvalidInputError(f"example index must be an integer in [0, {self.n}), got {i!r}")
+        return int(i)
+
     # ------------------------------------------------------------------ building blocks
     def loss_terms(self, i: int) -> tuple[Potentials, float]:
         """``(c_i, const_i)`` of a decomposable loss, so that ``Delta(y_i, y) = <c_i, stats(y)> + const_i``."""
@@ -188,6 +203,7 @@ class SSVMProblem:
     # ------------------------------------------------------------------ oracles
     def max_oracle(self, i: int, w: np.ndarray) -> OracleResult:
         """Structured hinge of example i, a subgradient, the maximiser and its loss."""
+        i, w = self.check_index(i), self.check_weights(w)
         d = self.decode(i, w)
         diff = add(self.structure.stats(d.y, d.theta), self.gold_stats(i, d.theta), -1.0)
         return OracleResult(self.hinge(i, d), self.features(i, diff), d.y, d.loss)
@@ -210,10 +226,12 @@ class SSVMProblem:
         SmoothStats
             ``diff`` is reduced by ``model.reduce_stats`` (the compact layout the weights see).
         """
-        if not mu > 0:
-            raise InvalidInputError(f"smoothing parameter mu must be > 0, got {mu}")
-        if kind not in ("topk", "entropy"):
+        if isinstance(mu, (bool, np.bool_)) or not isinstance(mu, numbers.Real) or not (np.isfinite(mu) and mu > 0):
+            raise InvalidInputError(f"smoothing parameter mu must be a finite number > 0, got {mu!r}")
+        if not isinstance(kind, str) or kind not in ("topk", "entropy"):
             raise InvalidInputError(f"unknown smoothing kind {kind!r}; use 'topk' or 'entropy'")
+        if kind == "topk":
+            k = check_count(k, "k", "top-K smoothing")
         gold = self.gold_stats(i, theta)
         gold_score = self.structure.score(theta, self.Y[i])
         if kind == "topk":
@@ -263,6 +281,7 @@ class SSVMProblem:
             ``mu/2 (1 - ||u||^2)``); ``y`` holds the top-K outputs or the marginals; ``loss`` the
             expected loss under the smoothing weights.
         """
+        i, w = self.check_index(i), self.check_weights(w)
         res = self.smooth_stats(i, self.theta(i, w), mu, kind, k)
         return OracleResult(res.value, self.features(i, res.diff), res.y, res.loss)
 
@@ -317,7 +336,7 @@ class SSVMProblem:
 
     def primal(self, w: np.ndarray) -> float:
         """``F(w) = lam/2 ||w||^2 + mean_i H_i(w)``, the objective every solver reports."""
-        w = np.asarray(w, dtype=float)
+        w = self.check_weights(w)
         return 0.5 * self.lam * float(w @ w) + self.mean_hinge(w)
 
     def fused(self):
@@ -340,6 +359,7 @@ class SSVMProblem:
 
     def predict(self, X: Sequence[Any], w: np.ndarray) -> list[Any]:
         """MAP outputs ``argmax_y <A_x w, stats(y)>`` for new inputs."""
+        w = self.check_weights(w)
         out = []
         for i, x in enumerate(X):
             x = self.model.validate_input(x, i)

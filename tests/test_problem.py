@@ -188,7 +188,7 @@ def test_bad_inputs_name_the_example(rng):
         SSVMProblem(model, good_x, [np.array([0, 3, 1]), good_y[1]], Hamming(), 0.1)
     with pytest.raises(InvalidInputError, match=r"example 1.*shape"):
         SSVMProblem(model, good_x, [good_y[0], np.array([1, 1, 0])], Hamming(), 0.1)
-    with pytest.raises(InvalidInputError, match="2 inputs but 1 outputs"):
+    with pytest.raises(InvalidInputError, match="X has 2 inputs but Y has 1 outputs"):
         SSVMProblem(model, good_x, good_y[:1], Hamming(), 0.1)
     with pytest.raises(InvalidInputError, match="at least one"):
         SSVMProblem(model, [], [], Hamming(), 0.1)

@@ -44,6 +44,8 @@ class Model(ABC):
     def unpack(self, w: np.ndarray) -> dict[str, np.ndarray]:
         """Views of ``w`` as a dict of named blocks (e.g. ``{"unary": (F, S), "pairwise": (S, S)}``)."""
         w = np.asarray(w)
+        if w.dtype.kind not in "biuf":
+            raise InvalidInputError(f"weight vector must be numeric, got dtype {w.dtype}")
         blocks = self.blocks
         n_params = sum(math.prod(shape) for _, shape in blocks)
         if w.shape != (n_params,):

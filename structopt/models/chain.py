@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, example_error
+from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
 from structopt.models._kernels import csr_add_outer
 from structopt.models.base import Model
 from structopt.structures.base import unchanged_methods
@@ -13,9 +13,6 @@ from structopt.structures.chain import Chain, ChainPotentials
 
 ChainInput = np.ndarray | sp.csr_matrix
 
-
-#: largest feature magnitude accepted: products with weights and their squares stay finite
-MAX_FEATURE = 1e100
 
 #: what the fused kernels reproduce: the model's methods and the structure's oracles
 _KERNEL_METHODS = ("potentials", "add_features", "reduce_stats", "features_sqnorm", "unpack", "blocks")
@@ -44,11 +41,8 @@ class ChainModel(Model):
     def __init__(self, n_features: int, n_states: int, start_end: bool = False, bias: bool = False,
                  allowed: np.ndarray | None = None, allowed_start: np.ndarray | None = None,
                  allowed_end: np.ndarray | None = None):
-        for name, value in (("n_features", n_features), ("n_states", n_states)):
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise InvalidInputError(f"ChainModel {name} must be an integer >= 1, got {value!r}")
-        self.n_features = int(n_features)
-        self.n_states = int(n_states)
+        self.n_features = check_count(n_features, "n_features", "ChainModel")
+        self.n_states = check_count(n_states, "n_states", "ChainModel")
         self.start_end = bool(start_end)
         self.bias = bool(bias)
         self.structure = Chain(self.n_states, allowed, allowed_start, allowed_end)
@@ -69,23 +63,20 @@ class ChainModel(Model):
         return blocks
 
     def validate_input(self, x: ChainInput, index: int | None = None) -> ChainInput:
-        try:
-            if sp.issparse(x):
-                x = sp.csr_matrix(x, dtype=np.float64)
-                values = x.data
-            else:
-                x = np.ascontiguousarray(x, dtype=np.float64)
-                values = x
-        except (TypeError, ValueError) as error:
-            raise example_error(index, f"chain input must be a numeric (T, {self.n_features}) array or CSR matrix "
-                                       f"({error})") from None
+        if sp.issparse(x):
+            if x.dtype.kind not in "biuf":
+                raise example_error(index, f"chain input must be numeric, got dtype {x.dtype}")
+            x = sp.csr_matrix(x, dtype=np.float64)
+            values = x.data
+        else:
+            x = values = numeric_array(x, f"chain input (T, {self.n_features})", index, finite=False)
         if x.ndim != 2 or x.shape[1] != self.n_features or x.shape[0] < 1:
             raise example_error(index, f"chain input must have shape (T>=1, {self.n_features}), got {x.shape}")
         if not np.all(np.isfinite(values)):
             raise example_error(index, "chain input contains NaN or infinite values")
-        if values.size and np.abs(values).max() > MAX_FEATURE:
+        if values.size and np.abs(values).max() > MAX_ABS_FEATURE:
             raise example_error(index, f"chain input has values up to {np.abs(values).max():.3g}; scores would "
-                                       f"overflow: rescale the features below {MAX_FEATURE:g}")
+                                       f"overflow: rescale the features below {MAX_ABS_FEATURE:g}")
         return x
 
     def potentials(self, x: ChainInput, w: np.ndarray) -> ChainPotentials:
@@ -96,7 +87,12 @@ class ChainModel(Model):
         if self.start_end:
             unary[0] += blocks["start"]
             unary[-1] += blocks["end"]
-        return ChainPotentials(unary, blocks["pairwise"])
+        pairwise = blocks["pairwise"]
+        # O(T S) here instead of O(d) on w: NaN or infinite weights that this input uses show up
+        if not (np.isfinite(unary).all() and np.isfinite(pairwise).all()):
+            raise InvalidInputError("the weights give NaN or infinite chain potentials for this input "
+                                    "(NaN or infinite entries in the weight vector w?)")
+        return ChainPotentials(unary, pairwise)
 
     def reduce_stats(self, mu: ChainPotentials) -> ChainPotentials:
         """Sum per-position edge statistics into the shared (S, S) block the weights see."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, example_error
+from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
 from structopt.models.base import Model
 from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 
@@ -30,9 +30,7 @@ class MatchingModel(Model):
     """
 
     def __init__(self, n_features: int, allow_unmatched: bool = False):
-        if int(n_features) != n_features or int(n_features) < 1:
-            raise InvalidInputError(f"MatchingModel needs n_features >= 1, got {n_features!r}")
-        self.n_features = int(n_features)
+        self.n_features = check_count(n_features, "n_features", "MatchingModel")
         self.allow_unmatched = bool(allow_unmatched)
         self.structure = BipartiteMatching(allow_unmatched=self.allow_unmatched)
 
@@ -47,19 +45,20 @@ class MatchingModel(Model):
         return blocks
 
     def validate_input(self, x: np.ndarray, index: int | None = None) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=np.float64)
+        x = numeric_array(x, "matching input", index)
         if x.ndim != 3 or x.shape[2] != self.n_features:
             raise example_error(index, f"matching input must be an edge-feature array of shape "
                                        f"(n_left, n_right, {self.n_features}), got {x.shape}")
         if not self.allow_unmatched and x.shape[0] > x.shape[1]:
             raise example_error(index, f"{x.shape[0]} left nodes cannot all be matched into {x.shape[1]} right "
                                        "nodes: use allow_unmatched=True")
-        if not np.all(np.isfinite(x)):
-            raise example_error(index, "matching input contains NaN or infinite values")
+        if x.size and np.max(np.abs(x)) > MAX_ABS_FEATURE:
+            raise example_error(index, f"matching input has features beyond {MAX_ABS_FEATURE:g} in magnitude, "
+                                       "whose squares overflow: rescale the features")
         return x
 
     def potentials(self, x: np.ndarray, w: np.ndarray) -> MatchingPotentials:
-        blocks = self.unpack(w)
+        blocks = self.unpack(numeric_array(w, "weight vector w"))
         L, R = x.shape[:2]
         edge = x.reshape(L * R, self.n_features) @ blocks["edge"]
         edge = edge.reshape(L, R)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, example_error
+from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
 from structopt.models.base import Model
 from structopt.structures.multiclass import MultiClass, MultiClassPotentials
 
@@ -13,8 +13,8 @@ class MultiClassModel(Model):
     """``theta(s) = <x, W[:, s]>`` for a feature vector ``x`` of length F."""
 
     def __init__(self, n_features: int, n_classes: int):
-        self.n_features = int(n_features)
-        self.n_classes = int(n_classes)
+        self.n_features = check_count(n_features, "n_features", "MultiClassModel")
+        self.n_classes = check_count(n_classes, "n_classes", "MultiClassModel")
         self.structure = MultiClass(self.n_classes)
 
     def __repr__(self) -> str:
@@ -25,15 +25,16 @@ class MultiClassModel(Model):
         return [("weights", (self.n_features, self.n_classes))]
 
     def validate_input(self, x: np.ndarray, index: int | None = None) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=np.float64)
+        x = numeric_array(x, "multiclass input", index)
         if x.shape != (self.n_features,):
             raise example_error(index, f"multiclass input must have shape ({self.n_features},), got {x.shape}")
-        if not np.all(np.isfinite(x)):
-            raise example_error(index, "multiclass input contains NaN or infinite values")
+        if x.size and np.max(np.abs(x)) > MAX_ABS_FEATURE:
+            raise example_error(index, f"multiclass input has features beyond {MAX_ABS_FEATURE:g} in magnitude, "
+                                       "whose squares overflow: rescale the features")
         return x
 
     def potentials(self, x: np.ndarray, w: np.ndarray) -> MultiClassPotentials:
-        return MultiClassPotentials(x @ self.unpack(w)["weights"])
+        return MultiClassPotentials(x @ self.unpack(numeric_array(w, "weight vector w"))["weights"])
 
     def add_features(self, x: np.ndarray, mu: MultiClassPotentials, out: np.ndarray, scale: float = 1.0) -> None:
         scores = np.asarray(mu.scores, dtype=float)

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, example_error
+from structopt.errors import InvalidInputError, check_count, example_error, numeric_array
 from structopt.structures import _chain_kernels as kern
 from structopt.structures.base import Polytope, Structure, product_outputs, unchanged_methods
 
@@ -56,9 +56,7 @@ class Chain(Structure):
 
     def __init__(self, n_states: int, allowed: np.ndarray | None = None, allowed_start: np.ndarray | None = None,
                  allowed_end: np.ndarray | None = None):
-        if isinstance(n_states, (bool, np.bool_)) or not isinstance(n_states, (int, np.integer)) or n_states < 1:
-            raise InvalidInputError(f"Chain needs an integer n_states >= 1, got {n_states!r}")
-        self.n_states = S = int(n_states)
+        self.n_states = S = check_count(n_states, "n_states", "Chain")
         self.allowed = _mask("allowed", allowed, (S, S))
         self.allowed_start = _mask("allowed_start", allowed_start, (S,))
         self.allowed_end = _mask("allowed_end", allowed_end, (S,))
@@ -129,8 +127,17 @@ class Chain(Structure):
     # ------------------------------------------------------------------ validation / layout
     def check_potentials(self, theta: ChainPotentials, index: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(unary, pairwise3d)`` as contiguous float64 arrays for the kernels."""
-        unary = np.ascontiguousarray(theta.unary, dtype=np.float64)
-        pairwise = np.asarray(theta.pairwise, dtype=np.float64)
+        if not isinstance(theta, tuple) or len(theta) != 2:
+            raise example_error(index, f"chain potentials must be ChainPotentials(unary, pairwise), got "
+                                       f"{type(theta).__name__}")
+        unary = numeric_array(theta.unary, "chain potentials (unary)", index, finite=False)
+        pairwise = numeric_array(theta.pairwise, "chain potentials (pairwise)", index, finite=False)
+        for name, arr in (("unary", unary), ("pairwise", pairwise.reshape((-1, *pairwise.shape[-2:])))):
+            bad = np.isnan(arr) | (arr == np.inf)  # -inf is allowed: a forbidden entry
+            if bad.any():
+                where = tuple(int(v) for v in np.argwhere(bad)[0])
+                kind = "NaN" if np.isnan(arr[where]) else "+inf"
+                raise example_error(index, f"chain potentials contain {kind} ({name}[{', '.join(map(str, where))}])")
         S = self.n_states
         if unary.ndim != 2 or unary.shape[1] != S or unary.shape[0] < 1:
             raise example_error(index, f"chain unary potentials must have shape (T>=1, {S}), got {unary.shape}")
@@ -153,6 +160,8 @@ class Chain(Structure):
     def validate_output(self, y, like: ChainPotentials, index: int | None = None) -> np.ndarray:
         T = np.shape(like.unary)[0]
         arr = np.asarray(y)
+        if arr.dtype.kind not in "biuf":
+            raise example_error(index, f"chain output must be an array of integer labels, got dtype {arr.dtype}")
         if arr.shape != (T,):
             raise example_error(index, f"chain output must have shape ({T},), got {arr.shape}")
         if arr.size and (not np.issubdtype(arr.dtype, np.integer)):
@@ -265,8 +274,7 @@ class Chain(Structure):
         labels : int64 array (k', T), sorted by decreasing score; k' = min(k, number of outputs)
         scores : float array (k',)
         """
-        if int(k) < 1:
-            raise InvalidInputError(f"topk needs k >= 1, got {k}")
+        k = check_count(k, "k", "Chain.topk")
         unary, pairwise = self.masked_potentials(theta)
         if int(k) == 1:  # plain Viterbi: same answer, same tie-breaking, a fraction of the cost
             y, score = kern.viterbi(unary, pairwise)

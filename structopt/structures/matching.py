@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 
-from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.errors import NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _matching_kernels as kern
 from structopt.structures.base import Polytope, Structure
 
@@ -84,11 +84,8 @@ class BipartiteMatching(Structure):
     Potentials = MatchingPotentials
 
     def __init__(self, n_left: int | None = None, n_right: int | None = None, allow_unmatched: bool = False):
-        for label, n in (("n_left", n_left), ("n_right", n_right)):
-            if n is not None and (int(n) != n or int(n) < 0):
-                raise InvalidInputError(f"BipartiteMatching needs a non-negative integer {label}, got {n!r}")
-        self.n_left = None if n_left is None else int(n_left)
-        self.n_right = None if n_right is None else int(n_right)
+        self.n_left = None if n_left is None else check_count(n_left, "n_left", "BipartiteMatching", 0)
+        self.n_right = None if n_right is None else check_count(n_right, "n_right", "BipartiteMatching", 0)
         self.allow_unmatched = bool(allow_unmatched)
         if not self.allow_unmatched and self.n_left is not None and self.n_right is not None:
             self._check_sides(self.n_left, self.n_right)
@@ -109,7 +106,7 @@ class BipartiteMatching(Structure):
             edge, ul, ur = theta
         else:
             edge, ul, ur = theta, None, None
-        edge = np.ascontiguousarray(edge, dtype=np.float64)
+        edge = numeric_array(edge, "matching edge potentials", index, finite=False)
         if edge.ndim != 2:
             raise example_error(index, f"matching edge potentials must be a 2-d (n_left, n_right) array, "
                                        f"got shape {edge.shape}")
@@ -119,8 +116,10 @@ class BipartiteMatching(Structure):
                                        f"got {edge.shape}")
         self._check_sides(L, R, index)
         n_ul, n_ur = (L, R) if self.allow_unmatched else (0, 0)
-        ul = np.zeros(n_ul) if ul is None or (np.size(ul) == 0 and n_ul) else np.asarray(ul, dtype=np.float64)
-        ur = np.zeros(n_ur) if ur is None or (np.size(ur) == 0 and n_ur) else np.asarray(ur, dtype=np.float64)
+        ul = (np.zeros(n_ul) if ul is None or (np.size(ul) == 0 and n_ul)
+              else numeric_array(ul, "matching unmatched_left potentials", index, finite=False))
+        ur = (np.zeros(n_ur) if ur is None or (np.size(ur) == 0 and n_ur)
+              else numeric_array(ur, "matching unmatched_right potentials", index, finite=False))
         if ul.shape != (n_ul,) or ur.shape != (n_ur,):
             what = "" if self.allow_unmatched else " (allow_unmatched=False: no unmatched scores)"
             raise example_error(index, f"unmatched scores must have shapes ({n_ul},) and ({n_ur},){what}, "
@@ -145,7 +144,7 @@ class BipartiteMatching(Structure):
 
     def validate_output(self, y, like, index: int | None = None) -> np.ndarray:
         L, R = self._shape(like)
-        arr = np.asarray(y)
+        arr = numeric_array(y, "matching output", index, finite=False) if y is not None else np.asarray(y)
         if arr.shape != (L,):
             raise example_error(index, f"matching output must have shape ({L},) (one entry per left node), "
                                        f"got {arr.shape}")
@@ -300,9 +299,7 @@ class BipartiteMatching(Structure):
         outputs : list of int64 (L,) arrays, sorted by decreasing score (fewer than k if fewer exist)
         scores : float array
         """
-        if int(k) != k or int(k) < 1:
-            raise InvalidInputError(f"topk needs an integer k >= 1, got {k!r}")
-        k = int(k)
+        k = check_count(k, "k", "BipartiteMatching.topk")
         theta = self.check_potentials(theta)
         L, R = theta.edge.shape
         if L == 0:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, example_error
+from structopt.errors import InvalidInputError, check_count, example_error, numeric_array
 from structopt.smoothing import logsumexp, project_simplex
 from structopt.structures.base import Polytope, Structure
 
@@ -26,9 +26,7 @@ class MultiClass(Structure):
     Potentials = MultiClassPotentials
 
     def __init__(self, n_classes: int):
-        if int(n_classes) < 1:
-            raise InvalidInputError(f"MultiClass needs n_classes >= 1, got {n_classes}")
-        self.n_classes = int(n_classes)
+        self.n_classes = check_count(n_classes, "n_classes", "MultiClass")
 
     def __repr__(self) -> str:
         return f"MultiClass(n_classes={self.n_classes})"
@@ -43,7 +41,7 @@ class MultiClass(Structure):
         return MultiClassPotentials(np.asarray(costs, dtype=float).reshape(self.n_classes))
 
     def _scores(self, theta: MultiClassPotentials) -> np.ndarray:
-        scores = np.asarray(theta.scores, dtype=float)
+        scores = numeric_array(theta.scores, "MultiClass potentials")
         if scores.shape != (self.n_classes,):
             raise InvalidInputError(f"MultiClass potentials must have shape ({self.n_classes},), got {scores.shape}")
         return scores
@@ -52,7 +50,8 @@ class MultiClass(Structure):
         return MultiClassPotentials(self._scores(theta))
 
     def validate_output(self, y, like=None, index: int | None = None) -> int:
-        if not np.isscalar(y) or int(y) != y or not 0 <= int(y) < self.n_classes:
+        whole = isinstance(y, (int, np.integer)) or (isinstance(y, (float, np.floating)) and float(y).is_integer())
+        if isinstance(y, (bool, np.bool_)) or not whole or not 0 <= int(y) < self.n_classes:
             raise example_error(index, f"multiclass label must be an integer in [0, {self.n_classes}), got {y!r}")
         return int(y)
 
@@ -62,7 +61,7 @@ class MultiClass(Structure):
         return MultiClassPotentials(onehot)
 
     def score(self, theta: MultiClassPotentials, y) -> float:
-        return float(self._scores(theta)[int(y)])
+        return float(self._scores(theta)[self.validate_output(y)])
 
     def outputs(self, theta=None) -> Iterator[int]:
         return iter(range(self.n_classes))
@@ -75,8 +74,9 @@ class MultiClass(Structure):
         return int(np.argmax(self._scores(theta)))
 
     def topk(self, theta: MultiClassPotentials, k: int) -> tuple[np.ndarray, np.ndarray]:
+        k = check_count(k, "k", "MultiClass.topk")
         scores = self._scores(theta)
-        order = np.argsort(-scores, kind="stable")[: int(k)]
+        order = np.argsort(-scores, kind="stable")[:k]
         return order.astype(np.int64), scores[order]
 
     def marginals(self, theta: MultiClassPotentials) -> tuple[float, MultiClassPotentials]:

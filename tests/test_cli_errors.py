@@ -1,0 +1,246 @@
+"""`structopt` reports every error on one line before training, and its help and plot say what they show."""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import structopt
+import structopt.solvers
+from structopt import cli
+from structopt.cli import main
+from structopt.solvers.base import Result
+from structopt.validate import BUILTIN_STRUCTURES
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Any attempt to build a task fails the test: errors must come before training."""
+
+    def refuse(args):
+        raise AssertionError("the task was built before the error was reported")
+
+    for name in list(cli.TASKS):
+        monkeypatch.setitem(cli.TASKS, name, refuse)
+
+
+@pytest.mark.parametrize(("flag", "value", "what"), [
+    ("--passes", "nan", "a finite number > 0"), ("--passes", "0", "a finite number > 0"),
+    ("--passes", "inf", "a finite number > 0"), ("--passes", "two", "a finite number > 0"),
+    ("--lam", "-1", "a finite number >= 0"), ("--lam", "nan", "a finite number >= 0"),
+    ("--n-train", "-5", "an integer >= 1"), ("--n-train", "0", "an integer >= 1"),
+    ("--n-train", "1.5", "an integer >= 1"), ("--seed", "-1", "an integer >= 0"),
+    ("--checkpoint-every", "0", "a finite number > 0"),
+])
+def test_bad_numbers_are_one_line(capsys, no_training, flag, value, what):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "ocr", flag, value])
+    assert exit_info.value.code == 2
+    assert f"argument {flag}: must be {what}, got '{value}'" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("args", [["train", "ocr", "--solver", "newton"], ["train", "nosuch"], ["frobnicate"]])
+def test_usage_errors_are_one_line(capsys, args):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert "invalid choice" in _one_line_error(capsys)
+
+
+def test_split_is_refused_for_tasks_without_splits(capsys, no_training):
+    assert main(["train", "conll", "--split", "pystruct"]) == 2
+    assert "--split applies to ocr only, not to conll" in _one_line_error(capsys)
+
+
+def test_out_naming_a_file_fails_before_training(tmp_path, capsys, no_training):
+    existing = tmp_path / "results"
+    existing.write_text("not a directory")
+    assert main(["train", "ocr", "--out", str(existing)]) == 2
+    assert f"--out {existing}: an existing file, not a directory" in _one_line_error(capsys)
+    assert existing.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "proc"])
+def test_unwritable_out_fails_before_training(tmp_path, capsys, no_training, where):
+    if where == "under_a_file":
+        (tmp_path / "file").write_text("")
+        out = tmp_path / "file" / "run"
+    else:
+        out = "/proc/structopt-run"  # root may write anywhere else: /proc refuses new entries
+    assert main(["train", "ocr", "--out", str(out)]) == 2
+    assert f"--out {out}: cannot write there" in _one_line_error(capsys)
+
+
+def test_checkpoint_paths_are_checked_before_training(tmp_path, capsys, no_training):
+    assert main(["train", "ocr", "--out", str(tmp_path / "run"), "--checkpoint", str(tmp_path)]) == 2
+    assert "a directory, not a file" in _one_line_error(capsys)
+    (tmp_path / "file").write_text("")
+    bad = tmp_path / "file" / "state.pkl"
+    assert main(["train", "ocr", "--out", str(tmp_path / "run"), "--checkpoint", str(bad)]) == 2
+    assert "--checkpoint" in _one_line_error(capsys)
+
+
+def test_missing_data_names_the_data_flag(tmp_path, capsys):
+    for task in ("conll", "alignment", "ocr"):
+        assert main(["train", task, "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "run")]) == 2
+        err = _one_line_error(capsys)
+        assert "--data" in err and "nowhere" in err and "path=" not in err.split("--data")[0]
+        assert not (tmp_path / "run").exists()  # a run that cannot start leaves nothing behind
+
+
+@pytest.mark.parametrize("content", [b"", b"not a pickle", b"\x80\x05\x95"])
+def test_corrupted_checkpoint_is_one_line_and_kept(tmp_path, capsys, content):
+    checkpoint = tmp_path / "state.pkl"
+    checkpoint.write_bytes(content)
+    code = main(["train", "ocr", "--n-train", "20", "--passes", "1", "--out", str(tmp_path / "run"),
+                 "--checkpoint", str(checkpoint), "--no-progress"])
+    assert code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == f"resuming from {checkpoint}" and len(err) == 2 and err[1].startswith("structopt: error: ")
+    assert checkpoint.read_bytes() == content  # left for the user to inspect or delete
+    assert not (tmp_path / "run" / "trace.json").exists()
+
+
+def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
+    def broken(args):
+        raise KeyError("surprise")
+
+    monkeypatch.setitem(cli.TASKS, "ocr", broken)
+    assert main(["train", "ocr", "--out", str(tmp_path)]) == 1
+    assert "KeyError: 'surprise' (--debug shows the traceback)" in _one_line_error(capsys)
+    assert main(["train", "ocr", "--out", str(tmp_path), "--debug"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+    assert main(["--debug", "train", "ocr", "--out", str(tmp_path)]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_version_help_and_module_entry_point(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"structopt {structopt.__version__}"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text and "structopt train TASK" in text
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    assert ", ".join(BUILTIN_STRUCTURES) in capsys.readouterr().out
+    done = subprocess.run([sys.executable, "-m", "structopt", "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == f"structopt {structopt.__version__}"
+
+
+# --------------------------------------------------------------------------- train with a stand-in solver
+def _fake_solver(calls: list, trace: list[dict], accepts_checkpoint_every: bool = True):
+    def solver(problem, *, max_passes=50, random_state=None, progress=False, checkpoint=None, resume=None,
+               checkpoint_every=None):
+        calls.append({"max_passes": max_passes, "random_state": random_state, "checkpoint": checkpoint,
+                      "resume": resume, "checkpoint_every": checkpoint_every})
+        return Result(np.zeros(2), trace)
+
+    def older(problem, *, max_passes=50, random_state=None, progress=False, checkpoint=None, resume=None):
+        return solver(problem, max_passes=max_passes, random_state=random_state, checkpoint=checkpoint,
+                      resume=resume)
+
+    return solver if accepts_checkpoint_every else older
+
+
+@pytest.fixture
+def fake_task(monkeypatch):
+    task = cli.Task(SimpleNamespace(lam=0.1, n=3), lambda w: {"test_metric": 0.25}, "fake task")
+    monkeypatch.setitem(cli.TASKS, "ocr", lambda args: task)
+
+
+def _use_solver(monkeypatch, solver):
+    monkeypatch.setattr(structopt.solvers, "get_solver", lambda name: solver)
+
+
+def test_resumed_run_counts_all_passes_and_forwards_checkpoint_every(tmp_path, capsys, monkeypatch, fake_task):
+    checkpoint = tmp_path / "state.pkl"
+    checkpoint.write_bytes(b"saved by an earlier run")
+    trace = [{"passes": float(p), "oracle_calls": 3 * p, "time": 1.5 * p, "primal": 1.0 / (p + 1)}
+             for p in range(5)]  # passes 0-2 ran before the resume, 3-4 after
+    calls: list = []
+    _use_solver(monkeypatch, _fake_solver(calls, trace))
+    args = ["train", "ocr", "--out", str(tmp_path / "run"), "--checkpoint", str(checkpoint),
+            "--checkpoint-every", "2", "--passes", "4", "--seed", "7", "--no-progress"]
+    assert main(args) == 0
+    assert calls == [{"max_passes": 4.0, "random_state": 7, "checkpoint": str(checkpoint), "resume": str(checkpoint),
+                      "checkpoint_every": 2.0}]
+    summary = json.loads((tmp_path / "run" / "trace.json").read_text())
+    assert summary["passes"] == 4.0 and summary["seconds"] == 6.0 and summary["resumed"] is True
+    assert summary["test_metric"] == 0.25 and summary["split"] == "bcfw"
+    assert capsys.readouterr().out.startswith("ocr bcfw: 4 passes in 6.0s")
+
+
+def test_checkpoint_every_needs_a_checkpoint_and_a_solver_that_supports_it(tmp_path, capsys, monkeypatch,
+                                                                          fake_task):
+    _use_solver(monkeypatch, _fake_solver([], [{"passes": 1.0, "time": 0.1, "primal": 1.0}]))
+    assert main(["train", "ocr", "--out", str(tmp_path), "--checkpoint-every", "2"]) == 2
+    assert "--checkpoint-every needs --checkpoint FILE" in _one_line_error(capsys)
+    _use_solver(monkeypatch, _fake_solver([], [], accepts_checkpoint_every=False))
+    assert main(["train", "ocr", "--out", str(tmp_path), "--checkpoint", str(tmp_path / "c.pkl"),
+                 "--checkpoint-every", "2"]) == 2
+    assert "does not support --checkpoint-every" in _one_line_error(capsys)
+
+
+def test_disk_full_at_the_end_keeps_the_results_on_screen(tmp_path, capsys, monkeypatch, fake_task):
+    _use_solver(monkeypatch, _fake_solver([], [{"passes": 1.0, "oracle_calls": 3, "time": 0.1, "primal": 1.0}]))
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "_write_text_atomic", full)
+    checkpoint = tmp_path / "state.pkl"
+    assert main(["train", "ocr", "--out", str(tmp_path / "run"), "--checkpoint", str(checkpoint),
+                 "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert "train primal 1.00000" in captured.out and "test metric 0.2500" in captured.out
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and "No space left on device" in err and str(checkpoint) in err
+
+
+# --------------------------------------------------------------------------- the convergence plot
+def _plotted(fig) -> tuple[list[np.ndarray], str]:
+    ax = fig.axes[0]
+    return [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()], ax.get_ylabel()
+
+
+def test_plot_without_dual_leaves_out_the_best_point():
+    import matplotlib.pyplot as plt
+
+    trace = [{"passes": p, "primal": 2.0 - p / 10} for p in range(5)]
+    fig = cli._convergence_figure(trace, "no dual")
+    (values,), label = _plotted(fig)
+    plt.close(fig)
+    np.testing.assert_allclose(values, [0.4, 0.3, 0.2, 0.1])  # the minimum itself is not drawn at a floor
+    assert label == "primal − min primal (log)"
+    fig = cli._convergence_figure([{"passes": 1.0, "primal": 0.7}], "one record")
+    (values,), label = _plotted(fig)
+    plt.close(fig)
+    assert values.tolist() == [0.7] and label == "primal objective"
+
+
+def test_plot_with_dual_shows_suboptimality_and_gap():
+    import matplotlib.pyplot as plt
+
+    trace = [{"passes": p, "primal": 1.0 + 2.0 ** -p, "dual": 1.0 - 2.0 ** -p, "gap": 2.0 ** (1 - p)}
+             for p in range(4)]
+    trace.append({"passes": 4, "primal": 1.0, "dual": 1.0, "gap": 0.0})
+    fig = cli._convergence_figure(trace, "with dual")
+    curves, label = _plotted(fig)
+    plt.close(fig)
+    assert len(curves) == 2 and all(np.all(c > 0) and c.size == 4 for c in curves)
+    assert label == "primal − best dual, duality gap (log)"
