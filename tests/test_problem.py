@@ -198,7 +198,7 @@ def test_bad_inputs_name_the_example(rng):
     problem = SSVMProblem(model, good_x, good_y, Hamming(), 0.1)
     with pytest.raises(InvalidInputError, match="example 1"):
         problem.predict([good_x[0], np.zeros((2, F + 2))], model.zeros())
-    with pytest.raises(InvalidInputError, match="weight vector"):
+    with pytest.raises(InvalidInputError, match="weights w must have shape"):
         problem.max_oracle(0, np.zeros(3))
 
 
