@@ -7,13 +7,15 @@ Declare an output structure (a chain, a matching, ...) through a model, build an
 from structopt.errors import InvalidInputError, NotSupportedError, StructoptError
 from structopt.estimator import StructuredSVM
 from structopt.losses import Hamming, Loss, MatchingHamming, WeightedHamming
-from structopt.models import ChainModel, MatchingModel, Model, MultiClassModel
+from structopt.models import ChainModel, GridInput, GridModel, MatchingModel, Model, MultiClassModel
 from structopt.problem import OracleResult, SSVMProblem
 from structopt.solvers import Result, get_solver
 from structopt.structures import (
+    BinaryGrid,
     BipartiteMatching,
     Chain,
     ChainPotentials,
+    GridPotentials,
     MatchingPotentials,
     MultiClass,
     MultiClassPotentials,
@@ -28,3 +30,4 @@ __all__ = [
     "MultiClassPotentials", "NotSupportedError", "OracleResult", "Result", "SSVMProblem", "StructoptError",
     "Structure", "StructuredSVM", "WeightedHamming", "__version__", "get_solver",
 ]
+__all__ += ["BinaryGrid", "GridInput", "GridModel", "GridPotentials"]
