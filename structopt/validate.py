@@ -25,7 +25,7 @@ from structopt.smoothing import logsumexp
 from structopt.structures.base import Potentials, Structure, flatten, inner, unflatten
 
 #: names accepted by :func:`random_instance` and :func:`check_builtin_structures`
-BUILTIN_STRUCTURES = ("chain", "multiclass", "matching")
+BUILTIN_STRUCTURES = ("chain", "multiclass", "matching", "grid")
 
 
 # --------------------------------------------------------------------------- report
@@ -156,7 +156,7 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
 
     Parameters
     ----------
-    structure_name : {"chain", "multiclass", "matching"}
+    structure_name : {"chain", "multiclass", "matching", "grid"}
     rng : Generator or seed
     integer : bool
         Integer potentials in [-3, 3] (ties) or uniform floats.
@@ -164,7 +164,9 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
         ``chain``: ``length`` (T, default 4), ``n_states`` (S, default 3), ``shared`` (bool,
         default True: one (S, S) transition matrix); ``multiclass``: ``n_classes`` (default 4);
         ``matching``: ``n_left`` (default 3), ``n_right`` (default 3), ``allow_unmatched`` (default
-        False: the unmatched-score fields are empty).
+        False: the unmatched-score fields are empty); ``grid``: ``height`` (default 2), ``width``
+        (default 3), ``shared`` (bool, default False: per-edge tables); grid edges are made
+        supermodular by raising theta(0, 0) where needed.
     """
     from structopt.structures.chain import Chain, ChainPotentials
     from structopt.structures.matching import BipartiteMatching, MatchingPotentials
@@ -185,12 +187,32 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
         allow = bool(size.pop("allow_unmatched", False))
         structure = BipartiteMatching(L, R, allow_unmatched=allow)  # validates the sides
         like = MatchingPotentials(np.zeros((L, R)), np.zeros(L if allow else 0), np.zeros(R if allow else 0))
+    elif name == "grid":
+        from structopt.structures.grid import BinaryGrid, GridPotentials
+
+        H, W = int(size.pop("height", 2)), int(size.pop("width", 3))
+        shared = bool(size.pop("shared", False))
+        structure = BinaryGrid()
+        like = GridPotentials(np.zeros((H, W, 2)), np.zeros((2, 2) if shared else (H, W - 1, 2, 2)),
+                              np.zeros((2, 2) if shared else (H - 1, W, 2, 2)))
     else:
         raise InvalidInputError(f"no random instance for structure {structure_name!r}; "
                                 f"use one of {', '.join(repr(n) for n in BUILTIN_STRUCTURES)}")
     if size:
         raise InvalidInputError(f"unknown size arguments for {name}: {sorted(size)}")
-    return structure, random_like(like, rng, integer=integer)
+    theta = random_like(like, rng, integer=integer)
+    return structure, (_supermodular(theta) if name == "grid" else theta)
+
+
+def _supermodular(theta: Potentials) -> Potentials:
+    # raise theta(0, 0) of every grid edge table just enough for theta00 + theta11 >= theta01 + theta10
+    fields = [theta[0]]
+    for table in theta[1:]:
+        table = np.array(table, dtype=float)
+        w = table[..., 0, 0] + table[..., 1, 1] - table[..., 0, 1] - table[..., 1, 0]
+        table[..., 0, 0] += np.maximum(-w, 0.0)
+        fields.append(table)
+    return type(theta)(*fields)
 
 
 # --------------------------------------------------------------------------- the check
@@ -434,6 +456,14 @@ BUILTIN_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"n_left": 3, "n_right": 3, "allow_unmatched": True},
         {"n_left": 2, "n_right": 4, "allow_unmatched": True},
         {"n_left": 4, "n_right": 2, "allow_unmatched": True},
+    ),
+    "grid": (
+        {"height": 1, "width": 1},
+        {"height": 1, "width": 4},
+        {"height": 2, "width": 2, "shared": True},
+        {"height": 2, "width": 3},
+        {"height": 3, "width": 3, "shared": True},
+        {"height": 3, "width": 4},
     ),
 }
 

@@ -290,3 +290,15 @@ def test_thousands_of_instances_all_oracles(grid):
         np.testing.assert_allclose(grid.topk(theta, 5)[1], np.sort(scores)[::-1][:5], atol=1e-9)
         n += 1
     assert n == 1200
+
+
+def test_structopt_check_grid(capsys):
+    from structopt.cli import main
+
+    assert main(["check", "grid"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1].endswith("all OK")
+    rows = {tuple(line.split()[:2]): line.split() for line in out.strip().splitlines()[1:-1]}
+    for oracle in ("lp_relaxation", "argmax", "topk", "max_marginals", "project"):
+        assert rows[("grid", oracle)][3] == "yes", rows[("grid", oracle)]
+    assert rows[("grid", "marginals")][3:5] == ["-", "-"]
