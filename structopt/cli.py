@@ -1,4 +1,4 @@
-"""Command line: ``structopt train TASK ...`` (ocr, conll, alignment) and ``structopt check [STRUCTURE ...]``."""
+"""Command line: ``structopt train TASK ...`` (ocr, conll, alignment, horses), ``structopt check [STRUCTURE ...]``."""
 
 from __future__ import annotations
 
@@ -100,8 +100,46 @@ def _task_alignment(args: argparse.Namespace) -> Task:
                 "Hansards word alignment")
 
 
+def _plot_masks(X: list, y_true: list, y_pred: list, path: Path, n: int = 4) -> None:
+    """A few test images (their intensity feature) with the gold and the predicted masks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = min(n, len(X))
+    fig, axes = plt.subplots(n, 3, figsize=(7, 2.2 * n), squeeze=False)
+    for row, (x, gold, pred) in enumerate(zip(X[:n], y_true[:n], y_pred[:n])):
+        for ax, image, title in zip(axes[row], (x.pixels[..., 1], gold, pred), ("image", "gold", "predicted")):
+            ax.imshow(image, cmap="gray", interpolation="nearest")
+            ax.set_title(title, fontsize=9)
+            ax.axis("off")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _task_horses(args: argparse.Namespace) -> Task:
+    from structopt.losses import Hamming
+    from structopt.problem import SSVMProblem
+    from structopt.problems.horses import load_horses, segmentation_scores
+
+    data = load_horses(args.data)
+    train, test = data["train"], data["test"]
+    X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
+    problem = SSVMProblem(data["model"], X, Y, Hamming(normalize=True), _lam(args, len(X)))
+
+    def evaluate(w: np.ndarray) -> dict[str, float]:
+        pred = problem.predict(test["X"], w)
+        _plot_masks(test["X"], test["y"], pred, Path(args.out or "runs/horses") / "test_masks.png")
+        return {f"test_{name}": value for name, value in segmentation_scores(test["y"], pred).items()}
+
+    return Task(problem, evaluate, "Weizmann horses segmentation")
+
+
 TASKS: dict[str, Callable[[argparse.Namespace], Task]] = {
-    "ocr": _task_ocr, "conll": _task_conll, "alignment": _task_alignment}
+    "ocr": _task_ocr, "conll": _task_conll, "alignment": _task_alignment, "horses": _task_horses}
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -154,8 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a structural SVM on a built-in task",
-                           description="Tasks: ocr (embedded data), conll (CoNLL-2000 chunking) and alignment "
-                                       "(Hansards); the last two read ../shared/data or --data.")
+                           description="Tasks: ocr (embedded data), conll (CoNLL-2000 chunking), alignment "
+                                       "(Hansards) and horses (Weizmann horses segmentation, also writes "
+                                       "test_masks.png); the last three read ../shared/data or --data.")
     train.add_argument("task", choices=sorted(TASKS), help="the task")
     train.add_argument("--solver", default="bcfw", choices=sorted(SOLVERS), help="solver (default bcfw)")
     train.add_argument("--lam", type=float, default=0.01, help="regularisation (default 0.01; 0 means 1/n)")

@@ -48,7 +48,7 @@ def all_labellings(H: int, W: int) -> np.ndarray:
 
 def brute_scores(theta: GridPotentials, Y: np.ndarray) -> np.ndarray:
     """Scores of labellings Y (M, H, W), written independently of BinaryGrid.score."""
-    M, H, W = Y.shape
+    _, H, W = Y.shape
     h = np.broadcast_to(theta.horizontal, (H, W - 1, 2, 2))
     v = np.broadcast_to(theta.vertical, (H - 1, W, 2, 2))
     r, c = np.indices((H, W))
@@ -280,7 +280,7 @@ def test_thousands_of_instances_all_oracles(grid):
     # the "thousands of random instances" claim: argmax on every backend, max-marginals and top-5
     structures = [BinaryGrid(b) for b in ("dinic", "pymaxflow", "ortools")]
     n = 0
-    for theta, (H, W, s) in instances(100, seed=7):
+    for theta, (H, W, _) in instances(100, seed=7):
         Y = all_labellings(H, W)
         scores = brute_scores(theta, Y)
         for structure in structures:

@@ -88,3 +88,19 @@ def test_grid_beats_unary_only_by_two_iou_points():
         pred = problem.predict(data["test"]["X"], result.w)
         ious[name] = segmentation_scores(data["test"]["y"], pred)["foreground_iou"]
     assert ious["model"] >= ious["unary_model"] + 0.02, ious
+
+
+def test_cli_train_horses_writes_masks_png(horses, tmp_path, capsys, monkeypatch):
+    import json
+
+    import structopt.problems.horses as module
+    from structopt.cli import main
+
+    monkeypatch.setattr(module, "load_horses", lambda path=None: horses)  # the 12-image subset
+    out = tmp_path / "run"
+    assert main(["train", "horses", "--passes", "2", "--lam", "0.001", "--out", str(out), "--no-progress"]) == 0
+    summary = json.loads((out / "trace.json").read_text())
+    assert summary["n_train"] == 8 and 0.0 <= summary["test_foreground_iou"] <= 1.0
+    assert summary["test_pixel_accuracy"] > 0.5
+    assert (out / "test_masks.png").stat().st_size > 1000 and (out / "convergence.png").exists()
+    assert "test foreground iou" in capsys.readouterr().out
