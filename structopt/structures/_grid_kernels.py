@@ -162,7 +162,26 @@ def _touch(n, touched, list_, count, cap, rs, rt, saved_cap, saved_rs, saved_rt)
 
 
 @njit(cache=True)
-def flip_costs(cap, rs, rt, nbr, labels, clamp):
+def _lone_flip(cap0, rs0, rt0, nbr, labels, i):
+    # cut increase when node i alone changes side (an upper bound on the flip's extra flow)
+    if labels[i] == 0:
+        delta = rs0[i] - rt0[i]
+    else:
+        delta = rt0[i] - rs0[i]
+    for d in range(4):
+        j = nbr[i, d]
+        if j < 0:
+            continue
+        into, out = cap0[j, d ^ 1], cap0[i, d]  # arcs j -> i and i -> j
+        if labels[i] == 0:
+            delta += into if labels[j] == 0 else -out
+        else:
+            delta += out if labels[j] == 1 else -into
+    return delta
+
+
+@njit(cache=True)
+def flip_costs(cap, rs, rt, nbr, labels, clamp, cap0, rs0, rt0):
     """For every free node, the extra flow needed to force it to the other side of the cut.
 
     ``cap``, ``rs``, ``rt`` must be a maximum-flow residual whose minimal source side is
@@ -190,9 +209,10 @@ def flip_costs(cap, rs, rt, nbr, labels, clamp):
             extra[i] = np.inf
             continue
         forward = labels[i] == 1
+        bound = _lone_flip(cap0, rs0, rt0, nbr, labels, i)
         total = 0.0
         count = 0
-        while True:
+        while total < bound - 1e-12 * (1.0 + abs(bound)):
             stamp += 1
             mark[i] = stamp
             parent[i] = -1
@@ -242,7 +262,7 @@ def flip_costs(cap, rs, rt, nbr, labels, clamp):
                     cap[u, d] += b
                 v = u
             total += b
-        extra[i] = total
+        extra[i] = min(total, bound) if total < bound - 1e-12 * (1.0 + abs(bound)) else bound
         for j in range(count):
             n = touched_list[j]
             for d in range(4):

@@ -217,16 +217,13 @@ class BinaryGrid(Structure):
         _, net = self._network(theta, "argmax")
         return _mincut.solve(net, self.backend).reshape(net.shape)
 
-    def _solve_clamped(self, net: _mincut.GridNetwork, clamp: np.ndarray):
-        # MAP under clamps and the residual network of the clamped problem
-        labels, residual = _mincut.solve_dinic(_mincut.clamp_network(net, clamp))
-        return labels, residual
-
     def _flip_values(self, full: GridPotentials, net: _mincut.GridNetwork, clamp: np.ndarray):
         # best labelling under the clamps, its score, and for every node the best score with it flipped
-        labels, residual = self._solve_clamped(net, clamp)
+        clamped = _mincut.clamp_network(net, clamp)
+        labels, residual = _mincut.solve_dinic(clamped)
         H, W = net.shape
-        extra = kern.flip_costs(residual.cap, residual.rs, residual.rt, kern.neighbours(H, W), labels, clamp)
+        extra = kern.flip_costs(residual.cap, residual.rs, residual.rt, kern.neighbours(H, W), labels, clamp,
+                                clamped.cap, clamped.rs, clamped.rt)
         best = self.score(full, labels.reshape(H, W))
         return labels, best, best - extra
 
