@@ -11,8 +11,9 @@ Method: the Lagrangian dual of the marginalisation constraints (multipliers ``al
 the simplex projection of ``u_i + (sum of alpha over edges where i comes first) + (sum of beta
 over edges where i comes second)``, edge entries are ``max(0, e[a, b] - alpha[a] - beta[b])``.
 The dual is concave and piecewise quadratic, its gradient is the vector of marginalisation
-residuals and its Lipschitz constant is at most ``||A||^2 <= 4 * 3 = 12`` (a node is in at most
-4 edges, a constraint row has 3 nonzeros). Accelerated gradient ascent (FISTA, step 1/12, with
+residuals and its Lipschitz constant is at most ``||A||^2 <= 8`` (the simplex projection is
+non-expansive, and a row of ``|A A^T|`` sums to at most 3 on the diagonal + 2 for the other side
+of its edge + 3 for the other edges at its node). Accelerated gradient ascent (FISTA, step 1/8, with
 the gradient restart of O'Donoghue and Candes) runs until the max-abs residual is <= ``tol``;
 one iteration is a single numba sweep over nodes and edges.
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-STEP = 1.0 / 12.0
+STEP = 1.0 / 8.0
 
 
 @njit(cache=True)
