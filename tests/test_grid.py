@@ -188,6 +188,23 @@ def test_project_matches_qp_and_certifies(grid, rng):
         assert np.max(flat @ d - d @ flatten(p)) <= 1e-6
 
 
+def test_project_warm_start(grid, rng):
+    from structopt.structures._grid_projection import multiplier_size, project_grid
+
+    v = grid.expand(random_grid(4, 5, rng, integer=False))
+    warm = np.zeros(multiplier_size(4, 5))
+    cold = project_grid(*v, tol=1e-9)
+    first = grid.project(v, warm=warm)
+    assert np.any(warm != 0.0)  # the final multipliers were written back
+    nearby = GridPotentials(*(f + 0.01 * rng.normal(size=f.shape) for f in v))
+    again = project_grid(*nearby, tol=1e-9, warm=warm.copy())
+    assert again[4] < project_grid(*nearby, tol=1e-9)[4]  # fewer iterations from nearby multipliers
+    np.testing.assert_allclose(flatten(first), flatten(GridPotentials(*cold[:3])), atol=1e-7)
+    np.testing.assert_allclose(flatten(GridPotentials(*again[:3])), flatten(grid.project(nearby)), atol=1e-7)
+    with pytest.raises(InvalidInputError, match="warm multipliers"):
+        grid.project(v, warm=np.zeros(3))
+
+
 def test_project_falls_back_to_qp_when_not_certified(grid, rng):
     v = grid.expand(random_grid(2, 3, rng, integer=False))
     p = grid.project(v, max_iter=1)  # one dual step cannot certify: the cvxpy QP answers

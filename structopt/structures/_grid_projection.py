@@ -117,8 +117,17 @@ def _fista(u, h, v, lam, look, grad, tol, max_iter):
     return mu, eh, ev, residual, it
 
 
-def project_grid(u: np.ndarray, h: np.ndarray, v: np.ndarray, tol: float = 1e-9, max_iter: int = 20_000):
+def multiplier_size(H: int, W: int) -> int:
+    """Length of the flat multiplier vector of an H x W grid (alpha, beta of both edge directions)."""
+    return 2 * (2 * H * (W - 1) + 2 * (H - 1) * W)
+
+
+def project_grid(u: np.ndarray, h: np.ndarray, v: np.ndarray, tol: float = 1e-9, max_iter: int = 20_000,
+                 warm: np.ndarray | None = None):
     """Project ``(u, h, v)`` onto the grid's local polytope by dual FISTA.
+
+    ``warm``: optional flat multipliers (length :func:`multiplier_size`) to start from, e.g. those
+    of a nearby projection; they are overwritten with the final multipliers.
 
     Returns
     -------
@@ -129,7 +138,12 @@ def project_grid(u: np.ndarray, h: np.ndarray, v: np.ndarray, tol: float = 1e-9,
     iterations : int
     """
     H, W = u.shape[:2]
-    size = 2 * (2 * H * (W - 1) + 2 * (H - 1) * W)
-    lam = np.zeros(size)
+    size = multiplier_size(H, W)
+    if warm is None:
+        lam = np.zeros(size)
+    elif warm.shape != (size,) or warm.dtype != np.float64:
+        raise ValueError(f"warm multipliers must be a float64 vector of length {size}, got {warm.dtype} {warm.shape}")
+    else:
+        lam = warm
     u, h, v = (np.ascontiguousarray(x, dtype=np.float64) for x in (u, h, v))
     return _fista(u, h, v, lam, lam.copy(), np.empty(size), float(tol), int(max_iter))

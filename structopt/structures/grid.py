@@ -321,17 +321,30 @@ class BinaryGrid(Structure):
                                 "(#P-hard); use the Euclidean projection")
 
     # ------------------------------------------------------------------ projection
-    def project(self, v: GridPotentials, tol: float = 1e-9, max_iter: int = 20_000) -> GridPotentials:
+    def project(self, v: GridPotentials, tol: float = 1e-9, max_iter: int = 20_000,
+                warm: np.ndarray | None = None) -> GridPotentials:
         """Euclidean projection onto the local polytope (dual FISTA on the marginalisation multipliers).
 
         The marginalisation residual of the result is at most ``tol`` (node simplices and edge
         non-negativity hold exactly); see :mod:`structopt.structures._grid_projection`. Falls back
         to the cvxpy reference :meth:`project_qp` when the residual is not certified.
+
+        Parameters
+        ----------
+        warm : ndarray, optional
+            Flat float64 multipliers of length ``2 * (2 H (W-1) + 2 (H-1) W)`` to start from (those
+            of a nearby projection); overwritten in place with the final ones, so a caller that
+            projects nearby points repeatedly (the extragradient) can keep one per example.
         """
-        from structopt.structures._grid_projection import project_grid
+        from structopt.structures._grid_projection import multiplier_size, project_grid
 
         full = self.expand(v)
-        mu, eh, ev, residual, _ = project_grid(full.unary, full.horizontal, full.vertical, tol=tol, max_iter=max_iter)
+        H, W = full.unary.shape[:2]
+        if warm is not None and (np.shape(warm) != (multiplier_size(H, W),) or np.asarray(warm).dtype != np.float64):
+            raise InvalidInputError(f"warm multipliers must be a float64 vector of length {multiplier_size(H, W)}, "
+                                    f"got shape {np.shape(warm)}")
+        mu, eh, ev, residual, _ = project_grid(full.unary, full.horizontal, full.vertical, tol=tol, max_iter=max_iter,
+                                               warm=warm)
         if not residual <= tol:
             return self.project_qp(v)
         return GridPotentials(mu, eh, ev)
