@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     runs = {}
     from structopt.solvers.bcfw import bcfw
 
-    res = bcfw(problem, max_passes=args.passes, gap_every=1, random_state=args.seed, callback=heldout)
+    res = bcfw(problem, max_passes=args.passes, eval_every=1, random_state=args.seed, callback=heldout)
     runs["bcfw"] = {"trace": res.trace, "heldout_aer": res.trace[-1]["heldout_aer"],
                     "weights": dict(zip(["edge:" + n for n in _names()] + ["unmatched_left", "unmatched_right"],
                                         map(float, res.w), strict=True))}

@@ -86,7 +86,7 @@ def run_method(name: str, problem: SSVMProblem, args, cb) -> dict:
                   random_state=seed, callback=cb)
     elif name == "bcfw-wavg":
         from structopt.solvers.bcfw import bcfw
-        res = bcfw(problem, max_passes=passes, averaging=True, random_state=seed, callback=cb)
+        res = bcfw(problem, max_passes=passes, averaging="weighted", random_state=seed, callback=cb)
     elif name == "svrg":
         res = svrg(problem, mu=args.mu, k=5, L=args.L, iterate=args.iterate, sgd_init=args.sgd_init,
                    max_passes=passes, random_state=seed, callback=cb)
@@ -132,7 +132,7 @@ def part_chunk(args) -> dict:
     problem = SSVMProblem(data["model"], train["X"], train["y"], Hamming(), 1.0 / n)
     cb = f1_callback(problem, test, data["tags"])
     t = time.perf_counter()
-    res = bcfw(problem, max_passes=args.chunk_passes, averaging=True, random_state=args.seed, callback=cb)
+    res = bcfw(problem, max_passes=args.chunk_passes, averaging="weighted", random_state=args.seed, callback=cb)
     wall = time.perf_counter() - t
     per_pass = res.trace[-1]["time"] / max(res.trace[-1]["passes"], 1e-9)
     print(f"BCFW chunking n={n}: passes={res.trace[-1]['passes']:.0f} F={res.trace[-1]['primal']:.5f} "

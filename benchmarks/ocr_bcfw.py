@@ -35,12 +35,12 @@ from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
 from structopt.structures._chain_kernels import viterbi
 
 METHODS = {
-    "BCFW": lambda p, passes, seed, cb: bcfw(p, max_passes=passes, averaging=False, random_state=seed, callback=cb),
-    "BCFW-wavg": lambda p, passes, seed, cb: bcfw(p, max_passes=passes, averaging=True, random_state=seed,
+    "BCFW": lambda p, passes, seed, cb: bcfw(p, max_passes=passes, averaging="none", random_state=seed, callback=cb),
+    "BCFW-wavg": lambda p, passes, seed, cb: bcfw(p, max_passes=passes, averaging="weighted", random_state=seed,
                                                    callback=cb),
     "FW": lambda p, passes, seed, cb: frank_wolfe(p, max_passes=passes, callback=cb),
-    "SSG": lambda p, passes, seed, cb: ssg(p, max_passes=passes, averaging=False, random_state=seed, callback=cb),
-    "SSG-wavg": lambda p, passes, seed, cb: ssg(p, max_passes=passes, averaging=True, random_state=seed,
+    "SSG": lambda p, passes, seed, cb: ssg(p, max_passes=passes, averaging="none", random_state=seed, callback=cb),
+    "SSG-wavg": lambda p, passes, seed, cb: ssg(p, max_passes=passes, averaging="weighted", random_state=seed,
                                                  callback=cb),
 }
 STOCHASTIC = {"BCFW", "BCFW-wavg", "SSG", "SSG-wavg"}
@@ -96,7 +96,7 @@ def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
 def python_path_pass(problem: so.SSVMProblem) -> float:
     """Seconds for one BCFW pass through the generic Python interfaces (for comparison)."""
     start = time.perf_counter()
-    bcfw(problem, max_passes=1, compiled=False, random_state=0, gap_every=2)
+    bcfw(problem, max_passes=1, fused=False, random_state=0, eval_every=2)
     return time.perf_counter() - start
 
 
@@ -126,7 +126,7 @@ def run(passes: int, seeds: int, lams: list[str], out: Path, overhead_passes: in
                 result = solve(problem, passes, seed, test_error)
                 runs[method].append({"seed": seed, "seconds": time.perf_counter() - started, "trace": result.trace})
         # the optimum's lower bound: the best dual of every run and of a long reference BCFW run
-        reference = bcfw(problem, max_passes=reference_passes, random_state=0, gap_every=max(1, reference_passes // 10))
+        reference = bcfw(problem, max_passes=reference_passes, random_state=0, eval_every=max(1, reference_passes // 10))
         duals = [r["dual"] for method_runs in runs.values() for run_ in method_runs
                  for r in run_["trace"] if "dual" in r]
         best_dual = max([reference.trace[-1]["dual"], *duals])

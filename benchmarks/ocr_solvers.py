@@ -36,12 +36,12 @@ def _runs(problem, passes: int, skip: set[str], eg_passes: int | None = None, en
     eg = eg_passes or passes
     ent = entropic_passes or eg
     runs = {
-        "bcfw": lambda: bcfw(problem, max_passes=passes, gap_every=every, random_state=0),
+        "bcfw": lambda: bcfw(problem, max_passes=passes, eval_every=every, random_state=0),
         "batch_fw": lambda: frank_wolfe(problem, max_passes=passes),
         "eg_euclidean": lambda: dual_extragradient(problem, geometry="euclidean", max_passes=eg,
-                                                   gap_every=max(1, eg // 10)),
+                                                   eval_every=max(1, eg // 10)),
         "eg_entropic": lambda: dual_extragradient(problem, geometry="entropic", max_passes=ent,
-                                                  gap_every=max(1, ent // 10)),
+                                                  eval_every=max(1, ent // 10)),
     }
     return {k: v for k, v in runs.items() if k not in skip}
 

@@ -4,6 +4,7 @@ Declare an output structure (a chain, a matching, ...) through a model, build an
 :class:`SSVMProblem`, and train it with a solver from :mod:`structopt.solvers`.
 """
 
+from structopt import _numba_cache  # noqa: F401  (first: points numba's cache at this source version)
 from structopt.errors import InvalidInputError, NotSupportedError, StructoptError
 from structopt.estimator import StructuredSVM
 from structopt.losses import Hamming, Loss, MatchingHamming, WeightedHamming

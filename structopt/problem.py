@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from structopt.contract import check_contract, check_layout, nonnegative_indices
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.losses import Loss
 from structopt.models.base import Model
@@ -86,12 +88,18 @@ class SSVMProblem:
     """
 
     def __init__(self, model: Model, X: Sequence[Any], Y: Sequence[Any], loss: Loss, lam: float):
-        if len(X) != len(Y):
-            raise InvalidInputError(f"got {len(X)} inputs but {len(Y)} outputs")
-        if len(X) == 0:
+        check_contract(model, loss)
+        try:
+            n_x, n_y = len(X), len(Y)
+        except TypeError:
+            raise InvalidInputError("X and Y must be sequences (lists) of inputs and outputs") from None
+        if n_x != n_y:
+            raise InvalidInputError(f"got {n_x} inputs but {n_y} outputs")
+        if n_x == 0:
             raise InvalidInputError("a problem needs at least one example")
-        if not (np.isfinite(lam) and lam > 0):
-            raise InvalidInputError(f"lam must be a positive number, got {lam}")
+        if isinstance(lam, (bool, np.bool_)) or not isinstance(lam, numbers.Real) or not (
+                np.isfinite(lam) and lam > 0):
+            raise InvalidInputError(f"lam must be a finite number > 0, got {lam!r}")
         self.model = model
         self.structure = model.structure
         self.loss = loss
@@ -103,9 +111,12 @@ class SSVMProblem:
         for i, (x, y) in enumerate(zip(self.X, Y, strict=True)):
             like = model.potentials(x, zero)
             y = self.structure.validate_output(y, like, i)
+            if i == 0:
+                check_layout(model, like, self.structure.stats(y, like))
             self.Y.append(y)
             self._terms.append(loss.linear_terms(self.structure, y, like) if loss.decomposable else None)
         self.n = len(self.X)
+        self._nonnegative = nonnegative_indices(model)
 
     def __repr__(self) -> str:
         return f"SSVMProblem({self.model!r}, n={self.n}, loss={self.loss!r}, lam={self.lam:g})"
@@ -113,6 +124,26 @@ class SSVMProblem:
     @property
     def n_params(self) -> int:
         return self.model.n_params
+
+    # ------------------------------------------------------------------ weight constraints
+    @property
+    def constrained(self) -> bool:
+        """Whether some weights must stay >= 0 (``model.nonnegative_blocks``)."""
+        return self._nonnegative.size > 0
+
+    @property
+    def nonnegative_indices(self) -> np.ndarray:
+        """Indices of the weights constrained to be >= 0 (empty when unconstrained)."""
+        return self._nonnegative
+
+    def project_weights(self, w: np.ndarray) -> np.ndarray:
+        """Euclidean projection onto the feasible weights: ``w`` itself when unconstrained, else a copy
+        with the constrained entries clipped at 0."""
+        if not self.constrained:
+            return w
+        out = np.array(w, dtype=float, copy=True)
+        out[self._nonnegative] = np.maximum(out[self._nonnegative], 0.0)
+        return out
 
     # ------------------------------------------------------------------ building blocks
     def loss_terms(self, i: int) -> tuple[Potentials, float]:
@@ -136,11 +167,14 @@ class SSVMProblem:
         loss decodes through its own ``Loss.augmented_argmax`` hook.
         """
         theta = self.theta(i, w)
-        if self._terms[i] is not None:
-            y = self.structure.argmax(add(theta, self._terms[i][0]))
-        else:
-            y = self.loss.augmented_argmax(self.structure, theta, self.Y[i])
+        y = self.augmented_argmax(i, theta)
         return Decoded(y, self.loss(self.Y[i], y), theta)
+
+    def augmented_argmax(self, i: int, theta: Potentials) -> Any:
+        """``argmax_y Delta(y_i, y) + <theta, stats(y)>`` for example i's potentials ``theta``."""
+        if self._terms[i] is not None:
+            return self.structure.argmax(add(theta, self._terms[i][0]))
+        return self.loss.augmented_argmax(self.structure, theta, self.Y[i])
 
     def hinge(self, i: int, decoded: Decoded) -> float:
         """``H_i`` from a decoding: ``Delta + score(theta, y*) - score(theta, y_i)``."""
@@ -261,17 +295,17 @@ class SSVMProblem:
             theta = self.theta(i, zero)
             gold = flatten(self.model.reduce_stats(self.gold_stats(i, theta)))
             if gold.size != flatten(theta).size:
-                raise AssertionError(f"{self.model!r}: compact statistics must have the potentials' layout")
+                raise InvalidInputError(f"example {i}: {type(self.model).__name__}.reduce_stats returns {gold.size} "
+                                        f"statistics but the potentials have {flatten(theta).size}; reduce_stats "
+                                        "must give the layout of the model's potentials")
             parts.append(gold)
         offsets = np.zeros(self.n + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([part.size for part in parts])
         return np.concatenate(parts), offsets
 
     def mean_hinge(self, w: np.ndarray) -> float:
-        """``mean_i H_i(w)``: one compiled pass when the model has kernels, else the Python loop."""
-        from structopt.compiled import compiled_problem
-
-        fast = compiled_problem(self)
+        """``mean_i H_i(w)``: one fused pass when the model has kernels for this problem, else the Python loop."""
+        fast = self.fused()
         return fast.mean_hinge(np.asarray(w, dtype=float)) if fast is not None else float(np.mean(self.hinge_losses(w)))
 
     def primal(self, w: np.ndarray) -> float:
@@ -279,11 +313,23 @@ class SSVMProblem:
         w = np.asarray(w, dtype=float)
         return 0.5 * self.lam * float(w @ w) + self.mean_hinge(w)
 
-    def compiled_kernels(self):
-        """Fused numba kernels for this model/structure/loss, or None (see ``Model.compiled_kernels``)."""
-        if not hasattr(self, "_compiled"):
-            self._compiled = self.model.compiled_kernels(self)
-        return self._compiled
+    def fused(self):
+        """The fused view (:class:`structopt.fused.FusedProblem`) when the model has kernels that
+        compute exactly this problem's oracles, else None. Built once."""
+        if not hasattr(self, "_fused"):
+            from structopt.fused import FusedProblem
+
+            kernels = None if self.constrained else self.model.fused_kernels(self)
+            self._fused = None if kernels is None else FusedProblem(self, kernels)
+        return self._fused
+
+    def fingerprint(self) -> dict[str, str]:
+        """Digests of inputs, outputs, loss, lam and model (:func:`structopt.fingerprint.problem_fingerprint`)."""
+        if not hasattr(self, "_fingerprint"):
+            from structopt.fingerprint import problem_fingerprint
+
+            self._fingerprint = problem_fingerprint(self)
+        return self._fingerprint
 
     def predict(self, X: Sequence[Any], w: np.ndarray) -> list[Any]:
         """MAP outputs ``argmax_y <A_x w, stats(y)>`` for new inputs."""

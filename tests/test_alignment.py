@@ -124,7 +124,7 @@ def test_learned_alignment_beats_dice_baseline(task):
 
     model = MatchingModel(task.n_features, allow_unmatched=True)
     problem = SSVMProblem(model, task.X_train, task.Y_train, MatchingHamming(1, 3), lam=1e-2)
-    result = bcfw(problem, max_passes=10, gap_every=5, random_state=0)
+    result = bcfw(problem, max_passes=10, eval_every=5, random_state=0)
     assert all(r["gap"] >= -1e-9 for r in result.trace)
     learned = task.evaluate(problem.predict(task.X_test, result.w))
     assert learned < dice_baseline(task)["test_aer"] - 0.05

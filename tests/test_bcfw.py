@@ -44,9 +44,9 @@ def _dual(problem, state):
 @pytest.mark.parametrize("compiled", [False, True])
 def test_block_bookkeeping_invariants(compiled):
     problem = _chain_problem(seed=1, extras=True)
-    result = bcfw(problem, max_passes=4, random_state=0, compiled=compiled)
+    result = bcfw(problem, max_passes=4, random_state=0, fused=compiled)
     state = result.info["state"]
-    assert result.info["compiled"] is compiled
+    assert result.info["fused"] is compiled
     np.testing.assert_allclose(state.w, _weights_from_blocks(problem, state), atol=1e-12)
     assert state.ell == pytest.approx(state.ell_i.sum(), abs=1e-12)
     # every m_i is a convex combination of vertices: node statistics are distributions
@@ -58,7 +58,7 @@ def test_block_bookkeeping_invariants(compiled):
 
 def test_duality_gap_identities_and_weak_duality():
     problem = _chain_problem(seed=2)
-    for averaging in (True, False):
+    for averaging in ("weighted", "none"):
         trace = bcfw(problem, max_passes=6, random_state=3, averaging=averaging).trace
         best_dual = max(r["dual"] for r in trace)
         for record in trace:
@@ -113,7 +113,7 @@ def test_zero_curvature_line_search_is_finite():
 
 def test_bcfw_with_one_example_takes_the_batch_frank_wolfe_steps():
     problem = _chain_problem(seed=5, n=1)
-    block = bcfw(problem, max_passes=6, averaging=False, random_state=0)
+    block = bcfw(problem, max_passes=6, averaging="none", random_state=0)
     batch = frank_wolfe(problem, max_passes=7)
     np.testing.assert_allclose(block.w, batch.w, atol=1e-12)
 
@@ -123,12 +123,12 @@ def test_compiled_and_python_paths_take_identical_steps(case):
     costs = np.array([[0, 1, 2], [1, 0, 1], [3, 1, 0.0]])
     loss = so.WeightedHamming(costs, normalize=True) if case == "weighted" else None
     problem = _chain_problem(seed=6, sparse=case == "sparse_extras", extras=case == "sparse_extras", loss=loss)
-    for run in (lambda c: bcfw(problem, max_passes=3, random_state=1, compiled=c),
-                lambda c: bcfw(problem, max_passes=3, random_state=1, compiled=c, line_search=False, sampling="perm"),
-                lambda c: frank_wolfe(problem, max_passes=3, compiled=c),
-                lambda c: ssg(problem, max_passes=3, random_state=1, averaging=True, compiled=c)):
+    for run in (lambda c: bcfw(problem, max_passes=3, random_state=1, fused=c),
+                lambda c: bcfw(problem, max_passes=3, random_state=1, fused=c, line_search=False, sampling="perm"),
+                lambda c: frank_wolfe(problem, max_passes=3, fused=c),
+                lambda c: ssg(problem, max_passes=3, random_state=1, averaging="weighted", fused=c)):
         python, fast = run(False), run(True)
-        assert fast.info["compiled"]
+        assert fast.info["fused"]
         np.testing.assert_allclose(python.w, fast.w, atol=1e-12)
         for a, b in zip(python.trace, fast.trace, strict=True):
             assert a["primal"] == pytest.approx(b["primal"], abs=1e-10)
@@ -140,7 +140,7 @@ def test_bcfw_reaches_the_exact_optimum(seed):
     # 1e-4 relative accuracy within a few thousand (compiled, sub-second) passes
     problem = random_chain_problem(seed, n=8, lam=1.0)
     f_star, _ = exact_primal(problem)
-    result = bcfw(problem, max_passes=3000, tol=1e-6, gap_every=20, random_state=seed)
+    result = bcfw(problem, max_passes=3000, tol=1e-6, eval_every=20, random_state=seed)
     final = result.trace[-1]
     assert final["primal"] >= f_star - 1e-7  # nothing beats the optimum
     assert final["primal"] - f_star <= final["gap"] + 1e-9  # the gap certifies the suboptimality
@@ -154,7 +154,7 @@ def test_frank_wolfe_and_ssg_approach_the_optimum():
     fw = frank_wolfe(problem, max_passes=300, tol=1e-6)
     assert fw.trace[-1]["primal"] == pytest.approx(f_star, rel=1e-3)
     assert min(r["gap"] for r in fw.trace) >= -1e-10
-    averaged = ssg(problem, max_passes=300, averaging=True, random_state=0, eval_every=50)
+    averaged = ssg(problem, max_passes=300, averaging="weighted", random_state=0, eval_every=50)
     assert averaged.trace[-1]["primal"] == pytest.approx(f_star, rel=2e-2)
 
 
@@ -163,7 +163,7 @@ def test_fixed_step_bcfw_converges():
     # data, so it is not asserted; the OCR benchmark shows it on real data)
     problem = random_chain_problem(3, n=8, lam=1.0)
     f_star, _ = exact_primal(problem)
-    fixed = bcfw(problem, max_passes=2000, line_search=False, random_state=0, gap_every=100)
+    fixed = bcfw(problem, max_passes=2000, line_search=False, random_state=0, eval_every=100)
     gaps = [r["gap"] for r in fixed.trace]
     assert gaps[-1] < 0.05 * gaps[0]
     assert fixed.trace[-1]["primal"] == pytest.approx(f_star, rel=1e-2)
@@ -210,7 +210,7 @@ def test_bad_options_are_refused():
         bcfw(problem, sampling="cyclic")
     with pytest.raises(so.InvalidInputError, match="max_passes"):
         bcfw(problem, max_passes=0)
-    with pytest.raises(so.InvalidInputError, match="not written by bcfw"):
+    with pytest.raises(so.InvalidInputError, match="written by ssg, not bcfw"):
         import pickle
         import tempfile
 

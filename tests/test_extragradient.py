@@ -45,10 +45,10 @@ def test_power_iteration_matches_dense_svd():
 @pytest.mark.parametrize("geometry", ["euclidean", "entropic"])
 def test_memory_light_matches_standard(geometry):
     p = random_chain_problem(2, n=6)
-    a = dual_extragradient(p, geometry=geometry, max_passes=15, gap_every=5, compiled=False)
-    b = dual_extragradient(p, geometry=geometry, max_passes=15, gap_every=5, compiled=False, memory_light=True)
-    c = dual_extragradient(p, geometry=geometry, max_passes=15, gap_every=5, compiled=True)
-    assert np.allclose(a.w, c.w, atol=1e-9) and not a.info["compiled"] and c.info["compiled"]
+    a = dual_extragradient(p, geometry=geometry, max_passes=15, eval_every=5, fused=False)
+    b = dual_extragradient(p, geometry=geometry, max_passes=15, eval_every=5, fused=False, memory_light=True)
+    c = dual_extragradient(p, geometry=geometry, max_passes=15, eval_every=5, fused=True)
+    assert np.allclose(a.w, c.w, atol=1e-9) and not a.info["fused"] and c.info["fused"]
     assert np.allclose(a.w, b.w, atol=1e-7)
     assert np.allclose([r["gap"] for r in a.trace], [r["gap"] for r in b.trace], atol=1e-7)
 
@@ -58,7 +58,7 @@ def test_gap_bounds_suboptimality_and_converges(geometry, centre):
     # (the entropic gold-centred default converges too, but more slowly on this tiny problem)
     p = random_chain_problem(3, n=6, lam=1.0)
     f_star, _ = exact_primal(p)
-    res = dual_extragradient(p, geometry=geometry, max_passes=1500, gap_every=50, centre=centre)
+    res = dual_extragradient(p, geometry=geometry, max_passes=1500, eval_every=50, centre=centre)
     for r in res.trace:
         assert r["dual"] <= f_star + 1e-7           # weak duality
         assert r["primal"] - f_star <= r["gap"] + 1e-7  # the gap bounds the true suboptimality
@@ -76,7 +76,7 @@ def test_gap_bounds_suboptimality_and_converges(geometry, centre):
 def test_backtracking_runs_and_keeps_gap_valid(w_block):
     p = random_chain_problem(4, n=5, lam=0.5)
     f_star, _ = exact_primal(p)
-    res = dual_extragradient(p, max_passes=60, gap_every=20, backtracking=True, w_block=w_block)
+    res = dual_extragradient(p, max_passes=60, eval_every=20, backtracking=True, w_block=w_block)
     for r in res.trace:
         assert r["primal"] - f_star <= r["gap"] + 1e-7
         assert r["dual"] <= f_star + 1e-7
@@ -141,8 +141,8 @@ def test_bregman_box_with_half_square_reproduces_euclidean_box_and_solver():
         sw, sz = sw - gw, [a - b for a, b in zip(sz, gz)]
     # the solver (beta = 1, fixed step) outputs the uniform average of the Euclidean box's u^t
     for compiled in (False, True):
-        res = dual_extragradient(p, max_passes=iters, gap_every=iters, step=eta, z_weight=1.0,
-                                 backtracking=False, compiled=compiled, projection_tol=1e-12)
+        res = dual_extragradient(p, max_passes=iters, eval_every=iters, step=eta, z_weight=1.0,
+                                 backtracking=False, fused=compiled, projection_tol=1e-12)
         assert np.max(abs(res.w - np.mean([u[0] for u in euclid], axis=0))) < 1e-8
         zbar = [np.mean([u[1][i] for u in euclid], axis=0) for i in range(p.n)]
         w_of_z = sum(A.T @ (g - z) for (A, _, _, g, _), z in zip(blocks, zbar)) / (p.lam * p.n)
@@ -160,8 +160,8 @@ def test_restricted_gap_below_rate_bound():
     blocks = _dense_saddle(p)
     n = p.n
     for iters in (3, 12):
-        res = dual_extragradient(p, geometry=geometry, max_passes=iters, gap_every=iters, backtracking=False,
-                                 compiled=False, keep_z=True, centre="gold")
+        res = dual_extragradient(p, geometry=geometry, max_passes=iters, eval_every=iters, backtracking=False,
+                                 fused=False, keep_z=True, centre="gold")
         beta, lip = res.info["z_weight"], res.info["L"]
         zbar = [flatten(z) for z in res.info["z_bar"]]
         wbar = res.w

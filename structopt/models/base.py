@@ -79,11 +79,11 @@ class Model(ABC):
         g = self.features(x, mu)
         return float(g @ g)
 
-    def compiled_kernels(self, problem: Any) -> Any:
-        """Fused numba kernels over a whole problem (packed data + jitted functions), or None.
+    def fused_kernels(self, problem: Any) -> Any:
+        """Fused numba kernels over a whole problem (:class:`structopt.fused.FusedKernels`), or None.
 
-        Models whose structure has numba oracles return them so that solvers can run many
-        example steps in one compiled call; the default, None, means "use the Python interfaces".
+        A model returns them only when they compute exactly its own and its structure's oracles for
+        ``problem`` (see ``Structure.kernel_oracles``); the default, None, means the generic path.
         """
         return None
 

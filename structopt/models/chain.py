@@ -8,9 +8,16 @@ import scipy.sparse as sp
 from structopt.errors import InvalidInputError, example_error
 from structopt.models._kernels import csr_add_outer
 from structopt.models.base import Model
+from structopt.structures.base import unchanged_methods
 from structopt.structures.chain import Chain, ChainPotentials
 
 ChainInput = np.ndarray | sp.csr_matrix
+
+
+#: what the fused kernels reproduce: the model's methods and the structure's oracles
+_KERNEL_METHODS = ("potentials", "add_features", "reduce_stats", "features_sqnorm", "unpack", "blocks")
+_KERNEL_ORACLES = frozenset({"argmax", "stats", "score", "expand", "masked_potentials", "transition_bias",
+                             "boundary_bias"})
 
 
 class ChainModel(Model):
@@ -26,18 +33,27 @@ class ChainModel(Model):
         Add per-state scores for the first and the last position (blocks ``start``, ``end``).
     bias : bool, default False
         Add a per-state bias at every position (block ``bias``).
+    allowed, allowed_start, allowed_end : bool arrays, optional
+        Forbidden transitions / first / last labels of the chain (see :class:`Chain`); honoured by
+        every oracle and by the fused kernels.
     """
 
-    def __init__(self, n_features: int, n_states: int, start_end: bool = False, bias: bool = False):
+    def __init__(self, n_features: int, n_states: int, start_end: bool = False, bias: bool = False,
+                 allowed: np.ndarray | None = None, allowed_start: np.ndarray | None = None,
+                 allowed_end: np.ndarray | None = None):
+        for name, value in (("n_features", n_features), ("n_states", n_states)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise InvalidInputError(f"ChainModel {name} must be an integer >= 1, got {value!r}")
         self.n_features = int(n_features)
         self.n_states = int(n_states)
         self.start_end = bool(start_end)
         self.bias = bool(bias)
-        self.structure = Chain(self.n_states)
+        self.structure = Chain(self.n_states, allowed, allowed_start, allowed_end)
 
     def __repr__(self) -> str:
+        masks = "" if not self.structure.constrained else f", structure={self.structure!r}"
         return (f"ChainModel(n_features={self.n_features}, n_states={self.n_states}, "
-                f"start_end={self.start_end}, bias={self.bias})")
+                f"start_end={self.start_end}, bias={self.bias}{masks})")
 
     @property
     def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
@@ -77,10 +93,17 @@ class ChainModel(Model):
         edge = np.asarray(mu.pairwise)
         return ChainPotentials(mu.unary, edge.sum(axis=0) if edge.ndim == 3 else edge)
 
-    def compiled_kernels(self, problem):
-        """Fused numba kernels (see ``_chain_compiled``) when the loss only scores nodes."""
-        from structopt.models._chain_compiled import build_chain_kernels
+    def fused_kernels(self, problem):
+        """Fused numba kernels (:mod:`structopt.models._chain_fused`) when they compute exactly this
+        problem's oracles: the model's own potentials/adjoint, a structure whose ``kernel_oracles``
+        cover Viterbi under its masks, and a decomposable loss that only scores nodes."""
+        from structopt.fused import FusedKernels
+        from structopt.models._chain_fused import pack_chain_problem
+        from structopt.solvers import _chain_passes
 
+        own = unchanged_methods(self, ChainModel, _KERNEL_METHODS)
+        if len(own) < len(_KERNEL_METHODS) or not _KERNEL_ORACLES <= self.structure.kernel_oracles():
+            return None
         if not problem.loss.decomposable:
             return None
         costs, consts = [], []
@@ -90,7 +113,9 @@ class ChainModel(Model):
                 return None
             costs.append(np.asarray(c.unary, dtype=float))
             consts.append(const)
-        return build_chain_kernels(self, problem.X, costs, np.array(consts))
+        pack = pack_chain_problem(self, problem.X, costs, np.array(consts))
+        sizes = np.diff(pack.tok) * self.n_states + self.n_states ** 2
+        return FusedKernels(_chain_passes.FAMILY, pack, sizes, _chain_passes)
 
     def features_sqnorm(self, x: ChainInput, mu: ChainPotentials) -> float:
         """``||A_x^T mu||^2`` through the token Gram matrix ``x x^T`` (no weight-sized vector)."""

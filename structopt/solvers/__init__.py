@@ -1,39 +1,35 @@
-"""Solvers: ``solver(problem, **options) -> Result(w, trace)``.
+"""Solvers: ``solver(problem, **options) -> Result(w, trace)``, one vocabulary of options for all
+(see :mod:`structopt.solvers.base`).
 
-:func:`get_solver` maps a name to its function; modules are imported on first use.
+:func:`get_solver` maps a name (short or the function's own) to its function.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 from structopt.errors import InvalidInputError
-from structopt.solvers.base import Result
+from structopt.solvers.base import COMMON_OPTIONS, Result
+from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
+from structopt.solvers.casimir import casimir_svrg
+from structopt.solvers.extragradient import dual_extragradient
+from structopt.solvers.sgd import sgd
+from structopt.solvers.svrg import svrg
 
-#: solver name -> (module, function)
-SOLVERS: dict[str, tuple[str, str]] = {
-    "bcfw": ("structopt.solvers.bcfw", "bcfw"),
-    "fw": ("structopt.solvers.bcfw", "frank_wolfe"),
-    "frank_wolfe": ("structopt.solvers.bcfw", "frank_wolfe"),
-    "ssg": ("structopt.solvers.bcfw", "ssg"),
-    "sgd": ("structopt.solvers.sgd", "sgd"),
-    "svrg": ("structopt.solvers.svrg", "svrg"),
-    "casimir": ("structopt.solvers.casimir", "casimir_svrg"),
-    "casimir_svrg": ("structopt.solvers.casimir", "casimir_svrg"),
-    "extragradient": ("structopt.solvers.extragradient", "dual_extragradient"),
+#: solver name -> function (short names and the functions' own names)
+SOLVERS: dict[str, Callable[..., Result]] = {
+    "bcfw": bcfw, "fw": frank_wolfe, "frank_wolfe": frank_wolfe, "ssg": ssg, "sgd": sgd, "svrg": svrg,
+    "casimir": casimir_svrg, "casimir_svrg": casimir_svrg, "extragradient": dual_extragradient,
+    "dual_extragradient": dual_extragradient,
 }
 
 
 def get_solver(name: str) -> Callable[..., Result]:
     """The solver function registered under ``name`` (see :data:`SOLVERS`)."""
-    if name not in SOLVERS:
-        raise InvalidInputError(f"unknown solver {name!r}; choose from {sorted(SOLVERS)}")
-    module, function = SOLVERS[name]
-    try:
-        return getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError) as error:
-        raise InvalidInputError(f"solver {name!r} is not available in this installation: {error}") from error
+    if not isinstance(name, str) or name not in SOLVERS:
+        raise InvalidInputError(f"unknown solver {name!r}; choose from {', '.join(sorted(SOLVERS))}")
+    return SOLVERS[name]
 
 
-__all__ = ["SOLVERS", "Result", "get_solver"]
+__all__ = ["COMMON_OPTIONS", "SOLVERS", "Result", "bcfw", "casimir_svrg", "dual_extragradient", "frank_wolfe",
+           "get_solver", "sgd", "ssg", "svrg"]

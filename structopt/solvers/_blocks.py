@@ -2,8 +2,14 @@
 
 ``BlockState`` holds everything a BCFW run needs to continue (it is what checkpoints store).
 ``PythonBlockUpdater`` works for every model and structure through the public interfaces;
-``_compiled.CompiledBlockUpdater`` runs whole sequences of steps in one numba call when the model
-supplies compiled kernels (see ``Model.compiled_kernels``). Both perform the same arithmetic.
+``FusedBlockUpdater`` runs whole sequences of steps in one numba call when the problem has a fused
+view (see :mod:`structopt.fused`). Both perform the same arithmetic.
+
+Weight constraints (``SSVMProblem.constrained``): the state keeps ``w_hat = A alpha / lam``; the
+oracles and the reported weights use ``w = project_weights(w_hat)``, the minimiser of the
+Lagrangian over the feasible set, and the dual is ``ell - lam/2 ||w||^2`` (Moreau: the set is a
+cone). ``1/2 ||P(.)||^2`` has a 1-Lipschitz gradient, so the unconstrained curvature in the line
+search still bounds the dual from below: every step ascends and the gap stays certified.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class BlockState:
     r: np.ndarray
     v: float
     k: int = 0
+    perm: np.ndarray | None = None  # the current pass's permutation (sampling="perm")
 
     @classmethod
     def initial(cls, problem: SSVMProblem) -> BlockState:
@@ -45,7 +52,7 @@ class BlockState:
                    r=np.zeros_like(m), v=0.0)
 
     def averaged(self, problem: SSVMProblem) -> tuple[np.ndarray, float]:
-        """Weighted average ``(w_bar, l_bar)`` of the iterates 1..k (the iterate itself at k <= 1)."""
+        """Weighted average ``(w_hat_bar, l_bar)`` of the iterates 1..k (the iterate itself at k <= 1)."""
         if self.k <= 1:
             return self.w.copy(), self.ell
         factor = 2.0 / (self.k * (self.k + 1.0))
@@ -88,7 +95,7 @@ class PythonBlockUpdater:
         n, lam = p.n, p.lam
         for i in order:
             i = int(i)
-            d = p.decode(i, st.w)
+            d = p.decode(i, p.project_weights(st.w))
             loss_s = d.loss / n
             stats = flatten(model.reduce_stats(structure.stats(d.y, d.theta)))
             seg = slice(st.offsets[i], st.offsets[i + 1])
@@ -114,10 +121,44 @@ class PythonBlockUpdater:
                 st.r[seg] += (weight * gamma) * direction
 
 
-def make_block_updater(problem: SSVMProblem, state: BlockState, compiled: bool | None):
-    """The compiled updater when available (or demanded), else the Python one."""
-    from structopt.compiled import compiled_problem
-    from structopt.solvers._compiled import CompiledBlockUpdater
+class FusedBlockUpdater:
+    """Runs BCFW steps through the fused ``bcfw_steps`` loop of the problem's kernel family."""
 
-    fast = compiled_problem(problem, compiled)
-    return PythonBlockUpdater(problem, state) if fast is None else CompiledBlockUpdater(problem, state, fast)
+    compiled = True
+
+    def __init__(self, problem: SSVMProblem, state: BlockState, fused):
+        self.problem = problem
+        self.state = state
+        self.fused = fused
+        if not np.array_equal(state.offsets, fused.offsets):
+            raise RuntimeError("fused kernels and block state disagree on the statistics layout")
+
+    def run(self, order: np.ndarray, line_search: bool, averaging: bool = True) -> None:
+        """BCFW steps on ``order`` (see ``PythonBlockUpdater.run``)."""
+        st, fp = self.state, self.fused
+        scalars = np.array([st.ell, st.v, float(st.k)])
+        fp.passes.bcfw_steps(np.asarray(order, dtype=np.int64), line_search, averaging, self.problem.n,
+                             self.problem.lam, st.w, st.m, st.r, st.offsets, st.ell_i, scalars, fp.pack,
+                             fp.theta_buf, fp.stats_buf, fp.direction_buf)
+        st.ell, st.v, st.k = float(scalars[0]), float(scalars[1]), round(scalars[2])
+
+    def mean_hinge(self, w: np.ndarray) -> float:
+        return self.fused.mean_hinge(w)
+
+    def averaged(self) -> tuple[np.ndarray, float]:
+        """``(w_bar, l_bar)`` with the adjoint pass fused (see :meth:`BlockState.averaged`)."""
+        st = self.state
+        if st.k <= 1:
+            return st.w.copy(), st.ell
+        factor = 2.0 / (st.k * (st.k + 1.0))
+        w_bar = st.w.copy()
+        self.fused.add_adjoint(st.r, factor / (self.problem.lam * self.problem.n), w_bar)
+        return w_bar, st.ell - factor * st.v
+
+
+def make_block_updater(problem: SSVMProblem, state: BlockState, fused: bool | None):
+    """The fused updater when available (or demanded), else the Python one."""
+    from structopt.fused import select_fused
+
+    view = select_fused(problem, fused)
+    return PythonBlockUpdater(problem, state) if view is None else FusedBlockUpdater(problem, state, view)

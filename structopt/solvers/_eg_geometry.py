@@ -198,19 +198,19 @@ class ChainZPass:
 
     compiled = True
 
-    def __init__(self, problem, kernels, geometry: str, beta: float, sigma: float, tol: float, centre: str = "gold",
+    def __init__(self, problem, fused, geometry: str, beta: float, sigma: float, tol: float, centre: str = "gold",
                  kappa: float = 0.0, max_iter: int = 200):
         if geometry not in ("euclidean", "entropic"):
             raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
-        from structopt.solvers import _eg_chain
+        from structopt.models import _chain_extragradient
 
-        self._k = _eg_chain
+        self._k = _chain_extragradient
         self.beta = float(beta)
         self.problem = problem
-        self.data = kernels.data
+        self.data = fused.pack
         self.entropic = geometry == "entropic"
         self.sigma = float(sigma)
-        tok, S = self.data[1], int(self.data[4])
+        tok, S = self.data.tok, int(self.data.n_states)
         edges = int(tok[-1] - tok[0]) - problem.n
         self.warm = np.zeros((2, 2, max(edges, 0), S))
         self.tol, self.max_iter = float(tol), int(max_iter)

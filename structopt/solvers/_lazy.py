@@ -96,6 +96,22 @@ class LazyIterate:
             self.C += omega * self.b
             self.weight += omega
 
+    def project_nonnegative(self, index: np.ndarray) -> None:
+        """Clip the entries ``index`` of ``w`` at 0 (a projected step), touching only those entries."""
+        if index.size == 0:
+            return
+        w = self.a * self.v[index]
+        if self.c is not None and self.b != 0.0:
+            w += self.b * self.c[index]
+        negative = w < 0.0
+        if not negative.any():
+            return
+        hit = index[negative]
+        delta = -w[negative] / self.a  # v moves so that a v + b c = 0 there
+        self.v[hit] += delta
+        if self.B != 0.0:
+            self.P[hit] -= self.B * delta
+
     def nbytes(self) -> int:
         """Bytes held by the dense vectors of this iterate."""
         return int(self.v.nbytes + self.P.nbytes + (0 if self.c is None else self.c.nbytes))

@@ -78,6 +78,7 @@ def sgd_pass(problem: SSVMProblem, w: np.ndarray, *, gamma: float, mu: float, ki
     for i in rng.integers(0, problem.n, size=problem.n):
         x = problem.X[i]
         it.step(rho, gamma, x, problem.smooth_stats(int(i), it.potentials(x), mu, kind, k).diff)
+        it.project_nonnegative(problem.nonnegative_indices)
     counters.steps += problem.n
     counters.oracle_calls += problem.n
     counters.oracle_calls_made += problem.n

@@ -1,14 +1,43 @@
-"""What every solver shares: the Result type, the trace, stopping rules, progress and checkpoints.
+"""What every solver shares: options, the Result type, the trace, stopping rules, progress, checkpoints.
 
 Calling convention: ``solver(problem, **options) -> Result(w, trace)``. The trace is a list of
 dict records, one per evaluation, with keys ``passes`` (effective passes over the data: oracle
 calls / n), ``oracle_calls``, ``time`` (seconds of optimisation, evaluations excluded), ``primal``
 (the non-smooth F(w) of :meth:`SSVMProblem.primal`, for every solver), and ``dual``/``gap`` where
 the method has them, plus whatever the user's callback returns.
+
+Options every solver takes, with one meaning everywhere (:data:`COMMON_OPTIONS`):
+
+``max_passes``
+    Budget in effective passes. A run stops at the first evaluation where ``passes >= max_passes``;
+    step-based methods take exactly ``ceil(max_passes * n)`` steps, epoch-based methods shorten
+    their last epoch, so a run overshoots only by its smallest unit of work (e.g. one full-gradient
+    snapshot).
+``tol``
+    Stop once the duality gap is at most ``tol`` (methods with a certificate; ``tol > 0`` is refused
+    by the others).
+``time_limit``
+    Seconds of optimisation (evaluations excluded).
+``eval_every``
+    Evaluate (primal, and dual/gap where available) every this many passes.
+``random_state``
+    None, a non-negative int seed, or a ``numpy.random.Generator``.
+``w0``
+    Starting weights (methods that start from a weight vector).
+``progress``, ``callback``
+    tqdm progress bar; ``callback(w) -> dict`` merged into each trace record.
+``checkpoint``, ``checkpoint_every``, ``resume``
+    Save the full state to ``checkpoint`` every ``checkpoint_every`` passes (and when the run
+    stops); ``resume`` continues from such a file, which must come from the same problem, solver
+    and trajectory options (a fingerprint is checked).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import math
+import numbers
 import os
 import pickle
 import time
@@ -20,7 +49,142 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from structopt.errors import InvalidInputError
+from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.fingerprint import digest
+
+CHECKPOINT_FORMAT = 2
+
+#: options that do not decide where a resumed run's iterates go — how long it runs, what it reports,
+#: and the starting point and seed, whose effect the checkpoint's own state carries: a checkpoint
+#: may be resumed with other values of these
+RUN_CONTROL = frozenset({"max_passes", "tol", "time_limit", "eval_every", "progress", "checkpoint",
+                         "checkpoint_every", "resume", "callback", "random_state", "w0"})
+
+
+# --------------------------------------------------------------------------- option validation
+def _real(value: Any) -> float | None:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def positive(name: str, value: Any) -> None:
+    """A finite real number > 0."""
+    v = _real(value)
+    if v is None or not (math.isfinite(v) and v > 0):
+        raise InvalidInputError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def non_negative(name: str, value: Any) -> None:
+    """A finite real number >= 0."""
+    v = _real(value)
+    if v is None or not (math.isfinite(v) and v >= 0):
+        raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+    """``check``, or None."""
+    def run(name: str, value: Any) -> None:
+        if value is not None:
+            check(name, value)
+    run.__doc__ = f"None or {check.__doc__}"
+    return run
+
+
+def boolean(name: str, value: Any) -> None:
+    """True or False."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidInputError(f"{name} must be True or False, got {value!r}")
+
+
+def positive_int(name: str, value: Any) -> None:
+    """An integer >= 1."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 1:
+        raise InvalidInputError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def one_of(*choices: Any) -> Callable[[str, Any], None]:
+    """One of a fixed set of values."""
+    def run(name: str, value: Any) -> None:
+        if not any(value == c and type(value) is type(c) for c in choices):
+            raise InvalidInputError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return run
+
+
+def random_state_option(name: str, value: Any) -> None:
+    """None, a non-negative int seed, or a numpy Generator."""
+    if value is None or isinstance(value, np.random.Generator):
+        return
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
+        raise InvalidInputError(f"{name} must be None, a non-negative integer seed or a numpy Generator, "
+                                f"got {value!r}")
+
+
+def path_option(name: str, value: Any) -> None:
+    """None or a file path."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise InvalidInputError(f"{name} must be a file path, got {value!r}")
+
+
+def callable_option(name: str, value: Any) -> None:
+    """None or a callable."""
+    if value is not None and not callable(value):
+        raise InvalidInputError(f"{name} must be callable (w -> dict), got {value!r}")
+
+
+def array_option(name: str, value: Any) -> None:
+    """None or a finite float vector."""
+    if value is None:
+        return
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{name} must be a float vector, got {type(value).__name__}") from None
+    if arr.ndim != 1 or not np.all(np.isfinite(arr)):
+        raise InvalidInputError(f"{name} must be a finite 1-D float vector, got shape {arr.shape}")
+
+
+#: the options every solver takes, with their validators
+COMMON_OPTIONS: dict[str, Callable[[str, Any], None]] = {
+    "max_passes": positive, "tol": non_negative, "time_limit": optional(positive), "eval_every": positive,
+    "random_state": random_state_option, "w0": array_option, "progress": boolean, "callback": callable_option,
+    "checkpoint": path_option, "checkpoint_every": positive, "resume": path_option,
+    "compiled": optional(boolean),
+}
+
+
+def solver(name: str, **constraints: Callable[[str, Any], None]) -> Callable:
+    """Declare a solver function: validate every option (common ones and ``constraints``) on each call.
+
+    Unknown option names and bad values raise :class:`InvalidInputError` naming the option; the
+    function keeps its signature (``inspect.signature`` shows the real options).
+    """
+    def wrap(function: Callable) -> Callable:
+        signature = inspect.signature(function)
+        accepted = [p for p in signature.parameters if p != "problem"]
+        checks = {key: check for key, check in {**COMMON_OPTIONS, **constraints}.items() if key in accepted}
+
+        @functools.wraps(function)
+        def run(problem, **options):
+            unknown = sorted(set(options) - set(accepted))
+            if unknown:
+                raise InvalidInputError(f"{name} got unknown option(s) {', '.join(unknown)}; it accepts "
+                                        f"{', '.join(accepted)}")
+            bound = signature.bind(problem, **options)
+            bound.apply_defaults()
+            for key, check in checks.items():
+                check(f"{name}: {key}", bound.arguments[key])
+            return function(problem, **options)
+
+        run.solver_name = name
+        return run
+    return wrap
+
+
+def trajectory_options(solver_name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The options of a call that decide the iterates (all but :data:`RUN_CONTROL` and the problem)."""
+    return {"solver": solver_name,
+            **{k: v for k, v in values.items() if k not in RUN_CONTROL and k != "problem"}}
 
 
 @dataclass
@@ -42,69 +206,127 @@ class Result:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """Atomically write a solver state (write to a temporary file, then rename)."""
+# --------------------------------------------------------------------------- checkpoints
+def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> None:
+    """Atomically write a checkpoint (a temporary file beside it, then a rename).
+
+    A kill at any moment leaves either the previous checkpoint or the new one, never a torn file.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            pickle.dump({"format": CHECKPOINT_FORMAT, **payload}, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise InvalidInputError(f"cannot write checkpoint {path}: {error}") from error
 
 
-def load_checkpoint(path: str | os.PathLike, solver: str) -> dict[str, Any]:
-    """Read a state written by :func:`save_checkpoint` and check it belongs to ``solver``."""
-    with open(path, "rb") as fh:
-        state = pickle.load(fh)
-    if not isinstance(state, dict) or state.get("solver") != solver:
-        raise InvalidInputError(f"checkpoint {path} was not written by {solver}")
-    return state
+def load_checkpoint(path: str | os.PathLike, solver_name: str, fingerprint: dict[str, str] | None = None) -> dict:
+    """Read a checkpoint and check that it belongs to ``solver_name`` and to ``fingerprint``.
+
+    Raises
+    ------
+    InvalidInputError
+        The file is missing, truncated or corrupted, was written by another solver or an older
+        format, or comes from a different problem or other trajectory options (the message names
+        the components that differ).
+    """
+    try:
+        with open(path, "rb") as fh:
+            payload = pickle.load(fh)
+    except FileNotFoundError:
+        raise InvalidInputError(f"checkpoint {path} does not exist") from None
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, IndexError,
+            TypeError, ValueError) as error:
+        raise InvalidInputError(f"checkpoint {path} is truncated or corrupted ({type(error).__name__}: {error}); "
+                                "delete it to start afresh") from None
+    if not isinstance(payload, dict) or "solver" not in payload:
+        raise InvalidInputError(f"checkpoint {path} is not a structopt checkpoint")
+    if payload["solver"] != solver_name:
+        raise InvalidInputError(f"checkpoint {path} was written by {payload['solver']}, not {solver_name}")
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise InvalidInputError(f"checkpoint {path} has format {payload.get('format')}; this version reads "
+                                f"format {CHECKPOINT_FORMAT}")
+    if fingerprint is not None:
+        saved = payload.get("fingerprint", {})
+        differ = sorted(key for key in set(saved) | set(fingerprint) if saved.get(key) != fingerprint.get(key))
+        if differ:
+            raise InvalidInputError(
+                f"checkpoint {path} belongs to another run: its {', '.join(differ)} differ from this one's "
+                "(resume needs the same data, labels, loss, lam, model and solver options; max_passes, tol, "
+                "time_limit and the evaluation/checkpoint intervals may change)")
+    return payload
 
 
+# --------------------------------------------------------------------------- a run
 class Monitor:
-    """Trace recording, stopping rules, progress bar and periodic checkpoints for one run.
+    """Trace recording, the stopping rule, progress bar and checkpoints of one solver run.
 
     Parameters
     ----------
     problem : SSVMProblem
-    max_passes : float
-        Stop after this many effective passes.
-    tol : float
-        Stop once the duality gap (where the method has one) is at most ``tol``.
-    time_limit : float or None
-        Stop after this many seconds of optimisation.
-    callback : callable(w) -> dict or None, optional
-        Called at each evaluation; the dict it returns is merged into the trace record.
-    progress : bool
-        Show a tqdm progress bar over passes.
-    checkpoint : path or None
-        Where to save the solver state at every evaluation (and at the end).
+    solver_name : str
+        Written into checkpoints and checked on resume.
+    options : dict
+        The call's options (``locals()`` of the solver is fine): the run-control ones are read here,
+        the others enter the checkpoint fingerprint.
+    label : str, optional
+        Progress-bar label (default ``solver_name``).
     """
 
-    def __init__(self, problem, *, max_passes: float, tol: float = 0.0, time_limit: float | None = None,
-                 callback: Callable[[np.ndarray], dict | None] | None = None, progress: bool = False,
-                 checkpoint: str | os.PathLike | None = None, label: str = "solver"):
-        if max_passes <= 0:
-            raise InvalidInputError(f"max_passes must be > 0, got {max_passes}")
+    def __init__(self, problem, solver_name: str, options: dict[str, Any], label: str | None = None):
         self.problem = problem
-        self.max_passes = float(max_passes)
-        self.tol = float(tol)
-        self.time_limit = time_limit
-        self.callback = callback
-        self.checkpoint = checkpoint
+        self.solver_name = solver_name
+        self.max_passes = float(options["max_passes"])
+        self.tol = float(options.get("tol", 0.0))
+        self.time_limit = options.get("time_limit")
+        self.callback = options.get("callback")
+        self.checkpoint = options.get("checkpoint")
+        self.checkpoint_every = float(options.get("checkpoint_every", 1.0))
+        self._resume_path = options.get("resume")
+        self._options = trajectory_options(solver_name, options)
+        self._fingerprint: dict[str, str] | None = None
+        self._saved_at = -math.inf
         self.trace: list[dict[str, Any]] = []
         self.elapsed = 0.0  # optimisation time only
         self._started = time.perf_counter()
-        self._bar = tqdm(total=self.max_passes, desc=label, unit="pass", disable=not progress, leave=False)
+        self._bar = tqdm(total=self.max_passes, desc=label or solver_name, unit="pass", leave=False,
+                         disable=not options.get("progress", False),
+                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.4g}/{total:g} passes "
+                                    "[{elapsed}<{remaining}{postfix}]")
         self.stop_reason = ""
 
-    def resume(self, trace: list[dict[str, Any]]) -> None:
-        """Continue a trace loaded from a checkpoint (time keeps counting from its last record)."""
-        self.trace = list(trace)
-        if trace:
-            self.elapsed = trace[-1]["time"]
-            self._bar.update(trace[-1]["passes"])
+    # ----- budget and fingerprint
+    def step_budget(self, n: int) -> int:
+        """Steps of one example each that make ``max_passes`` passes: ``ceil(max_passes * n)``."""
+        return max(1, math.ceil(self.max_passes * n - 1e-9 * n))
 
+    def reached(self, passes: float) -> bool:
+        """Whether ``passes`` meets the budget (the stopping rule of every solver)."""
+        return passes >= self.max_passes - 1e-9
+
+    def fingerprint(self) -> dict[str, str]:
+        """Digests of the problem and the trajectory options (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = {**self.problem.fingerprint(), "solver options": digest(self._options)}
+        return self._fingerprint
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved state to resume from (``resume`` option), its trace taken over; None without one."""
+        if self._resume_path is None:
+            return None
+        payload = load_checkpoint(self._resume_path, self.solver_name, self.fingerprint())
+        self.trace = list(payload["trace"])
+        if self.trace:
+            self.elapsed = self.trace[-1]["time"]
+            self._saved_at = self.trace[-1]["passes"]
+            self._bar.update(self.trace[-1]["passes"])
+        return payload["state"]
+
+    # ----- clock
     def pause(self) -> None:
         """Stop the optimisation clock (call before evaluation work)."""
         self.elapsed += time.perf_counter() - self._started
@@ -117,10 +339,16 @@ class Monitor:
         """Optimisation seconds so far (the clock must be running)."""
         return self.elapsed + time.perf_counter() - self._started
 
+    # ----- records
     def record(self, w: np.ndarray, *, passes: float, oracle_calls: int, primal: float,
                dual: float | None = None, gap: float | None = None, state: dict | None = None,
                **extra: Any) -> bool:
-        """Append a trace record (clock paused by the caller); return True when the run must stop."""
+        """Append a trace record (clock paused by the caller); return True when the run must stop.
+
+        ``state`` is what a resume needs; it is checkpointed every ``checkpoint_every`` passes and
+        when the run stops.
+        """
+        previous = self.trace[-1]["passes"] if self.trace else None
         entry: dict[str, Any] = {"passes": float(passes), "oracle_calls": int(oracle_calls),
                                  "time": float(self.elapsed), "primal": float(primal)}
         if dual is not None:
@@ -135,21 +363,44 @@ class Monitor:
         if gap is not None:
             postfix["gap"] = f"{gap:.3g}"
         self._bar.set_postfix(postfix, refresh=False)
-        self._bar.update(max(0.0, passes - self._bar.n))  # refreshes with this record's postfix
-        if self.checkpoint is not None and state is not None:
-            save_checkpoint(self.checkpoint, {**state, "trace": self.trace})
+        self._bar.update(max(0.0, min(passes, self.max_passes) - self._bar.n))
         if gap is not None and gap <= self.tol:
             self.stop_reason = f"gap {gap:.3g} <= tol {self.tol:g}"
-        elif passes >= self.max_passes - 1e-9:
+        elif self.reached(passes):
             self.stop_reason = f"reached max_passes={self.max_passes:g}"
         elif self.time_limit is not None and self.elapsed >= self.time_limit:
             self.stop_reason = f"reached time_limit={self.time_limit:g}s"
+        elif previous is not None and passes <= previous:
+            raise RuntimeError(f"{self.solver_name} made no progress between two evaluations "
+                               f"(passes {previous:g} -> {passes:g}); this is a bug, please report it")
+        if self.checkpoint is not None and state is not None and (
+                self.stop_reason or passes >= self._saved_at + self.checkpoint_every - 1e-9):
+            save_checkpoint(self.checkpoint, {"solver": self.solver_name, "fingerprint": self.fingerprint(),
+                                              "state": state, "trace": self.trace})
+            self._saved_at = passes
         return bool(self.stop_reason)
 
     def close(self) -> None:
         self._bar.close()
 
 
+def refuse_tol(solver_name: str, tol: float) -> None:
+    """Methods without a duality gap cannot stop on ``tol``: refuse a positive one."""
+    if tol > 0:
+        raise NotSupportedError(f"{solver_name} has no duality gap, so tol={tol:g} cannot be honoured; "
+                                "use bcfw, frank_wolfe or dual_extragradient for a certified stop")
+
+
 def make_rng(random_state: int | np.random.Generator | None) -> np.random.Generator:
     """A numpy Generator from a seed, a Generator, or None."""
     return random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+
+
+def initial_weights(problem, w0: np.ndarray | None) -> np.ndarray:
+    """A fresh copy of ``w0`` (checked against the model's layout and constraints) or zeros."""
+    if w0 is None:
+        return problem.model.zeros()
+    w = np.array(w0, dtype=float, copy=True)
+    if w.shape != (problem.n_params,):
+        raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")
+    return problem.project_weights(w)

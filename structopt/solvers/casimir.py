@@ -39,8 +39,20 @@ import numpy as np
 
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
-from structopt.solvers._smooth import Counters, check_iterate, check_kind, estimate_lipschitz, sgd_pass
-from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
+from structopt.solvers._smooth import Counters, estimate_lipschitz, sgd_pass
+from structopt.solvers.base import (
+    Monitor,
+    Result,
+    initial_weights,
+    make_rng,
+    non_negative,
+    one_of,
+    optional,
+    positive,
+    positive_int,
+    refuse_tol,
+    solver,
+)
 from structopt.solvers.svrg import svrg_epoch
 
 WARM_STARTS = ("prox-center", "extrapolation", "prev-iterate")
@@ -72,21 +84,33 @@ def adapt_mu(mu: float, q: float, k: int) -> float:
     return mu * (1.0 - math.sqrt(q) / 2.0) ** (k / 2.0)
 
 
+def _learning_rate_option(name: str, value) -> None:
+    """None, "theory" or a finite number > 0."""
+    if value is not None and value != "theory":
+        positive(name, value)
+
+
+@solver("casimir_svrg", schedule=one_of("const", "adapt"), mu=optional(positive), kind=one_of("topk", "entropy"),
+        k=positive_int, L=optional(positive), kappa=optional(positive), learning_rate=_learning_rate_option,
+        mu_min=non_negative, warm_start=one_of(*WARM_STARTS), inner_steps=optional(positive_int),
+        iterate=one_of("average", "last"), sgd_init=one_of(True, False))
 def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | None = None, kind: str = "topk",
                  k: int = 5, L: float | None = None, kappa: float | None = None,
                  learning_rate: float | str | None = None, mu_min: float = 0.0, warm_start: str = "prox-center",
                  alpha0: float | None = None, inner_steps: int | None = None, iterate: str = "average",
-                 sgd_init: bool = False, max_passes: float = 50,
+                 sgd_init: bool = False, max_passes: float = 50, tol: float = 0.0,
                  w0: np.ndarray | None = None, time_limit: float | None = None,
                  random_state: int | np.random.Generator | None = None, progress: bool = False,
-                 checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
+                 checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
+                 resume: str | os.PathLike | None = None,
                  callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
     """Casimir-SVRG (Algo 4) with the constant (Prop. 29) or adaptive (Prop. 30) schedule.
 
     Parameters
     ----------
     problem : SSVMProblem
-        Needs a decomposable loss.
+        Any loss with a top-K (or, for ``kind="entropy"``, marginal) oracle; constrained weights
+        get projected steps.
     schedule : {"const", "adapt"}
         Parameter schedule (module docstring).
     mu : float, optional
@@ -120,9 +144,12 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         Replace ``w_0`` by one pass of SGD at the step ``1/(L + lam)`` (one oracle call per step),
         see :func:`~structopt.solvers._smooth.sgd_pass`.
     max_passes : float
-        Stop after this many oracle calls / n (paper counting, 2 per inner step).
-    w0, time_limit, random_state, progress, callback
-        As for every solver.
+        Budget in oracle calls / n (paper counting, 2 per inner step); the last inner solve is
+        shortened to meet it.
+    tol : float
+        Must be 0: the method has no duality gap.
+    w0, time_limit, random_state, progress, checkpoint_every, callback
+        As for every solver (:mod:`structopt.solvers.base`).
     checkpoint, resume : path, optional
         Save the state after every outer iteration / continue from such a state.
         Resuming restores the iterates, counters, random state and the step/schedule constants;
@@ -135,40 +162,26 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         ``oracle_calls_made``, ``full_grad_passes``, ``time``, ``primal`` (non-smooth F(w_k)),
         ``outer_iter``, ``mu``, ``kappa``, ``alpha``, ``beta``, ``learning_rate``.
     """
-    check_kind(kind, k)
-    check_iterate(iterate)
-    if schedule not in ("const", "adapt"):
-        raise InvalidInputError(f"schedule must be 'const' or 'adapt', got {schedule!r}")
-    if warm_start not in WARM_STARTS:
-        raise InvalidInputError(f"warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
+    options = dict(locals())
+    refuse_tol("casimir_svrg", tol)
     n, lam = problem.n, problem.lam
     mu = (1.0 if schedule == "const" else 2.0) if mu is None else float(mu)
-    if not mu > 0:
-        raise InvalidInputError(f"casimir_svrg needs a smoothing parameter mu > 0, got {mu}")
-    monitor = Monitor(problem, max_passes=max_passes, time_limit=time_limit, callback=callback,
-                      progress=progress, checkpoint=checkpoint, label=f"casimir-{schedule}")
-    if resume is not None:
-        s = load_checkpoint(resume, "casimir_svrg")
-        rng, counters, it = s["rng"], s["counters"], s["k"]
-        w, w_prev, z, z_prev, alpha = s["w"], s["w_prev"], s["z"], s["z_prev"], s["alpha"]
-        L, kappa, mu, memory = s["L"], s["kappa"], s["mu"], s["memory"]
-        monitor.resume(s["trace"])
+    monitor = Monitor(problem, "casimir_svrg", options, label=f"casimir-{schedule}")
+    saved = monitor.load()
+    if saved is not None:
+        rng, counters, it = saved["rng"], saved["counters"], saved["k"]
+        w, w_prev, z, z_prev, alpha = saved["w"], saved["w_prev"], saved["z"], saved["z_prev"], saved["alpha"]
+        L, kappa, mu, memory = saved["L"], saved["kappa"], saved["mu"], saved["memory"]
     else:
         rng = make_rng(random_state)
-        w = problem.model.zeros() if w0 is None else np.array(w0, dtype=float, copy=True)
-        if w.shape != (problem.n_params,):
-            raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")
+        w = initial_weights(problem, w0)
         L = estimate_lipschitz(problem, mu, k=k, w=w) if L is None else float(L)
-        if not L > 0:
-            raise InvalidInputError(f"L must be > 0, got {L}")
         if kappa is None:
             kappa = const_kappa(L, lam, n) if schedule == "const" else lam
         kappa = float(kappa)
-        if not kappa > 0:
-            raise InvalidInputError(f"kappa must be > 0, got {kappa}")
         alpha = math.sqrt(lam / (lam + kappa)) if alpha0 is None else float(alpha0)
         if not 0.0 < alpha < 1.0:
-            raise InvalidInputError(f"alpha0 must lie in (0, 1), got {alpha}")
+            raise InvalidInputError(f"casimir_svrg: alpha0 must lie in (0, 1), got {alpha}")
         counters, it, memory = Counters(), 0, {}
         monitor.pause()
         monitor.record(w, primal=problem.primal(w), outer_iter=0, **counters.record(n))
@@ -178,6 +191,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
             monitor.pause()
             monitor.record(w, primal=problem.primal(w), outer_iter=0, **counters.record(n))
         w_prev, z, z_prev = w, w.copy(), w.copy()
+    budget = monitor.step_budget(n)  # in paper-counted oracle calls
     q = lam / (lam + kappa)
 
     while not monitor.stop_reason:
@@ -194,15 +208,15 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
             start = w
         else:
             start = w + (kappa / (kappa + lam)) * (z - z_prev)
-        w_new, memory = svrg_epoch(problem, start, mu=mu_k, kind=kind, k=k, gamma=gamma, rng=rng,
-                                   counters=counters, n_steps=inner_steps, kappa=kappa, z=z,
-                                   iterate=iterate)
+        steps = min(n if inner_steps is None else inner_steps, -(-(budget - counters.oracle_calls) // 2))
+        w_new, memory = svrg_epoch(problem, problem.project_weights(start), mu=mu_k, kind=kind, k=k, gamma=gamma,
+                                   rng=rng, counters=counters, n_steps=steps, kappa=kappa, z=z, iterate=iterate)
         alpha_new = catalyst_alpha(alpha, kappa, kappa, lam)
         beta = catalyst_beta(alpha, alpha_new, kappa, kappa, lam)
         z_prev, z = z, w_new + beta * (w_new - w)
         w_prev, w, alpha = w, w_new, alpha_new
         monitor.pause()
-        state = {"solver": "casimir_svrg", "rng": rng, "counters": counters, "k": it, "w": w, "w_prev": w_prev,
+        state = {"rng": rng, "counters": counters, "k": it, "w": w, "w_prev": w_prev,
                  "z": z, "z_prev": z_prev, "alpha": alpha, "L": L, "kappa": kappa, "mu": mu, "memory": memory}
         monitor.record(w, primal=problem.primal(w), outer_iter=it, mu=mu_k, kappa=kappa, alpha=alpha, beta=beta,
                        learning_rate=gamma, state=state, **counters.record(n))

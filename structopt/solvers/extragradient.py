@@ -30,13 +30,14 @@ Defaults and why (diagnosed on OCR, see the benchmark):
 * ``w_block="exact"`` replaces the w-player by its best response ``w(z)`` (extrapolation on the
   concave dual alone); offered, not the default (it did not help on OCR).
 
-Compiled path: for chain models with packed data (``problem.compiled_kernels()``) each iteration
+Fused path: for chain models with packed data (``problem.fused()``) each iteration
 is one numba call over all examples (``_eg_chain.chain_z_pass``), memory-light; other structures
 (matchings) use a per-example Python loop around ``structure.project``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -46,7 +47,17 @@ from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.problem import SSVMProblem
 from structopt.solvers import _eg_operator as op
 from structopt.solvers._eg_geometry import ChainZPass, PythonZPass, entropic_sigma, gold_node_potentials
-from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
+from structopt.solvers.base import (
+    Monitor,
+    Result,
+    make_rng,
+    non_negative,
+    one_of,
+    optional,
+    positive,
+    positive_int,
+    solver,
+)
 from structopt.structures.base import scale
 
 KAPPA = 6.0
@@ -97,29 +108,42 @@ def default_z_weight(problem: SSVMProblem, geometry: str, radius_sq: float, cent
     return max(0.5 * radius_sq, 1e-12) / max(float(per_example.sum()), 1e-12)
 
 
-def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, compiled, keep_z, centre, kappa):
-    kernels = None
-    if compiled is not False and not keep_z and geometry in ("euclidean", "entropic"):
-        kernels = problem.compiled_kernels()
-        if kernels is not None and kernels.oracle.__name__ != "chain_oracle":
-            kernels = None
-    if kernels is not None:
-        return ChainZPass(problem, kernels, geometry, beta, sigma, tol, centre, kappa)
-    if compiled:
-        raise NotSupportedError(f"{problem.model!r} with {problem.loss!r} has no compiled extragradient pass")
+#: structure oracles the fused chain z-pass reproduces, per geometry
+_ZPASS_ORACLES = {"euclidean": frozenset({"project"}), "entropic": frozenset({"prox_entropy", "marginals"})}
+
+
+def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, fused, keep_z, centre, kappa):
+    view = None
+    if fused is not False and not keep_z:
+        view = problem.fused()
+        # the fused z-pass computes the chain's own projection / prox: only when the structure says so
+        if view is not None and (view.kernels.family != "chain"
+                                 or not _ZPASS_ORACLES[geometry] <= problem.structure.kernel_oracles()):
+            view = None
+    if view is not None:
+        return ChainZPass(problem, view, geometry, beta, sigma, tol, centre, kappa)
+    if fused:
+        raise NotSupportedError(f"{problem.model!r} with {problem.loss!r} has no fused extragradient pass (it needs "
+                                f"chain kernels and a structure whose kernel_oracles() include "
+                                f"{sorted(_ZPASS_ORACLES[geometry])})")
     return PythonZPass(problem, geometry, beta, sigma, memory_light, warm, tol, keep_z, centre, kappa)
 
 
+@solver("dual_extragradient", geometry=one_of("euclidean", "entropic"), step=optional(positive),
+        z_weight=optional(positive), backtracking=one_of(True, False), memory_light=one_of(True, False),
+        power_iters=positive_int, lipschitz_margin=positive, projection_tol=positive,
+        warm_projections=one_of(True, False), keep_z=one_of(True, False), centre=one_of("gold", "uniform"),
+        kappa=optional(non_negative), w_block=one_of("saddle", "exact"))
 def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max_passes: float = 50,
                        step: float | None = None, z_weight: float | None = None, backtracking: bool = True,
-                       step_growth: float = 1.25, memory_light: bool = False, gap_every: int = 1,
+                       step_growth: float = 1.25, memory_light: bool = False, eval_every: float = 1,
                        tol: float = 0.0, time_limit: float | None = None, power_iters: int = 30,
                        lipschitz_margin: float = 1.05, projection_tol: float = 1e-8, warm_projections: bool = True,
-                       compiled: bool | None = None, keep_z: bool = False, centre: str = "gold",
+                       fused: bool | None = None, keep_z: bool = False, centre: str = "gold",
                        kappa: float | None = None, w_block: str = "saddle",
                        random_state: int | np.random.Generator | None = None, progress: bool = False,
-                       checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
-                       callback=None) -> Result:
+                       checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
+                       resume: str | os.PathLike | None = None, callback=None) -> Result:
     """Dual extragradient on the penalized saddle-point form of the structural SVM.
 
     Parameters
@@ -148,11 +172,11 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         Growth factor of the adaptive step (1 = only ever decrease).
     memory_light : bool
         Python path only: recompute each ``s_{z_i} = (A_i W_t + Lambda_t c_i) / n`` from the
-        w-side sums while streaming (spec section 4) instead of storing it. The compiled chain
+        w-side sums while streaming (spec section 4) instead of storing it. The fused chain
         path is always memory-light.
-    gap_every : int
-        Evaluate primal, dual and gap every this many iterations (one max-oracle pass each, not
-        counted in the trace's ``time``).
+    eval_every : float
+        Evaluate primal, dual and gap every this many iterations, rounded up to a whole number (one
+        max-oracle pass each, not counted in the trace's ``time``).
     tol : float
         Stop when the gap ``F(w_bar) - D(z_bar)`` is at most ``tol``.
     time_limit : float, optional
@@ -164,13 +188,15 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         Marginalisation residual certified by each Euclidean chain projection.
     warm_projections : bool
         Python path: keep per-example projection multipliers to warm-start the projections.
-    compiled : bool, optional
-        Use the fused numba pass (chain models) when available (None), demand it (True) or use the
-        per-example Python path (False).
+    fused : bool, optional
+        Use the fused numba pass (chain models whose structure's ``kernel_oracles`` cover the
+        projection / prox) when available (None), demand it (True) or use the per-example Python
+        path (False).
     keep_z : bool
         Keep the averaged ``z_bar`` per example in ``info["z_bar"]`` (Python path; for tests).
-    random_state, progress, checkpoint, resume, callback
-        As in every structopt solver (see :mod:`structopt.solvers.base`).
+    random_state, progress, checkpoint, checkpoint_every, resume, callback
+        As in every structopt solver (see :mod:`structopt.solvers.base`). Weight constraints are
+        honoured by projecting the w-side steps.
 
     Returns
     -------
@@ -179,15 +205,10 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         ``time``, ``primal``, ``dual``, ``gap``, ``step``; ``info`` has ``L``, ``norm_B``,
         ``z_weight``, ``w_of_z`` (the dual's weights ``w(z_bar)``).
     """
+    options = dict(locals())
     if not problem.loss.decomposable:
         raise NotSupportedError(f"dual extragradient needs a loss linear in the statistics (decomposable); "
                                 f"{problem.loss!r} is not")
-    if geometry not in ("euclidean", "entropic"):
-        raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
-    if int(gap_every) < 1:
-        raise InvalidInputError(f"gap_every must be a positive integer, got {gap_every}")
-    if step is not None and not step > 0:
-        raise InvalidInputError(f"step must be > 0, got {step}")
     if not step_growth >= 1.0:
         raise InvalidInputError(f"step_growth must be >= 1, got {step_growth}")
     n, lam = problem.n, problem.lam
@@ -195,18 +216,14 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     # strong convexity of the z-block prox function w.r.t. l2: 1 (Euclidean), 1 / max ||stats||^2 (entropic)
     sigma = 1.0 if geometry == "euclidean" else entropic_sigma(float(_output_sqnorms(problem).max()))
     f0 = problem.primal(problem.model.zeros())
-    if centre not in ("gold", "uniform"):
-        raise InvalidInputError(f"centre must be 'gold' or 'uniform', got {centre!r}")
     kappa = float(KAPPA if kappa is None else kappa)
     beta = (float(z_weight) if z_weight is not None
             else default_z_weight(problem, geometry, 2.0 * f0 / lam, centre, kappa))
     if not beta > 0:
         raise InvalidInputError(f"z_weight must be > 0, got {z_weight}")
     zpass = _make_zpass(problem, geometry, beta, sigma, memory_light, warm_projections, projection_tol,
-                        compiled, keep_z, centre, kappa)
+                        fused, keep_z, centre, kappa)
     norm_b = zpass.operator_norm(power_iters, rng) * lipschitz_margin
-    if w_block not in ("saddle", "exact"):
-        raise InvalidInputError(f"w_block must be 'saddle' or 'exact', got {w_block!r}")
     exact = w_block == "exact"
     # exact w-block: operator -grad D(z) on z alone, Lipschitz ||B||^2 / (lam n^2 beta sigma)
     lip = norm_b ** 2 / (lam * n * n * beta * sigma) if exact else lam + norm_b / (n * np.sqrt(beta * sigma))
@@ -216,24 +233,23 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     st: dict[str, Any] = {"t": 0, "Lam": 0.0, "W": np.zeros(problem.n_params), "s_w": np.zeros(problem.n_params),
                           "zfeat": np.zeros(problem.n_params), "zlin": 0.0,
                           "eta": float(step) if step is not None else 1.0 / lip, "trials": 0}
-    monitor = Monitor(problem, max_passes=max_passes, tol=tol, time_limit=time_limit, callback=callback,
-                      progress=progress, checkpoint=checkpoint, label=f"extragradient-{geometry}")
-    if resume is not None:
-        saved = load_checkpoint(resume, "dual_extragradient")
+    monitor = Monitor(problem, "dual_extragradient", options, label=f"extragradient-{geometry}")
+    saved = monitor.load()
+    if saved is not None:
         st = saved["state"]
-        monitor.resume(saved["trace"])
         zpass.reset_from(st["W"], st["Lam"])
+    project = problem.project_weights
 
     def iteration() -> None:
         eta = st["eta"] * (step_growth if backtracking and st["t"] > 0 else 1.0)
-        v_w = st["s_w"]  # w-prox centre 0 with unit weight: v_w = s_w
+        v_w = project(st["s_w"])  # w-prox centre 0 with unit weight: v_w = P(s_w)
         while True:
             if exact:  # w = w(v_z): one look-ahead-only pass for sum_i A_i^T v_i, then the step pass
                 r, _, _, _ = zpass.run(st["W"], st["Lam"], v_w, 0.0)
-                v_w = (fbar - r / n) / lam
+                v_w = project((fbar - r / n) / lam)
             r, q, lin, dz = zpass.run(st["W"], st["Lam"], v_w, eta)
             st["trials"] += 2 if exact else 1
-            u_w = (fbar - q / n) / lam if exact else v_w - eta * (lam * v_w + r / n - fbar)
+            u_w = project((fbar - q / n) / lam if exact else v_w - eta * (lam * v_w + r / n - fbar))
             if not backtracking:
                 break
             if exact:  # local test on -grad D: eta^2 ||B^T B (v - u)||_*^2 / (lam n^2)^2 <= ||v - u||^2
@@ -261,22 +277,22 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     stop = False
     while not stop:
         monitor.restart()
-        for _ in range(int(gap_every)):
+        for _ in range(math.ceil(eval_every)):
             iteration()
-            if st["t"] >= max_passes:
+            if monitor.reached(st["t"]):
                 break
         monitor.pause()
         w_bar = st["W"] / st["Lam"]
-        w_of_z = (fbar - st["zfeat"] / st["Lam"]) / lam
+        w_of_z = project((fbar - st["zfeat"] / st["Lam"]) / lam)
         dual = dbar + st["zlin"] / st["Lam"] - 0.5 * lam * float(w_of_z @ w_of_z)
         primal = problem.primal(w_bar)
         stop = monitor.record(w_bar, passes=st["t"], oracle_calls=2 * n * st["trials"], primal=primal, dual=dual,
                               gap=primal - dual, step=st["eta"],
-                              state={"solver": "dual_extragradient", "state": st})
+                              state={"state": st})
     monitor.close()
     info = {"stop_reason": monitor.stop_reason, "L": lip, "norm_B": norm_b, "z_weight": beta, "sigma": sigma,
             "geometry": geometry, "iterations": st["t"], "step": st["eta"], "w_of_z": w_of_z,
-            "compiled": zpass.compiled, "max_projection_residual": zpass.max_residual}
+            "fused": zpass.compiled, "max_projection_residual": zpass.max_residual}
     if keep_z and zpass.z_sum is not None:
         info["z_bar"] = [scale(z, 1.0 / st["Lam"]) for z in zpass.z_sum]
     return Result(w_bar.copy(), monitor.trace, info)

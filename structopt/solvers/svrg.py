@@ -28,14 +28,24 @@ from structopt.solvers._lazy import LazyIterate
 from structopt.solvers._smooth import (
     Counters,
     check_iterate,
-    check_kind,
     estimate_lipschitz,
     sgd_pass,
     snapshot,
     stats_nbytes,
     subtract,
 )
-from structopt.solvers.base import Monitor, Result, load_checkpoint, make_rng
+from structopt.solvers.base import (
+    Monitor,
+    Result,
+    initial_weights,
+    make_rng,
+    one_of,
+    optional,
+    positive,
+    positive_int,
+    refuse_tol,
+    solver,
+)
 
 
 def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: str, k: int, gamma: float,
@@ -83,6 +93,7 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
         x = problem.X[i]
         res = problem.smooth_stats(int(i), it.potentials(x), mu, kind, k)
         it.step(rho, gamma, x, subtract(res.diff, diffs[i]), omega=1.0)
+        it.project_nonnegative(problem.nonnegative_indices)
     counters.steps += n_steps
     counters.oracle_calls += 2 * n_steps
     counters.oracle_calls_made += n_steps
@@ -90,19 +101,23 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     return (it.average() if iterate == "average" else it.dense()), memory
 
 
+@solver("svrg", mu=positive, kind=one_of("topk", "entropy"), k=positive_int, learning_rate=optional(positive),
+        L=optional(positive), iterate=one_of("average", "last"), sgd_init=one_of(True, False))
 def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 5,
          learning_rate: float | None = None, L: float | None = None, iterate: str = "average",
-         sgd_init: bool = False, max_passes: float = 50,
+         sgd_init: bool = False, max_passes: float = 50, tol: float = 0.0,
          w0: np.ndarray | None = None, time_limit: float | None = None,
          random_state: int | np.random.Generator | None = None, progress: bool = False,
-         checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
+         checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
+         resume: str | os.PathLike | None = None,
          callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
     """SVRG on the smoothed objective: one pass per epoch, full gradient at the averaged iterate.
 
     Parameters
     ----------
     problem : SSVMProblem
-        Needs a decomposable loss.
+        Any loss with a top-K (or, for ``kind="entropy"``, marginal) oracle; constrained weights
+        get projected steps.
     mu : float
         Smoothing parameter (> 0), constant over the run.
     kind : {"topk", "entropy"}
@@ -122,15 +137,12 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         Start with one pass of SGD at the same step (one oracle call per step) before the first
         snapshot (:func:`~structopt.solvers._smooth.sgd_pass`).
     max_passes : float
-        Stop after this many oracle calls / n (paper counting: 2 per step, so 2 per epoch).
-    w0 : ndarray, optional
-        Starting point (zeros).
-    time_limit, random_state, progress, callback
-        As for every solver.
-    checkpoint : path, optional
-        Save the state after every epoch.
-    resume : path, optional
-        Continue from a state saved by ``checkpoint``.
+        Budget in oracle calls / n (paper counting: 2 per step, so 2 per epoch); the last epoch is
+        shortened to meet it.
+    tol : float
+        Must be 0: the method has no duality gap.
+    w0, time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback
+        As for every solver (:mod:`structopt.solvers.base`).
 
     Returns
     -------
@@ -139,43 +151,36 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         ``oracle_calls`` (paper counting), ``oracle_calls_made``, ``full_grad_passes``, ``time``,
         ``primal`` (non-smooth F of ``w``), ``epoch``.
     """
-    check_kind(kind, k)
-    check_iterate(iterate)
-    if not mu > 0:
-        raise InvalidInputError(f"svrg needs a smoothing parameter mu > 0, got {mu}")
+    options = dict(locals())
+    refuse_tol("svrg", tol)
     n = problem.n
     rng = make_rng(random_state)
-    monitor = Monitor(problem, max_passes=max_passes, time_limit=time_limit, callback=callback,
-                      progress=progress, checkpoint=checkpoint, label="svrg")
-    if resume is not None:
-        saved = load_checkpoint(resume, "svrg")
+    monitor = Monitor(problem, "svrg", options)
+    saved = monitor.load()
+    if saved is not None:
         w, counters, rng, epoch, gamma = saved["w"], saved["counters"], saved["rng"], saved["epoch"], saved["gamma"]
         memory = saved["memory"]
-        monitor.resume(saved["trace"])
     else:
-        w = problem.model.zeros() if w0 is None else np.array(w0, dtype=float, copy=True)
-        if w.shape != (problem.n_params,):
-            raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")
+        w = initial_weights(problem, w0)
         if learning_rate is None:
             L = estimate_lipschitz(problem, mu, k=k, w=w) if L is None else float(L)
             learning_rate = 1.0 / (L + problem.lam)
         gamma = float(learning_rate)
-        if not gamma > 0:
-            raise InvalidInputError(f"learning_rate must be > 0, got {gamma}")
         counters, epoch, memory = Counters(), 0, {}
         monitor.pause()
         monitor.record(w, primal=problem.primal(w), epoch=0, **counters.record(n))
+    budget = monitor.step_budget(n)  # in paper-counted oracle calls
     while not monitor.stop_reason:
         monitor.restart()
         if sgd_init and epoch == 0:
             w = sgd_pass(problem, w, gamma=gamma, mu=mu, kind=kind, k=k, rng=rng, counters=counters)
         else:
+            steps = min(n, -(-(budget - counters.oracle_calls) // 2))
             w, memory = svrg_epoch(problem, w, mu=mu, kind=kind, k=k, gamma=gamma, rng=rng, counters=counters,
-                                   iterate=iterate)
+                                   iterate=iterate, n_steps=steps)
         epoch += 1
         monitor.pause()
-        state = {"solver": "svrg", "w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma,
-                 "memory": memory}
+        state = {"w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma, "memory": memory}
         monitor.record(w, primal=problem.primal(w), epoch=epoch, state=state, **counters.record(n))
     monitor.close()
     return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "learning_rate": gamma,

@@ -167,6 +167,15 @@ class Structure(ABC):
             raise RuntimeError(f"projection QP of {self.name} failed: {problem.status}")
         return unflatten(np.asarray(z.value), poly.like)
 
+    def kernel_oracles(self) -> frozenset[str]:
+        """Names of the oracles that the library's fused (compiled) kernels reproduce exactly here.
+
+        A fast path runs only when every oracle it replaces is listed; the default is none. Built-in
+        structures list what their kernels compute, minus anything a subclass overrides (see
+        :func:`unchanged_methods`).
+        """
+        return frozenset()
+
     # ----- optional oracles
     def topk(self, theta: Potentials, k: int) -> tuple[list[Any], np.ndarray]:
         """The ``k`` best outputs sorted by score (fewer when fewer exist) and their scores."""
@@ -187,6 +196,12 @@ class Structure(ABC):
     def prox_entropy(self, mu: Potentials, step: Potentials, eta: float) -> Potentials:
         """Entropic prox ``argmax_z <eta*step, z> - KL(z || mu)`` over the polytope."""
         raise NotSupportedError(f"{self.name} has no tractable entropic prox")
+
+
+def unchanged_methods(obj: Any, base: type, names: Iterator[str] | tuple[str, ...]) -> frozenset[str]:
+    """The names among ``names`` whose implementation on ``type(obj)`` is still ``base``'s own."""
+    cls = type(obj)
+    return frozenset(name for name in names if getattr(cls, name, None) is getattr(base, name, None))
 
 
 def brute_force_topk(structure: Structure, theta: Potentials, k: int) -> tuple[list[Any], np.ndarray]:

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, example_error
 from structopt.structures import _chain_kernels as kern
-from structopt.structures.base import Polytope, Structure, product_outputs
+from structopt.structures.base import Polytope, Structure, product_outputs, unchanged_methods
 
 
 class ChainPotentials(NamedTuple):
@@ -28,6 +28,15 @@ class ChainPotentials(NamedTuple):
     pairwise: np.ndarray
 
 
+def _mask(name: str, value, shape: tuple[int, ...]) -> np.ndarray | None:
+    if value is None:
+        return None
+    arr = np.asarray(value)
+    if arr.shape != shape or arr.dtype != bool:
+        raise InvalidInputError(f"{name} must be a boolean array of shape {shape}, got {arr.dtype} {arr.shape}")
+    return None if arr.all() else arr.copy()
+
+
 class Chain(Structure):
     """Label sequences ``y in {0..S-1}^T``; outputs are int64 arrays of shape (T,).
 
@@ -35,18 +44,78 @@ class Chain(Structure):
     ----------
     n_states : int
         Number of labels S.
+    allowed : (S, S) bool array, optional
+        ``allowed[a, b]`` says whether label b may follow label a (e.g. BIO tagging forbids
+        O -> I-X). Every oracle and the polytope honour it; forbidden outputs do not exist.
+    allowed_start, allowed_end : (S,) bool arrays, optional
+        Labels allowed at the first / last position.
     """
 
     name = "Chain"
     Potentials = ChainPotentials
 
-    def __init__(self, n_states: int):
-        if int(n_states) < 1:
-            raise InvalidInputError(f"Chain needs n_states >= 1, got {n_states}")
-        self.n_states = int(n_states)
+    def __init__(self, n_states: int, allowed: np.ndarray | None = None, allowed_start: np.ndarray | None = None,
+                 allowed_end: np.ndarray | None = None):
+        if isinstance(n_states, (bool, np.bool_)) or not isinstance(n_states, (int, np.integer)) or n_states < 1:
+            raise InvalidInputError(f"Chain needs an integer n_states >= 1, got {n_states!r}")
+        self.n_states = S = int(n_states)
+        self.allowed = _mask("allowed", allowed, (S, S))
+        self.allowed_start = _mask("allowed_start", allowed_start, (S,))
+        self.allowed_end = _mask("allowed_end", allowed_end, (S,))
+        if self.allowed is not None and not self.allowed.any():
+            raise InvalidInputError("allowed forbids every transition: only length-1 chains would exist")
+
+    @property
+    def constrained(self) -> bool:
+        """Whether some transitions, first or last labels are forbidden."""
+        return self.allowed is not None or self.allowed_start is not None or self.allowed_end is not None
 
     def __repr__(self) -> str:
-        return f"Chain(n_states={self.n_states})"
+        masks = "".join(f", {name}=<{int(np.count_nonzero(~m))} forbidden>" for name, m in
+                        (("allowed", self.allowed), ("allowed_start", self.allowed_start),
+                         ("allowed_end", self.allowed_end)) if m is not None)
+        return f"Chain(n_states={self.n_states}{masks})"
+
+    def kernel_oracles(self) -> frozenset[str]:
+        """Oracles the fused chain kernels reproduce: Viterbi and statistics always (masks included);
+        the projection and entropic prox only for unconstrained chains."""
+        names = ("argmax", "stats", "score", "expand", "check_potentials", "masked_potentials", "transition_bias",
+                 "boundary_bias")
+        if not self.constrained:
+            names += ("project", "prox_entropy", "marginals")
+        return unchanged_methods(self, Chain, names)
+
+    def transition_bias(self) -> np.ndarray:
+        """(S, S) array: 0 where a transition is allowed, -inf where it is forbidden."""
+        S = self.n_states
+        return np.zeros((S, S)) if self.allowed is None else np.where(self.allowed, 0.0, -np.inf)
+
+    def boundary_bias(self) -> tuple[np.ndarray, np.ndarray]:
+        """(S,) arrays for the first and last position: 0 where allowed, -inf where forbidden."""
+        S = self.n_states
+        start = np.zeros(S) if self.allowed_start is None else np.where(self.allowed_start, 0.0, -np.inf)
+        end = np.zeros(S) if self.allowed_end is None else np.where(self.allowed_end, 0.0, -np.inf)
+        return start, end
+
+    def masked_potentials(self, theta: ChainPotentials, index: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``check_potentials`` plus -inf on forbidden transitions and boundary labels (what the kernels get)."""
+        unary, pairwise = self.check_potentials(theta, index)
+        if not self.constrained:
+            return unary, pairwise
+        start, end = self.boundary_bias()
+        unary = unary.copy()
+        unary[0] += start
+        unary[-1] += end
+        return unary, pairwise + self.transition_bias()
+
+    def feasible(self, y: np.ndarray) -> bool:
+        """Whether label sequence ``y`` respects the masks."""
+        y = np.asarray(y, dtype=np.int64)
+        if self.allowed_start is not None and not self.allowed_start[y[0]]:
+            return False
+        if self.allowed_end is not None and not self.allowed_end[y[-1]]:
+            return False
+        return self.allowed is None or bool(np.all(self.allowed[y[:-1], y[1:]]))
 
     @property
     def states_per_node(self) -> int:
@@ -93,6 +162,9 @@ class Chain(Structure):
         if arr.size and (arr.min() < 0 or arr.max() >= self.n_states):
             raise example_error(index, f"chain label out of range [0, {self.n_states}): "
                                        f"min {arr.min()}, max {arr.max()}")
+        if self.constrained and arr.size and not self.feasible(arr):
+            raise example_error(index, "chain output uses a forbidden transition, first or last label "
+                                       "(see Chain.allowed / allowed_start / allowed_end)")
         return arr
 
     # ------------------------------------------------------------------ statistics
@@ -128,7 +200,8 @@ class Chain(Structure):
         return float(value)
 
     def outputs(self, theta: ChainPotentials) -> Iterator[np.ndarray]:
-        return product_outputs(np.shape(theta.unary)[0], self.n_states)
+        outputs = product_outputs(np.shape(theta.unary)[0], self.n_states)
+        return (y for y in outputs if self.feasible(y)) if self.constrained else outputs
 
     def polytope(self, theta: ChainPotentials) -> Polytope:
         """Local polytope of the chain (equal to its marginal polytope, since a chain is a tree)."""
@@ -157,6 +230,18 @@ class Chain(Structure):
                 vals += [1.0] * S + [-1.0]
                 b.append(0.0)
                 r += 1
+        if self.constrained:  # forbidden edges and boundary labels carry no mass
+            start, end = self.boundary_bias()
+            forbidden = [u[0, s] for s in np.flatnonzero(np.isinf(start))]
+            forbidden += [u[T - 1, s] for s in np.flatnonzero(np.isinf(end))]
+            if T > 1:
+                forbidden += list(p[:, np.isinf(self.transition_bias())].ravel())
+            for col in forbidden:
+                rows.append(r)
+                cols.append(col)
+                vals.append(1.0)
+                b.append(0.0)
+                r += 1
         A = sp.csr_matrix((vals, (rows, cols)), shape=(r, n_unary + (T - 1) * S * S))
         like = ChainPotentials(np.zeros((T, S)), np.zeros((T - 1, S, S)))
         return Polytope(A, np.array(b), None, None, like)
@@ -164,7 +249,7 @@ class Chain(Structure):
     # ------------------------------------------------------------------ oracles
     def argmax(self, theta: ChainPotentials) -> np.ndarray:
         """Viterbi decoding."""
-        y, _ = kern.viterbi(*self.check_potentials(theta))
+        y, _ = kern.viterbi(*self.masked_potentials(theta))
         return y
 
     def topk(self, theta: ChainPotentials, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -177,7 +262,7 @@ class Chain(Structure):
         """
         if int(k) < 1:
             raise InvalidInputError(f"topk needs k >= 1, got {k}")
-        unary, pairwise = self.check_potentials(theta)
+        unary, pairwise = self.masked_potentials(theta)
         if int(k) == 1:  # plain Viterbi: same answer, same tie-breaking, a fraction of the cost
             y, score = kern.viterbi(unary, pairwise)
             return y[None, :], np.array([score])
@@ -185,12 +270,12 @@ class Chain(Structure):
 
     def marginals(self, theta: ChainPotentials) -> tuple[float, ChainPotentials]:
         """Forward-backward in log space: ``(log Z, marginals)``, marginals in the stats layout."""
-        log_z, node, edge = kern.forward_backward(*self.check_potentials(theta))
+        log_z, node, edge = kern.forward_backward(*self.masked_potentials(theta))
         return float(log_z), ChainPotentials(node, edge)
 
     def max_marginals(self, theta: ChainPotentials) -> np.ndarray:
         """(T, S) array: best score of a sequence with y_t = s."""
-        return kern.max_marginals(*self.check_potentials(theta))
+        return kern.max_marginals(*self.masked_potentials(theta))
 
     def project(self, v: ChainPotentials, tol: float = 1e-9) -> ChainPotentials:
         """Euclidean projection onto the chain's marginal polytope (dual FISTA + semismooth Newton).
@@ -201,6 +286,8 @@ class Chain(Structure):
         """
         from structopt.structures._chain_projection import project_chain
 
+        if self.constrained:  # the fast method has no zero-forced entries
+            return self.project_qp(v)
         full = self.expand(v)
         node, edge, residual, _ = project_chain(full.unary, full.pairwise, tol=tol)
         if not residual <= tol:
@@ -212,17 +299,21 @@ class Chain(Structure):
 
         Returns the marginals of ``p'(y) ∝ p_mu(y) exp(eta <step, stats(y)>)``, where ``p_mu`` is
         the chain distribution with marginals ``mu`` — i.e. ``argmax_z eta<step, z> - KL(z||mu)``.
-        ``mu`` must be strictly positive (entropic iterates are).
+        ``mu`` must be strictly positive (entropic iterates are), except, on a constrained chain, on
+        entries that no feasible output reaches, which stay zero.
         """
         node, edge = np.asarray(mu.unary, dtype=float), np.asarray(mu.pairwise, dtype=float)
-        if np.any(node <= 0) or np.any(edge <= 0):
+        if np.any(node < 0) or np.any(edge < 0) or (not self.constrained and (np.any(node == 0) or np.any(edge == 0))):
             raise InvalidInputError("prox_entropy needs strictly positive marginals mu")
         T = node.shape[0]
         degree = np.full(T, 2.0)
         degree[[0, -1]] = 1.0
         if T == 1:
             degree[:] = 0.0
-        log_unary = -(degree - 1.0)[:, None] * np.log(node)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_node, log_edge = np.log(node), np.log(edge)
+            # p(y) = prod edge marginals / prod node marginals^(degree-1); a zero node's edges are zero too
+            log_unary = np.where(node > 0, -(degree - 1.0)[:, None] * log_node, -np.inf if T == 1 else 0.0)
         step = self.expand(step)
-        theta = ChainPotentials(log_unary + eta * step.unary, np.log(edge) + eta * step.pairwise)
+        theta = ChainPotentials(log_unary + eta * step.unary, log_edge + eta * step.pairwise)
         return self.marginals(theta)[1]

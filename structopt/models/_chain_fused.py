@@ -1,25 +1,26 @@
 """Fused numba kernels of a ChainModel over a whole problem (dense or CSR token features).
 
-A kernel set works on a *packed* problem: the token features of all examples concatenated as one
-CSR matrix (dense inputs too: the products then skip zero features), with token offsets, the
-per-node loss costs concatenated the same way, and the constant loss terms.
+The kernels work on a :class:`ChainPack`: the token features of all examples concatenated as one
+CSR matrix (dense inputs too: the products then skip zero features), token offsets, the per-node
+loss costs concatenated the same way, the constant loss terms, each example's token Gram matrix,
+and the structure's masks (0 / -inf biases of a constrained chain).
 Flat potentials and compact statistics of example i share one layout: the (T, S) unary block,
 then the shared (S, S) transition block (start/end/bias weights are folded into the unary block,
 whose statistics they read).
 
-Three jitted functions, all with the signature convention used by the solvers' compiled drivers:
-
-``oracle(i, w, data, theta_out, stats_out) -> loss``
+``chain_oracle(i, w, pack, theta_out, stats_out) -> loss``
     loss-augmented Viterbi of example i: writes ``A_i w`` (flat) and the compact statistics of the
     maximiser, returns its loss.
-``sqnorm(i, d, data) -> ||A_i^T d||^2``
-``axpy(i, d, scale, out, data)``
+``chain_sqnorm(i, d, pack) -> ||A_i^T d||^2``
+``chain_axpy(i, d, scale, out, pack)``
     ``out += scale A_i^T d``, touching only the weights of features present in example i.
+
+Solver loops over these kernels are in :mod:`structopt.solvers._chain_passes`.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,21 +29,32 @@ from numba import njit
 from structopt.structures._chain_kernels import viterbi
 
 
-class CompiledKernels(NamedTuple):
-    """Packed data plus the jitted oracle / sqnorm / axpy functions (see module docstring)."""
+class ChainPack(NamedTuple):
+    """A chain problem packed for the kernels (numba reads the fields by name)."""
 
-    data: tuple
-    oracle: Any
-    sqnorm: Any
-    axpy: Any
-    sizes: np.ndarray  # flat size of example i's potentials
+    indptr: np.ndarray        # (N+1,) int64, CSR rows = all tokens of all examples
+    indices: np.ndarray       # int64 feature indices
+    values: np.ndarray        # float64 feature values
+    tok: np.ndarray           # (n+1,) int64 token offsets of the examples
+    costs: np.ndarray         # (N, S) per-node loss costs
+    const: np.ndarray         # (n,) constant loss terms
+    n_states: int
+    n_features: int
+    start_end: bool           # start/end weight blocks present
+    bias: bool                # bias weight block present
+    gram: np.ndarray          # concatenated flattened token Gram matrices x_i x_i^T
+    gram_off: np.ndarray      # (n+1,) offsets into gram
+    transition_bias: np.ndarray  # (S, S): 0 allowed, -inf forbidden
+    start_bias: np.ndarray    # (S,) first-label bias (0 / -inf)
+    end_bias: np.ndarray      # (S,) last-label bias (0 / -inf)
 
 
 # ----------------------------------------------------------------------------- shared pieces
 @njit(cache=True, fastmath=True)
-def chain_unary_scores(i, w, data, out):
+def chain_unary_scores(i, w, pack, out):
     """``out`` (T, S) = node potentials of example i: token scores plus start/end and bias."""
-    (indptr, indices, values), tok, S, F, start_end, bias = data[0], data[1], data[4], data[5], data[6], data[7]
+    indptr, indices, values, tok = pack.indptr, pack.indices, pack.values, pack.tok
+    S, F, start_end, bias = pack.n_states, pack.n_features, pack.start_end, pack.bias
     a = tok[i]
     T = tok[i + 1] - a
     table = w[:F * S].reshape(F, S)
@@ -67,16 +79,18 @@ def chain_unary_scores(i, w, data, out):
 
 
 @njit(cache=True)
-def chain_oracle(i, w, data, theta_out, stats_out):
-    # loss-augmented Viterbi: writes theta and the statistics of the maximiser, returns its loss
-    tok, costs, const, S, F = data[1], data[2], data[3], data[4], data[5]
+def chain_oracle(i, w, pack, theta_out, stats_out):
+    # loss-augmented Viterbi under the masks: writes theta and the statistics of the maximiser, returns its loss
+    tok, costs, const, S, F = pack.tok, pack.costs, pack.const, pack.n_states, pack.n_features
     a = tok[i]
     T = tok[i + 1] - a
     unary = np.empty((T, S))
-    chain_unary_scores(i, w, data, unary)
+    chain_unary_scores(i, w, pack, unary)
     p0 = F * S
-    pairwise = w[p0:p0 + S * S].reshape(1, S, S)
+    pairwise = (w[p0:p0 + S * S].reshape(S, S) + pack.transition_bias).reshape(1, S, S)
     augmented = unary + costs[a:a + T]
+    augmented[0] += pack.start_bias
+    augmented[T - 1] += pack.end_bias
     y, _ = viterbi(augmented, pairwise)
     n_unary = T * S
     theta_out[:n_unary] = unary.ravel()
@@ -128,11 +142,12 @@ def _extras_axpy(d, T, S, F, start_end, bias, scale, out):
 
 
 # ----------------------------------------------------------------------------- shared adjoint side
-# data[8], data[9] hold each example's token Gram matrix x x^T, flattened, and its offsets, so
-# ||A_i^T d||^2 costs O(T^2 S) instead of a feature-sized product.
+# the pack holds each example's token Gram matrix x x^T, so ||A_i^T d||^2 costs O(T^2 S) instead of
+# a feature-sized product
 @njit(cache=True, fastmath=True)
-def chain_sqnorm(i, d, data):
-    tok, S, start_end, bias, gram, gram_off = data[1], data[4], data[6], data[7], data[8], data[9]
+def chain_sqnorm(i, d, pack):
+    tok, S, start_end, bias, gram, gram_off = (pack.tok, pack.n_states, pack.start_end, pack.bias, pack.gram,
+                                               pack.gram_off)
     T = tok[i + 1] - tok[i]
     g = gram[gram_off[i]:gram_off[i + 1]]
     node = d[:T * S].reshape(T, S)
@@ -166,27 +181,31 @@ def _scatter(indptr, indices, values, a, T, S, F, d, scale, out):
 
 
 @njit(cache=True)
-def chain_axpy(i, d, scale, out, data):
-    (indptr, indices, values), tok, S, F, start_end, bias = data[0], data[1], data[4], data[5], data[6], data[7]
-    a = tok[i]
-    T = tok[i + 1] - a
-    _scatter(indptr, indices, values, a, T, S, F, d, scale, out)
-    _extras_axpy(d, T, S, F, start_end, bias, scale, out)
+def chain_axpy(i, d, scale, out, pack):
+    S, F = pack.n_states, pack.n_features
+    a = pack.tok[i]
+    T = pack.tok[i + 1] - a
+    _scatter(pack.indptr, pack.indices, pack.values, a, T, S, F, d, scale, out)
+    _extras_axpy(d, T, S, F, pack.start_end, pack.bias, scale, out)
 
 
-def build_chain_kernels(model, X: list, node_costs: list[np.ndarray], consts: np.ndarray) -> CompiledKernels | None:
-    """Pack a problem's examples (dense or CSR token features) for the fused kernels."""
+def pack_chain_problem(model, X: list, node_costs: list[np.ndarray], consts: np.ndarray) -> ChainPack:
+    """Pack a problem's examples (dense or CSR token features) and the model's masks for the kernels."""
     S, F = model.n_states, model.n_features
     lengths = np.array([x.shape[0] for x in X], dtype=np.int64)
     tok = np.zeros(len(X) + 1, dtype=np.int64)
     tok[1:] = np.cumsum(lengths)
-    costs = np.ascontiguousarray(np.concatenate(node_costs), dtype=np.float64)
     stacked = sp.vstack([sp.csr_matrix(x) for x in X], format="csr")
     stacked.sort_indices()
-    csr = (stacked.indptr.astype(np.int64), stacked.indices.astype(np.int64), stacked.data.astype(np.float64))
     grams = [np.asarray((x @ x.T).todense() if sp.issparse(x) else x @ x.T).ravel() for x in X]
     gram_off = np.zeros(len(X) + 1, dtype=np.int64)
     gram_off[1:] = np.cumsum(lengths * lengths)
-    data = (csr, tok, costs, np.asarray(consts, dtype=np.float64), np.int64(S), np.int64(F),
-            bool(model.start_end), bool(model.bias), np.concatenate(grams), gram_off)
-    return CompiledKernels(data, chain_oracle, chain_sqnorm, chain_axpy, lengths * S + S * S)
+    start, end = model.structure.boundary_bias()
+    return ChainPack(
+        indptr=stacked.indptr.astype(np.int64), indices=stacked.indices.astype(np.int64),
+        values=stacked.data.astype(np.float64), tok=tok,
+        costs=np.ascontiguousarray(np.concatenate(node_costs), dtype=np.float64),
+        const=np.asarray(consts, dtype=np.float64), n_states=S, n_features=F, start_end=bool(model.start_end),
+        bias=bool(model.bias), gram=np.concatenate(grams), gram_off=gram_off,
+        transition_bias=np.ascontiguousarray(model.structure.transition_bias(), dtype=np.float64),
+        start_bias=np.ascontiguousarray(start, dtype=np.float64), end_bias=np.ascontiguousarray(end, dtype=np.float64))

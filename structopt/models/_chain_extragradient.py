@@ -1,7 +1,6 @@
 """Fused numba z-side pass of the dual extragradient for chain models (no per-example Python loop).
 
-Works on the packed data of ``structopt.models._chain_compiled`` (``problem.compiled_kernels().data``:
-token CSR, token offsets, per-node loss costs, constants, ``S``, ``F``, start/end and bias flags).
+Works on the :class:`~structopt.models._chain_fused.ChainPack` of a problem (``problem.fused().pack``).
 Statistics of example i are in the *full* layout: unary (T, S) and one (S, S) block per edge.
 Weights are laid out as the chain model's: the (F, S) unary table, the shared (S, S) transition
 block, then start/end (2S) and bias (S) if present.
@@ -13,8 +12,7 @@ Only O(one example) scratch memory is used besides the projection warm starts, w
 memory-light variant of spec section 4 (``s_{z_i}`` recomputed from the w-side sums).
 
 Scoring and adjoint products are the chain model's own kernels (``chain_unary_scores``,
-``chain_axpy``). Numba's on-disk cache of these functions is keyed on this file only: after editing
-a kernel module they call, clear the ``__pycache__`` entries (see the README's Development notes).
+``chain_axpy``). Used only for unconstrained chains (the structure's ``kernel_oracles`` say so).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from structopt.models._chain_compiled import chain_axpy, chain_unary_scores
+from structopt.models._chain_fused import chain_axpy, chain_unary_scores
 from structopt.structures._chain_kernels import forward_backward
 from structopt.structures._chain_projection import project_local_polytope
 
@@ -66,7 +64,7 @@ def _project(node_in, edge_in, alpha, beta, tol, max_iter):
 @njit(cache=True)
 def chain_normal_product(data, x, out):
     """``out = sum_i A_i^T A_i x`` (one power-iteration step); returns ``sum_i ||A_i x||^2``."""
-    tok, S, F = data[1], data[4], data[5]
+    tok, S, F = data.tok, data.n_states, data.n_features
     n = tok.shape[0] - 1
     out[:] = 0.0
     total = 0.0
@@ -87,7 +85,7 @@ def chain_normal_product(data, x, out):
 @njit(cache=True)
 def chain_sum_sq_theta(data, x):
     """``sum_i ||A_i x||^2`` in the full statistics layout."""
-    tok, S, F = data[1], data[4], data[5]
+    tok, S, F = data.tok, data.n_states, data.n_features
     n = tok.shape[0] - 1
     pw = x[F * S:F * S + S * S]
     pw_sq = np.sum(pw * pw)
@@ -108,7 +106,7 @@ def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, labels, kapp
 
     Parameters
     ----------
-    data : packed chain data (``compiled_kernels().data``)
+    data : ChainPack (``problem.fused().pack``)
     W : (d,) weighted sum ``sum_k eta_k u_w^k`` of past w-iterates; ``lam_acc = sum_k eta_k``.
     v_w : (d,) current w look-ahead point.
     eta, beta, inv_n : step, z-block weight, 1/n.
@@ -125,7 +123,7 @@ def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, labels, kapp
     stats : (4,) set to ``[sum_i <c_i, u_i>, sum_i ||v_i - u_i||^2, max projection residual,
         total projection iterations]``.
     """
-    tok, costs, S, F = data[1], data[2], data[4], data[5]
+    tok, costs, S, F = data.tok, data.costs, data.n_states, data.n_features
     n = tok.shape[0] - 1
     r_out[:] = 0.0
     q_out[:] = 0.0
