@@ -21,10 +21,10 @@ All but the bias are standardised with the training split's mean and deviation. 
 are chosen among ``constant`` (1) and ``contrast`` (``exp(-beta (I_p - I_q)^2)`` on the
 downscaled smoothed image, with beta the inverse of twice the image's mean squared neighbour
 difference: the contrast-sensitive Potts term of Boykov and Jolly). Both are non-negative, so
-non-negative pairwise weights keep every edge supermodular. The default is ``contrast`` alone:
-its learned weight stays positive along the solver's path even without a weight constraint,
-whereas with ``constant`` too the constant's weight goes negative (boundaries are rewarded at
-strong edges), which needs a solver that keeps the ``pairwise`` block non-negative.
+non-negative pairwise weights keep every edge supermodular (``GridModel.nonnegative_blocks``).
+The default is ``contrast`` alone: with ``constant`` too, BCFW's constrained weight for the
+constant sits at 0 (it would go negative: boundaries pay at strong edges) and the test IoU after
+10 passes is the same to 0.1 point.
 
 Every feature of an image is divided by its number of pixels, so that a joint feature is a
 per-pixel average: with the normalised Hamming loss (the fraction of wrong pixels) the
