@@ -275,6 +275,9 @@ class BinaryGrid(Structure):
         k = int(k)
         full, net = self._network(theta, "topk")
         H, W = net.shape
+        if k == 1:  # plain MAP: no runner-up needed
+            y = _mincut.solve(net, self.backend).reshape(1, H, W)
+            return y, np.array([self.score(full, y[0])])
         clamp = np.full(H * W, -1, dtype=np.int64)
         labels, best, flipped, residual = self._flip_values(full, net, clamp)
         outs, scores = [labels], [best]
