@@ -19,6 +19,7 @@ Usage: python benchmarks/ocr_bcfw.py [--passes 50] [--seeds 3] [--out benchmarks
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 from pathlib import Path
@@ -27,10 +28,8 @@ import numpy as np
 from numba import njit
 
 import structopt as so
-from structopt.compiled import compiled_problem
 from structopt.problems.ocr import letter_error, load_ocr, paper_model_and_loss, split
-from structopt.solvers._blocks import BlockState
-from structopt.solvers._compiled import CompiledBlockUpdater
+from structopt.solvers._blocks import BlockState, FusedBlockUpdater
 from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
 from structopt.structures._chain_kernels import viterbi
 
@@ -55,20 +54,40 @@ def _viterbi_only(order, unary, tok, pairwise):
     return total
 
 
+def _timed_pass(problem: so.SSVMProblem, state: BlockState, order: np.ndarray, line_search: bool,
+                averaging: bool) -> float:
+    fast = problem.fused()
+    updater = FusedBlockUpdater(problem, state, fast)
+    t0 = time.process_time()
+    updater.run(order, line_search, averaging)
+    return time.process_time() - t0
+
+
 def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
-    """Per-pass times of BCFW, of its oracle calls alone, and of its Viterbi calls alone."""
-    fast = compiled_problem(problem, True)
-    state = BlockState.initial(problem)
-    updater = CompiledBlockUpdater(problem, state, fast)
+    """Per-pass CPU times of BCFW and of its parts, all measured in this process on the same orders.
+
+    CPU time of this (single-threaded) process, not wall time, so that other work on the machine
+    does not skew the ratios.
+
+    ``bcfw_pass``: the solver's fused pass (line search, weighted averaging); ``oracle_calls``: the
+    same oracle calls at the pass's starting weights and nothing else; ``viterbi_calls``: Viterbi
+    alone on precomputed loss-augmented potentials; ``no_averaging`` / ``no_line_search``: the pass
+    without the averaging bookkeeping / without the line-search norm (fixed step); ``adjoint``: the
+    pass's weight updates alone (one ``A_i^T d`` per step).
+    """
+    fast = problem.fused()
+    if fast is None:
+        raise RuntimeError("the OCR problem has no fused kernels")
+    fast.warm_up()
     rng = np.random.default_rng(seed)
+    state = BlockState.initial(problem)
     warm = rng.integers(0, problem.n, size=10)
-    updater.run(warm, True)  # compile
-    fast.oracle_only(warm, state.w)
+    for ls, avg in ((True, True), (True, False), (False, True)):
+        FusedBlockUpdater(problem, copy.deepcopy(state), fast).run(warm, ls, avg)  # load kernels
     rows = []
     for _ in range(n_passes):
-        order = rng.integers(0, problem.n, size=problem.n)
+        order = rng.permutation(problem.n)
         w_start = state.w.copy()
-        # loss-augmented potentials at w_start, for Viterbi alone
         unary, tok = [], [0]
         for i in range(problem.n):
             theta = problem.theta(i, w_start)
@@ -79,16 +98,28 @@ def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
         pairwise = np.ascontiguousarray(theta.pairwise).reshape(1, 26, 26)
         tok = np.array(tok)
         _viterbi_only(order[:5], unary, tok, pairwise)
-        t0 = time.perf_counter()
-        updater.run(order, True)
-        t1 = time.perf_counter()
+        row = {"no_averaging": _timed_pass(problem, copy.deepcopy(state), order, True, False),
+               "no_line_search": _timed_pass(problem, copy.deepcopy(state), order, False, True)}
+        directions = np.random.default_rng(0).normal(size=state.m.size)
+        t0 = time.process_time()
+        fast.add_adjoint(directions, 1e-9, np.zeros_like(w_start))
+        row["adjoint"] = time.process_time() - t0
+        row["bcfw_pass"] = _timed_pass(problem, state, order, True, True)  # advances the state
+        t1 = time.process_time()
         fast.oracle_only(order, w_start)
-        t2 = time.perf_counter()
+        row["oracle_calls"] = time.process_time() - t1
+        t2 = time.process_time()
         _viterbi_only(order, unary, tok, pairwise)
-        t3 = time.perf_counter()
-        rows.append({"bcfw_pass": t1 - t0, "oracle_calls": t2 - t1, "viterbi_calls": t3 - t2})
+        row["viterbi_calls"] = time.process_time() - t2
+        rows.append(row)
     total = {key: sum(r[key] for r in rows) for key in rows[0]}
+    breakdown = {"averaging": (total["bcfw_pass"] - total["no_averaging"]) / n_passes,
+                 "line_search_norm": (total["bcfw_pass"] - total["no_line_search"]) / n_passes,
+                 "adjoint_update": total["adjoint"] / n_passes}
+    breakdown["block_bookkeeping"] = (total["bcfw_pass"] / n_passes - total["oracle_calls"] / n_passes
+                                      - sum(breakdown.values()))
     return {"passes": rows, "seconds_per_pass": total["bcfw_pass"] / n_passes,
+            "oracle_seconds_per_pass": total["oracle_calls"] / n_passes, "breakdown_seconds_per_pass": breakdown,
             "ratio_vs_oracle": total["bcfw_pass"] / total["oracle_calls"],
             "ratio_vs_viterbi": total["bcfw_pass"] / total["viterbi_calls"]}
 
@@ -108,7 +139,10 @@ def run(passes: int, seeds: int, lams: list[str], out: Path, overhead_passes: in
     results["overhead"] = overhead(base, overhead_passes, seed=0)
     results["python_path_seconds_per_pass"] = python_path_pass(base)
     ratios = results["overhead"]
-    print(f"BCFW pass {ratios['seconds_per_pass']:.3f}s | overhead vs oracle calls {ratios['ratio_vs_oracle']:.2f}x"
+    parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in ratios["breakdown_seconds_per_pass"].items())
+    print(f"BCFW pass {ratios['seconds_per_pass']:.3f}s (oracle calls {ratios['oracle_seconds_per_pass']:.3f}s; "
+          f"{parts})"
+          f" | overhead vs oracle calls {ratios['ratio_vs_oracle']:.2f}x"
           f" | vs Viterbi alone {ratios['ratio_vs_viterbi']:.2f}x"
           f" | generic Python path {results['python_path_seconds_per_pass']:.2f}s/pass")
 
@@ -126,7 +160,8 @@ def run(passes: int, seeds: int, lams: list[str], out: Path, overhead_passes: in
                 result = solve(problem, passes, seed, test_error)
                 runs[method].append({"seed": seed, "seconds": time.perf_counter() - started, "trace": result.trace})
         # the optimum's lower bound: the best dual of every run and of a long reference BCFW run
-        reference = bcfw(problem, max_passes=reference_passes, random_state=0, eval_every=max(1, reference_passes // 10))
+        reference = bcfw(problem, max_passes=reference_passes, random_state=0,
+                         eval_every=max(1, reference_passes // 10))
         duals = [r["dual"] for method_runs in runs.values() for run_ in method_runs
                  for r in run_["trace"] if "dual" in r]
         best_dual = max([reference.trace[-1]["dual"], *duals])

@@ -286,9 +286,15 @@ class SSVMProblem:
     def compact_gold_stats(self) -> tuple[np.ndarray, np.ndarray]:
         """Gold statistics of every example in the model's compact layout, flattened and concatenated.
 
-        Returns ``(flat, offsets)``; example i's block is ``flat[offsets[i]:offsets[i+1]]`` and has
-        the layout of ``flatten(theta(i, w))``, so ``<block, flatten(theta)>`` is the gold score.
+        Returns ``(flat, offsets)`` (computed once: do not modify them); example i's block is
+        ``flat[offsets[i]:offsets[i+1]]`` and has the layout of ``flatten(theta(i, w))``, so
+        ``<block, flatten(theta)>`` is the gold score.
         """
+        if not hasattr(self, "_compact_gold"):
+            self._compact_gold = self._build_compact_gold()
+        return self._compact_gold
+
+    def _build_compact_gold(self) -> tuple[np.ndarray, np.ndarray]:
         zero = self.model.zeros()
         parts = []
         for i in range(self.n):
@@ -301,7 +307,8 @@ class SSVMProblem:
             parts.append(gold)
         offsets = np.zeros(self.n + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([part.size for part in parts])
-        return np.concatenate(parts), offsets
+        flat = np.concatenate(parts)
+        return flat, offsets
 
     def mean_hinge(self, w: np.ndarray) -> float:
         """``mean_i H_i(w)``: one fused pass when the model has kernels for this problem, else the Python loop."""

@@ -14,7 +14,8 @@ from structopt.problem import SSVMProblem
 
 def exact_primal(problem: SSVMProblem) -> tuple[float, np.ndarray]:
     """Solve ``min lam/2 ||w||^2 + mean_i xi_i`` s.t. ``xi_i >= Delta(y_i, y) + <w, Phi(x_i, y) - Phi(x_i, y_i)>``
-    for every enumerated output y; returns ``(F*, w*)``, F* re-evaluated by ``problem.primal``."""
+    for every enumerated output y (and the problem's weight constraints); returns ``(F*, w*)``, F*
+    re-evaluated by ``problem.primal``."""
     model, structure = problem.model, problem.structure
     rows, offsets, losses = [], [], []
     for i in range(problem.n):
@@ -31,6 +32,8 @@ def exact_primal(problem: SSVMProblem) -> tuple[float, np.ndarray]:
     E = np.zeros((len(rows), problem.n))
     E[np.arange(len(rows)), offsets] = 1.0
     cons = [E @ xi >= np.array(losses) + A @ w]
+    if problem.constrained:
+        cons.append(w[problem.nonnegative_indices] >= 0)
     objective = cp.Minimize(0.5 * problem.lam * cp.sum_squares(w) + cp.sum(xi) / problem.n)
     cp.Problem(objective, cons).solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
     w_star = np.asarray(w.value, dtype=float)

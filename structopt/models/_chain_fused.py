@@ -107,10 +107,8 @@ def chain_oracle(i, w, pack, theta_out, stats_out):
 
 @njit(cache=True)
 def _extras_sqnorm(d, T, S, start_end, bias):
-    n_unary = T * S
+    # start/end and bias blocks (the transition block is summed by the callers)
     value = 0.0
-    for j in range(S * S):
-        value += d[n_unary + j] ** 2
     if start_end:
         for s in range(S):
             value += d[s] ** 2 + d[(T - 1) * S + s] ** 2
@@ -145,7 +143,9 @@ def _extras_axpy(d, T, S, F, start_end, bias, scale, out):
 # the pack holds each example's token Gram matrix x x^T, so ||A_i^T d||^2 costs O(T^2 S) instead of
 # a feature-sized product
 @njit(cache=True, fastmath=True)
-def chain_sqnorm(i, d, pack):
+def chain_node_sqnorm(i, d, pack):
+    """``||A_i^T d||^2`` without the transition block's ``||d_pair||^2`` (callers that build ``d``
+    sum that part on the fly)."""
     tok, S, start_end, bias, gram, gram_off = (pack.tok, pack.n_states, pack.start_end, pack.bias, pack.gram,
                                                pack.gram_off)
     T = tok[i + 1] - tok[i]
@@ -163,6 +163,17 @@ def chain_sqnorm(i, d, pack):
                     dot += row1[s] * row2[s]
                 value += weight * dot
     return value + _extras_sqnorm(d, T, S, start_end, bias)
+
+
+@njit(cache=True, fastmath=True)
+def chain_sqnorm(i, d, pack):
+    """``||A_i^T d||^2`` for compact statistics ``d`` of example i."""
+    S = pack.n_states
+    n_unary = (pack.tok[i + 1] - pack.tok[i]) * S
+    pair = 0.0
+    for j in range(n_unary, n_unary + S * S):
+        pair += d[j] * d[j]
+    return chain_node_sqnorm(i, d, pack) + pair
 
 
 @njit(cache=True, fastmath=True)
@@ -195,7 +206,10 @@ def pack_chain_problem(model, X: list, node_costs: list[np.ndarray], consts: np.
     lengths = np.array([x.shape[0] for x in X], dtype=np.int64)
     tok = np.zeros(len(X) + 1, dtype=np.int64)
     tok[1:] = np.cumsum(lengths)
-    stacked = sp.vstack([sp.csr_matrix(x) for x in X], format="csr")
+    if any(sp.issparse(x) for x in X):
+        stacked = sp.vstack([sp.csr_matrix(x) for x in X], format="csr")
+    else:  # one conversion for all dense tokens
+        stacked = sp.csr_matrix(np.vstack(X))
     stacked.sort_indices()
     grams = [np.asarray((x @ x.T).todense() if sp.issparse(x) else x @ x.T).ravel() for x in X]
     gram_off = np.zeros(len(X) + 1, dtype=np.int64)

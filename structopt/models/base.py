@@ -7,6 +7,7 @@ is ``Phi(x, y) = features(x, stats(y))``.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -38,16 +39,18 @@ class Model(ABC):
     @property
     def n_params(self) -> int:
         """Length of the flat weight vector."""
-        return int(sum(np.prod(shape) for _, shape in self.blocks))
+        return sum(math.prod(shape) for _, shape in self.blocks)
 
     def unpack(self, w: np.ndarray) -> dict[str, np.ndarray]:
         """Views of ``w`` as a dict of named blocks (e.g. ``{"unary": (F, S), "pairwise": (S, S)}``)."""
         w = np.asarray(w)
-        if w.shape != (self.n_params,):
-            raise InvalidInputError(f"weight vector must have shape ({self.n_params},), got {w.shape}")
+        blocks = self.blocks
+        n_params = sum(math.prod(shape) for _, shape in blocks)
+        if w.shape != (n_params,):
+            raise InvalidInputError(f"weight vector must have shape ({n_params},), got {w.shape}")
         out, start = {}, 0
-        for name, shape in self.blocks:
-            size = int(np.prod(shape))
+        for name, shape in blocks:
+            size = math.prod(shape)
             out[name] = w[start:start + size].reshape(shape)
             start += size
         return out

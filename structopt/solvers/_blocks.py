@@ -44,12 +44,29 @@ class BlockState:
     k: int = 0
     perm: np.ndarray | None = None  # the current pass's permutation (sampling="perm")
 
+    def __getstate__(self) -> dict:
+        # checkpoints: the averaging accumulator is mostly zeros on fused chain runs (shared blocks
+        # are summed elsewhere), so store its non-zeros only
+        state = dict(self.__dict__)
+        nonzero = np.flatnonzero(self.r)
+        if nonzero.size < self.r.size // 2:
+            state["r"] = (self.r.size, nonzero, self.r[nonzero])
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        if isinstance(state["r"], tuple):
+            size, nonzero, values = state["r"]
+            r = np.zeros(size)
+            r[nonzero] = values
+            state = {**state, "r": r}
+        self.__dict__.update(state)
+
     @classmethod
     def initial(cls, problem: SSVMProblem) -> BlockState:
         """All blocks at their gold vertex: ``w = 0``, ``ell = 0``."""
         m, offsets = problem.compact_gold_stats()
         return cls(w=problem.model.zeros(), ell=0.0, m=m.copy(), offsets=offsets, ell_i=np.zeros(problem.n),
-                   r=np.zeros_like(m), v=0.0)
+                   r=np.zeros(m.shape), v=0.0)  # calloc: pages appear when first written
 
     def averaged(self, problem: SSVMProblem) -> tuple[np.ndarray, float]:
         """Weighted average ``(w_hat_bar, l_bar)`` of the iterates 1..k (the iterate itself at k <= 1)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from structopt.models._chain_fused import chain_axpy, chain_oracle, chain_sqnorm
+from structopt.models._chain_fused import chain_axpy, chain_node_sqnorm, chain_oracle
 
 FAMILY = "chain"
 
@@ -53,22 +53,39 @@ def hinge_terms(w, pack, offsets, gold, theta_buf, stats_buf, out):
 @njit(cache=True)
 def bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, scalars, pack, theta_buf, stats_buf,
                direction_buf):
-    """BCFW block steps on ``order``; ``scalars = [ell, v, k]`` in and out (see ``_blocks.BlockState``)."""
+    """BCFW block steps on ``order``; ``scalars = [ell, v, k]`` in and out (see ``_blocks.BlockState``).
+
+    Chain layout: example i's compact statistics are its (T, S) node block, then the shared (S, S)
+    transition block. The transition block of ``A_i^T`` is the identity into the shared weights, so
+    the averaging accumulator ``r`` of those blocks is summed over examples in one (S, S) array
+    (cache-resident) and added to the first example's block at the end: ``sum_i A_i^T r_i`` is
+    unchanged, and a step touches only its node block of ``r``.
+    """
     ell, v, k = scalars[0], scalars[1], scalars[2]
+    S = pack.n_states
+    r_pair = np.zeros(S * S)
     for i in order:
         lo, hi = offsets[i], offsets[i + 1]
         size = hi - lo
+        nu = hi - lo - S * S
         theta = theta_buf[:size]
         stats = stats_buf[:size]
         direction = direction_buf[:size]
         loss_s = chain_oracle(i, w, pack, theta, stats) / n
         numerator = 0.0
-        for j in range(size):
-            direction[j] = stats[j] - m[lo + j]
-            numerator += direction[j] * theta[j]
+        for j in range(nu):
+            d = stats[j] - m[lo + j]
+            direction[j] = d
+            numerator += d * theta[j]
+        pair_sq = 0.0
+        for j in range(nu, size):
+            d = stats[j] - m[lo + j]
+            direction[j] = d
+            numerator += d * theta[j]
+            pair_sq += d * d
         numerator = numerator / n - ell_i[i] + loss_s
         if line_search:
-            denominator = chain_sqnorm(i, direction, pack) / (lam * n * n)
+            denominator = (chain_node_sqnorm(i, direction, pack) + pair_sq) / (lam * n * n)
             if denominator <= 0.0:
                 gamma = 1.0 if numerator > 0.0 else 0.0
             else:
@@ -85,13 +102,21 @@ def bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, s
         if averaging:
             weight = 0.5 * k * (k - 1.0)
             v += weight * delta_ell
-            for j in range(size):  # one sweep over both state arrays
+            for j in range(nu):  # one sweep over both state arrays
                 step = gamma * direction[j]
                 m[lo + j] += step
                 r[lo + j] += weight * step
+            for j in range(nu, size):
+                step = gamma * direction[j]
+                m[lo + j] += step
+                r_pair[j - nu] += weight * step
         else:
             for j in range(size):
                 m[lo + j] += gamma * direction[j]
+    if averaging and offsets.shape[0] > 1:
+        first = offsets[1] - S * S
+        for j in range(S * S):
+            r[first + j] += r_pair[j]
     scalars[0], scalars[1], scalars[2] = ell, v, k
 
 

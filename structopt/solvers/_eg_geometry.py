@@ -7,7 +7,7 @@ tree entropy (entropic). With ``s`` the accumulated (step-weighted) z-direction:
 * look-ahead ``v_z = argmax_z <s, z> - beta * d(z, centre)``;
 * step ``u_z = argmax_z <eta g, z> - beta * d(z, v_z)``.
 
-Entropic maps are kept in natural parameters (spec section 4): ``v_z`` is the marginal vector of
+Entropic maps are kept in natural parameters (memory-light variant): ``v_z`` is the marginal vector of
 the Gibbs distribution with potentials ``s / beta`` and ``u_z`` that of ``(s + eta g) / beta``,
 so marginals are never converted back to parameters.
 """
@@ -19,7 +19,6 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.solvers import _eg_operator as op
 from structopt.structures.base import Potentials, Structure, add, inner, scale
-from structopt.structures.chain import Chain
 
 
 class EuclideanBlocks:
@@ -35,7 +34,8 @@ class EuclideanBlocks:
         self.structure = structure
         self.beta = float(beta)
         self.tol = float(tol)
-        self._fast = isinstance(structure, Chain)
+        # the warm-started chain projection, only where the structure declares it is its own projection
+        self._fast = "project" in structure.kernel_oracles()
         self._warm: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = {} if warm else None
         self.max_residual = 0.0
 
@@ -119,7 +119,7 @@ class PythonZPass:
     """z-side of one iteration by a per-example Python loop (any structure with project / marginals).
 
     ``memory_light`` recomputes ``s_{z_i} = (A_i W + Lambda c_i) / n`` from the w-side sums;
-    otherwise ``s_{z_i}`` is stored and advanced lazily by the previous w-iterate (spec section 4).
+    otherwise ``s_{z_i}`` is stored and advanced lazily by the previous w-iterate.
     """
 
     compiled = False

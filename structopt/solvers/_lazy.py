@@ -78,8 +78,10 @@ class LazyIterate:
         self.v *= new_a
         self.a = 1.0
 
-    def step(self, rho: float, gamma: float, x: Any, d: Potentials | None, omega: float = 0.0) -> None:
-        """``w <- rho w - gamma A_x^T d - gamma c``, then add ``omega w`` to the running sum."""
+    def step(self, rho: float, gamma: float, x: Any, d: Potentials | None, omega: float = 0.0,
+             nonnegative: np.ndarray | None = None) -> None:
+        """``w <- rho w - gamma A_x^T d - gamma c``, clipped at 0 on the entries ``nonnegative`` (a
+        projected step), then add ``omega w`` to the running sum."""
         new_a = rho * self.a
         if abs(new_a) < _TINY:
             self._fold(new_a)
@@ -91,6 +93,8 @@ class LazyIterate:
             self.model.add_features(x, d, self.v, -factor)  # v <- v + delta, delta = -factor A^T d
             if self.B != 0.0:
                 self.model.add_features(x, d, self.P, self.B * factor)  # P <- P - B delta
+        if nonnegative is not None:
+            self.project_nonnegative(nonnegative)
         if omega:
             self.B += omega * self.a
             self.C += omega * self.b

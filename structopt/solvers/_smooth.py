@@ -77,8 +77,8 @@ def sgd_pass(problem: SSVMProblem, w: np.ndarray, *, gamma: float, mu: float, ki
     rho = 1.0 - gamma * problem.lam
     for i in rng.integers(0, problem.n, size=problem.n):
         x = problem.X[i]
-        it.step(rho, gamma, x, problem.smooth_stats(int(i), it.potentials(x), mu, kind, k).diff)
-        it.project_nonnegative(problem.nonnegative_indices)
+        it.step(rho, gamma, x, problem.smooth_stats(int(i), it.potentials(x), mu, kind, k).diff,
+                nonnegative=problem.nonnegative_indices)
     counters.steps += problem.n
     counters.oracle_calls += problem.n
     counters.oracle_calls_made += problem.n

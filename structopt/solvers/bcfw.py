@@ -1,6 +1,6 @@
 """Block-coordinate Frank-Wolfe for structural SVMs, batch Frank-Wolfe and Pegasos SSG.
 
-Lacoste-Julien, Jaggi, Schmidt, Pletscher (ICML 2013); see ``shared/specs/bcfw.md``.
+Lacoste-Julien, Jaggi, Schmidt, Pletscher (ICML 2013).
 
 Per-example state is kept in *statistics space*: block i of the dual is summarised by the
 expected (compact) statistics ``m_i = E_{alpha_i}[stats(y)]`` and its loss share ``l_i``, so that
@@ -27,7 +27,7 @@ from structopt.solvers.base import Monitor, Result, make_rng, one_of, refuse_tol
 
 
 def _evaluate(problem: SSVMProblem, updater, w_hat: np.ndarray, ell: float) -> tuple[np.ndarray, dict[str, float]]:
-    """Feasible weights ``w = P(w_hat)`` and their primal, dual and gap from one batch oracle pass (spec §6)."""
+    """Feasible weights ``w = P(w_hat)`` and their primal, dual and gap from one batch oracle pass."""
     w = problem.project_weights(w_hat)
     half_sq = 0.5 * problem.lam * float(w @ w)
     primal = half_sq + updater.mean_hinge(w)

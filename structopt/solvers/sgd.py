@@ -110,8 +110,8 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
     steps_per_eval = max(1, round(eval_every * n))
     budget = monitor.step_budget(n)
 
-    def report() -> np.ndarray:
-        return iterate.dense() if averaging == "none" else iterate.average()
+    def report() -> np.ndarray:  # (the projection only removes round-off: the iterates are feasible)
+        return problem.project_weights(iterate.dense() if averaging == "none" else iterate.average())
 
     while not monitor.stop_reason:
         monitor.restart()
@@ -126,8 +126,7 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
             else:
                 diff = problem.smooth_stats(i, theta, mu, kind, k).diff
             omega = 0.0 if averaging == "none" else (1.0 if averaging == "uniform" else float(t + 1))
-            iterate.step(1.0 - gamma * lam, gamma, x, diff, omega=omega)
-            iterate.project_nonnegative(problem.nonnegative_indices)
+            iterate.step(1.0 - gamma * lam, gamma, x, diff, omega=omega, nonnegative=problem.nonnegative_indices)
             counters.steps += 1
         counters.oracle_calls = counters.oracle_calls_made = counters.steps
         monitor.pause()

@@ -257,7 +257,7 @@ class Chain(Structure):
 
         Returns
         -------
-        labels : int64 array (k', T), sorted by decreasing score; k' = min(k, S**T)
+        labels : int64 array (k', T), sorted by decreasing score; k' = min(k, number of outputs)
         scores : float array (k',)
         """
         if int(k) < 1:
@@ -265,8 +265,11 @@ class Chain(Structure):
         unary, pairwise = self.masked_potentials(theta)
         if int(k) == 1:  # plain Viterbi: same answer, same tie-breaking, a fraction of the cost
             y, score = kern.viterbi(unary, pairwise)
-            return y[None, :], np.array([score])
-        return kern.topk_viterbi(unary, pairwise, int(k))
+            labels, scores = y[None, :], np.array([score])
+        else:
+            labels, scores = kern.topk_viterbi(unary, pairwise, int(k))
+        feasible = np.isfinite(scores)  # masks: fewer outputs may exist than asked for
+        return (labels, scores) if feasible.all() else (labels[feasible], scores[feasible])
 
     def marginals(self, theta: ChainPotentials) -> tuple[float, ChainPotentials]:
         """Forward-backward in log space: ``(log Z, marginals)``, marginals in the stats layout."""
