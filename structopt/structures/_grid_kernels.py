@@ -181,6 +181,88 @@ def _lone_flip(cap0, rs0, rt0, nbr, labels, i):
 
 
 @njit(cache=True)
+def _augment_from(i, limit, cap, rs, rt, nbr, labels, work, stamp):
+    """Flow pushed from node i to the other terminal (see :func:`flip_costs`), stopping once it
+    reaches ``limit``; the residual is restored before returning ``(flow, stamp)``."""
+    mark, parent, pdir, queue, touched, touched_list, saved_cap, saved_rs, saved_rt = work
+    forward = labels[i] == 1
+    total = 0.0
+    count = 0
+    while total < limit:
+        stamp += 1
+        mark[i] = stamp
+        parent[i] = -1
+        queue[0] = i
+        head, tail = 0, 1
+        end = -1
+        while head < tail:
+            u = queue[head]
+            head += 1
+            if (rt[u] > 0) if forward else (rs[u] > 0):
+                end = u
+                break
+            for d in range(4):
+                v = nbr[u, d]
+                if v < 0 or mark[v] == stamp or labels[v] != labels[i]:
+                    continue
+                # forward: arc u -> v; backward: arc v -> u, i.e. direction d ^ 1 from v
+                if (cap[u, d] > 0) if forward else (cap[v, d ^ 1] > 0):
+                    mark[v] = stamp
+                    parent[v] = u
+                    pdir[v] = d
+                    queue[tail] = v
+                    tail += 1
+        if end < 0:
+            break
+        b = rt[end] if forward else rs[end]
+        v = end
+        while v != i:
+            u, d = parent[v], pdir[v]
+            b = min(b, cap[u, d] if forward else cap[v, d ^ 1])
+            v = u
+        count = _touch(end, touched, touched_list, count, cap, rs, rt, saved_cap, saved_rs, saved_rt)
+        if forward:
+            rt[end] -= b
+        else:
+            rs[end] -= b
+        v = end
+        while v != i:
+            u, d = parent[v], pdir[v]
+            count = _touch(u, touched, touched_list, count, cap, rs, rt, saved_cap, saved_rs, saved_rt)
+            count = _touch(v, touched, touched_list, count, cap, rs, rt, saved_cap, saved_rs, saved_rt)
+            if forward:  # flow u -> v
+                cap[u, d] -= b
+                cap[v, d ^ 1] += b
+            else:  # flow v -> u
+                cap[v, d ^ 1] -= b
+                cap[u, d] += b
+            v = u
+        total += b
+    for j in range(count):
+        n = touched_list[j]
+        for d in range(4):
+            cap[n, d] = saved_cap[n, d]
+        rs[n] = saved_rs[n]
+        rt[n] = saved_rt[n]
+        touched[n] = False
+    return total, stamp
+
+
+@njit(cache=True)
+def _workspace(cap, rs, rt):
+    N = cap.shape[0]
+    return (np.zeros(N, dtype=np.int64), np.empty(N, dtype=np.int64), np.empty(N, dtype=np.int64),
+            np.empty(N, dtype=np.int64), np.zeros(N, dtype=np.bool_), np.empty(N, dtype=np.int64),
+            np.empty_like(cap), np.empty_like(rs), np.empty_like(rt))
+
+
+@njit(cache=True)
+def _slack(bound):
+    # the flow counts as reaching the lone-flip bound within this round-off
+    return 1e-12 * (1.0 + abs(bound))
+
+
+@njit(cache=True)
 def flip_costs(cap, rs, rt, nbr, labels, clamp, cap0, rs0, rt0):
     """For every free node, the extra flow needed to force it to the other side of the cut.
 
@@ -191,83 +273,56 @@ def flip_costs(cap, rs, rt, nbr, labels, clamp, cap0, rs0, rt0):
     max flow from s to i, searched backwards from i within the source side. Each computation
     augments along shortest paths from i and is undone afterwards, so the residual is returned
     unchanged. Clamped nodes (``clamp >= 0``) get ``inf``.
+
+    ``cap0``, ``rs0``, ``rt0`` are the original capacities: flipping node i alone raises the cut
+    by ``delta_i``, an upper bound on the extra flow attained by a labelling, so the search stops
+    as soon as the flow pushed reaches it (to a relative 1e-12) and returns ``delta_i``, without
+    the exhaustive search that otherwise proves no augmenting path is left.
     """
     N = cap.shape[0]
     extra = np.zeros(N)
-    mark = np.zeros(N, dtype=np.int64)
+    work = _workspace(cap, rs, rt)
     stamp = 0
-    parent = np.empty(N, dtype=np.int64)
-    pdir = np.empty(N, dtype=np.int64)
-    queue = np.empty(N, dtype=np.int64)
-    touched = np.zeros(N, dtype=np.bool_)
-    touched_list = np.empty(N, dtype=np.int64)
-    saved_cap = np.empty_like(cap)
-    saved_rs = np.empty_like(rs)
-    saved_rt = np.empty_like(rt)
     for i in range(N):
         if clamp[i] >= 0:
             extra[i] = np.inf
             continue
-        forward = labels[i] == 1
         bound = _lone_flip(cap0, rs0, rt0, nbr, labels, i)
-        total = 0.0
-        count = 0
-        while total < bound - 1e-12 * (1.0 + abs(bound)):
-            stamp += 1
-            mark[i] = stamp
-            parent[i] = -1
-            queue[0] = i
-            head, tail = 0, 1
-            end = -1
-            while head < tail:
-                u = queue[head]
-                head += 1
-                if (rt[u] > 0) if forward else (rs[u] > 0):
-                    end = u
-                    break
-                for d in range(4):
-                    v = nbr[u, d]
-                    if v < 0 or mark[v] == stamp or labels[v] != labels[i]:
-                        continue
-                    # forward: arc u -> v; backward: arc v -> u, i.e. direction d ^ 1 from v
-                    if (cap[u, d] > 0) if forward else (cap[v, d ^ 1] > 0):
-                        mark[v] = stamp
-                        parent[v] = u
-                        pdir[v] = d
-                        queue[tail] = v
-                        tail += 1
-            if end < 0:
-                break
-            b = rt[end] if forward else rs[end]
-            v = end
-            while v != i:
-                u, d = parent[v], pdir[v]
-                b = min(b, cap[u, d] if forward else cap[v, d ^ 1])
-                v = u
-            count = _touch(end, touched, touched_list, count, cap, rs, rt, saved_cap, saved_rs, saved_rt)
-            if forward:
-                rt[end] -= b
-            else:
-                rs[end] -= b
-            v = end
-            while v != i:
-                u, d = parent[v], pdir[v]
-                count = _touch(u, touched, touched_list, count, cap, rs, rt, saved_cap, saved_rs, saved_rt)
-                count = _touch(v, touched, touched_list, count, cap, rs, rt, saved_cap, saved_rs, saved_rt)
-                if forward:  # flow u -> v
-                    cap[u, d] -= b
-                    cap[v, d ^ 1] += b
-                else:  # flow v -> u
-                    cap[v, d ^ 1] -= b
-                    cap[u, d] += b
-                v = u
-            total += b
-        extra[i] = min(total, bound) if total < bound - 1e-12 * (1.0 + abs(bound)) else bound
-        for j in range(count):
-            n = touched_list[j]
-            for d in range(4):
-                cap[n, d] = saved_cap[n, d]
-            rs[n] = saved_rs[n]
-            rt[n] = saved_rt[n]
-            touched[n] = False
+        total, stamp = _augment_from(i, bound - _slack(bound), cap, rs, rt, nbr, labels, work, stamp)
+        extra[i] = total if total < bound - _slack(bound) else bound
     return extra
+
+
+@njit(cache=True)
+def best_flip(cap, rs, rt, nbr, labels, clamp, cap0, rs0, rt0):
+    """The free node whose flip costs the least extra flow, and that cost (see :func:`flip_costs`).
+
+    Equal to the argmin of ``flip_costs`` (smallest index among equal costs) without computing
+    every cost: nodes are visited by increasing lone-flip bound and a node's augmentation stops
+    as soon as its flow exceeds the best cost found so far. Returns ``(-1, inf)`` when no node is free.
+    """
+    N = cap.shape[0]
+    bounds = np.full(N, np.inf)
+    for i in range(N):
+        if clamp[i] < 0:
+            bounds[i] = _lone_flip(cap0, rs0, rt0, nbr, labels, i)
+    order = np.argsort(bounds, kind="mergesort")
+    work = _workspace(cap, rs, rt)
+    stamp = 0
+    best, best_cost = -1, np.inf
+    for i in order:
+        if clamp[i] >= 0:
+            break  # the clamped nodes come last (infinite bound)
+        bound = bounds[i]
+        cutoff = best_cost + _slack(best_cost) if best_cost < np.inf else np.inf
+        limit = min(bound - _slack(bound), cutoff)
+        total, stamp = _augment_from(i, limit, cap, rs, rt, nbr, labels, work, stamp)
+        if total >= bound - _slack(bound):
+            cost = bound
+        elif total >= cutoff:
+            continue  # costs more than the best so far
+        else:
+            cost = total
+        if cost < best_cost or (cost == best_cost and i < best):
+            best, best_cost = i, cost
+    return best, best_cost

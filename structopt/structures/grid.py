@@ -220,26 +220,25 @@ class BinaryGrid(Structure):
         _, net = self._network(theta, "argmax")
         return _mincut.solve(net, self.backend).reshape(net.shape)
 
-    def _flip_values(self, full: GridPotentials, net: _mincut.GridNetwork, clamp: np.ndarray,
+    def _clamped_cut(self, full: GridPotentials, net: _mincut.GridNetwork, clamp: np.ndarray,
                      residual: _mincut.GridNetwork | None = None):
-        """Best labelling under the clamps, its score, every node's best score when flipped, the residual.
+        """MAP under the clamps (``clamp`` -1 free, else the forced label) by the package's Dinic.
 
         ``residual``: a max-flow residual of ``net`` under fewer clamps; the new clamps' infinite
         terminal arcs are added to it and the flow is augmented from there (a warm start).
+
+        Returns ``(labels, score, residual, clamped network)``.
         """
         clamped = _mincut.clamp_network(net, clamp)
         H, W = net.shape
-        nbr = kern.neighbours(H, W)
         if residual is None:
             labels, residual = _mincut.solve_dinic(clamped)
         else:
+            nbr = kern.neighbours(H, W)
             residual = _mincut.clamp_network(residual, clamp)
             kern.max_flow(residual.cap, residual.rs, residual.rt, nbr)
             labels = kern.source_side(residual.cap, residual.rs, nbr)
-        extra = kern.flip_costs(residual.cap, residual.rs, residual.rt, nbr, labels, clamp,
-                                clamped.cap, clamped.rs, clamped.rt)
-        best = self.score(full, labels.reshape(H, W))
-        return labels, best, best - extra, residual
+        return labels, self.score(full, labels.reshape(H, W)), residual, clamped
 
     def max_marginals(self, theta: GridPotentials) -> np.ndarray:
         """(H, W, 2) array: the best score of a labelling with pixel (r, c) set to each label.
@@ -251,11 +250,13 @@ class BinaryGrid(Structure):
         full, net = self._network(theta, "max_marginals")
         H, W = net.shape
         clamp = np.full(H * W, -1, dtype=np.int64)
-        labels, best, flipped, _ = self._flip_values(full, net, clamp)
+        labels, best, res, clamped = self._clamped_cut(full, net, clamp)
+        extra = kern.flip_costs(res.cap, res.rs, res.rt, kern.neighbours(H, W), labels, clamp,
+                                clamped.cap, clamped.rs, clamped.rt)
         mm = np.empty((H * W, 2))
         nodes = np.arange(H * W)
         mm[nodes, labels] = best
-        mm[nodes, 1 - labels] = flipped
+        mm[nodes, 1 - labels] = best - extra
         return mm.reshape(H, W, 2)
 
     def topk(self, theta: GridPotentials, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -263,10 +264,11 @@ class BinaryGrid(Structure):
 
         A part of the output space is a set of clamped pixels; its best labelling is a clamped
         min cut, and its second best flips the free pixel of highest max-marginal (any other
-        labelling of the part differs from the best at some free pixel). Each labelling returned
-        splits its part on that pixel into two parts, so k labellings cost about 2k clamped min
-        cuts, each warm-started from its parent part's residual network (one more clamp: a few
-        augmentations), and 2k max-marginal sweeps. Ties are broken by pixel index, deterministically.
+        labelling of the part differs from the best at some free pixel; ties go to the smallest
+        pixel index). Each labelling returned splits its part on that pixel into two parts, so k
+        labellings cost about 2k clamped min cuts, each warm-started from its parent part's
+        residual network (one more clamp: a few augmentations), and 2k searches for the best
+        flip, which only finish the augmentations of pixels that could beat the best so far.
 
         Returns
         -------
@@ -281,39 +283,41 @@ class BinaryGrid(Structure):
         if k == 1:  # plain MAP: no runner-up needed
             y = _mincut.solve(net, self.backend).reshape(1, H, W)
             return y, np.array([self.score(full, y[0])])
-        clamp = np.full(H * W, -1, dtype=np.int64)
-        labels, best, flipped, residual = self._flip_values(full, net, clamp)
-        outs, scores = [labels], [best]
+        nbr = kern.neighbours(H, W)
         heap: list = []
         counter = 0
 
-        def push(part_clamp: np.ndarray, part_labels: np.ndarray, part_flipped: np.ndarray,
-                 part_residual: _mincut.GridNetwork) -> None:
-            # the runner-up of a part whose best labelling has been output
+        def part(clamp: np.ndarray, labels_of_part: np.ndarray | None, residual: _mincut.GridNetwork | None):
+            # solve a part and queue its runner-up (the part's best has been, or is being, output)
             nonlocal counter
-            free = part_clamp < 0
-            if not free.any():
-                return
-            values = np.where(free, part_flipped, -np.inf)
-            node = int(np.argmax(values))
-            heapq.heappush(heap, (-float(values[node]), counter, node, part_clamp, part_labels, part_residual))
-            counter += 1
+            labels, best, residual, clamped = self._clamped_cut(full, net, clamp, residual)
+            if labels_of_part is None:
+                labels_of_part = labels
+            node, cost = kern.best_flip(residual.cap, residual.rs, residual.rt, nbr, labels, clamp,
+                                        clamped.cap, clamped.rs, clamped.rt)
+            if node >= 0:
+                heapq.heappush(heap, (-(best - cost), counter, int(node), clamp, labels_of_part, residual))
+                counter += 1
+            return labels, best
 
-        push(clamp, labels, flipped, residual)
+        clamp = np.full(H * W, -1, dtype=np.int64)
+        labels, best = part(clamp, None, None)
+        outs, scores = [labels], [best]
         while heap and len(outs) < k:
             _, _, node, part_clamp, part_labels, part_residual = heapq.heappop(heap)
-            keep = part_clamp.copy()
-            keep[node] = part_labels[node]
             flip = part_clamp.copy()
             flip[node] = 1 - part_labels[node]
-            new_labels, new_best, new_flipped, new_residual = self._flip_values(full, net, flip, part_residual)
+            if len(outs) + 1 == k:  # the last one: no need to queue its part's runner-up
+                new_labels, new_best, _, _ = self._clamped_cut(full, net, flip, part_residual)
+            else:
+                new_labels, new_best = part(flip, None, part_residual)
             outs.append(new_labels)
             scores.append(new_best)
             if len(outs) == k:
                 break
-            push(flip, new_labels, new_flipped, new_residual)
-            _, _, keep_flipped, keep_residual = self._flip_values(full, net, keep, part_residual)
-            push(keep, part_labels, keep_flipped, keep_residual)
+            keep = part_clamp.copy()
+            keep[node] = part_labels[node]
+            part(keep, part_labels, part_residual)
         order = np.argsort(-np.asarray(scores), kind="stable")
         return (np.array([outs[j] for j in order]).reshape(len(outs), H, W),
                 np.asarray(scores, dtype=float)[order])
