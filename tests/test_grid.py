@@ -137,6 +137,26 @@ def test_topk_matches_enumeration(grid):
             assert len({y.tobytes() for y in outs}) == len(outs)
 
 
+def test_best_flip_is_the_argmin_of_all_flip_costs():
+    from structopt.structures import _grid_kernels as kern
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        H, W = rng.integers(1, 7, size=2)
+        theta = random_grid(H, W, rng, integer=bool(rng.integers(2)))
+        net = _mincut.build_network(*BinaryGrid().check_potentials(theta))
+        clamp = np.where(rng.uniform(size=H * W) < 0.2, rng.integers(0, 2, size=H * W), -1)
+        clamped = _mincut.clamp_network(net, clamp)
+        labels, res = _mincut.solve_dinic(clamped)
+        args = (res.cap, res.rs, res.rt, kern.neighbours(H, W), labels, clamp, clamped.cap, clamped.rs, clamped.rt)
+        costs = kern.flip_costs(*args)
+        node, cost = kern.best_flip(*args)
+        if np.all(clamp >= 0):
+            assert node == -1 and cost == np.inf
+        else:
+            assert node == int(np.argmin(costs)) and cost == costs.min()
+
+
 def test_topk_with_ties_is_deterministic(grid):
     theta = GridPotentials(np.zeros((2, 3, 2)), np.zeros((2, 2)), np.zeros((2, 2)))  # all 64 labellings tie
     first = grid.topk(theta, 10)
