@@ -8,15 +8,27 @@ from structopt import _numba_cache  # noqa: F401  (first: points numba's cache a
 from structopt.errors import InvalidInputError, NotSupportedError, StructoptError
 from structopt.estimator import StructuredSVM
 from structopt.losses import BoxLoss, Hamming, Loss, MatchingHamming, WeightedHamming
-from structopt.models import BoxModel, ChainModel, FeatureModel, MatchingModel, Model, MultiClassModel, TreeModel
+from structopt.models import (
+    BoxModel,
+    ChainModel,
+    FeatureModel,
+    GridInput,
+    GridModel,
+    MatchingModel,
+    Model,
+    MultiClassModel,
+    TreeModel,
+)
 from structopt.problem import OracleResult, SSVMProblem
 from structopt.solvers import Result, get_solver
 from structopt.structures import (
+    BinaryGrid,
     BipartiteMatching,
     BoundingBox,
     BoxPotentials,
     Chain,
     ChainPotentials,
+    GridPotentials,
     LPStructure,
     MatchingPotentials,
     MultiClass,
@@ -30,38 +42,10 @@ from structopt.structures import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "BipartiteMatching",
-    "BoundingBox",
-    "BoxLoss",
-    "BoxModel",
-    "BoxPotentials",
-    "Chain",
-    "ChainModel",
-    "ChainPotentials",
-    "FeatureModel",
-    "Hamming",
-    "InvalidInputError",
-    "LPStructure",
-    "Loss",
-    "MatchingHamming",
-    "MatchingModel",
-    "MatchingPotentials",
-    "Model",
-    "MultiClass",
-    "MultiClassModel",
-    "MultiClassPotentials",
-    "NotSupportedError",
-    "OracleResult",
-    "Result",
-    "SSVMProblem",
-    "StructoptError",
-    "Structure",
-    "StructuredSVM",
-    "TreeModel",
-    "TreePotentials",
-    "TreeStructure",
-    "VectorPotentials",
-    "WeightedHamming",
-    "__version__",
-    "get_solver",
+    "BinaryGrid", "BipartiteMatching", "BoundingBox", "BoxLoss", "BoxModel", "BoxPotentials", "Chain", "ChainModel",
+    "ChainPotentials", "FeatureModel", "GridInput", "GridModel", "GridPotentials", "Hamming", "InvalidInputError",
+    "LPStructure", "Loss", "MatchingHamming", "MatchingModel", "MatchingPotentials", "Model", "MultiClass",
+    "MultiClassModel", "MultiClassPotentials", "NotSupportedError", "OracleResult", "Result", "SSVMProblem",
+    "StructoptError", "Structure", "StructuredSVM", "TreeModel", "TreePotentials", "TreeStructure",
+    "VectorPotentials", "WeightedHamming", "get_solver", "__version__",
 ]

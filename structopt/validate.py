@@ -26,7 +26,7 @@ from structopt.structures._minnorm import project_hull
 from structopt.structures.base import Potentials, Structure, flatten, inner, unflatten
 
 #: names accepted by :func:`random_instance` and :func:`check_builtin_structures`
-BUILTIN_STRUCTURES = ("chain", "multiclass", "matching", "box", "lp", "tree")
+BUILTIN_STRUCTURES = ("chain", "multiclass", "matching", "grid", "box", "lp", "tree")
 
 
 # --------------------------------------------------------------------------- report
@@ -157,7 +157,7 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
 
     Parameters
     ----------
-    structure_name : {"chain", "multiclass", "matching", "box", "lp", "tree"}
+    structure_name : {"chain", "multiclass", "matching", "grid", "box", "lp", "tree"}
     rng : Generator or seed
     integer : bool
         Integer potentials in [-3, 3] (ties) or uniform floats.
@@ -169,7 +169,9 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
         (default 3); ``lp``: ``n`` (default 5), an
         :class:`~structopt.structures.lp.LPStructure` selecting between lo and hi of n entries with at
         most a cap in a random window (an exact LP description); ``tree``: ``n_nodes`` (default 4),
-        ``n_states`` (default 2), ``shared`` (default False), a random forest (isolated nodes likely).
+        ``n_states`` (default 2), ``shared`` (default False), a random forest (isolated nodes likely);
+        ``grid``: ``height`` (default 2), ``width`` (default 3), ``shared`` (bool, default False:
+        per-edge tables); grid edges are made supermodular by raising theta(0, 0) where needed.
     """
     from structopt.structures.box import BoundingBox, BoxPotentials
     from structopt.structures.chain import Chain, ChainPotentials
@@ -204,12 +206,32 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
         S, m = structure.n_states, structure.n_edges
         like = structure.Potentials(np.zeros((structure.n_nodes, S)),
                                     np.zeros((S, S) if size.pop("shared", False) else (m, S, S)))
+    elif name == "grid":
+        from structopt.structures.grid import BinaryGrid, GridPotentials
+
+        H, W = int(size.pop("height", 2)), int(size.pop("width", 3))
+        shared = bool(size.pop("shared", False))
+        structure = BinaryGrid()
+        like = GridPotentials(np.zeros((H, W, 2)), np.zeros((2, 2) if shared else (H, W - 1, 2, 2)),
+                              np.zeros((2, 2) if shared else (H - 1, W, 2, 2)))
     else:
         raise InvalidInputError(f"no random instance for structure {structure_name!r}; "
                                 f"use one of {', '.join(repr(n) for n in BUILTIN_STRUCTURES)}")
     if size:
         raise InvalidInputError(f"unknown size arguments for {name}: {sorted(size)}")
-    return structure, random_like(like, rng, integer=integer)
+    theta = random_like(like, rng, integer=integer)
+    return structure, (_supermodular(theta) if name == "grid" else theta)
+
+
+def _supermodular(theta: Potentials) -> Potentials:
+    # raise theta(0, 0) of every grid edge table just enough for theta00 + theta11 >= theta01 + theta10
+    fields = [theta[0]]
+    for table in theta[1:]:
+        table = np.array(table, dtype=float)
+        w = table[..., 0, 0] + table[..., 1, 1] - table[..., 0, 1] - table[..., 1, 0]
+        table[..., 0, 0] += np.maximum(-w, 0.0)
+        fields.append(table)
+    return type(theta)(*fields)
 
 
 def _random_lp_structure(rng: np.random.Generator, n: int) -> Structure:
@@ -511,6 +533,14 @@ BUILTIN_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"n_nodes": 4, "n_states": 2},
         {"n_nodes": 5, "n_states": 2, "shared": True},
         {"n_nodes": 4, "n_states": 3},
+    ),
+    "grid": (
+        {"height": 1, "width": 1},
+        {"height": 1, "width": 4},
+        {"height": 2, "width": 2, "shared": True},
+        {"height": 2, "width": 3},
+        {"height": 3, "width": 3, "shared": True},
+        {"height": 3, "width": 4},
     ),
 }
 
