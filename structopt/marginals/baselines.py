@@ -216,15 +216,6 @@ def bp(mrf: PairwiseMRF, damping: float = 0.5, max_iter: int = 1000, tol: float 
                 time_limit=time_limit, progress=progress, method="bp")
 
 
-def _adjacency(mrf: PairwiseMRF) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CSR of incident edges per node: (indptr, edge ids, 1 if the node is the edge's first end)."""
-    ends = mrf.edges.ravel()
-    order = np.argsort(ends, kind="stable")
-    indptr = np.zeros(mrf.n_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(ends, minlength=mrf.n_nodes), out=indptr[1:])
-    return indptr, (order // 2).astype(np.int64), (order % 2 == 0).astype(np.int64)
-
-
 @njit(cache=True)
 def _mean_field_sweep(cards, offsets, edges, theta, indptr, adj_edge, adj_first, q):  # pragma: no cover
     """One sequential pass of naive mean-field updates; returns the largest change of q."""
@@ -298,7 +289,7 @@ def mean_field(mrf: PairwiseMRF, max_iter: int = 1000, tol: float = 1e-8, time_l
     q = rng.uniform(0.5, 1.5, size=mrf.dim)
     q[:mrf.n_node_entries] /= np.add.reduceat(q[:mrf.n_node_entries], mrf.offsets[:mrf.n_nodes])[
         mrf.block_of[:mrf.n_node_entries]]
-    indptr, adj_edge, adj_first = _adjacency(mrf)
+    indptr, adj_edge, adj_first = mrf.adjacency()
     edges = np.ascontiguousarray(mrf.edges)
     trace: list[dict] = []
     converged = False

@@ -81,17 +81,42 @@ def elimination_order(mrf: PairwiseMRF) -> list[int]:
     return order
 
 
-def _log_z_elimination(mrf: PairwiseMRF, order: list[int], unary: list[np.ndarray],
-                       max_table: int) -> float:
-    """log Z by summing variables out in ``order``; factors are (sorted scope, log-table)."""
-    factors: list[tuple[tuple[int, ...], np.ndarray]] = [((v,), unary[v]) for v in range(mrf.n_nodes)]
-    factors += [((int(a), int(b)), mrf.pairwise(e)) for e, (a, b) in enumerate(mrf.edges)]
-    by_var: dict[int, list[int]] = {v: [] for v in range(mrf.n_nodes)}
+def elimination_width(mrf: PairwiseMRF, order: list[int]) -> int:
+    """Entries of the largest table that eliminating in ``order`` creates (before summing out)."""
+    adj: list[set[int]] = [set() for _ in range(mrf.n_nodes)]
+    for a, b in mrf.edges.tolist():
+        adj[a].add(b)
+        adj[b].add(a)
+    largest = 1
+    for v in order:
+        nb = list(adj[v])
+        largest = max(largest, int(mrf.cards[v]) * math.prod(int(mrf.cards[u]) for u in nb))
+        for p in nb:
+            adj[p].discard(v)
+            adj[p].update(q for q in nb if q != p)
+    return largest
+
+
+def _eliminate(mrf: PairwiseMRF, theta: np.ndarray, order: list[int], unary: list[np.ndarray] | None,
+               max_table: int, maximize: bool) -> tuple[float, list[tuple[int, tuple[int, ...], np.ndarray]]]:
+    """Sum (log-sum-exp) or max out the variables in ``order``; factors are (sorted scope, log-table).
+
+    Returns the total and, when maximising, per eliminated variable its remaining scope and the
+    table of its best state given that scope (for backtracking).
+    """
+    n = mrf.n_nodes
+    if unary is None:
+        unary = [theta[mrf.offsets[v]:mrf.offsets[v + 1]] for v in range(n)]
+    factors: list[tuple[tuple[int, ...], np.ndarray]] = [((v,), unary[v]) for v in range(n)]
+    for e, (a, b) in enumerate(mrf.edges.tolist()):
+        factors.append(((a, b), theta[mrf.offsets[n + e]:mrf.offsets[n + e + 1]].reshape(mrf.cards[a], mrf.cards[b])))
+    by_var: dict[int, list[int]] = {v: [] for v in range(n)}
     for k, (scope, _) in enumerate(factors):
         for v in scope:
             by_var[v].append(k)
     alive = [True] * len(factors)
     total = 0.0
+    backtrack = []
     for v in order:
         ks = [k for k in by_var[v] if alive[k]]
         scope = sorted({u for k in ks for u in factors[k][0]})
@@ -104,8 +129,14 @@ def _log_z_elimination(mrf: PairwiseMRF, order: list[int], unary: list[np.ndarra
             fs, ft = factors[k]
             table = table + ft.reshape([int(mrf.cards[u]) if u in fs else 1 for u in scope])
             alive[k] = False
-        reduced = logsumexp(table, axis=scope.index(v))
+        axis = scope.index(v)
         new_scope = tuple(u for u in scope if u != v)
+        if maximize:
+            best = np.argmax(table, axis=axis)
+            reduced = np.take_along_axis(table, np.expand_dims(best, axis), axis=axis).squeeze(axis)
+            backtrack.append((v, new_scope, best))
+        else:
+            reduced = logsumexp(table, axis=axis)
         if new_scope:
             factors.append((new_scope, reduced))
             alive.append(True)
@@ -113,7 +144,42 @@ def _log_z_elimination(mrf: PairwiseMRF, order: list[int], unary: list[np.ndarra
                 by_var[u].append(len(factors) - 1)
         else:
             total += float(reduced)
-    return total
+    return total, backtrack
+
+
+def _log_z_elimination(mrf: PairwiseMRF, order: list[int], unary: list[np.ndarray], max_table: int) -> float:
+    return _eliminate(mrf, mrf.theta, order, unary, max_table, maximize=False)[0]
+
+
+def map_elimination(mrf: PairwiseMRF, theta: np.ndarray | None = None, order: list[int] | None = None,
+                    max_table: int = MAX_TABLE_ENTRIES) -> tuple[np.ndarray, float]:
+    """Exact MAP by max-product variable elimination (small treewidth).
+
+    Parameters
+    ----------
+    mrf : PairwiseMRF
+        Supplies the graph (and the potentials when ``theta`` is None).
+    theta : ndarray (D,), optional
+        Potentials to maximise in the flat layout.
+    order : list of int, optional
+        Elimination order (default: greedy min-fill).
+    max_table : int
+        Refuse orders that create larger tables.
+
+    Returns
+    -------
+    x : ndarray of int64 (N,)
+        A maximiser of Σ θ_i(x_i) + Σ θ_ij(x_i, x_j).
+    value : float
+        Its score (without the model's constant).
+    """
+    theta = mrf.theta if theta is None else np.asarray(theta, dtype=np.float64)
+    order = elimination_order(mrf) if order is None else order
+    value, backtrack = _eliminate(mrf, theta, order, None, max_table, maximize=True)
+    x = np.zeros(mrf.n_nodes, dtype=np.int64)
+    for v, scope, best in reversed(backtrack):
+        x[v] = best[tuple(int(x[u]) for u in scope)] if scope else int(best)
+    return x, value
 
 
 def exact_inference(mrf: PairwiseMRF, method: str = "auto", max_table: int = MAX_TABLE_ENTRIES) -> InferenceResult:

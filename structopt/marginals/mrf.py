@@ -140,6 +140,14 @@ class PairwiseMRF:
         """Number of neighbours of each node, shape (N,)."""
         return np.bincount(self.edges.ravel(), minlength=self.n_nodes).astype(np.int64)
 
+    def adjacency(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Incident edges per node in CSR form: (indptr (N+1,), edge ids, 1 where the node is the edge's first end)."""
+        ends = self.edges.ravel()
+        order = np.argsort(ends, kind="stable")
+        indptr = np.zeros(self.n_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ends, minlength=self.n_nodes), out=indptr[1:])
+        return indptr, (order // 2).astype(np.int64), (order % 2 == 0).astype(np.int64)
+
     def with_theta(self, theta: np.ndarray, constant: float | None = None) -> PairwiseMRF:
         """The same graph with other log-potentials (same flat layout)."""
         theta = np.asarray(theta, dtype=np.float64)

@@ -5,6 +5,9 @@ tables even when θ is submodular, so the 𝓜 oracle checks submodularity at ev
 
 - binary model whose θ̃ is submodular on every edge: min-cut (OR-Tools ``SimpleMaxFlow``, capacities
   scaled to int64; the float energy of the cut is checked against the flow);
+- otherwise, when a greedy min-fill elimination order creates no table larger than
+  ``max_elimination_table`` entries (2**16 by default: trees, chains, planar 10×10 grids): max-product
+  variable elimination, in floats (tens of milliseconds on a 10×10 grid);
 - otherwise: OR-Tools CP-SAT on the 0/1 program (one Boolean per binary variable and a product
   Boolean per edge; one-hot node and edge indicators for larger cardinalities), objective scaled to
   integers, warm-started from the previous solution, one worker. Measured: tens of binary
@@ -21,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
@@ -43,7 +47,7 @@ class OracleResult:
     assignment : ndarray or None
         The joint assignment x for 𝓜 oracles.
     solver : str
-        Which solver produced it ("mincut", "cpsat", "lp").
+        Which solver produced it ("mincut", "elimination", "cpsat", "lp").
     """
 
     vertex: np.ndarray
@@ -201,14 +205,21 @@ class MarginalPolytopeOracle:
         Supplies the graph and cardinalities; the potentials come with each call.
     time_limit : float, optional
         Per-call limit for CP-SAT; when hit, ``bound`` is CP-SAT's proven bound.
+    max_elimination_table : int
+        Use variable elimination when its largest table has at most this many entries.
     """
 
     polytope = "marginal"
 
-    def __init__(self, mrf: PairwiseMRF, time_limit: float | None = None) -> None:
+    def __init__(self, mrf: PairwiseMRF, time_limit: float | None = None,
+                 max_elimination_table: int = 1 << 16) -> None:
+        from structopt.marginals.exact import elimination_order, elimination_width
+
         self.mrf = mrf
         self._cpsat = _CpSatMap(mrf, time_limit)
-        self.calls = {"mincut": 0, "cpsat": 0}
+        self._order = elimination_order(mrf)
+        self._use_elimination = elimination_width(mrf, self._order) <= max_elimination_table
+        self.calls = {"mincut": 0, "elimination": 0, "cpsat": 0}
 
     def is_submodular(self, theta: np.ndarray, tol: float = 1e-10) -> bool:
         """True for a binary model whose every edge satisfies s00 + s11 ≥ s01 + s10 (maximisation)."""
@@ -228,6 +239,11 @@ class MarginalPolytopeOracle:
         if np.isfinite(theta).all() and self.is_submodular(theta):
             x, slack = _mincut_map(self.mrf, theta)
             proven, solver = None, "mincut"
+        elif self._use_elimination:
+            from structopt.marginals.exact import map_elimination
+
+            x, _ = map_elimination(self.mrf, theta, self._order)
+            slack, proven, solver = 1e-9 * (1.0 + float(np.abs(theta[np.isfinite(theta)]).sum())), None, "elimination"
         else:
             x, slack, proven = self._cpsat(theta)
             solver = "cpsat"
@@ -266,6 +282,59 @@ class LocalPolytopeOracle:
         # HiGHS' default feasibility and optimality tolerances are 1e-7
         bound = max(value, -float(res.fun)) + 1e-7 * (1.0 + np.abs(theta).sum() / max(self.mrf.dim, 1))
         return OracleResult(vertex, value, bound, None, "lp")
+
+
+@njit(cache=True)
+def _icm_kernel(cards, offsets, edges, theta, indptr, adj_edge, adj_first, x, max_sweeps):  # pragma: no cover
+    """Iterated conditional modes: set each x_i to its best state given its neighbours until stable."""
+    n = cards.size
+    buf = np.empty(cards.max())
+    for _ in range(max_sweeps):
+        changed = False
+        for i in range(n):
+            ci = cards[i]
+            for a in range(ci):
+                buf[a] = theta[offsets[i] + a]
+            for k in range(indptr[i], indptr[i + 1]):
+                e = adj_edge[k]
+                u, v = edges[e, 0], edges[e, 1]
+                cv = cards[v]
+                base = offsets[n + e]
+                for a in range(ci):
+                    if adj_first[k] == 1:
+                        buf[a] += theta[base + a * cv + x[v]]
+                    else:
+                        buf[a] += theta[base + x[u] * cv + a]
+            best = x[i]
+            for a in range(ci):
+                if buf[a] > buf[best]:
+                    best = a
+            if best != x[i]:
+                x[i] = best
+                changed = True
+        if not changed:
+            break
+    return x
+
+
+def icm(mrf: PairwiseMRF, theta: np.ndarray, x0: np.ndarray, max_sweeps: int = 100) -> np.ndarray:
+    """Approximate MAP by iterated conditional modes from ``x0``; the score never decreases.
+
+    Parameters
+    ----------
+    mrf : PairwiseMRF
+        Supplies the graph.
+    theta : ndarray (D,)
+        Potentials to maximise.
+    x0 : ndarray (N,)
+        Starting assignment.
+    max_sweeps : int
+        Maximum number of passes over the variables.
+    """
+    indptr, adj_edge, adj_first = mrf.adjacency()
+    x = mrf.validate_assignment(x0).copy()
+    return _icm_kernel(mrf.cards, mrf.offsets, np.ascontiguousarray(mrf.edges), np.asarray(theta, dtype=np.float64),
+                       indptr, adj_edge, adj_first, x, max_sweeps)
 
 
 def local_polytope_constraints(mrf: PairwiseMRF) -> tuple[csr_matrix, np.ndarray]:
