@@ -150,7 +150,8 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
     max_iter : int, optional
         Budget of oracle calls over the whole run.
     time_limit : float, optional
-        Seconds; checked after each oracle call.
+        Seconds; checked after each oracle call, and CP-SAT calls are cut to the time left (their
+        proven bound then enters the certificate).
     tol : float
         Stop the inner loop when the Frank-Wolfe gap over the full polytope is ≤ ``tol``.
     rho_iters : int
@@ -220,6 +221,9 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
             inner_done = False
             while not stop:
                 grad = theta - k_flat * (1.0 + np.log(x))  # θ̃ = ∇TRW
+                if time_limit is not None and polytope == "marginal":  # CP-SAT must not overrun the budget
+                    remaining = max(time_limit - (time.perf_counter() - start), 0.05)
+                    oracle.time_limit = remaining if oracle_time_limit is None else min(oracle_time_limit, remaining)
                 res = oracle(grad)
                 calls += 1
                 bar.update(1)

@@ -115,7 +115,7 @@ class _CpSatMap:
         self.hint: np.ndarray | None = None
 
     def __call__(self, theta: np.ndarray) -> tuple[np.ndarray, float, float | None]:
-        """Return (assignment, rounding slack, proven bound or None when optimal)."""
+        """Return (assignment, rounding slack, how far the proven bound exceeds it: None when optimal)."""
         from ortools.sat.python import cp_model
 
         mrf = self.mrf
@@ -178,6 +178,8 @@ class _CpSatMap:
             solver.parameters.max_time_in_seconds = float(self.time_limit)
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if status == cp_model.UNKNOWN and self.hint is not None:  # out of time: keep the last vertex, no bound
+                return self.hint.copy(), 0.0, np.inf
             raise RuntimeError(f"CP-SAT found no solution (status {solver.status_name(status)})")
         if mrf.is_binary():
             x = np.array([solver.value(v) for v in xs], dtype=np.int64)
@@ -220,6 +222,15 @@ class MarginalPolytopeOracle:
         self._order = elimination_order(mrf)
         self._use_elimination = elimination_width(mrf, self._order) <= max_elimination_table
         self.calls = {"mincut": 0, "elimination": 0, "cpsat": 0}
+
+    @property
+    def time_limit(self) -> float | None:
+        """Per-call CP-SAT limit in seconds (None: solve to optimality)."""
+        return self._cpsat.time_limit
+
+    @time_limit.setter
+    def time_limit(self, seconds: float | None) -> None:
+        self._cpsat.time_limit = seconds
 
     def is_submodular(self, theta: np.ndarray, tol: float = 1e-10) -> bool:
         """True for a binary model whose every edge satisfies s00 + s11 ≥ s01 + s10 (maximisation)."""
