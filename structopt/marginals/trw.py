@@ -138,5 +138,8 @@ def max_spanning_tree(mrf: PairwiseMRF, weights: np.ndarray) -> np.ndarray:
     i, j = mrf.edges[:, 0], mrf.edges[:, 1]
     graph = coo_matrix((cost, (i, j)), shape=(mrf.n_nodes, mrf.n_nodes)).tocsr()
     tree = minimum_spanning_tree(graph).tocoo()
-    chosen = {(min(a, b), max(a, b)) for a, b in zip(tree.row.tolist(), tree.col.tolist())}
-    return np.array([1.0 if (a, b) in chosen else 0.0 for a, b in mrf.edges.tolist()])
+    ids = coo_matrix((np.arange(1, mrf.n_edges + 1), (i, j)), shape=graph.shape).tocsr()
+    rows, cols = np.minimum(tree.row, tree.col), np.maximum(tree.row, tree.col)
+    chosen = np.zeros(mrf.n_edges)
+    chosen[np.asarray(ids[rows, cols]).ravel() - 1] = 1.0
+    return chosen
