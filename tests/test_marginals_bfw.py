@@ -265,6 +265,17 @@ def test_bfw_rho_optimisation_tightens_the_bound():
     assert max(t["rho_iter"] for t in tuned.trace) == 5
 
 
+def test_bfw_local_search_adds_icm_vertices_and_keeps_the_bound():
+    rng = np.random.default_rng(10)
+    mrf = ising_grid(3, 4, 3.0, rng)
+    exact = enumerate_inference(mrf)
+    plain = barrier_fw(mrf, rho="uniform", tol=1e-2)
+    searched = barrier_fw(mrf, rho="uniform", tol=1e-2, local_search=5)
+    assert searched.converged and searched.upper_bound >= exact.log_z - 1e-9
+    assert searched.log_z == pytest.approx(plain.log_z, abs=2e-2)
+    assert len(searched.trace) <= len(plain.trace)
+
+
 def test_bfw_budget_and_input_checks():
     rng = np.random.default_rng(8)
     mrf = ising_grid(3, 3, 2.0, rng)

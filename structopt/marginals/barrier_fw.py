@@ -99,7 +99,7 @@ def _correction(theta: np.ndarray, k_flat: np.ndarray, state: _ActiveSet, x: np.
         else:
             state.alpha[:k] *= 1.0 + gamma
             state.alpha[a] -= gamma
-            if gamma >= gamma_max:
+            if gamma >= gamma_max or state.alpha[a] < 0.0:  # the atom leaves the active set
                 state.alpha[a] = 0.0
         x = x + gamma * d
     x = state.point()
