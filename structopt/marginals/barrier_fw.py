@@ -71,10 +71,12 @@ class _ActiveSet:
 
 
 def _correction(theta: np.ndarray, k_flat: np.ndarray, state: _ActiveSet, x: np.ndarray, tol: float,
-                max_steps: int) -> tuple[np.ndarray, int]:
+                max_steps: int, deadline: float = np.inf) -> tuple[np.ndarray, int]:
     """Away-step Frank-Wolfe (Algorithm 3) over conv of the contracted atoms; returns (x, steps)."""
     steps = 0
     for steps in range(1, max_steps + 1):  # noqa: B007 - steps is reported
+        if time.perf_counter() > deadline:
+            break
         grad = k_flat * (1.0 + np.log(x)) - theta  # ∇f, f = −TRW
         k = state.size
         scores = (1.0 - state.delta) * (state.atoms[:k] @ grad) + state.delta * (state.atoms[0] @ grad)
@@ -107,11 +109,14 @@ def _correction(theta: np.ndarray, k_flat: np.ndarray, state: _ActiveSet, x: np.
 
 
 def _local_search(mrf: PairwiseMRF, theta: np.ndarray, k_flat: np.ndarray, state: _ActiveSet, x: np.ndarray,
-                  start: np.ndarray, steps: int, corr_tol: float | None, correction_steps: int) -> np.ndarray:
+                  start: np.ndarray, steps: int, corr_tol: float | None, correction_steps: int,
+                  deadline: float) -> np.ndarray:
     """Algorithm 6: Frank-Wolfe steps over 𝓜_δ with ICM (from the previous vertex) as the oracle."""
     assignment = start
     u0 = state.atoms[0]
     for _ in range(steps):
+        if time.perf_counter() > deadline:
+            break
         grad = theta - k_flat * (1.0 + np.log(x))
         assignment = icm(mrf, grad, assignment)
         vertex = mrf.vertex(assignment)
@@ -125,7 +130,7 @@ def _local_search(mrf: PairwiseMRF, theta: np.ndarray, k_flat: np.ndarray, state
         state.alpha[row] += gamma
         x = np.maximum(x + gamma * d, 1e-300)
         if corr_tol is not None:
-            x, _ = _correction(theta, k_flat, state, x, corr_tol, correction_steps)
+            x, _ = _correction(theta, k_flat, state, x, corr_tol, correction_steps, deadline)
     return x
 
 
@@ -182,6 +187,7 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
         upper_bound, time, solver); ``rho`` the final edge appearance probabilities.
     """
     start = time.perf_counter()
+    deadline = np.inf if time_limit is None else start + time_limit
     if polytope not in ("marginal", "local"):
         raise InvalidInputError(f"polytope must be 'marginal' or 'local', got {polytope!r}")
     if not np.isfinite(mrf.theta).all():
@@ -257,10 +263,10 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
                 x = np.maximum(x + gamma * d, 1e-300)
                 corr_tol = min(0.5 if gap >= 1.0 else 0.05, max(0.1 * gap, 0.1 * tol))
                 if correction:
-                    x, _ = _correction(theta, k_flat, state, x, corr_tol, correction_steps)
+                    x, _ = _correction(theta, k_flat, state, x, corr_tol, correction_steps, deadline)
                 if local_search and res.assignment is not None:
                     x = _local_search(mrf, theta, k_flat, state, x, res.assignment, local_search,
-                                      corr_tol if correction else None, correction_steps)
+                                      corr_tol if correction else None, correction_steps, deadline)
             converged = inner_done
             if stop or rho_iter == n_rho_updates:
                 break
@@ -269,7 +275,7 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
             rho_vec = rho_vec + 2.0 / (rho_iter + 3.0) * (vertex - rho_vec)
             k_flat = entropy_coefficients(mrf, rho_vec)
             if correction:
-                x, _ = _correction(theta, k_flat, state, x, min(0.05, tol), correction_steps)
+                x, _ = _correction(theta, k_flat, state, x, min(0.05, tol), correction_steps, deadline)
     finally:
         bar.close()
     objective = float(trw_value(theta, k_flat, x)) + mrf.constant
