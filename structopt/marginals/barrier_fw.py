@@ -158,7 +158,7 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
         Seconds; checked after each oracle call, and CP-SAT calls are cut to the time left (their
         proven bound then enters the certificate).
     tol : float
-        Stop the inner loop when the Frank-Wolfe gap over the full polytope is ≤ ``tol``.
+        Stop the inner loop when the certified Frank-Wolfe gap over the full polytope is ≤ ``tol``.
     rho_iters : int
         Number of ρ updates for ``rho="optimize"`` (none on a forest, where ρ ≡ 1 is exact).
     delta_init : float
@@ -183,8 +183,8 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
     InferenceResult
         ``log_z`` = TRW at the final iterate (natural log, constant included); ``upper_bound`` = the
         smallest TRW + certified gap seen (an upper bound on log Z for ρ in 𝕋 and an exact oracle);
-        ``trace`` has one record per oracle call (iteration, rho_iter, objective, gap, delta,
-        upper_bound, time, solver); ``rho`` the final edge appearance probabilities.
+        ``trace`` has one record per oracle call (iteration, rho_iter, objective, gap,
+        certified_gap, delta, upper_bound, time, solver); ``rho`` the final edge appearance probabilities.
     """
     start = time.perf_counter()
     deadline = np.inf if time_limit is None else start + time_limit
@@ -234,21 +234,23 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
                 calls += 1
                 bar.update(1)
                 gx = float(grad @ x)
-                gap = res.value - gx
+                gap = res.value - gx  # FW gap from the returned vertex
+                certified_gap = res.bound - gx  # ≥ the true gap, also when CP-SAT stopped early
                 gap_u = float(grad @ u0) - gx
                 objective = float(trw_value(theta, k_flat, x))
-                upper = min(upper, objective + res.bound - gx)
+                upper = min(upper, objective + certified_gap)
                 trace.append({"iteration": calls, "rho_iter": rho_iter, "objective": objective + mrf.constant,
-                              "gap": gap, "delta": state.delta, "upper_bound": upper + mrf.constant,
+                              "gap": gap, "certified_gap": certified_gap, "delta": state.delta,
+                              "upper_bound": upper + mrf.constant,
                               "time": time.perf_counter() - start, "solver": res.solver})
-                if gap <= tol:
+                if certified_gap <= tol:
                     inner_done = True
                 if (max_iter is not None and calls >= max_iter) or (
                         time_limit is not None and time.perf_counter() - start >= time_limit):
                     stop = True
                 if inner_done or stop:
                     break
-                if fixed_delta is None and gap_u < 0.0:  # Algorithm 1
+                if fixed_delta is None and gap_u < 0.0 and gap > 0.0:  # Algorithm 1 (g ≤ 0 only if inexact)
                     proposal = gap / (-4.0 * gap_u)
                     if proposal < state.delta:
                         new_delta = min(proposal, state.delta / 2.0)
