@@ -9,13 +9,15 @@ tables even when θ is submodular, so the 𝓜 oracle checks submodularity at ev
   ``max_elimination_table`` entries (2**16 by default: trees, chains, planar 10×10 grids): max-product
   variable elimination, in floats (tens of milliseconds on a 10×10 grid);
 - otherwise, when the local-polytope LP (HiGHS) has an integral optimum: that optimum (it is a
-  vertex of 𝓜; nearly submodular models such as perturbed Potts segmentations often qualify);
+  vertex of 𝓜; it is exact on trees, and occasionally hits on perturbed Potts segmentations);
 - otherwise: OR-Tools CP-SAT on the 0/1 program (one Boolean per binary variable and a product
   Boolean per edge; one-hot node and edge indicators for larger cardinalities), objective scaled to
-  integers, warm-started from the previous solution, one worker. Measured: tens of binary
-  variables take milliseconds; the shipped frustrated 10×10 grids (100 variables, 180-200 edges,
-  couplings up to |4.2|) take about 0.5-1 s per call; larger frustrated models grow quickly
-  (give ``time_limit``: then CP-SAT's proven bound enters the certificate).
+  integers, warm-started from the previous solution, one worker. Measured on one (shared) core:
+  tens of binary variables take milliseconds; the shipped frustrated 10×10 toroidal grids (100
+  variables, 200 edges, couplings up to |4.2|) 0.6-1.5 s per call; the 230-variable, 620-edge
+  segmentation models with perturbed (non-submodular) potentials 0.4-1 s per call. Beyond a few
+  hundred binary variables with frustrated couplings it grows quickly (give ``time_limit``: then
+  CP-SAT's proven bound enters the certificate).
 
 Every oracle reports ``value`` = ⟨θ̃, vertex⟩ and a ``bound`` ≥ max over the polytope of ⟨θ̃, μ⟩
 (value plus the integer rounding slack, or the solver's proven bound when stopped early).
