@@ -20,7 +20,7 @@ from structopt.marginals import (
     trbp,
     trw_objective,
 )
-from structopt.marginals.barrier_fw import _ActiveSet
+from structopt.marginals.barrier_fw import _ActiveSet, _correction
 from structopt.marginals.oracles import icm
 from structopt.marginals.trw import (
     entropy_coefficients,
@@ -204,6 +204,26 @@ def test_delta_remap_keeps_the_point():
     state.shrink_delta(0.05)
     np.testing.assert_allclose(state.point(), before, atol=1e-14)
     assert state.alpha[:state.size].min() >= 0 and state.alpha[:state.size].sum() == pytest.approx(1.0)
+
+
+def test_away_step_correction_keeps_a_convex_combination_and_improves():
+    rng = np.random.default_rng(11)
+    mrf = ising_grid(2, 3, 2.0, rng)
+    k_flat = entropy_coefficients(mrf, spanning_tree_rho(mrf))
+    state = _ActiveSet.start(mrf.uniform(), 0.01)
+    for x in itertools.islice(itertools.product(range(2), repeat=6), 0, 64, 5):
+        state.index(mrf.vertex(np.array(x)), bytes(x))
+    state.alpha[:state.size] = rng.dirichlet(np.ones(state.size))
+    x0 = state.point()
+    x, steps = _correction(mrf.theta, k_flat, state, x0, 1e-6, 500)
+    alpha = state.alpha[:state.size]
+    assert alpha.min() >= 0 and alpha.sum() == pytest.approx(1.0)
+    assert (alpha == 0).any()  # away steps dropped atoms
+    np.testing.assert_allclose(x, state.point(), atol=1e-12)
+    assert trw_value(mrf.theta, k_flat, x) > trw_value(mrf.theta, k_flat, x0)
+    grad = mrf.theta - k_flat * (1 + np.log(x))  # optimal over the hull: no atom improves by more than tol
+    atoms = (1 - state.delta) * state.atoms[:state.size] + state.delta * state.atoms[0]
+    assert (atoms @ grad).max() - grad @ x <= 1e-6 and steps < 500
 
 
 # ---------------------------------------------------------------------- barrier Frank-Wolfe
