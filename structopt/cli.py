@@ -1,4 +1,5 @@
-"""Command line: ``structopt train TASK ...`` (ocr, conll, alignment, horses), ``structopt check [STRUCTURE ...]``."""
+"""Command line: ``structopt train TASK ...`` (ocr, conll, alignment, horses, localization),
+``structopt check [STRUCTURE ...]`` and ``structopt infer FILE.uai``."""
 
 from __future__ import annotations
 
@@ -365,6 +366,31 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _infer(args: argparse.Namespace) -> int:
+    from structopt.marginals.infer import infer
+    from structopt.marginals.uai import read_pr, write_mar
+
+    options: dict[str, Any] = {}
+    if args.method != "exact":
+        options["progress"] = not args.no_progress
+        if args.time_limit is not None:
+            options["time_limit"] = args.time_limit
+    start = time.perf_counter()
+    result = infer(args.file, args.method, **options)
+    seconds = time.perf_counter() - start
+    out = Path(args.out or f"{Path(args.file).name}.{args.method}.MAR")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_mar(out, result.marginals)
+    line = f"{Path(args.file).name} {args.method}: log Z {result.log_z:.6f}"
+    if result.upper_bound is not None:
+        line += f" (upper bound {result.upper_bound:.6f})"
+    reference = Path(f"{args.file}.PR")
+    if reference.exists():
+        line += f" | exact {read_pr(reference):.6f}"
+    print(f"{line} | {seconds:.2f}s | converged {result.converged} | marginals in {out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
 class _Parser(argparse.ArgumentParser):
     """Usage errors on one line (the subcommands' parsers inherit this class)."""
@@ -437,6 +463,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"structure names: {', '.join(BUILTIN_STRUCTURES)} (default: all)")
     check.add_argument("--seed", type=_number(int, 0, True, "an integer >= 0"), default=0)
     check.set_defaults(run=_check)
+
+    infer = sub.add_parser("infer", parents=[debug], help="log Z and marginals of a UAI pairwise model",
+                           description="Reads a UAI MARKOV file, prints the natural log Z estimate and the time, "
+                                       "and writes single-node marginals in the UAI .MAR layout.")
+    infer.add_argument("file", help="the .uai file")
+    infer.add_argument("--method", default="bfw", choices=["bfw", "trbp", "bp", "mf", "exact"],
+                       help="bfw: Barrier Frank-Wolfe over the marginal polytope (default); trbp, bp, mf: "
+                            "message passing; exact: variable elimination (small treewidth only)")
+    infer.add_argument("--out", default=None, help="marginals file (default FILE.METHOD.MAR in the current directory)")
+    infer.add_argument("--time-limit", type=_number(float, 0.0, False, "a finite number > 0"), default=None,
+                       help="seconds (not for exact)")
+    infer.add_argument("--no-progress", action="store_true", help="no progress bar")
+    infer.set_defaults(run=_infer)
     return parser
 
 

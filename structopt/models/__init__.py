@@ -9,4 +9,7 @@ from structopt.models.matching import MatchingModel
 from structopt.models.multiclass import MultiClassModel
 from structopt.models.tree import TreeModel
 
-__all__ = ["BoxModel", "ChainModel", "FeatureModel", "GridInput", "GridModel", "MatchingModel", "Model", "MultiClassModel", "TreeModel"]
+__all__ = [
+    "BoxModel", "ChainModel", "FeatureModel", "GridInput", "GridModel", "MatchingModel", "Model", "MultiClassModel",
+    "TreeModel",
+]

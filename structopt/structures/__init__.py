@@ -9,6 +9,8 @@ from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 from structopt.structures.multiclass import MultiClass, MultiClassPotentials
 from structopt.structures.tree import TreePotentials, TreeStructure
 
-__all__ = ["BinaryGrid", "BipartiteMatching", "BoundingBox", "BoxPotentials", "Chain", "ChainPotentials", "GridPotentials", "LPStructure",
-           "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Polytope", "Structure", "TreePotentials",
-           "TreeStructure", "VectorPotentials", "add", "flatten", "inner", "scale", "unflatten"]
+__all__ = [
+    "BinaryGrid", "BipartiteMatching", "BoundingBox", "BoxPotentials", "Chain", "ChainPotentials", "GridPotentials",
+    "LPStructure", "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Polytope", "Structure",
+    "TreePotentials", "TreeStructure", "VectorPotentials", "add", "flatten", "inner", "scale", "unflatten",
+]
