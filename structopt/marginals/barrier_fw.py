@@ -135,7 +135,7 @@ def _local_search(mrf: PairwiseMRF, theta: np.ndarray, k_flat: np.ndarray, state
 
 
 def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarray = "optimize",
-               max_iter: int | None = None, time_limit: float | None = None, tol: float = 0.5,
+               max_iter: int | None = 2000, time_limit: float | None = None, tol: float = 0.5,
                rho_iters: int = 10, delta_init: float = 0.01, fixed_delta: float | None = None,
                correction: bool = True, correction_steps: int = 200, local_search: int = 0,
                oracle_time_limit: float | None = None, progress: bool = False) -> InferenceResult:
@@ -152,8 +152,9 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
         trees (matrix-tree theorem). ``optimize``: start there and take ``rho_iters`` Frank-Wolfe
         steps over the spanning-tree polytope (step 2/(i+3), vertex = maximum-weight spanning tree
         on the mutual information). An array fixes ρ (no certified bound then).
-    max_iter : int, optional
-        Budget of oracle calls over the whole run.
+    max_iter : int or None
+        Budget of oracle calls over the whole run (None: no limit; a tolerance below the oracle's
+        certified resolution, e.g. the LP's 1e-7, is then never met).
     time_limit : float, optional
         Seconds; checked after each oracle call, and CP-SAT calls are cut to the time left (their
         proven bound then enters the certificate).
