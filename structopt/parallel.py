@@ -337,7 +337,7 @@ class DaskExecutor(Executor):
             self.client, self._own_client = target, False
         elif target == "dask":
             self._cluster = distributed.LocalCluster(n_workers=n_workers or 1, threads_per_worker=1,
-                                                     processes=processes, dashboard_address=None,
+                                                     processes=processes, dashboard_address=":0",
                                                      silence_logs=40)
             self.client = distributed.Client(self._cluster, set_as_default=False)
         else:
