@@ -3,6 +3,11 @@ mini-batch BCFW; option validation; checkpoints across executors."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 from _reference import random_chain_problem, random_multiclass_problem
@@ -11,12 +16,13 @@ import structopt as so
 from structopt.errors import InvalidInputError
 from structopt.losses import MatchingHamming
 from structopt.models.matching import MatchingModel
-from structopt.parallel import ProcessExecutor, chunk_bounds, open_executor
+from structopt.parallel import ParallelError, ProcessExecutor, chunk_bounds, open_executor
 from structopt.solvers import bcfw, casimir_svrg, dual_extragradient, frank_wolfe, sgd, ssg, svrg
 from structopt.solvers._blocks import BlockState, PythonBlockUpdater
 from structopt.solvers._minibatch import MiniBatchUpdater
 
 distributed = pytest.importorskip("distributed")
+dask = pytest.importorskip("dask")
 
 
 def matching_problem(seed: int = 0, n: int = 8) -> so.SSVMProblem:
@@ -198,3 +204,79 @@ def test_checkpoint_resumes_across_executors(client, problems, tmp_path):
     assert_same_trace(whole.trace, resumed.trace)
     with pytest.raises(InvalidInputError, match="solver options"):
         bcfw(problem, max_passes=4, batch_size=2, random_state=0, resume=path)
+
+
+# --------------------------------------------------------------------------- faults
+class SlowHamming(so.Hamming):
+    """Hamming loss whose evaluation sleeps: makes an oracle pass last long enough to kill a worker in it."""
+
+    def __call__(self, y_true, y_pred) -> float:
+        time.sleep(0.03)
+        return super().__call__(y_true, y_pred)
+
+
+def slow_problem() -> so.SSVMProblem:
+    fast = random_chain_problem(4, n=24, max_len=4)
+    return so.SSVMProblem(fast.model, fast.X, fast.Y, SlowHamming(), fast.lam)
+
+
+def kill_during_second_pass(pids: list[int], victims: list[int]):
+    """A callback that, at the first evaluation, schedules a SIGKILL of ``pids[0]`` 0.2 s into the next pass."""
+    def callback(w):
+        if not victims:
+            victims.append(pids[0])
+            threading.Timer(0.2, os.kill, (pids[0], signal.SIGKILL)).start()
+        return {}
+    return callback
+
+
+def assert_dead(pid: int) -> None:
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.slow
+def test_killed_dask_worker_mid_pass_gives_the_serial_trace():
+    problem = slow_problem()
+    serial = frank_wolfe(problem, max_passes=3, fused=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=50) as cluster, distributed.Client(cluster, set_as_default=False) as c:
+        victims: list[int] = []
+        pids = list(c.run(os.getpid).values())
+        result = frank_wolfe(problem, max_passes=3, fused=False, executor=c,
+                             callback=kill_during_second_pass(pids, victims))
+        assert_dead(victims[0])
+    assert_same_trace(serial.trace, result.trace)  # the lost chunk was rebuilt and its task rerun
+
+
+@pytest.mark.slow
+def test_killed_process_worker_mid_pass_gives_the_serial_trace():
+    problem = slow_problem()
+    serial = frank_wolfe(problem, max_passes=3, fused=False)
+    victims: list[int] = []
+    with ProcessExecutor(problem, 2) as pool:
+        pool.mean_hinge(problem.model.zeros())  # workers up
+        result = frank_wolfe(problem, max_passes=3, fused=False, executor=pool,
+                             callback=kill_during_second_pass(pool.worker_pids(), victims))
+        assert victims[0] not in pool.worker_pids(), "the broken pool was replaced"
+    assert_dead(victims[0])
+    assert_same_trace(serial.trace, result.trace)
+
+
+@pytest.mark.slow
+def test_worker_loss_beyond_retries_fails_clearly_and_the_checkpoint_resumes(tmp_path):
+    problem = slow_problem()
+    serial = frank_wolfe(problem, max_passes=3, fused=False)
+    path = tmp_path / "fw.ckpt"
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                     silence_logs=50) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as c:
+        victims: list[int] = []
+        pids = list(c.run(os.getpid).values())
+        with pytest.raises(ParallelError, match="died"):
+            frank_wolfe(problem, max_passes=3, fused=False, executor=c, checkpoint=path,
+                        callback=kill_during_second_pass(pids, victims))
+    resumed = frank_wolfe(problem, max_passes=3, fused=False, resume=path)
+    assert_same_trace(serial.trace, resumed.trace)
