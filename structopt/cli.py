@@ -114,6 +114,9 @@ def _train(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"max_passes": args.passes, "progress": not args.no_progress}
     if "random_state" in accepted:
         options["random_state"] = args.seed
+    if args.scheduler is not None or args.workers is not None:
+        options["executor"] = args.scheduler or "dask"
+        options["n_workers"] = args.workers
     if args.checkpoint:
         options["checkpoint"] = args.checkpoint
         if Path(args.checkpoint).exists():
@@ -165,6 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "the rest")
     train.add_argument("--out", default=None, help="directory for trace.json and convergence.png (runs/TASK)")
     train.add_argument("--checkpoint", default=None, help="save state here; resume from it if it exists")
+    train.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="run the batch passes on a local dask cluster of N worker processes (needs the [dask] "
+                            "extra); with --scheduler, the number of chunks (default: the cluster's workers)")
+    train.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="run the batch passes on the dask cluster at ADDRESS (e.g. tcp://host:8786)")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--n-train", type=int, default=None, help="use only the first N training examples")
     train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")

@@ -3,6 +3,7 @@ mini-batch BCFW; option validation; checkpoints across executors."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -13,6 +14,7 @@ import pytest
 from _reference import random_chain_problem, random_multiclass_problem
 
 import structopt as so
+from structopt.cli import main
 from structopt.errors import InvalidInputError
 from structopt.losses import MatchingHamming
 from structopt.models.matching import MatchingModel
@@ -204,6 +206,25 @@ def test_checkpoint_resumes_across_executors(client, problems, tmp_path):
     assert_same_trace(whole.trace, resumed.trace)
     with pytest.raises(InvalidInputError, match="solver options"):
         bcfw(problem, max_passes=4, batch_size=2, random_state=0, resume=path)
+
+
+# --------------------------------------------------------------------------- command line
+def _train(tmp_path, name, *args) -> dict:
+    out = tmp_path / name
+    assert main(["train", "ocr", "--n-train", "40", "--passes", "2", "--solver", "fw", "--out", str(out),
+                 "--no-progress", *args]) == 0
+    return json.loads((out / "trace.json").read_text())
+
+
+def test_cli_runs_on_a_dask_scheduler(client, tmp_path):
+    serial = _train(tmp_path, "serial")
+    remote = _train(tmp_path, "remote", "--scheduler", client.scheduler.address, "--workers", "2")
+    assert_same_trace(serial["trace"], remote["trace"])
+
+
+def test_cli_refuses_bad_worker_counts(tmp_path, capsys):
+    assert main(["train", "ocr", "--n-train", "5", "--workers", "0", "--out", str(tmp_path), "--no-progress"]) == 2
+    assert "n_workers" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- faults
