@@ -101,6 +101,12 @@ def block_oracles(problem: SSVMProblem, w: np.ndarray, indices: Sequence[int]
     return out
 
 
+def echo(problem: SSVMProblem, w: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """No oracle work, an answer shaped like :func:`fw_corner`'s: what a round costs on an executor
+    besides the oracles (scheduling, sending ``w``, returning a weight-sized sum)."""
+    return np.zeros_like(np.asarray(w, dtype=float)), 0.0, 0.0
+
+
 def predict(problem: SSVMProblem, X: Sequence[Any], w: np.ndarray) -> list[Any]:
     """MAP outputs for the inputs ``X`` (see :meth:`SSVMProblem.predict`)."""
     return problem.predict(X, w)

@@ -132,6 +132,13 @@ class Executor:
     def _same(self, *args: Any) -> list[tuple]:
         return [args] * self.n_chunks
 
+    def run_pass(self, name: str, *args: Any) -> list[Any]:
+        """Run the pass ``structopt.batch.<name>(chunk, *args)`` on every chunk; the answers in chunk order
+        (unreduced: for measurements and for passes without a method here)."""
+        if not callable(getattr(batch, name, None)):
+            raise InvalidInputError(f"name: structopt.batch has no pass {name!r}")
+        return self._map(name, self._same(*args))
+
     def hinge_losses(self, w: np.ndarray) -> np.ndarray:
         """``H_i(w)`` for every example (see :meth:`SSVMProblem.hinge_losses`)."""
         return np.concatenate(self._map("hinge_values", self._same(np.asarray(w, dtype=float))))
