@@ -96,9 +96,6 @@ class Executor:
     order) and :meth:`close`; the passes below are shared.
     """
 
-    #: whether passes leave this process
-    parallel = False
-
     def __init__(self, problem: SSVMProblem, bounds: np.ndarray):
         self.problem = problem
         self.bounds = bounds
@@ -251,8 +248,6 @@ class _ModelOnly:
 class ProcessExecutor(Executor):
     """``n_workers`` local processes; each receives the chunks once, when it starts."""
 
-    parallel = True
-
     def __init__(self, problem: SSVMProblem, n_workers: int):
         specs = chunk_specs(problem, n_workers)
         super().__init__(problem, np.array([s.start for s in specs] + [specs[-1].stop], dtype=np.int64))
@@ -333,8 +328,6 @@ class DaskExecutor(Executor):
         LocalCluster only: worker processes (default) or threads in this process (cheap to start;
         enough when the oracles release the GIL or for tests).
     """
-
-    parallel = True
 
     def __init__(self, problem: SSVMProblem, target: Any, n_workers: int | None = None, processes: bool = True):
         distributed = _import_distributed()
