@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -195,6 +196,12 @@ def test_minibatch_fixed_step_and_uniform_sampling_stay_feasible(problems):
 def test_bad_parallel_options_are_refused(problems, options, match):
     with pytest.raises(InvalidInputError, match=match):
         bcfw(problems["chain"], max_passes=1, **options)
+
+
+def test_missing_dask_is_named(problems, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # makes `import distributed` fail
+    with pytest.raises(InvalidInputError, match=r"dask is not installed.*\[dask\]"):
+        frank_wolfe(problems["chain"], max_passes=1, executor="dask")
 
 
 def test_checkpoint_resumes_across_executors(client, problems, tmp_path):

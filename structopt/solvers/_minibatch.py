@@ -11,7 +11,8 @@ direction the dual is a concave quadratic with slope ``g_B = sum_{i in B} g_i`` 
 block gaps, each >= 0) and curvature ``||sum_{i in B} A_i^T d_i||^2 / (lam n^2)``, so the exact
 line search ``gamma = clip(g_B / curvature, 0, 1)`` never decreases the dual: the state stays a
 feasible dual point and the gap of :func:`~structopt.solvers.bcfw.bcfw` stays a certified bound.
-Without line search the step is the paper's ``2 n tau / (tau^2 K + 2 n)`` after ``K`` batches.
+Without line search the step is the paper's ``2 n tau / (tau^2 K + 2 n)`` with ``K = k / tau``
+for ``k`` oracle calls so far (the number of batches when every batch is full).
 
 A block drawn twice in one batch (possible at a permutation boundary or with uniform sampling)
 is stepped once: both oracle answers are the same point. Weighted averaging counts a batch of
