@@ -16,10 +16,10 @@ a :class:`distributed.Client` or a scheduler address (``"tcp://host:8786"``)
     client of its own for the run.
 
 The examples are split into ``n_chunks`` contiguous chunks, each a sub-problem built once on a
-worker and kept there; a round sends the weights and gets back sums (a weight-space vector and
-scalars, or compact statistics) which are added in chunk order. The passes themselves are the
-functions of :mod:`structopt.batch`, so every executor computes the same numbers, up to the order
-of floating-point additions.
+worker (from data shipped once, with its build task) and kept there; a round sends the weights and
+gets back sums (a weight-space vector and scalars, or compact statistics) added in chunk order.
+The passes themselves are the functions of :mod:`structopt.batch`, so every executor computes the
+same numbers, up to the order of floating-point additions.
 
 Faults: a pass is a pure function of the weights, so a pass that loses a worker is simply rerun.
 dask does that itself (a chunk lost with its worker is rebuilt from its task); a broken process
@@ -35,6 +35,7 @@ import itertools
 import multiprocessing
 import numbers
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -355,10 +356,15 @@ class DaskExecutor(Executor):
         specs = chunk_specs(problem, n_workers or len(workers))
         super().__init__(problem, np.array([s.start for s in specs] + [specs[-1].stop], dtype=np.int64))
         self._killed = distributed.KilledWorker
-        # one chunk per worker, round robin; allow_other_workers so a lost chunk is rebuilt elsewhere
-        self._chunks = [self.client.submit(_build_chunk, spec, pure=False, workers=[workers[c % len(workers)]],
-                                           allow_other_workers=True)
-                        for c, spec in enumerate(specs)]
+        # One chunk per worker, round robin. The chunk's examples travel once, inside its build task
+        # (rather than client.scatter): the scheduler keeps the task, so a chunk lost with its worker
+        # is rebuilt elsewhere (allow_other_workers) and the pass goes on. Scattered data has no such
+        # lineage. The price is the data's size in the scheduler's memory, hence the silenced warning.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+            self._chunks = [self.client.submit(_build_chunk, spec, pure=False, workers=[workers[c % len(workers)]],
+                                               allow_other_workers=True)
+                            for c, spec in enumerate(specs)]
         self._gather(self._chunks)  # fail now, not in the first pass, if a chunk cannot be built
 
     def _gather(self, futures: list) -> list[Any]:

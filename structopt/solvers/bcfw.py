@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from structopt.errors import NotSupportedError
 from structopt.fused import select_fused
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
@@ -111,6 +112,9 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
     saved = monitor.load()
     if saved is not None:
         state, rng = saved["state"], saved["rng"]
+    if batch_size > 1 and fused:
+        raise NotSupportedError("bcfw: mini-batches (batch_size > 1) decode through the generic oracles; "
+                                "fused=True cannot be honoured")
     updater = (make_block_updater(problem, state, fused) if batch_size == 1
                else MiniBatchUpdater(problem, state, executor, batch_size))
     if updater.compiled:
@@ -135,6 +139,8 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
     monitor.close()
     return Result(w_report.copy(), monitor.trace, {"stop_reason": monitor.stop_reason, "fused": updater.compiled,
                                                    "state": state})
+
+
 @solver("frank_wolfe", line_search=one_of(True, False))
 def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = True, tol: float = 0.0,
                 time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
