@@ -6,8 +6,8 @@ A solver declares ``executor=`` and ``n_workers=`` (see :mod:`structopt.solvers.
 ``None``
     Serial, in this process (the default).
 ``"processes"``
-    ``n_workers`` local processes (:class:`concurrent.futures.ProcessPoolExecutor`, started by a
-    fork server); no extra dependency.
+    ``n_workers`` local processes (one-process :class:`concurrent.futures.ProcessPoolExecutor`
+    pools started by a fork server, one per chunk); no extra dependency.
 ``"dask"``
     A :class:`distributed.LocalCluster` of ``n_workers`` single-threaded worker processes,
     started for the run and closed after it.
@@ -22,8 +22,8 @@ The passes themselves are the functions of :mod:`structopt.batch`, so every exec
 same numbers, up to the order of floating-point additions.
 
 Faults: a pass is a pure function of the weights, so a pass that loses a worker is simply rerun.
-dask does that itself (a chunk lost with its worker is rebuilt from its task); a broken process
-pool is restarted once per pass. A pass that still cannot complete raises
+dask does that itself (a chunk lost with its worker is rebuilt from its task); a dead local
+process is replaced (with its chunk) and the pass rerun once. A pass that still cannot complete raises
 :class:`ParallelError`; no partial sum is ever returned.
 """
 
@@ -214,24 +214,19 @@ class SerialExecutor(Executor):
 
 
 # --------------------------------------------------------------------------- local processes
-_WORKER_SPECS: list[ChunkSpec] = []
-_WORKER_CHUNKS: dict[int, SSVMProblem] = {}
+_WORKER_CHUNK: list[SSVMProblem] = []  # the chunk a process-pool worker holds
 
 
-def _install(specs: list[ChunkSpec]) -> None:
-    # process-pool initializer: every worker holds every chunk (any worker may take any task)
-    global _WORKER_SPECS
-    _WORKER_SPECS = specs
-    _WORKER_CHUNKS.clear()
+def _install(spec: ChunkSpec) -> None:
+    # process initializer: build the worker's chunk once, before its first task
+    _WORKER_CHUNK[:] = [spec.build()]
 
 
-def _pool_task(c: int, name: str, args: tuple) -> Any:
-    if c not in _WORKER_CHUNKS:
-        _WORKER_CHUNKS[c] = _WORKER_SPECS[c].build()
-    return _run_on_chunk(_WORKER_CHUNKS[c], name, args)
+def _pool_task(name: str, args: tuple) -> Any:
+    return _run_on_chunk(_WORKER_CHUNK[0], name, args)
 
 
-def _pool_inputs_task(model: Any, name: str, args: tuple) -> Any:
+def _inputs_task(model: Any, name: str, args: tuple) -> Any:
     return getattr(batch, name)(_ModelOnly(model), *args)
 
 
@@ -247,53 +242,66 @@ class _ModelOnly:
 
 
 class ProcessExecutor(Executor):
-    """``n_workers`` local processes; each receives the chunks once, when it starts."""
+    """``n_workers`` local processes, each holding one chunk (shipped once, when the process starts).
+
+    One single-process pool per chunk pins every chunk to its process, so no example is stored
+    twice and a broken process is replaced on its own.
+    """
 
     def __init__(self, problem: SSVMProblem, n_workers: int):
         specs = chunk_specs(problem, n_workers)
         super().__init__(problem, np.array([s.start for s in specs] + [specs[-1].stop], dtype=np.int64))
-        self.n_workers = int(n_workers)
         self._specs = specs
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
-        self._start()
+        self._pools: list[concurrent.futures.ProcessPoolExecutor | None] = [None] * len(specs)
+        for c in range(len(specs)):
+            self._start(c)
 
-    def _start(self) -> None:
+    def _start(self, c: int) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["structopt.parallel"])
-        self._pool = concurrent.futures.ProcessPoolExecutor(self.n_workers, mp_context=context,
-                                                            initializer=_install, initargs=(self._specs,))
+        self._pools[c] = concurrent.futures.ProcessPoolExecutor(1, mp_context=context, initializer=_install,
+                                                               initargs=(self._specs[c],))
 
-    def _submit_all(self, submit: Callable[[], list[concurrent.futures.Future]]) -> list[Any]:
-        # a pass is pure: if a worker dies, restart the pool and run the pass once more
+    def _submit_all(self, submit: Callable[[], list[tuple[int, concurrent.futures.Future]]]) -> list[Any]:
+        # a pass is pure: if a worker dies, replace it and run the pass once more
         for attempt in (1, 2):
-            try:
-                futures = submit()
-                return [f.result() for f in futures]
-            except concurrent.futures.process.BrokenProcessPool as error:
-                self.close()
-                if attempt == 2:
-                    raise ParallelError(f"a worker process died twice during one batch pass ({error}); "
-                                        "the pass was abandoned (no partial result is used)") from error
-                self._start()
+            futures = submit()
+            broken = set()
+            results = []
+            for c, future in futures:
+                try:
+                    results.append(future.result())
+                except concurrent.futures.process.BrokenProcessPool as error:
+                    broken.add(c)
+                    failure = error
+            if not broken:
+                return results
+            for c in broken:
+                self._pools[c].shutdown(wait=True, cancel_futures=True)
+                self._start(c)
+            if attempt == 2:
+                raise ParallelError(f"a worker process died twice during one batch pass ({failure}); the pass "
+                                    "was abandoned (no partial result is used)")
         raise AssertionError("unreachable")
 
     def _map_subset(self, name: str, chunks: list[int], args: list[tuple]) -> list[Any]:
-        return self._submit_all(lambda: [self._pool.submit(_pool_task, c, name, a)
+        return self._submit_all(lambda: [(c, self._pools[c].submit(_pool_task, name, a))
                                          for c, a in zip(chunks, args, strict=True)])
 
     def _map_inputs(self, name: str, args_per_chunk: Sequence[tuple]) -> list[Any]:
         model = self.problem.model
-        return self._submit_all(lambda: [self._pool.submit(_pool_inputs_task, model, name, a)
-                                         for a in args_per_chunk])
+        return self._submit_all(lambda: [(c, self._pools[c].submit(_inputs_task, model, name, a))
+                                         for c, a in enumerate(args_per_chunk)])
 
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers (for tests and monitoring)."""
-        return [] if self._pool is None else list(self._pool._processes)
+        return [pid for pool in self._pools if pool is not None for pid in pool._processes]
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        for c, pool in enumerate(self._pools):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+                self._pools[c] = None
 
 
 # --------------------------------------------------------------------------- dask
@@ -381,7 +389,7 @@ class DaskExecutor(Executor):
 
     def _map_inputs(self, name: str, args_per_chunk: Sequence[tuple]) -> list[Any]:
         model = self.problem.model
-        futures = [self.client.submit(_pool_inputs_task, model, name, a, pure=False) for a in args_per_chunk]
+        futures = [self.client.submit(_inputs_task, model, name, a, pure=False) for a in args_per_chunk]
         return self._gather(futures)
 
     def close(self) -> None:
