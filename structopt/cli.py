@@ -291,6 +291,9 @@ def _solver_options(args: argparse.Namespace, solver: Callable[..., Any]) -> dic
     options: dict[str, Any] = {"max_passes": args.passes, "progress": not args.no_progress}
     if "random_state" in accepted:  # deterministic batch methods have no randomness to seed
         options["random_state"] = args.seed
+    if args.scheduler is not None or args.workers is not None:
+        options["executor"] = args.scheduler or "dask"
+        options["n_workers"] = args.workers
     if args.checkpoint:
         options["checkpoint"] = args.checkpoint
         if Path(args.checkpoint).exists():
@@ -454,6 +457,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=_number(int, 0, True, "an integer >= 0"), default=0)
     train.add_argument("--n-train", type=_number(int, 1, True, "an integer >= 1"), default=None,
                        help="use only the first N training examples")
+    train.add_argument("--workers", type=_number(int, 1, True, "an integer >= 1"), default=None, metavar="N",
+                       help="run the batch passes on a local dask cluster of N worker processes (needs the [dask] "
+                            "extra); with --scheduler, the number of chunks (default: the cluster's workers)")
+    train.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="run the batch passes on the dask cluster at ADDRESS (e.g. tcp://host:8786)")
     train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(run=_train)

@@ -298,8 +298,11 @@ class SSVMProblem:
         """:meth:`smooth_oracle` on several examples (all by default)."""
         return [self.smooth_oracle(i, w, mu, kind, k) for i in self._indices(indices)]
 
-    def hinge_losses(self, w: np.ndarray) -> np.ndarray:
-        """``H_i(w)`` for every example (no gradients built)."""
+    def hinge_losses(self, w: np.ndarray, executor: Any = None) -> np.ndarray:
+        """``H_i(w)`` for every example (no gradients built); on ``executor`` when one is given
+        (an open :class:`structopt.parallel.Executor` of this problem)."""
+        if executor is not None:
+            return executor.hinge_losses(w)
         return np.array([self.hinge(i, self.decode(i, w)) for i in range(self.n)])
 
     def compact_gold_stats(self) -> tuple[np.ndarray, np.ndarray]:
@@ -329,15 +332,19 @@ class SSVMProblem:
         flat = np.concatenate(parts)
         return flat, offsets
 
-    def mean_hinge(self, w: np.ndarray) -> float:
-        """``mean_i H_i(w)``: one fused pass when the model has kernels for this problem, else the Python loop."""
+    def mean_hinge(self, w: np.ndarray, executor: Any = None) -> float:
+        """``mean_i H_i(w)``: one fused pass when the model has kernels for this problem, else the Python loop;
+        on ``executor`` when one is given (an open :class:`structopt.parallel.Executor` of this problem)."""
+        if executor is not None:
+            return executor.mean_hinge(w)
         fast = self.fused()
         return fast.mean_hinge(np.asarray(w, dtype=float)) if fast is not None else float(np.mean(self.hinge_losses(w)))
 
-    def primal(self, w: np.ndarray) -> float:
-        """``F(w) = lam/2 ||w||^2 + mean_i H_i(w)``, the objective every solver reports."""
+    def primal(self, w: np.ndarray, executor: Any = None) -> float:
+        """``F(w) = lam/2 ||w||^2 + mean_i H_i(w)``, the objective every solver reports (the hinge pass on
+        ``executor`` when one is given)."""
         w = self.check_weights(w)
-        return 0.5 * self.lam * float(w @ w) + self.mean_hinge(w)
+        return 0.5 * self.lam * float(w @ w) + self.mean_hinge(w, executor)
 
     def fused(self):
         """The fused view (:class:`structopt.fused.FusedProblem`) when the model has kernels that
@@ -357,9 +364,12 @@ class SSVMProblem:
             self._fingerprint = problem_fingerprint(self)
         return self._fingerprint
 
-    def predict(self, X: Sequence[Any], w: np.ndarray) -> list[Any]:
-        """MAP outputs ``argmax_y <A_x w, stats(y)>`` for new inputs."""
+    def predict(self, X: Sequence[Any], w: np.ndarray, executor: Any = None) -> list[Any]:
+        """MAP outputs ``argmax_y <A_x w, stats(y)>`` for new inputs (split over ``executor``'s workers
+        when one is given)."""
         w = self.check_weights(w)
+        if executor is not None:
+            return executor.predict(X, w)
         out = []
         for i, x in enumerate(X):
             x = self.model.validate_input(x, i)

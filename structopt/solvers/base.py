@@ -26,6 +26,11 @@ Options every solver takes, with one meaning everywhere (:data:`COMMON_OPTIONS`)
     Starting weights (methods that start from a weight vector).
 ``progress``, ``callback``
     tqdm progress bar; ``callback(w) -> dict`` merged into each trace record.
+``executor``, ``n_workers``
+    Where the batch passes run (:mod:`structopt.parallel`): None (serial), ``"processes"``,
+    ``"dask"``, a scheduler address or a ``distributed.Client``. The ``@solver`` declaration opens
+    it for the run and hands the solver an :class:`~structopt.parallel.Executor`; results match
+    the serial run up to the order of floating-point additions.
 ``checkpoint``, ``checkpoint_every``, ``resume``
     Save the full state to ``checkpoint`` every ``checkpoint_every`` passes (and when the run
     stops); ``resume`` continues from such a file, which must come from the same problem, solver
@@ -51,6 +56,7 @@ from tqdm.auto import tqdm
 
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.fingerprint import digest
+from structopt.parallel import executor_option, executor_scope, n_workers_option
 
 CHECKPOINT_FORMAT = 2
 
@@ -58,7 +64,8 @@ CHECKPOINT_FORMAT = 2
 #: and the starting point and seed, whose effect the checkpoint's own state carries: a checkpoint
 #: may be resumed with other values of these
 RUN_CONTROL = frozenset({"max_passes", "tol", "time_limit", "eval_every", "progress", "checkpoint",
-                         "checkpoint_every", "resume", "callback", "random_state", "w0"})
+                         "checkpoint_every", "resume", "callback", "random_state", "w0", "executor",
+                         "n_workers"})
 
 
 # --------------------------------------------------------------------------- option validation
@@ -149,7 +156,7 @@ COMMON_OPTIONS: dict[str, Callable[[str, Any], None]] = {
     "max_passes": positive, "tol": non_negative, "time_limit": optional(positive), "eval_every": positive,
     "random_state": random_state_option, "w0": array_option, "progress": boolean, "callback": callable_option,
     "checkpoint": path_option, "checkpoint_every": positive, "resume": path_option,
-    "compiled": optional(boolean),
+    "compiled": optional(boolean), "executor": executor_option, "n_workers": n_workers_option,
 }
 
 
@@ -157,7 +164,9 @@ def solver(name: str, **constraints: Callable[[str, Any], None]) -> Callable:
     """Declare a solver function: validate every option (common ones and ``constraints``) on each call.
 
     Unknown option names and bad values raise :class:`InvalidInputError` naming the option; the
-    function keeps its signature (``inspect.signature`` shows the real options).
+    function keeps its signature (``inspect.signature`` shows the real options). A solver that
+    accepts ``executor`` receives it opened (an :class:`~structopt.parallel.Executor`, serial by
+    default), closed again when the run ends.
     """
     def wrap(function: Callable) -> Callable:
         signature = inspect.signature(function)
@@ -174,7 +183,10 @@ def solver(name: str, **constraints: Callable[[str, Any], None]) -> Callable:
             bound.apply_defaults()
             for key, check in checks.items():
                 check(f"{name}: {key}", bound.arguments[key])
-            return function(problem, **options)
+            if "executor" not in accepted:
+                return function(problem, **options)
+            with executor_scope(problem, bound.arguments["executor"], bound.arguments.get("n_workers")) as executor:
+                return function(problem, **{**options, "executor": executor})
 
         run.solver_name = name
         return run

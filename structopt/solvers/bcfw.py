@@ -20,17 +20,19 @@ import os
 
 import numpy as np
 
+from structopt.errors import NotSupportedError
 from structopt.fused import select_fused
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
-from structopt.solvers.base import Monitor, Result, make_rng, one_of, refuse_tol, solver
+from structopt.solvers._minibatch import MiniBatchUpdater
+from structopt.solvers.base import Monitor, Result, make_rng, one_of, positive_int, refuse_tol, solver
 
 
-def _evaluate(problem: SSVMProblem, updater, w_hat: np.ndarray, ell: float) -> tuple[np.ndarray, dict[str, float]]:
+def _evaluate(problem: SSVMProblem, executor, w_hat: np.ndarray, ell: float) -> tuple[np.ndarray, dict[str, float]]:
     """Feasible weights ``w = P(w_hat)`` and their primal, dual and gap from one batch oracle pass."""
     w = problem.project_weights(w_hat)
     half_sq = 0.5 * problem.lam * float(w @ w)
-    primal = half_sq + updater.mean_hinge(w)
+    primal = half_sq + executor.mean_hinge(w)
     dual = ell - half_sq
     return w, {"primal": primal, "dual": dual, "gap": primal - dual}
 
@@ -51,12 +53,13 @@ def _permutation_steps(state: BlockState, rng: np.random.Generator, count: int) 
 
 
 @solver("bcfw", averaging=one_of("weighted", "none"), sampling=one_of("perm", "uniform"),
-        line_search=one_of(True, False))
+        line_search=one_of(True, False), batch_size=positive_int)
 def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = True, averaging: str = "weighted",
-         sampling: str = "perm", eval_every: float = 1, tol: float = 0.0, time_limit: float | None = None,
-         random_state: int | np.random.Generator | None = None, progress: bool = False,
-         checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-         resume: str | os.PathLike | None = None, callback=None, fused: bool | None = None) -> Result:
+         sampling: str = "perm", batch_size: int = 1, eval_every: float = 1, tol: float = 0.0,
+         time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
+         progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
+         resume: str | os.PathLike | None = None, callback=None, fused: bool | None = None,
+         executor=None, n_workers: int | None = None) -> Result:
     """Block-coordinate Frank-Wolfe on the structural SVM dual (paper Alg. 3/4).
 
     Parameters
@@ -75,6 +78,12 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
         A fresh random permutation per pass (default: on OCR, 10 passes over seeds 0-2 end at primal
         2.736-2.739, against 2.760-2.763 drawing uniformly), or blocks drawn uniformly with
         replacement as in the paper's analysis.
+    batch_size : int
+        Mini-batch BCFW (Wang et al. 2016) when > 1: the oracles of ``batch_size`` consecutive
+        blocks of the sampling order are solved at the same weights (on the executor's workers)
+        and applied together with one line search over the joint direction
+        (:mod:`structopt.solvers._minibatch`). Each batch still ascends the dual, and the reported
+        gap is the same certified bound.
     eval_every : float
         Evaluate primal, dual and duality gap every this many passes (one batch oracle pass each;
         its time and oracle calls are not counted in the trace's ``time``/``oracle_calls``).
@@ -85,6 +94,8 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
     fused : bool, optional
         Use the fused numba pass when the problem has one (None, default), demand it (True) or use
         the per-example Python path (False).
+    executor, n_workers
+        Where the evaluation passes and the mini-batch oracles run (:mod:`structopt.parallel`).
 
     Returns
     -------
@@ -102,7 +113,11 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
     if saved is not None:
         state, rng = saved["state"], saved["rng"]
     averaged = averaging == "weighted"
-    updater = make_block_updater(problem, state, fused)
+    if batch_size > 1 and fused:
+        raise NotSupportedError("bcfw: mini-batches (batch_size > 1) decode through the generic oracles; "
+                                "fused=True cannot be honoured")
+    updater = (make_block_updater(problem, state, fused) if batch_size == 1
+               else MiniBatchUpdater(problem, state, executor, batch_size))
     if updater.compiled:  # load the kernels before the clock starts
         updater.fused.warm_up("hinge_terms", "adjoint_sum", verbose=progress)
         updater.run(np.zeros(0, dtype=np.int64), line_search, averaged)
@@ -116,7 +131,7 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
             updater.run(order, line_search, averaged)
         monitor.pause()
         w_hat, ell_report = updater.averaged() if averaged else (state.w, state.ell)
-        w_report, evaluation = _evaluate(problem, updater, w_hat, ell_report)
+        w_report, evaluation = _evaluate(problem, executor, w_hat, ell_report)
         w_now = problem.project_weights(state.w)
         dual_iterate = state.ell - 0.5 * problem.lam * float(w_now @ w_now)
         if monitor.record(w_report, passes=state.k / n, oracle_calls=state.k, dual_iterate=dual_iterate,
@@ -125,31 +140,20 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
     monitor.close()
     return Result(w_report.copy(), monitor.trace, {"stop_reason": monitor.stop_reason, "fused": updater.compiled,
                                                    "state": state})
-def _fw_corner(problem: SSVMProblem, w: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """``(w_s, l_s, mean hinge)`` at ``w`` from one oracle pass through the Python interfaces."""
-    n, lam, model = problem.n, problem.lam, problem.model
-    w_s = model.zeros()
-    loss_s = hinge = 0.0
-    for i in range(n):
-        d = problem.decode(i, w)
-        hinge += problem.hinge(i, d)
-        loss_s += d.loss
-        stats = model.reduce_stats(problem.structure.stats(d.y, d.theta))
-        model.add_features(problem.X[i], problem.gold_stats(i, d.theta), w_s, 1.0 / (lam * n))
-        model.add_features(problem.X[i], stats, w_s, -1.0 / (lam * n))
-    return w_s, loss_s / n, hinge / n
 
 
 @solver("frank_wolfe", line_search=one_of(True, False))
 def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = True, tol: float = 0.0,
                 time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
                 progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-                resume: str | os.PathLike | None = None, callback=None, fused: bool | None = None) -> Result:
+                resume: str | os.PathLike | None = None, callback=None, fused: bool | None = None,
+                executor=None, n_workers: int | None = None) -> Result:
     """Batch Frank-Wolfe on the structural SVM dual (paper Alg. 2), one oracle pass per iteration.
 
     The pass at ``w`` yields both the corner ``(w_s, l_s)`` and the primal value, so primal, dual
-    and gap of every iterate are free (every pass is an evaluation). The method is deterministic:
-    ``random_state`` is accepted for a uniform interface and unused. Other options as in :func:`bcfw`.
+    and gap of every iterate are free (every pass is an evaluation); it runs on ``executor``
+    (:mod:`structopt.parallel`). The method is deterministic: ``random_state`` is accepted for a
+    uniform interface and unused. Other options as in :func:`bcfw`.
     """
     options = dict(locals())
     lam = problem.lam
@@ -164,7 +168,7 @@ def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50, line_search: bo
     while True:
         monitor.restart()
         w = problem.project_weights(w_hat)
-        w_s, loss_s, mean_hinge = _fused_fw_corner(fast, w) if fast is not None else _fw_corner(problem, w)
+        w_s, loss_s, mean_hinge = executor.fw_corner(w, fused)
         half_sq = 0.5 * lam * float(w @ w)
         primal, dual = half_sq + mean_hinge, ell - half_sq
         direction = w_hat - w_s
@@ -178,14 +182,6 @@ def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50, line_search: bo
         w_hat, ell, k = w_next, ell_next, k + 1
     monitor.close()
     return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "fused": fast is not None})
-
-
-def _fused_fw_corner(fast, w: np.ndarray) -> tuple[np.ndarray, float, float]:
-    p = fast.problem
-    w_s = np.zeros_like(w)
-    loss_sum, hinge_sum = fast.passes.fw_pass(w, p.lam, p.n, fast.gold, fast.offsets, fast.pack, w_s,
-                                              fast.theta_buf, fast.stats_buf)
-    return w_s, loss_sum / p.n, hinge_sum / p.n
 
 
 def _ssg_steps_python(problem: SSVMProblem, order: np.ndarray, w: np.ndarray, w_avg: np.ndarray, k: int,
@@ -212,7 +208,8 @@ def _ssg_steps_python(problem: SSVMProblem, order: np.ndarray, w: np.ndarray, w_
 def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: str = "none", eval_every: float = 1,
         tol: float = 0.0, time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
         progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-        resume: str | os.PathLike | None = None, callback=None, fused: bool | None = None) -> Result:
+        resume: str | os.PathLike | None = None, callback=None, fused: bool | None = None,
+        executor=None, n_workers: int | None = None) -> Result:
     """Pegasos stochastic subgradient: step ``1 / (lam (k + 1))`` on one uniformly drawn example.
 
     With ``averaging="weighted"`` the average ``2/(k(k+1)) sum_t t w_t`` is reported and returned.
@@ -246,7 +243,7 @@ def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: str = "none"
             k = _ssg_steps_python(problem, order, w, w_avg, k, averaged)
         monitor.pause()
         w_report = w_avg if averaged else w
-        mean_hinge = problem.mean_hinge(w_report)
+        mean_hinge = executor.mean_hinge(w_report)
         if monitor.record(w_report, passes=k / n, oracle_calls=k, state={"w": w, "w_avg": w_avg, "k": k, "rng": rng},
                           primal=0.5 * problem.lam * float(w_report @ w_report) + mean_hinge):
             break

@@ -103,7 +103,8 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
                  random_state: int | np.random.Generator | None = None, progress: bool = False,
                  checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
                  resume: str | os.PathLike | None = None,
-                 callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
+                 callback: Callable[[np.ndarray], dict | None] | None = None, executor=None,
+                 n_workers: int | None = None) -> Result:
     """Casimir-SVRG (Algo 4) with the constant (Prop. 29) or adaptive (Prop. 30) schedule.
 
     Parameters
@@ -154,6 +155,8 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         Save the state after every outer iteration / continue from such a state.
         Resuming restores the iterates, counters, random state and the step/schedule constants;
         pass the other options (smoothing, schedule, warm start, max_passes) as in the first run.
+    executor, n_workers
+        Where the snapshots and primal evaluations run (:mod:`structopt.parallel`).
 
     Returns
     -------
@@ -184,12 +187,12 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
             raise InvalidInputError(f"casimir_svrg: alpha0 must lie in (0, 1), got {alpha}")
         counters, it, memory = Counters(), 0, {}
         monitor.pause()
-        monitor.record(w, primal=problem.primal(w), outer_iter=0, **counters.record(n))
+        monitor.record(w, primal=executor.primal(w), outer_iter=0, **counters.record(n))
         if sgd_init:
             monitor.restart()
             w = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=mu, kind=kind, k=k, rng=rng, counters=counters)
             monitor.pause()
-            monitor.record(w, primal=problem.primal(w), outer_iter=0, **counters.record(n))
+            monitor.record(w, primal=executor.primal(w), outer_iter=0, **counters.record(n))
         w_prev, z, z_prev = w, w.copy(), w.copy()
     budget = monitor.step_budget(n)  # in paper-counted oracle calls
     q = lam / (lam + kappa)
@@ -210,7 +213,8 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
             start = w + (kappa / (kappa + lam)) * (z - z_prev)
         steps = min(n if inner_steps is None else inner_steps, -(-(budget - counters.oracle_calls) // 2))
         w_new, memory = svrg_epoch(problem, problem.project_weights(start), mu=mu_k, kind=kind, k=k, gamma=gamma,
-                                   rng=rng, counters=counters, n_steps=steps, kappa=kappa, z=z, iterate=iterate)
+                                   rng=rng, counters=counters, n_steps=steps, kappa=kappa, z=z, iterate=iterate,
+                                   executor=executor)
         alpha_new = catalyst_alpha(alpha, kappa, kappa, lam)
         beta = catalyst_beta(alpha, alpha_new, kappa, kappa, lam)
         z_prev, z = z, w_new + beta * (w_new - w)
@@ -218,7 +222,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         monitor.pause()
         state = {"rng": rng, "counters": counters, "k": it, "w": w, "w_prev": w_prev,
                  "z": z, "z_prev": z_prev, "alpha": alpha, "L": L, "kappa": kappa, "mu": mu, "memory": memory}
-        monitor.record(w, primal=problem.primal(w), outer_iter=it, mu=mu_k, kappa=kappa, alpha=alpha, beta=beta,
+        monitor.record(w, primal=executor.primal(w), outer_iter=it, mu=mu_k, kappa=kappa, alpha=alpha, beta=beta,
                        learning_rate=gamma, state=state, **counters.record(n))
     monitor.close()
     return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "L": L, "kappa": kappa,

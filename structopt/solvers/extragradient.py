@@ -143,7 +143,8 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
                        kappa: float | None = None, w_block: str = "saddle",
                        random_state: int | np.random.Generator | None = None, progress: bool = False,
                        checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-                       resume: str | os.PathLike | None = None, callback=None) -> Result:
+                       resume: str | os.PathLike | None = None, callback=None, executor=None,
+                       n_workers: int | None = None) -> Result:
     """Dual extragradient on the penalized saddle-point form of the structural SVM.
 
     Parameters
@@ -197,6 +198,9 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     random_state, progress, checkpoint, checkpoint_every, resume, callback
         As in every structopt solver (see :mod:`structopt.solvers.base`). Weight constraints are
         honoured by projecting the w-side steps.
+    executor, n_workers
+        Where the primal evaluations run (:mod:`structopt.parallel`); the z-passes stay in this
+        process (they update per-example state: warm-start multipliers and the z averages).
 
     Returns
     -------
@@ -215,7 +219,7 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     rng = make_rng(random_state)
     # strong convexity of the z-block prox function w.r.t. l2: 1 (Euclidean), 1 / max ||stats||^2 (entropic)
     sigma = 1.0 if geometry == "euclidean" else entropic_sigma(float(_output_sqnorms(problem).max()))
-    f0 = problem.primal(problem.model.zeros())
+    f0 = executor.primal(problem.model.zeros())
     kappa = float(KAPPA if kappa is None else kappa)
     beta = (float(z_weight) if z_weight is not None
             else default_z_weight(problem, geometry, 2.0 * f0 / lam, centre, kappa))
@@ -285,7 +289,7 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         w_bar = st["W"] / st["Lam"]
         w_of_z = project((fbar - st["zfeat"] / st["Lam"]) / lam)
         dual = dbar + st["zlin"] / st["Lam"] - 0.5 * lam * float(w_of_z @ w_of_z)
-        primal = problem.primal(w_bar)
+        primal = executor.primal(w_bar)
         stop = monitor.record(w_bar, passes=st["t"], oracle_calls=2 * n * st["trials"], primal=primal, dual=dual,
                               gap=primal - dual, step=st["eta"],
                               state={"state": st})

@@ -50,7 +50,8 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
         progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
         resume: str | os.PathLike | None = None,
-        callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
+        callback: Callable[[np.ndarray], dict | None] | None = None, executor=None,
+        n_workers: int | None = None) -> Result:
     """SGD with step ``gamma0 / (1 + floor(t / t0))`` on the smoothed or non-smooth objective.
 
     Parameters
@@ -82,6 +83,8 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         Save the state at each evaluation / continue from such a state.
         Resuming restores the iterates, counters, random state and the step/schedule constants;
         pass the other options (smoothing, schedule, warm start, max_passes) as in the first run.
+    executor, n_workers
+        Where the primal evaluations run (:mod:`structopt.parallel`).
 
     Returns
     -------
@@ -106,7 +109,7 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         counters = Counters()
         monitor.pause()
         w = iterate.dense()
-        monitor.record(w, primal=problem.primal(w), step=gamma0, **counters.record(n))
+        monitor.record(w, primal=executor.primal(w), step=gamma0, **counters.record(n))
     steps_per_eval = max(1, round(eval_every * n))
     budget = monitor.step_budget(n)
 
@@ -132,7 +135,7 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         monitor.pause()
         w_report = report()
         state = {"rng": rng, "counters": counters, "iterate": iterate, "gamma0": gamma0, "t0": t0}
-        monitor.record(w_report, primal=problem.primal(w_report),
+        monitor.record(w_report, primal=executor.primal(w_report),
                        step=gamma0 / (1.0 + np.floor(counters.steps / t0)), state=state, **counters.record(n))
     monitor.close()
     return Result(report(), monitor.trace, {"stop_reason": monitor.stop_reason, "gamma0": gamma0, "t0": t0})

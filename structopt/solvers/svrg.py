@@ -50,7 +50,8 @@ from structopt.solvers.base import (
 
 def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: str, k: int, gamma: float,
                rng: np.random.Generator, counters: Counters, n_steps: int | None = None, kappa: float = 0.0,
-               z: np.ndarray | None = None, iterate: str = "average") -> tuple[np.ndarray, dict[str, int]]:
+               z: np.ndarray | None = None, iterate: str = "average", executor=None
+               ) -> tuple[np.ndarray, dict[str, int]]:
     """One SVRG epoch from the snapshot ``w_start``; returns its averaged (or last) iterate and memory use.
 
     Parameters
@@ -72,6 +73,8 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     iterate : {"average", "last"}
         Return the mean of the inner iterates (the paper's SVRG baseline and its released
         code) or the last one (Johnson & Zhang's option I).
+    executor : structopt.parallel.Executor, optional
+        Where the snapshot pass runs (default: here).
 
     Returns
     -------
@@ -85,7 +88,10 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     if not gamma > 0.0:
         raise InvalidInputError(f"learning rate must be > 0, got {gamma}")
     check_iterate(iterate)
-    diffs, gbar, _ = snapshot(problem, w_start, mu, kind, k)
+    if executor is None:
+        diffs, gbar, _ = snapshot(problem, w_start, mu, kind, k)
+    else:
+        diffs, gbar, _ = executor.smooth_snapshot(w_start, mu, kind, k)
     counters.full_grad_passes += 1
     c = gbar if (kappa == 0.0 or z is None) else gbar - kappa * z
     it = LazyIterate(problem.model, w_start, c)
@@ -110,7 +116,8 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
          random_state: int | np.random.Generator | None = None, progress: bool = False,
          checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
          resume: str | os.PathLike | None = None,
-         callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
+         callback: Callable[[np.ndarray], dict | None] | None = None, executor=None,
+         n_workers: int | None = None) -> Result:
     """SVRG on the smoothed objective: one pass per epoch, full gradient at the averaged iterate.
 
     Parameters
@@ -143,6 +150,8 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         Must be 0: the method has no duality gap.
     w0, time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback
         As for every solver (:mod:`structopt.solvers.base`).
+    executor, n_workers
+        Where the snapshots and primal evaluations run (:mod:`structopt.parallel`).
 
     Returns
     -------
@@ -168,7 +177,7 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         gamma = float(learning_rate)
         counters, epoch, memory = Counters(), 0, {}
         monitor.pause()
-        monitor.record(w, primal=problem.primal(w), epoch=0, **counters.record(n))
+        monitor.record(w, primal=executor.primal(w), epoch=0, **counters.record(n))
     budget = monitor.step_budget(n)  # in paper-counted oracle calls
     while not monitor.stop_reason:
         monitor.restart()
@@ -177,11 +186,11 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         else:
             steps = min(n, -(-(budget - counters.oracle_calls) // 2))
             w, memory = svrg_epoch(problem, w, mu=mu, kind=kind, k=k, gamma=gamma, rng=rng, counters=counters,
-                                   iterate=iterate, n_steps=steps)
+                                   iterate=iterate, n_steps=steps, executor=executor)
         epoch += 1
         monitor.pause()
         state = {"w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma, "memory": memory}
-        monitor.record(w, primal=problem.primal(w), epoch=epoch, state=state, **counters.record(n))
+        monitor.record(w, primal=executor.primal(w), epoch=epoch, state=state, **counters.record(n))
     monitor.close()
     return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "learning_rate": gamma,
                                      "memory": memory})
