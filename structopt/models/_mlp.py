@@ -68,7 +68,7 @@ def forward(x: np.ndarray | sp.csr_matrix, w1: np.ndarray, b1: np.ndarray, w2: n
     pre = np.asarray(x @ w1)
     pre = scale * (pre + b1) if scale != 1.0 else pre + b1
     hidden, slope = activate(pre, activation)
-    w2 = scale * w2 if scale != 1.0 else w2
+    w2 = scale * w2  # a copy: the tangent must not alias weights that a step then updates
     out = hidden @ w2 + (scale * b2 if scale != 1.0 else b2)
     return MLPTangent(x, hidden, slope, w2, out)
 
@@ -82,9 +82,9 @@ def jvp(t: MLPTangent, dw1: np.ndarray, db1: np.ndarray, dw2: np.ndarray, db2: n
 def vjp(t: MLPTangent, g: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray,
         scale: float = 1.0) -> None:
     """In place ``(W1, b1, W2, b2) += scale * J^T g`` for an output cotangent ``g`` (N, O)."""
+    d = (g @ t.w2.T) * t.slope
     w2 += scale * (t.hidden.T @ g)
     b2 += scale * g.sum(axis=0)
-    d = (g @ t.w2.T) * t.slope
     if sp.issparse(t.x):
         csr_add_outer(t.x.indptr, t.x.indices, t.x.data, d, w1, scale)
     else:

@@ -224,7 +224,7 @@ class NonlinearChainModel(NonlinearModel):
     def tangent(self, x: Any, w: np.ndarray, scale: float = 1.0) -> ChainTangent:
         b = self.unpack(w)
         mlp = _mlp.forward(x, b["hidden"], b["hidden_bias"], b["output"], b["output_bias"], self.activation, scale)
-        return ChainTangent(mlp, scale * b["pairwise"])
+        return ChainTangent(mlp, scale * b["pairwise"])  # a copy, never a view of w
 
     def tangent_potentials(self, t: ChainTangent) -> ChainPotentials:
         return ChainPotentials(t.mlp.out, t.pairwise)
