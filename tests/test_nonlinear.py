@@ -210,3 +210,17 @@ def test_bad_input_is_refused():
     # a convex solver stops at its first adjoint with the reason
     with pytest.raises(NotSupportedError, match="not linear"):
         svrg(p, mu=1.0, L=1.0, max_passes=1)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_linearised_features_sqnorm_matches_the_dense_adjoint(sparse):
+    p = chain_problem(19, sparse=sparse)
+    rng = np.random.default_rng(19)
+    w = p.model.initial_weights(rng)
+    lin = p.model.linearized()
+    for x in p.X:
+        t = p.model.tangent(x, w)
+        theta = p.model.tangent_potentials(t)
+        mu = type(theta)(rng.normal(size=theta.unary.shape), rng.normal(size=theta.pairwise.shape))
+        g = lin.features(t, mu)
+        assert lin.features_sqnorm(t, mu) == pytest.approx(float(g @ g), rel=1e-10)

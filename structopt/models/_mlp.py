@@ -90,3 +90,13 @@ def vjp(t: MLPTangent, g: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.nda
     else:
         w1 += scale * (t.x.T @ d)
     b1 += scale * d.sum(axis=0)
+
+
+def vjp_sqnorm(t: MLPTangent, g: np.ndarray) -> float:
+    """``||J^T g||^2`` without a weight-sized vector: the first layer's block through the row Gram
+    matrix, ``||X^T D||^2 = <D, (X X^T) D>``."""
+    d = (g @ t.w2.T) * t.slope
+    gram = t.x @ t.x.T
+    gram = gram.toarray() if sp.issparse(gram) else gram
+    w2, b2, b1 = t.hidden.T @ g, g.sum(axis=0), d.sum(axis=0)
+    return float(np.sum(d * (gram @ d)) + np.sum(w2 * w2) + b2 @ b2 + b1 @ b1)

@@ -70,6 +70,12 @@ class NonlinearModel(Model):
     def initial_weights(self, random_state: int | np.random.Generator | None = None) -> np.ndarray:
         """A random starting point (zero weights are a stationary point of a two-layer network)."""
 
+    def tangent_vjp_sqnorm(self, t: Any, mu: Potentials) -> float:
+        """``||J^T mu||^2`` (models override it to avoid a weight-sized vector)."""
+        out = self.zeros()
+        self.tangent_vjp(t, mu, out)
+        return float(out @ out)
+
     def potentials(self, x: Any, w: np.ndarray) -> Potentials:
         """``psi(x; w)``."""
         return self.tangent_potentials(self.tangent(x, w))
@@ -128,6 +134,9 @@ class LinearisedModel(Model):
 
     def reduce_stats(self, mu: Potentials) -> Potentials:
         return self.nonlinear.reduce_stats(mu)
+
+    def features_sqnorm(self, x: Any, mu: Potentials) -> float:
+        return self.nonlinear.tangent_vjp_sqnorm(x, mu)
 
 
 def _check_int(owner: str, name: str, value: Any) -> int:
@@ -242,6 +251,11 @@ class NonlinearChainModel(NonlinearModel):
         _mlp.vjp(t.mlp, node, b["hidden"], b["hidden_bias"], b["output"], b["output_bias"], scale)
         edge = np.asarray(mu.pairwise, dtype=float)
         b["pairwise"] += scale * (edge.sum(axis=0) if edge.ndim == 3 else edge)
+
+    def tangent_vjp_sqnorm(self, t: ChainTangent, mu: ChainPotentials) -> float:
+        edge = np.asarray(mu.pairwise, dtype=float)
+        edge = edge.sum(axis=0) if edge.ndim == 3 else edge
+        return _mlp.vjp_sqnorm(t.mlp, np.asarray(mu.unary, dtype=float)) + float(np.sum(edge * edge))
 
     def initial_weights(self, random_state: int | np.random.Generator | None = None) -> np.ndarray:
         return _mlp_init(self, self.n_features, self.n_hidden, _rng(random_state))
