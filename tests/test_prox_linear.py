@@ -49,7 +49,8 @@ def test_fixed_budget_inner_solvers_decrease_the_objective_monotonically(inner):
 
 def test_matching_structure_with_casimir():
     p = matching_problem(12, n=6)
-    res = prox_linear(p, inner="casimir", eta=1.0, inner_passes=4, max_passes=12, random_state=0)
+    res = prox_linear(p, inner="casimir", eta=1.0, inner_passes=4, max_passes=12, random_state=0,
+                      inner_options={"iterate": "last", "warm_start": "prev-iterate"})
     assert res.trace[-1]["primal"] < res.trace[0]["primal"]
 
 
@@ -90,6 +91,10 @@ def test_bad_options_are_refused():
         prox_linear(p, w0=np.zeros(3))
     with pytest.raises(InvalidInputError, match="unknown option"):
         prox_linear(p, step=1.0)
+    with pytest.raises(InvalidInputError, match="inner_options may not set max_passes"):
+        prox_linear(p, inner_options={"max_passes": 3})
+    with pytest.raises(InvalidInputError, match="iterate"):  # the inner solver validates the rest
+        prox_linear(p, inner="svrg", inner_options={"iterate": "median"}, max_passes=1)
     with pytest.raises(NotSupportedError, match="duality gap"):
         prox_linear(p, tol=0.1)
     with pytest.raises(InvalidInputError, match="schedule"):

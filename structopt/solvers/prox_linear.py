@@ -61,31 +61,48 @@ def check_nonconvex(name: str, problem) -> None:
                                 f"{type(problem).__name__}; convex problems take the convex solvers")
 
 
+#: options prox_linear sets on the inner solver itself (inner_options may not override them)
+_SET_BY_PROX_LINEAR = frozenset({"mu", "kind", "k", "L", "gamma0", "tol", "max_passes", "w0", "random_state",
+                                 "eval_every", "schedule", "checkpoint", "resume", "callback", "progress"})
+
+
+def _inner_options_option(name: str, value) -> None:
+    """None or a dict of extra options for the inner solver."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{name} must be a dict of inner-solver options, got {type(value).__name__}")
+    taken = sorted(set(value) & _SET_BY_PROX_LINEAR)
+    if taken:
+        raise InvalidInputError(f"{name} may not set {', '.join(taken)}: prox_linear sets them per subproblem")
+
+
 def _inner_solve(sub: LinearisedProblem, inner: str, *, u0: np.ndarray, passes: float, mu: float, kind: str,
-                 k: int, L: float, tol: float, rng: np.random.Generator):
+                 k: int, L: float, tol: float, rng: np.random.Generator, extra: dict):
     # one approximate solve of the subproblem from u0 (the prox centre w_{k-1} in u coordinates)
     if inner == "casimir":
         from structopt.solvers.casimir import casimir_svrg
         return casimir_svrg(sub, schedule="const", mu=mu, kind=kind, k=k, L=L, max_passes=passes, w0=u0,
-                            random_state=rng)
+                            random_state=rng, **extra)
     if inner == "svrg":
         from structopt.solvers.svrg import svrg
-        return svrg(sub, mu=mu, kind=kind, k=k, L=L, max_passes=passes, w0=u0, random_state=rng)
+        return svrg(sub, mu=mu, kind=kind, k=k, L=L, max_passes=passes, w0=u0, random_state=rng, **extra)
     if inner == "sgd":
         from structopt.solvers.sgd import sgd
         return sgd(sub, mu=mu, kind=kind, k=k, gamma0=1.0 / (L + sub.lam), max_passes=passes, w0=u0,
-                   eval_every=passes, random_state=rng)
+                   eval_every=passes, random_state=rng, **extra)
     from structopt.solvers.bcfw import bcfw
-    return bcfw(sub, tol=tol, max_passes=passes, random_state=rng)
+    return bcfw(sub, tol=tol, max_passes=passes, random_state=rng, **extra)
 
 
 @solver("prox_linear", inner=one_of(*INNER_SOLVERS), eta=positive, inner_passes=positive, mu=positive,
         smoothing=one_of("adaptive", "constant"), kind=one_of("topk", "entropy"), k=positive_int,
-        L=optional(positive), eps0=optional(positive), accept=one_of("descent", "always"))
+        L=optional(positive), eps0=optional(positive), accept=one_of("descent", "always"),
+        inner_options=_inner_options_option)
 def prox_linear(problem: NonconvexProblem, *, inner: str = "casimir", eta: float = 1.0, inner_passes: float = 10.0,
                 mu: float = 1.0, smoothing: str = "adaptive", kind: str = "topk", k: int = 5, L: float | None = None,
-                eps0: float | None = None, accept: str = "descent", max_passes: float = 50, tol: float = 0.0,
-                w0: np.ndarray | None = None, time_limit: float | None = None,
+                eps0: float | None = None, accept: str = "descent", inner_options: dict | None = None,
+                max_passes: float = 50, tol: float = 0.0, w0: np.ndarray | None = None, time_limit: float | None = None,
                 random_state: int | np.random.Generator | None = None, progress: bool = False,
                 checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
                 resume: str | os.PathLike | None = None,
@@ -112,6 +129,10 @@ def prox_linear(problem: NonconvexProblem, *, inner: str = "casimir", eta: float
         BCFW's gap schedule ``eps_k = eps0 / k`` (default ``F(w_0)``); only with ``inner="bcfw"``.
     accept : {"descent", "always"}
         Line 4 of Algo 5 (monotone objective) or Remark 36's variant.
+    inner_options : dict, optional
+        Further options of the inner solver (e.g. ``{"iterate": "last", "sgd_init": True}`` for
+        Casimir or SVRG, ``{"warm_start": "prev-iterate"}`` for Casimir); those prox_linear sets
+        per subproblem (smoothing, budget, start, seed, ...) are refused.
     max_passes : float
         Budget in inner oracle calls / n; the last subproblem's budget is cut to meet it.
     tol : float
@@ -165,7 +186,8 @@ def prox_linear(problem: NonconvexProblem, *, inner: str = "casimir", eta: float
         scale = it if smoothing == "adaptive" else 1
         mu_k, L_k, eps_k = mu / scale, (L0 or 0.0) * scale, eps0 / it
         passes = min(float(inner_passes), (budget - counters.oracle_calls) / n)
-        res = _inner_solve(sub, inner, u0=u0, passes=passes, mu=mu_k, kind=kind, k=k, L=L_k, tol=eps_k, rng=rng)
+        res = _inner_solve(sub, inner, u0=u0, passes=passes, mu=mu_k, kind=kind, k=k, L=L_k, tol=eps_k, rng=rng,
+                           extra=inner_options or {})
         last = res.trace[-1]
         counters.oracle_calls += int(last["oracle_calls"])
         counters.oracle_calls_made += int(last.get("oracle_calls_made", last["oracle_calls"]))
