@@ -21,7 +21,9 @@ iterations at 2 calls per step), top-K smoothing ``mu_k = mu / k`` with smoothne
 smoothing) or ``mu_k = mu``, ``L_k = L0`` (``"constant"``). ``L0`` is the local top-K curvature of
 the first subproblem at ``w_0`` (:func:`~structopt.solvers._smooth.estimate_lipschitz`) unless
 given. Casimir uses the const schedule (Prop. 29's kappa); SGD runs on the smoothed subproblem
-with step ``1 / (L_k + lam + 1/eta)`` halved each pass, weighted averaging.
+with step ``gamma0 / (1 + passes)``, ``gamma0 = 1 / (L_k + lam + 1/eta)``, weighted averaging.
+(The subgradient-norm test of §6.1.1 is not implemented: no inner solver here returns a
+subgradient of the non-smooth subproblem cheaply; BCFW's gap is the certificate instead.)
 
 Counting: ``oracle_calls`` are the inner solvers' (paper counting: 2 per SVRG step, 1 per SGD step,
 1 per BCFW block step); the batch passes -- the inner solvers' full gradients and the evaluation
