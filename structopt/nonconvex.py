@@ -56,6 +56,10 @@ class NonconvexProblem(SSVMProblem):
         if not isinstance(model, NonlinearModel):
             raise InvalidInputError(f"NonconvexProblem needs a NonlinearModel, got {type(model).__name__} "
                                     "(a linear model belongs in SSVMProblem)")
+        if tuple(model.nonnegative_blocks):
+            # the prox-linear subproblem shifts the variable (u = w - c), so a bound on w is not one on u
+            raise NotSupportedError(f"{type(model).__name__}.nonnegative_blocks: weight constraints are not supported "
+                                    "for non-linear models (prox_linear and sgd_nonconvex take unconstrained steps)")
         super().__init__(model, X, Y, loss, lam)
 
     def __repr__(self) -> str:

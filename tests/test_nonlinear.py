@@ -207,6 +207,10 @@ def test_bad_input_is_refused():
         p.model.linearized().validate_input(np.zeros((2, 4)), 0)
     with pytest.raises(NotSupportedError, match="predict"):
         p.linearize(p.model.zeros(), 1.0).predict(p.X, p.model.zeros())
+    class Constrained(NonlinearChainModel):
+        nonnegative_blocks = ("pairwise",)
+    with pytest.raises(NotSupportedError, match="nonnegative_blocks"):
+        NonconvexProblem(Constrained(4, 3, 3), p.X, p.Y, Hamming(), 0.1)
     # a convex solver stops at its first adjoint with the reason
     with pytest.raises(NotSupportedError, match="not linear"):
         svrg(p, mu=1.0, L=1.0, max_passes=1)
