@@ -78,7 +78,7 @@ def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
     fast = problem.fused()
     if fast is None:
         raise RuntimeError("the OCR problem has no fused kernels")
-    fast.warm_up()
+    fast.warm_up("oracle_steps", "adjoint_sum")
     rng = np.random.default_rng(seed)
     state = BlockState.initial(problem)
     warm = rng.integers(0, problem.n, size=10)

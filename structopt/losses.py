@@ -67,13 +67,15 @@ class Loss(ABC):
         return float(log_z) + const / temperature, marginals, inner(c, marginals) + const
 
 
-def _node_terms(loss: Loss, structure: Structure, node_costs: np.ndarray, like: Potentials) -> Potentials:
-    # the loss vector c of a per-node loss, in the structure's potentials layout
+def _node_terms(loss: Loss, structure: Structure, node_costs: np.ndarray, like: Potentials) -> tuple[Potentials, float]:
+    # (c, const) of a per-node loss in the structure's potentials layout; the constant is nonzero for
+    # encodings without a statistic per (node, value), e.g. a 0/1 vector (optional hook `node_constant`)
     if not (hasattr(structure, "states_per_node") and hasattr(structure, "node_potentials")):
         raise NotSupportedError(
             f"{type(loss).__name__} is a per-node loss: it needs a structure with per-node labels, i.e. one "
             f"that defines `states_per_node` and `node_potentials(costs, like)`; {structure.name} does not")
-    return structure.node_potentials(node_costs, like)
+    const = float(structure.node_constant(node_costs)) if hasattr(structure, "node_constant") else 0.0
+    return structure.node_potentials(node_costs, like), const
 
 
 def _node_labels(structure: Structure, y_true: Any) -> np.ndarray:
@@ -119,7 +121,7 @@ class Hamming(Loss):
         np.put_along_axis(c, labels[..., None], 0.0, axis=-1)
         if self.normalize:
             c /= max(labels.size, 1)
-        return _node_terms(self, structure, c, like), 0.0
+        return _node_terms(self, structure, c, like)
 
 
 class WeightedHamming(Loss):
@@ -164,7 +166,7 @@ class WeightedHamming(Loss):
         c = self.cost[labels]
         if self.normalize:
             c = c / max(labels.size, 1)
-        return _node_terms(self, structure, c, like), 0.0
+        return _node_terms(self, structure, c, like)
 
 
 class MatchingHamming(Loss):
@@ -210,3 +212,50 @@ class MatchingHamming(Loss):
         gold = np.asarray(structure.stats(y_true, like).edge, dtype=float)
         c = self.fp_cost * (1.0 - gold) - self.fn_cost * gold
         return structure.edge_potentials(c, like), self.fn_cost * float(gold.sum())
+
+
+class BoxLoss(Loss):
+    """``1 - IoU(y_true, y_pred)`` of two boxes ``(top, left, bottom, right)``, areas in cells.
+
+    Not linear in the box indicator, so loss-augmented decoding goes through the structure's own
+    oracles: exact branch-and-bound and top-K that bound the IoU term over box sets, and exact
+    Gibbs sums over all boxes for entropy smoothing (see :class:`structopt.structures.box.BoundingBox`).
+    """
+
+    decomposable = False
+
+    def __repr__(self) -> str:
+        return "BoxLoss()"
+
+    def __call__(self, y_true, y_pred) -> float:
+        from structopt.structures.box import iou
+
+        return 1.0 - iou(_box(y_true, "y_true"), _box(y_pred, "y_pred"))
+
+    @staticmethod
+    def _structure(structure: Structure):
+        if not hasattr(structure, "topk_iou"):
+            raise NotSupportedError(f"BoxLoss needs a BoundingBox structure (IoU-bounding oracles), "
+                                    f"not {structure.name}")
+        return structure
+
+    def augmented_argmax(self, structure: Structure, theta: Potentials, y_true: Any) -> Any:
+        outputs, _ = self._structure(structure).topk_iou(theta, y_true, 1)
+        return outputs[0]
+
+    def augmented_topk(self, structure: Structure, theta: Potentials, y_true: Any, k: int) -> tuple[Any, np.ndarray]:
+        return self._structure(structure).topk_iou(theta, y_true, k)
+
+    def augmented_marginals(self, structure: Structure, theta: Potentials, y_true: Any,
+                            temperature: float) -> tuple[float, Potentials, float]:
+        return self._structure(structure).marginals_iou(theta, y_true, temperature)
+
+
+def _box(y: Any, name: str) -> tuple[int, int, int, int]:
+    arr = np.asarray(y)
+    if arr.shape != (4,):
+        raise InvalidInputError(f"BoxLoss: {name} must be a box (top, left, bottom, right), got {y!r}")
+    t, l, b, r = (int(v) for v in arr)
+    if not (t < b and l < r):
+        raise InvalidInputError(f"BoxLoss: {name} {(t, l, b, r)} is an empty box")
+    return t, l, b, r

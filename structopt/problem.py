@@ -217,7 +217,7 @@ class SSVMProblem:
         gold = self.gold_stats(i, theta)
         gold_score = self.structure.score(theta, self.Y[i])
         if kind == "topk":
-            outputs, values = self._augmented_topk(i, theta, k)
+            outputs, values = self.augmented_topk(i, theta, k)
             keep = np.flatnonzero(np.isfinite(values))  # fewer than k outputs exist: -inf padding
             outputs, values = [outputs[j] for j in keep], np.asarray(values)[keep]
             value, weights = l2_smoothed_max_sorted(values - gold_score, mu)
@@ -235,8 +235,8 @@ class SSVMProblem:
         diff = self.model.reduce_stats(add(marg, gold, -1.0))
         return SmoothStats(float(mu * log_z - gold_score), diff, marg, float(loss))
 
-    def _augmented_topk(self, i: int, theta: Potentials, k: int) -> tuple[Any, np.ndarray]:
-        # the k best outputs of Delta(y_i, .) + <theta, stats(.)> and those values
+    def augmented_topk(self, i: int, theta: Potentials, k: int) -> tuple[Any, np.ndarray]:
+        """The ``k`` best outputs of ``Delta(y_i, y) + <theta, stats(y)>``, sorted, and those values."""
         if self._terms[i] is not None:
             c, const = self._terms[i]
             outputs, scores = self.structure.topk(add(theta, c), k)

@@ -2,9 +2,9 @@
 
 :func:`check_structure` runs every oracle of a structure on one small instance and compares it
 with brute force over :meth:`Structure.enumerate` and with the linear description of the marginal
-polytope (:meth:`Structure.polytope`, solved by :meth:`Structure.lp_relaxation` and
-:meth:`Structure.project_qp`). It only uses the :class:`~structopt.structures.base.Structure`
-interface, so it serves built-in and user-declared structures alike.
+polytope (:meth:`Structure.polytope`, solved by :meth:`Structure.lp_relaxation`). It only uses the
+:class:`~structopt.structures.base.Structure` interface, so it serves built-in and user-declared
+structures alike. :func:`check_model` checks a model's linear map against its adjoint and layouts.
 
 :func:`check_builtin_structures` runs it on random small instances of every built-in structure
 (``structopt check``) and aggregates the outcome into one row per (structure, oracle).
@@ -22,10 +22,11 @@ import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.smoothing import logsumexp
+from structopt.structures._minnorm import project_hull
 from structopt.structures.base import Potentials, Structure, flatten, inner, unflatten
 
 #: names accepted by :func:`random_instance` and :func:`check_builtin_structures`
-BUILTIN_STRUCTURES = ("chain", "multiclass", "matching")
+BUILTIN_STRUCTURES = ("chain", "multiclass", "matching", "box", "lp", "tree")
 
 
 # --------------------------------------------------------------------------- report
@@ -156,7 +157,7 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
 
     Parameters
     ----------
-    structure_name : {"chain", "multiclass", "matching"}
+    structure_name : {"chain", "multiclass", "matching", "box", "lp", "tree"}
     rng : Generator or seed
     integer : bool
         Integer potentials in [-3, 3] (ties) or uniform floats.
@@ -164,8 +165,13 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
         ``chain``: ``length`` (T, default 4), ``n_states`` (S, default 3), ``shared`` (bool,
         default True: one (S, S) transition matrix); ``multiclass``: ``n_classes`` (default 4);
         ``matching``: ``n_left`` (default 3), ``n_right`` (default 3), ``allow_unmatched`` (default
-        False: the unmatched-score fields are empty).
+        False: the unmatched-score fields are empty); ``box``: ``height`` (default 3), ``width``
+        (default 3); ``lp``: ``n`` (default 5), an
+        :class:`~structopt.structures.lp.LPStructure` selecting between lo and hi of n entries with at
+        most a cap in a random window (an exact LP description); ``tree``: ``n_nodes`` (default 4),
+        ``n_states`` (default 2), ``shared`` (default False), a random forest (isolated nodes likely).
     """
+    from structopt.structures.box import BoundingBox, BoxPotentials
     from structopt.structures.chain import Chain, ChainPotentials
     from structopt.structures.matching import BipartiteMatching, MatchingPotentials
     from structopt.structures.multiclass import MultiClass, MultiClassPotentials
@@ -185,12 +191,56 @@ def random_instance(structure_name: str, rng: np.random.Generator | int | None =
         allow = bool(size.pop("allow_unmatched", False))
         structure = BipartiteMatching(L, R, allow_unmatched=allow)  # validates the sides
         like = MatchingPotentials(np.zeros((L, R)), np.zeros(L if allow else 0), np.zeros(R if allow else 0))
+    elif name == "box":
+        H, W = int(size.pop("height", 3)), int(size.pop("width", 3))
+        if H < 1 or W < 1:
+            raise InvalidInputError(f"a box grid needs height, width >= 1, got {H} x {W}")
+        structure, like = BoundingBox(), BoxPotentials(np.zeros((H, W)))
+    elif name == "lp":
+        structure = _random_lp_structure(rng, int(size.pop("n", 5)))
+        like = structure.Potentials(np.zeros(structure.size))
+    elif name == "tree":
+        structure = _random_forest(rng, int(size.pop("n_nodes", 4)), int(size.pop("n_states", 2)))
+        S, m = structure.n_states, structure.n_edges
+        like = structure.Potentials(np.zeros((structure.n_nodes, S)),
+                                    np.zeros((S, S) if size.pop("shared", False) else (m, S, S)))
     else:
         raise InvalidInputError(f"no random instance for structure {structure_name!r}; "
                                 f"use one of {', '.join(repr(n) for n in BUILTIN_STRUCTURES)}")
     if size:
         raise InvalidInputError(f"unknown size arguments for {name}: {sorted(size)}")
     return structure, random_like(like, rng, integer=integer)
+
+
+def _random_lp_structure(rng: np.random.Generator, n: int) -> Structure:
+    # k-of-n selection with a cap on a random window: interval constraint rows are totally
+    # unimodular, so the LP description is exact and every row of check_structure applies
+    import cvxpy as cp
+
+    from structopt.structures.lp import LPStructure
+
+    if n < 1:
+        raise InvalidInputError(f"an lp instance needs n >= 1, got {n}")
+    z = cp.Variable(n, boolean=True)
+    lo = int(rng.integers(0, n + 1))
+    hi = int(rng.integers(lo, n + 1))
+    start = int(rng.integers(0, n))
+    stop = int(rng.integers(start + 1, n + 1))
+    cap = int(rng.integers(max(0, lo - (n - (stop - start))), stop - start + 1))
+    return LPStructure(z, [cp.sum(z) >= lo, cp.sum(z) <= hi, cp.sum(z[start:stop]) <= cap])
+
+
+def _random_forest(rng: np.random.Generator, n_nodes: int, n_states: int) -> Structure:
+    # each node after the first joins a random earlier node with probability 0.8 (else starts a new
+    # tree), edges in random orientation
+    from structopt.structures.tree import TreeStructure
+
+    edges = []
+    for v in range(1, n_nodes):
+        if rng.random() < 0.8:
+            u = int(rng.integers(0, v))
+            edges.append((u, v) if rng.random() < 0.5 else (v, u))
+    return TreeStructure(edges, n_states, n_nodes=n_nodes)
 
 
 # --------------------------------------------------------------------------- the check
@@ -230,8 +280,12 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
       matching is best).
     - ``lp_relaxation``: its value equals the max score; its solution is the statistics of the
       best output when that output is unique.
-    - ``project``: the Euclidean projection of a random point equals the cvxpy reference
-      :meth:`Structure.project_qp` and satisfies the variational inequality against every vertex.
+    - ``project``: the Euclidean projection p of a random point v equals the projection onto the
+      hull of the enumerated vertices (Wolfe's min-norm point over that list) and satisfies the
+      variational inequality against every vertex; LP column: p equals the min-norm-point
+      projection driven by the structure's own ``argmax`` (independent of how ``project``
+      computes p), satisfies ``<v - p, s - p> <= qp_atol`` with ``s = argmax(v - p)`` and the
+      polytope's constraints.
     - ``prox_entropy``: with ``mu`` the marginals of random potentials ``theta0``, equals the
       marginals of the Gibbs distribution of ``theta0 + eta * step`` by enumeration.
 
@@ -339,9 +393,12 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
         z_gap = abs(float(log_z) - bf_log_z)
         m_gap = _gap(flatten(marg), bf_marg)
         enum_ok = z_gap <= atol and m_gap <= max(rtol, 1e-12)
-        infeasible = _infeasibility(structure, theta, flatten(marg))
-        detail = f"|log Z - bf| = {z_gap:.1e}, |marginals - bf| = {m_gap:.1e}, infeasibility {infeasible:.1e}"
-        return enum_ok, infeasible <= max(rtol, 1e-9), seconds, detail
+        detail = f"|log Z - bf| = {z_gap:.1e}, |marginals - bf| = {m_gap:.1e}"
+        try:
+            infeasible = _infeasibility(structure, theta, flatten(marg))
+        except NotSupportedError:  # no linear description (e.g. boxes): feasibility not checked
+            return enum_ok, None, seconds, detail + ", no polytope: feasibility not checked"
+        return enum_ok, infeasible <= max(rtol, 1e-9), seconds, detail + f", infeasibility {infeasible:.1e}"
 
     run("marginals", marginals)
 
@@ -385,15 +442,27 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
         v = unflatten(rng.normal(scale=1.0, size=ref.flat.shape[1]), template)
         p, seconds = _timed(lambda: structure.project(v))
         p_flat, v_flat = flatten(p), flatten(v)
-        q_flat = flatten(structure.project_qp(v))
-        qp_gap = _gap(p_flat, q_flat)
-        # p is the projection onto conv(vertices) iff it is feasible and <v - p, m - p> <= 0 for every vertex m
+        # enumeration: the projection onto the hull of the enumerated vertices (min-norm point over
+        # that list, no structure oracle involved), and <v - p, m - p> <= 0 for every vertex m
+        reference, _ = project_hull(v_flat, lambda d: ref.flat[int(np.argmax(ref.flat @ d))], tol=1e-14)
+        ref_gap = _gap(p_flat, reference)
         violation = float(np.max(ref.flat @ (v_flat - p_flat) - (v_flat - p_flat) @ p_flat))
+        enum_ok = violation <= qp_atol and ref_gap <= qp_atol
+        # the structure's own argmax oracle: the min-norm-point projection it drives (membership in
+        # the hull, which an outer description cannot certify) and the certificate
+        # <v - p, s - p> <= 0 with s = argmax(v - p); plus feasibility for the polytope's description
+        def linear_oracle(d: np.ndarray) -> np.ndarray:
+            return flatten(structure.stats(structure.argmax(unflatten(d, template)), theta))
+
+        by_oracle, _ = project_hull(v_flat, linear_oracle, tol=1e-14)
+        oracle_gap = _gap(p_flat, by_oracle)
+        certificate = float((v_flat - p_flat) @ (linear_oracle(v_flat - p_flat) - p_flat))
         infeasible = _infeasibility(structure, theta, p_flat)
-        enum_ok = violation <= qp_atol and infeasible <= qp_atol
-        detail = (f"|p - qp| = {qp_gap:.1e}, vertex optimality violation {violation:.1e}, "
+        detail = (f"|p - hull reference| = {ref_gap:.1e}, vertex optimality violation {violation:.1e}, "
+                  f"|p - projection by argmax oracle| = {oracle_gap:.1e}, certificate {certificate:.1e}, "
                   f"infeasibility {infeasible:.1e}")
-        return enum_ok, qp_gap <= qp_atol, seconds, detail
+        lp_ok = oracle_gap <= qp_atol and certificate <= qp_atol and infeasible <= qp_atol
+        return enum_ok, lp_ok, seconds, detail
 
     run("project", project)
 
@@ -434,6 +503,14 @@ BUILTIN_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
         {"n_left": 3, "n_right": 3, "allow_unmatched": True},
         {"n_left": 2, "n_right": 4, "allow_unmatched": True},
         {"n_left": 4, "n_right": 2, "allow_unmatched": True},
+    ),
+    "box": ({"height": 1, "width": 1}, {"height": 1, "width": 4}, {"height": 3, "width": 2}, {"height": 4, "width": 4}),
+    "lp": ({"n": 1}, {"n": 4}, {"n": 7}),
+    "tree": (
+        {"n_nodes": 1, "n_states": 3},
+        {"n_nodes": 4, "n_states": 2},
+        {"n_nodes": 5, "n_states": 2, "shared": True},
+        {"n_nodes": 4, "n_states": 3},
     ),
 }
 
@@ -614,3 +691,170 @@ def check_builtin_structures(names: Sequence[str] | None = None, seed: int = 0, 
                 suite.checks.append((name, _variant_label(size, integer), report))
     suite.seconds = time.perf_counter() - start
     return suite
+
+
+# --------------------------------------------------------------------------- models
+@dataclass
+class ModelCheckRow:
+    """Outcome of one check of :func:`check_model` (worst case over the examples checked)."""
+
+    check: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class ModelCheckReport:
+    """Rows of :func:`check_model`, one per check."""
+
+    model: str
+    n_examples: int
+    rows: list[ModelCheckRow] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every check passed."""
+        return all(row.ok for row in self.rows)
+
+    def row(self, check: str) -> ModelCheckRow:
+        """The row of one check (KeyError when absent)."""
+        for r in self.rows:
+            if r.check == check:
+                return r
+        raise KeyError(check)
+
+    def failures(self) -> list[ModelCheckRow]:
+        """Rows that failed."""
+        return [r for r in self.rows if not r.ok]
+
+    def table(self) -> str:
+        """A plain-text table of the rows."""
+        width = max(len(r.check) for r in self.rows) if self.rows else 5
+        lines = [f"{self.model}: {self.n_examples} examples, {'OK' if self.ok else 'FAILED'}"]
+        lines += [f"{r.check.ljust(width)}  {'yes' if r.ok else 'NO '}  {r.detail}" for r in self.rows]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def check_model(model: Any, X: Sequence[Any], n_trials: int = 3, max_examples: int = 5, rtol: float = 1e-9,
+                random_state: int | np.random.Generator | None = 0) -> ModelCheckReport:
+    """Check a model's linear map against its adjoint and its declared layouts on a few inputs.
+
+    Rows (each the worst case over the first ``max_examples`` inputs and ``n_trials`` random draws):
+
+    - ``validate_input``: every input is accepted (the error message otherwise).
+    - ``potentials_type``: ``potentials(x, w)`` is the structure's potentials type (its declared
+      ``Potentials`` NamedTuple when it has one) and ``structure.expand`` accepts it.
+    - ``linearity``: ``potentials(x, a w1 + b w2) = a potentials(x, w1) + b potentials(x, w2)``.
+    - ``adjoint``: ``<A_x w, mu> = <w, A_x^T mu>`` for random w and random statistics-shaped mu
+      (the full layout of ``structure.expand``), i.e. ``potentials`` and ``features`` agree.
+    - ``reduce_stats``: ``reduce_stats(mu)`` flattens to the potentials' size, has the same inner
+      product with the potentials (flat, no broadcasting) and the same ``features``.
+    - ``features_sqnorm``: equals ``||features(x, mu)||^2``.
+
+    Exceptions raised by the model are reported as failures with their message.
+
+    Parameters
+    ----------
+    model : Model
+    X : sequence of inputs
+    n_trials : int
+        Random (w, mu) draws per input.
+    max_examples : int
+        Inputs checked (the first ones).
+    rtol : float
+        Relative tolerance (scaled by the magnitudes of the products compared).
+    random_state : int, Generator or None
+
+    Returns
+    -------
+    ModelCheckReport
+    """
+    from structopt.structures.base import add, scale
+
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    structure = model.structure
+    examples = list(X)[: int(max_examples)]
+    report = ModelCheckReport(repr(model), len(examples))
+    worst: dict[str, tuple[bool, str]] = {}
+
+    def record(check: str, ok: bool, detail: str) -> None:
+        if check not in worst or (worst[check][0] and not ok):
+            worst[check] = (ok, detail)
+
+    def close(a: float, b: float, magnitude: float) -> bool:
+        return abs(a - b) <= rtol * (1.0 + magnitude)
+
+    declared = getattr(structure, "Potentials", None)
+    for i, raw in enumerate(examples):
+        try:
+            x = model.validate_input(raw, i)
+        except Exception as exc:  # reported, then the other checks of this input are meaningless
+            record("validate_input", False, f"example {i}: {type(exc).__name__}: {exc}")
+            continue
+        record("validate_input", True, f"{len(examples)} inputs accepted")
+        checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = []
+
+        def potentials_type(x=x, i=i) -> tuple[bool, str]:
+            theta = model.potentials(x, rng.normal(size=model.n_params))
+            if not (isinstance(theta, tuple) and hasattr(theta, "_fields")):
+                return False, f"example {i}: potentials are a {type(theta).__name__}, not a NamedTuple of arrays"
+            if declared is not None and type(theta) is not declared:
+                return False, (f"example {i}: potentials are {type(theta).__name__}, "
+                               f"structure declares {declared.__name__}")
+            structure.expand(theta)
+            return True, type(theta).__name__
+
+        def linearity(x=x, i=i) -> tuple[bool, str]:
+            w1, w2 = rng.normal(size=model.n_params), rng.normal(size=model.n_params)
+            a, b = rng.normal(size=2)
+            lhs = flatten(structure.expand(model.potentials(x, a * w1 + b * w2)))
+            rhs = flatten(structure.expand(add(scale(model.potentials(x, w1), a), model.potentials(x, w2), b)))
+            gap = _gap(lhs, rhs)
+            return gap <= rtol * (1.0 + float(np.max(np.abs(rhs), initial=0.0))), f"max deviation {gap:.1e}"
+
+        def adjoint(x=x, i=i) -> tuple[bool, str]:
+            w = rng.normal(size=model.n_params)
+            theta = model.potentials(x, w)
+            mu = random_like(structure.expand(theta), rng)
+            lhs, rhs = inner(theta, mu), float(w @ model.features(x, mu))
+            ok = close(lhs, rhs, abs(lhs) + abs(rhs))
+            return ok, f"<A w, mu> = {lhs:.6g}, <w, A^T mu> = {rhs:.6g}" + ("" if ok else f" (example {i})")
+
+        def reduce_stats(x=x, i=i) -> tuple[bool, str]:
+            theta = model.potentials(x, rng.normal(size=model.n_params))
+            mu = random_like(structure.expand(theta), rng)
+            reduced = flatten(model.reduce_stats(mu))
+            flat_theta = flatten(theta)
+            if reduced.size != flat_theta.size:
+                return False, (f"example {i}: reduce_stats flattens to {reduced.size} entries, the potentials to "
+                               f"{flat_theta.size}")
+            lhs, rhs = inner(theta, mu), float(flat_theta @ reduced)
+            if not close(lhs, rhs, abs(lhs) + abs(rhs)):
+                return False, f"example {i}: <theta, mu> = {lhs:.6g} but <theta, reduce_stats(mu)> = {rhs:.6g}"
+            g_full, g_red = model.features(x, mu), model.features(x, model.reduce_stats(mu))
+            gap = _gap(g_full, g_red)
+            ok = gap <= rtol * (1.0 + float(np.max(np.abs(g_full), initial=0.0)))
+            return ok, f"same size, inner product and features (deviation {gap:.1e})" if ok else \
+                f"example {i}: features of reduce_stats(mu) differ by {gap:.1e}"
+
+        def features_sqnorm(x=x, i=i) -> tuple[bool, str]:
+            mu = random_like(structure.expand(model.potentials(x, model.zeros())), rng)
+            g = model.features(x, mu)
+            lhs, rhs = float(model.features_sqnorm(x, mu)), float(g @ g)
+            ok = close(lhs, rhs, rhs)
+            return ok, f"{lhs:.6g} vs ||features||^2 = {rhs:.6g}" + ("" if ok else f" (example {i})")
+
+        checks += [("potentials_type", potentials_type), ("linearity", linearity), ("adjoint", adjoint),
+                   ("reduce_stats", reduce_stats), ("features_sqnorm", features_sqnorm)]
+        for name, fn in checks:
+            for _ in range(int(n_trials) if name != "potentials_type" else 1):
+                try:
+                    ok, detail = fn()
+                except Exception as exc:  # a crash is a failed check, reported with its message
+                    ok, detail = False, f"example {i}: {type(exc).__name__}: {exc}"
+                record(name, ok, detail)
+    report.rows = [ModelCheckRow(name, ok, detail) for name, (ok, detail) in worst.items()]
+    return report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from structopt.errors import InvalidInputError
 from structopt.smoothing import logsumexp
 from structopt.structures import Chain, ChainPotentials, flatten
+from structopt.structures import _chain_kernels as kern
 from structopt.validate import check_structure
 
 SIZES = [(T, S) for T in range(1, 7) for S in range(1, 5)]  # up to 4**6 = 4096 outputs
@@ -288,3 +290,217 @@ def test_scaled_forward_backward_matches_log_space_at_extreme_scales(scale, shar
     np.testing.assert_allclose(marg.unary, np.exp(alpha + beta - log_z), atol=1e-10)
     edge = np.exp(alpha[:-1, :, None] + pw + (unary[1:] + beta[1:])[:, None, :] - log_z)
     np.testing.assert_allclose(marg.pairwise, edge, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- -inf entries
+def all_sequences(T, S):
+    return np.array(list(itertools.product(range(S), repeat=T)), dtype=np.int64).reshape(S**T, T)
+
+
+def sequence_scores(unary, pairwise, seqs):
+    """Scores of every row of ``seqs`` (pairwise (P, S, S), P == 1 shared), -inf where forbidden."""
+    T = seqs.shape[1]
+    with np.errstate(invalid="ignore"):
+        total = unary[np.arange(T), seqs].sum(axis=1)
+        if T > 1:
+            index = np.arange(T - 1) if pairwise.shape[0] > 1 else np.zeros(T - 1, dtype=np.int64)
+            total = total + pairwise[index, seqs[:, :-1], seqs[:, 1:]].sum(axis=1)
+    return total
+
+
+def masked_instance(rng, T, S, p_forbid):
+    """Integer potentials (many ties) with forbidden (-inf) transitions, start and end states."""
+    P = 1 if (T == 1 or rng.integers(2)) else T - 1
+    unary = rng.integers(-2, 3, (T, S)).astype(float)
+    pairwise = rng.integers(-2, 3, (P, S, S)).astype(float)
+    pairwise[rng.random(pairwise.shape) < p_forbid] = -np.inf
+    for t in (0, T - 1):  # forbidden start / end states, as a constrained chain folds them in
+        unary[t, rng.random(S) < p_forbid / 2] = -np.inf
+    if T == 1:
+        pairwise = np.zeros((1, S, S))
+    return unary, pairwise
+
+
+def masked_instances(n, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        T, S = int(rng.integers(1, 7)), int(rng.integers(1, 5))
+        yield (T, S, *masked_instance(rng, T, S, float(rng.choice([0.0, 0.3, 0.6, 0.9]))))
+
+
+def test_topk_with_forbidden_entries_matches_enumeration():
+    """The K best scores (finite ones first, then -inf padding made of distinct forbidden
+    sequences), nested in K, the first one Viterbi's, on many small chains with ties and masks."""
+    n_checked = n_partial = 0
+    for T, S, unary, pairwise in masked_instances(250, 11):
+        seqs = all_sequences(T, S)
+        scores = sequence_scores(unary, pairwise, seqs)
+        expected = np.sort(scores)[::-1]
+        n_finite = int(np.isfinite(scores).sum())
+        y, _ = kern.viterbi(unary, pairwise)
+        if n_finite:
+            assert sequence_scores(unary, pairwise, y[None])[0] == expected[0]
+        previous = None
+        for K in (1, 2, 3, 7, 16, 17, 30):
+            labels, values = kern.topk_viterbi(unary, pairwise, K)
+            kk = min(K, S**T)
+            assert labels.shape == (kk, T) and values.shape == (kk,)
+            np.testing.assert_array_equal(values, expected[:kk])
+            np.testing.assert_array_equal(sequence_scores(unary, pairwise, labels), values)
+            assert len({tuple(lab) for lab in labels}) == kk
+            np.testing.assert_array_equal(labels[0], y)  # same tie-breaking as Viterbi
+            if previous is not None:  # deterministic order: the K best extend the K' < K best
+                np.testing.assert_array_equal(labels[:len(previous)], previous)
+            previous = labels
+            n_partial += 0 < n_finite < kk
+        n_checked += 1
+    assert n_checked == 250 and n_partial > 20  # padding was exercised
+
+
+def eager_topk(unary, pairwise, K):
+    """Reference K best (values and labels): every cell sorts all S * K extended partial sequences,
+    ordered by value, then previous state, then previous rank (the documented tie-breaking)."""
+    T, S = unary.shape
+    pw = np.broadcast_to(pairwise, (max(T - 1, 1), S, S))
+    cells = [[[(unary[0, b], (b,))] for b in range(S)]]
+    for t in range(1, T):
+        row = []
+        for b in range(S):
+            cand = [(v + pw[t - 1, a, b], a, r, seq) for a in range(S) for r, (v, seq) in enumerate(cells[-1][a])]
+            cand.sort(key=lambda e: (-e[0], e[1], e[2]))
+            row.append([(v + unary[t, b], (*seq, b)) for v, _, _, seq in cand[:K]])
+        cells.append(row)
+    final = [(v, b, r, seq) for b in range(S) for r, (v, seq) in enumerate(cells[-1][b])]
+    final.sort(key=lambda e: (-e[0], e[1], e[2]))
+    return np.array([e[3] for e in final[:K]]), np.array([e[0] for e in final[:K]])
+
+
+def test_topk_matches_eager_reference_on_longer_chains():
+    rng = np.random.default_rng(5)
+    for trial in range(8):
+        T, S = int(rng.integers(8, 16)), int(rng.integers(3, 8))
+        unary, pairwise = masked_instance(rng, T, S, 0.3 * (trial % 2))
+        if trial >= 6:  # heavy ties
+            unary[np.isfinite(unary)], pairwise[np.isfinite(pairwise)] = 0.0, 0.0
+        for K in (5, 40):
+            labels, values = kern.topk_viterbi(unary, pairwise, K)
+            ref_labels, ref_values = eager_topk(unary, pairwise, K)
+            np.testing.assert_array_equal(values, ref_values)
+            np.testing.assert_array_equal(labels, ref_labels)
+
+
+def test_viterbi_marginals_max_marginals_with_forbidden_entries():
+    n_infeasible = 0
+    chain_cache = {}
+    for T, S, unary, pairwise in masked_instances(250, 12):
+        chain = chain_cache.setdefault(S, Chain(S))
+        theta = ChainPotentials(unary, pairwise if pairwise.shape[0] > 1 else pairwise[0])
+        seqs = all_sequences(T, S)
+        scores = sequence_scores(unary, pairwise, seqs)
+        feasible = np.isfinite(scores)
+        y = chain.argmax(theta)
+        assert sequence_scores(unary, pairwise, y[None])[0] == scores.max()
+        mm = chain.max_marginals(theta)
+        expected_mm = np.array([[scores[seqs[:, t] == s].max() for s in range(S)] for t in range(T)])
+        np.testing.assert_array_equal(mm, expected_mm)
+        log_z, node, edge = kern.forward_backward(unary, pairwise)
+        assert not np.isnan(node).any() and not np.isnan(edge).any()
+        if not feasible.any():
+            n_infeasible += 1
+            assert log_z == -np.inf and not node.any() and not edge.any()
+            with pytest.raises(InvalidInputError, match="score -inf"):
+                chain.marginals(theta)
+            continue
+        log_z, marg = chain.marginals(theta)
+        assert log_z == pytest.approx(logsumexp(scores[feasible]), abs=1e-12)
+        p = np.exp(scores[feasible] - log_z)
+        f = seqs[feasible]
+        expected_node = np.array([[p[f[:, t] == s].sum() for s in range(S)] for t in range(T)])
+        np.testing.assert_allclose(marg.unary, expected_node, atol=1e-12)
+        for t in range(T - 1):
+            expected_edge = np.zeros((S, S))
+            np.add.at(expected_edge, (f[:, t], f[:, t + 1]), p)
+            np.testing.assert_allclose(marg.pairwise[t], expected_edge, atol=1e-12)
+            forbidden = np.isneginf(pairwise[t if pairwise.shape[0] > 1 else 0])
+            assert np.all(marg.pairwise[t][forbidden] == 0.0)  # exactly zero, not tiny
+        assert np.all(marg.unary[np.isneginf(unary)] == 0.0)
+    assert n_infeasible > 5
+
+
+# ----------------------------------------------------------------------------- range and bad values
+def exact_scores(unary, pairwise, seqs):
+    """Scores as exact rationals (no overflow or rounding), for potentials near the float64 limit."""
+    T = seqs.shape[1]
+    pw = np.broadcast_to(pairwise, (max(T - 1, 1), *pairwise.shape[1:]))
+    return [sum(Fraction(unary[t, y[t]]) for t in range(T))
+            + sum(Fraction(pw[t, y[t], y[t + 1]]) for t in range(T - 1)) for y in seqs]
+
+
+@pytest.mark.parametrize("scale", [1e8, 1e15, 1e100, 1e300, 1e307, 1.7e308])
+def test_marginals_and_argmax_at_huge_magnitudes(scale):
+    """Finite log Z and valid marginals wherever log Z is representable; the exact maximiser."""
+    rng = np.random.default_rng(int(np.log10(scale)))
+    n_checked = 0
+    for trial in range(40):
+        T, S = int(rng.integers(1, 5)), int(rng.integers(1, 4))
+        unary = scale * rng.uniform(-1, 1, (T, S))
+        pairwise = scale * rng.uniform(-1, 1, (T - 1 if T > 1 and trial % 2 else 1, S, S))
+        if trial % 3 == 0:
+            pairwise[rng.random(pairwise.shape) < 0.3] = -np.inf
+        theta = ChainPotentials(unary, pairwise if pairwise.shape[0] > 1 else pairwise[0])
+        seqs = all_sequences(T, S)
+        exact = exact_scores(np.where(np.isinf(unary), 0, unary), np.where(np.isinf(pairwise), 0, pairwise), seqs)
+        allowed = np.isfinite(sequence_scores(np.where(np.isinf(unary), -np.inf, 0),
+                                              np.where(np.isinf(pairwise), -np.inf, 0), seqs))
+        if not allowed.any():
+            continue
+        exact = [s if ok else None for s, ok in zip(exact, allowed)]
+        best = max(s for s in exact if s is not None)
+        chain = Chain(S)
+        y = chain.argmax(theta)
+        assert exact[int(np.flatnonzero((seqs == y).all(axis=1))[0])] == best
+        largest = Fraction(np.finfo(float).max)
+        if abs(best) > largest * Fraction(1 + 1e-9):  # log Z beyond float64 (log S**T is negligible)
+            with pytest.raises(InvalidInputError, match="float64 range"):
+                chain.marginals(theta)
+            continue
+        if abs(best) > largest * Fraction(1 - 1e-9):
+            continue  # rounding decides
+        log_z, marg = chain.marginals(theta)
+        assert np.isfinite(log_z)
+        assert log_z == pytest.approx(float(best), rel=1e-12, abs=np.log(S**T) + 1e-9)
+        for m in (marg.unary, marg.pairwise):
+            assert np.all((m >= 0) & (m <= 1 + 1e-12))
+        np.testing.assert_allclose(marg.unary.sum(axis=1), 1.0, atol=1e-12)
+        if T > 1:
+            np.testing.assert_allclose(marg.pairwise.sum(axis=2), marg.unary[:-1], atol=1e-9)
+        ranked = sorted((s for s in exact if s is not None), reverse=True)
+        if len(ranked) == 1 or ranked[0] - ranked[1] > 40:  # a clear winner takes all the mass
+            winner = seqs[exact.index(best)]
+            np.testing.assert_allclose(flatten(marg), flatten(chain.stats(winner, theta)), atol=1e-12)
+            n_checked += 1
+    assert n_checked > 10
+
+
+def test_marginals_when_partial_sums_overflow_but_log_z_does_not():
+    chain = Chain(2)
+    unary = np.array([[1.5e308, 1.4e308], [1.5e308, 1.5e308], [-1.6e308, -1.7e308]])
+    log_z, marg = chain.marginals(ChainPotentials(unary, np.zeros((2, 2))))
+    assert log_z == pytest.approx(1.4e308, rel=1e-12)
+    np.testing.assert_allclose(marg.unary, [[1, 0], [0.5, 0.5], [1, 0]], atol=1e-12)
+    with pytest.raises(InvalidInputError, match="float64 range"):
+        chain.marginals(ChainPotentials(np.full((3, 2), 1e308), np.zeros((2, 2))))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("where", ["unary", "pairwise"])
+def test_nan_and_positive_inf_potentials_are_refused(bad, where):
+    chain = Chain(3)
+    unary, pairwise = np.zeros((4, 3)), np.zeros((3, 3))
+    (unary if where == "unary" else pairwise)[1, 2] = bad
+    theta = ChainPotentials(unary, pairwise)
+    what = "NaN" if np.isnan(bad) else r"\+inf"
+    index = r"unary\[1, 2\]" if where == "unary" else r"pairwise\[0, 1, 2\]"
+    for oracle in (chain.argmax, chain.marginals):
+        with pytest.raises(InvalidInputError, match=f"{what} \\({index}\\)"):
+            oracle(theta)

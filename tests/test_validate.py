@@ -141,9 +141,12 @@ def test_broken_oracle_is_caught(cls, oracle, column):
     assert getattr(report.row(oracle), column) is False, report.table()
     if cls is CrashingTopK:
         assert "boom" in report.row("topk").detail
-    # the other oracles are unaffected
-    others = [r for r in report.rows if r.oracle != oracle and cls is not LoosePolytope]
+    # the other oracles are unaffected, except the project row's argmax-driven reference
+    others = [r for r in report.rows if r.oracle != oracle and cls is not LoosePolytope
+              and not (cls is WrongArgmax and r.oracle == "project")]
     assert all(r.ok for r in others), report.table()
+    if cls is WrongArgmax:
+        assert report.row("project").agrees_enumeration is True
 
 
 def test_loose_polytope_also_breaks_lp_comparisons():
@@ -200,7 +203,7 @@ def test_generic_structure_skips_unsupported_oracles():
         row = report.row(oracle)
         assert row.agrees_enumeration is None and row.detail.startswith("not supported")
     assert report.row("argmax").agrees_enumeration is True
-    assert report.row("project").agrees_lp is True  # default project is the QP itself
+    assert report.row("project").agrees_lp is True  # certified by the structure's argmax
     assert report.row("project").agrees_enumeration is True  # vertex optimality over the 4 outputs
 
 
@@ -231,7 +234,7 @@ def test_random_instance():
     with pytest.raises(InvalidInputError, match="allow_unmatched=True"):
         random_instance("matching", 0, n_left=3, n_right=2)
     with pytest.raises(InvalidInputError, match=r"no random instance.*'matching'"):
-        random_instance("tree")
+        random_instance("nonexistent")
     with pytest.raises(InvalidInputError, match="unknown size"):
         random_instance("chain", 0, lenght=3)
 
@@ -370,8 +373,30 @@ def test_suite_report_aggregation():
 
 
 def test_builtin_suite_bad_arguments():
-    with pytest.raises(InvalidInputError, match="unknown structure 'tree'; valid names: chain, multiclass, matching"):
-        check_builtin_structures(["chain", "tree"])
+    with pytest.raises(InvalidInputError, match="unknown structure 'nope'; valid names: chain, multiclass, matching"):
+        check_builtin_structures(["chain", "nope"])
     with pytest.raises(InvalidInputError, match="n_instances"):
         check_builtin_structures(["multiclass"], n_instances=0)
     assert set(BUILTIN_VARIANTS) == set(BUILTIN_STRUCTURES)
+
+
+# ----------------------------------------------------------------------------- project row references
+class LooseQP(LoosePolytope):
+    """Its default-style projection is the QP over a loose description: wrong, and self-consistent."""
+
+    def project(self, v):
+        return self.project_qp(v)
+
+
+def test_project_row_does_not_compare_the_qp_with_itself():
+    _, theta = chain_instance(seed=3)
+    row = check_structure(LooseQP(3), theta).row("project")
+    assert row.agrees_enumeration is False, row.detail  # off the hull of the enumerated vertices
+    assert row.agrees_lp is False, row.detail  # off the hull projection computed with the argmax oracle
+    assert "hull reference" in row.detail and "argmax oracle" in row.detail
+
+
+def test_lp_and_tree_are_builtin():
+    assert {"lp", "tree"} <= set(BUILTIN_STRUCTURES)
+    suite = check_builtin_structures(["lp", "tree"], n_instances=1)
+    assert suite.ok, suite.table()

@@ -1,11 +1,11 @@
 """Linear joint feature maps, each paired with one structure."""
 
 from structopt.models.base import Model
+from structopt.models.box import BoxModel
 from structopt.models.chain import ChainModel
-from structopt.models.multiclass import MultiClassModel
-
-__all__ = ["ChainModel", "Model", "MultiClassModel"]
-
+from structopt.models.feature import FeatureModel
 from structopt.models.matching import MatchingModel
+from structopt.models.multiclass import MultiClassModel
+from structopt.models.tree import TreeModel
 
-__all__ += ["MatchingModel"]
+__all__ = ["BoxModel", "ChainModel", "FeatureModel", "MatchingModel", "Model", "MultiClassModel", "TreeModel"]

@@ -9,7 +9,7 @@ One call of :func:`chain_z_pass` performs, for every example, the two z-block pr
 dual-extrapolation iteration (look-ahead from the prox-centre and the extragradient step) and
 accumulates ``sum_i A_i^T v_i``, ``sum_i A_i^T u_i``, ``sum_i <c_i, u_i>`` and ``sum_i ||v_i - u_i||^2``.
 Only O(one example) scratch memory is used besides the projection warm starts, which is the
-memory-light variant of spec section 4 (``s_{z_i}`` recomputed from the w-side sums).
+memory-light variant (``s_{z_i}`` recomputed from the w-side sums).
 
 Scoring and adjoint products are the chain model's own kernels (``chain_unary_scores``,
 ``chain_axpy``). Used only for unconstrained chains (the structure's ``kernel_oracles`` say so).

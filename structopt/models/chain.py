@@ -14,6 +14,9 @@ from structopt.structures.chain import Chain, ChainPotentials
 ChainInput = np.ndarray | sp.csr_matrix
 
 
+#: largest feature magnitude accepted: products with weights and their squares stay finite
+MAX_FEATURE = 1e100
+
 #: what the fused kernels reproduce: the model's methods and the structure's oracles
 _KERNEL_METHODS = ("potentials", "add_features", "reduce_stats", "features_sqnorm", "unpack", "blocks")
 _KERNEL_ORACLES = frozenset({"argmax", "stats", "score", "expand", "masked_potentials", "transition_bias",
@@ -66,16 +69,23 @@ class ChainModel(Model):
         return blocks
 
     def validate_input(self, x: ChainInput, index: int | None = None) -> ChainInput:
-        if sp.issparse(x):
-            x = sp.csr_matrix(x, dtype=np.float64)
-            values = x.data
-        else:
-            x = np.ascontiguousarray(x, dtype=np.float64)
-            values = x
+        try:
+            if sp.issparse(x):
+                x = sp.csr_matrix(x, dtype=np.float64)
+                values = x.data
+            else:
+                x = np.ascontiguousarray(x, dtype=np.float64)
+                values = x
+        except (TypeError, ValueError) as error:
+            raise example_error(index, f"chain input must be a numeric (T, {self.n_features}) array or CSR matrix "
+                                       f"({error})") from None
         if x.ndim != 2 or x.shape[1] != self.n_features or x.shape[0] < 1:
             raise example_error(index, f"chain input must have shape (T>=1, {self.n_features}), got {x.shape}")
         if not np.all(np.isfinite(values)):
             raise example_error(index, "chain input contains NaN or infinite values")
+        if values.size and np.abs(values).max() > MAX_FEATURE:
+            raise example_error(index, f"chain input has values up to {np.abs(values).max():.3g}; scores would "
+                                       f"overflow: rescale the features below {MAX_FEATURE:g}")
         return x
 
     def potentials(self, x: ChainInput, w: np.ndarray) -> ChainPotentials:

@@ -7,7 +7,7 @@ tree entropy (entropic). With ``s`` the accumulated (step-weighted) z-direction:
 * look-ahead ``v_z = argmax_z <s, z> - beta * d(z, centre)``;
 * step ``u_z = argmax_z <eta g, z> - beta * d(z, v_z)``.
 
-Entropic maps are kept in natural parameters (spec section 4): ``v_z`` is the marginal vector of
+Entropic maps are kept in natural parameters (memory-light variant): ``v_z`` is the marginal vector of
 the Gibbs distribution with potentials ``s / beta`` and ``u_z`` that of ``(s + eta g) / beta``,
 so marginals are never converted back to parameters.
 """
@@ -119,7 +119,7 @@ class PythonZPass:
     """z-side of one iteration by a per-example Python loop (any structure with project / marginals).
 
     ``memory_light`` recomputes ``s_{z_i} = (A_i W + Lambda c_i) / n`` from the w-side sums;
-    otherwise ``s_{z_i}`` is stored and advanced lazily by the previous w-iterate (spec section 4).
+    otherwise ``s_{z_i}`` is stored and advanced lazily by the previous w-iterate.
     """
 
     compiled = False

@@ -128,8 +128,7 @@ def local_curvature(problem: SSVMProblem, i: int, w: np.ndarray, mu: float, k: i
     feature scale rather than the whole-sequence ``R^2`` of :func:`lipschitz_bound`.
     """
     theta = problem.theta(i, w)
-    c, _ = problem.loss_terms(i)
-    outputs, scores = problem.structure.topk(add(theta, c), k)
+    outputs, scores = problem.augmented_topk(i, theta, k)
     outputs = [y for y, s in zip(outputs, scores, strict=True) if np.isfinite(s)]
     m = len(outputs)
     if m < 2:

@@ -138,7 +138,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
     inner_steps : int, optional
         Inner SVRG budget (default n, one pass).
     iterate : {"average", "last"}
-        ``w_k`` is the mean of the inner SVRG iterates (spec §6 and the released code, default)
+        ``w_k`` is the mean of the inner SVRG iterates (as in the paper's released code, default)
         or the last one.
     sgd_init : bool
         Replace ``w_0`` by one pass of SGD at the step ``1/(L + lam)`` (one oracle call per step),

@@ -1,15 +1,14 @@
 """Dual extragradient (Taskar, Lacoste-Julien & Jordan 2006) on the penalized SSVM saddle point.
 
-Formulation (spec ``extragradient.md`` section 2, *penalized variant*): with ``W = R^d``,
+Formulation (penalized variant): with ``W = R^d``,
 
     L(w, z) = lam/2 ||w||^2 + (1/n) sum_i [ <w, A_i^T z_i - f_i(y_i)> + <c_i, z_i> + d_i ],
 
 ``z_i`` in example i's marginal polytope and ``Delta(y_i, y) = <c_i, stats(y)> + d_i``. Then
 ``max_z L(w, z)`` is exactly the primal ``F(w)`` every structopt solver reports, and
 ``min_w L(w, z) = D(z)`` is the SSVM (BCFW) dual of any alpha with marginals z, so the reported
-gap ``F(w_bar) - D(z_bar)`` is the same duality gap BCFW reports. We chose this over the issue's
-ball-constrained form (radius ``sqrt(2 L_max / lam)``): both have the same optimum, but this one
-needs no radius and its gap is directly comparable.
+gap ``F(w_bar) - D(z_bar)`` is the same duality gap BCFW reports (the ball-constrained form of the
+paper has the same optimum but needs a radius).
 
 Algorithm: Nesterov's dual extrapolation with per-block prox maps (Euclidean projection or
 entropic prox on the z-blocks, Euclidean on w with prox-centre 0) and step-weighted dual
@@ -18,21 +17,22 @@ accumulation ``s <- s - eta_t G(u_t)``; the output is the ``eta``-weighted avera
 ``sigma`` = strong convexity of the z-block prox function), in which the operator is Lipschitz
 with ``L <= lam + ||B||_2 / (n sqrt(beta sigma))``, ``||B||_2`` by power iteration.
 
-Defaults and why (diagnosed on OCR, see the benchmark):
+Defaults:
 
-* z prox-centre at the gold outputs (``centre="gold"``): then the start ``(w, z) = (0, gold)`` is
-  BCFW's start (``w(z) = 0``, ``D = 0``); from the uniform centre ``w(z_bar)`` is of order
-  ``1/lam`` and the first duals are hugely negative (gap ~1e3 on OCR at lam = 0.01). Entropic
-  geometry cannot sit on a vertex: its centre has node potentials ``kappa = 6`` on the gold labels.
+* z prox-centre at the gold outputs (``centre="gold"``): the start ``(w, z) = (0, gold)`` is then
+  BCFW's start (``w(z) = 0``, ``D = 0``), whereas from the uniform centre ``w(z_bar)`` is of order
+  ``1/lam`` and the first duals are hugely negative. The entropic geometry cannot sit on a vertex:
+  its centre has node potentials ``kappa`` on the gold labels.
 * ``beta`` balances the two prox-diameters (``default_z_weight``).
 * adaptive step (``backtracking=True``): grow by ``step_growth``, halve while the exact local
   Lipschitz test fails.
 * ``w_block="exact"`` replaces the w-player by its best response ``w(z)`` (extrapolation on the
-  concave dual alone); offered, not the default (it did not help on OCR).
+  concave dual alone).
 
-Fused path: for chain models with packed data (``problem.fused()``) each iteration
-is one numba call over all examples (``_eg_chain.chain_z_pass``), memory-light; other structures
-(matchings) use a per-example Python loop around ``structure.project``.
+Fused path: for chain models whose structure declares the projection (or prox) as its own
+(``kernel_oracles``), each iteration is one numba call over all examples
+(:func:`structopt.models._chain_extragradient.chain_z_pass`), memory-light; other structures use a
+per-example Python loop around ``structure.project``.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         Growth factor of the adaptive step (1 = only ever decrease).
     memory_light : bool
         Python path only: recompute each ``s_{z_i} = (A_i W_t + Lambda_t c_i) / n`` from the
-        w-side sums while streaming (spec section 4) instead of storing it. The fused chain
+        w-side sums while streaming instead of storing it. The fused chain
         path is always memory-light.
     eval_every : float
         Evaluate primal, dual and gap every this many iterations, rounded up to a whole number (one

@@ -6,7 +6,7 @@ prox term is Casimir's; plain SVRG has ``kappa = 0``). An epoch takes a batch pa
 
     w <- w - gamma (grad f_i(w) - grad f_i(w~) + g~ + lam w + kappa (w - z))
 
-and returns the average of its iterates, which is the next snapshot (spec §6). The regularisers
+and returns the average of its iterates, which is the next snapshot. The regularisers
 enter exactly; ``grad f_i(w~)`` comes from the snapshot's cached statistics (no oracle call).
 
 Sparse features: gradients stay in statistics space (``A_i^T diff``) and the dense parts of the
@@ -70,7 +70,7 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     kappa, z
         Prox weight and prox centre (Casimir's subproblem); ``kappa = 0`` for plain SVRG.
     iterate : {"average", "last"}
-        Return the mean of the inner iterates (spec §6, the paper's SVRG baseline and the released
+        Return the mean of the inner iterates (the paper's SVRG baseline and its released
         code) or the last one (Johnson & Zhang's option I).
 
     Returns
@@ -132,7 +132,7 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         start point, largest over a sample of examples).
     iterate : {"average", "last"}
         Next snapshot: the mean of the epoch's iterates (the paper's SVRG baseline, default) or
-        the last iterate (Johnson & Zhang's option I; faster on CoNLL NER, see the benchmark).
+        the last iterate (Johnson & Zhang's option I).
     sgd_init : bool
         Start with one pass of SGD at the same step (one oracle call per step) before the first
         snapshot (:func:`~structopt.solvers._smooth.sgd_pass`).

@@ -1,12 +1,13 @@
 """Output structures: finite output sets with their marginal polytopes and oracles."""
 
 from structopt.structures.base import Polytope, Structure, add, flatten, inner, scale, unflatten
+from structopt.structures.box import BoundingBox, BoxPotentials
 from structopt.structures.chain import Chain, ChainPotentials
-from structopt.structures.multiclass import MultiClass, MultiClassPotentials
-
-__all__ = ["Chain", "ChainPotentials", "MultiClass", "MultiClassPotentials", "Polytope", "Structure",
-           "add", "flatten", "inner", "scale", "unflatten"]
-
+from structopt.structures.lp import LPStructure, VectorPotentials
 from structopt.structures.matching import BipartiteMatching, MatchingPotentials
+from structopt.structures.multiclass import MultiClass, MultiClassPotentials
+from structopt.structures.tree import TreePotentials, TreeStructure
 
-__all__ += ["BipartiteMatching", "MatchingPotentials"]
+__all__ = ["BipartiteMatching", "BoundingBox", "BoxPotentials", "Chain", "ChainPotentials", "LPStructure",
+           "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Polytope", "Structure", "TreePotentials",
+           "TreeStructure", "VectorPotentials", "add", "flatten", "inner", "scale", "unflatten"]

@@ -5,6 +5,13 @@ transition matrix shared by all positions, or P == T - 1 with ``pairwise[t]`` sc
 transition from position t to t + 1 (``pairwise[t, a, b]``: y_t = a, y_{t+1} = b).
 Ties are broken towards the smaller state index (and, in top-K, the smaller rank), so every
 kernel is deterministic.
+
+Entries may be -inf (a forbidden label, transition, start or end): a sequence using one has score
+-inf. Viterbi then returns a finite-scoring sequence whenever one exists, top-K lists the finite
+scores first and pads with forbidden sequences (score -inf), max-marginals are -inf where no
+feasible sequence passes, and forward-backward gives forbidden entries marginal exactly 0. NaN and
++inf are not valid potentials: the ``*_checked`` kernels report them (and an empty feasible set or
+an out-of-range log Z) as a status code that ``input_error`` turns into a message.
 """
 
 from __future__ import annotations
@@ -63,119 +70,274 @@ def viterbi_batch(unary, pairwise, offsets, out):
     return total
 
 
+# ----------------------------------------------------------------------------- input range
+# Status codes of the checked kernels (``input_error`` turns them into messages).
+OK, HAS_NAN, HAS_POS_INF, INFEASIBLE, LOG_Z_OVERFLOW = 0, 1, 2, 3, 4
+# Below this bound on |sum of potentials along a sequence| plain float64 recursions cannot overflow
+# (the log-sum-exp terms add at most T log S).
+SAFE = 1e300
+# Above this bound the rounding error of a score may exceed ~1e-9: forward-backward then checks
+# that every position's marginals still sum to 1.
+CAREFUL = 1e6
+
+
+@njit(cache=True)
+def input_range(unary, pairwise):
+    """Largest |entry| among entries > -inf (-inf marks a forbidden label or transition).
+
+    NaN when an entry is NaN, +inf when one is +inf.
+    """
+    # branch-free (vectorisable) pass: NaN count, largest entry, smallest entry above -inf
+    n_nan = 0
+    hi = NEG_INF
+    lo = 0.0
+    for t in range(unary.shape[0]):
+        for s in range(unary.shape[1]):
+            x = unary[t, s]
+            n_nan += x != x
+            hi = max(hi, x)
+            lo = min(lo, x if x > NEG_INF else 0.0)
+    for p in range(pairwise.shape[0]):
+        for a in range(pairwise.shape[1]):
+            for b in range(pairwise.shape[2]):
+                x = pairwise[p, a, b]
+                n_nan += x != x
+                hi = max(hi, x)
+                lo = min(lo, x if x > NEG_INF else 0.0)
+    if n_nan:
+        return np.nan
+    return max(hi, -lo)
+
+
+@njit(cache=True)
+def _status(bound):
+    if bound != bound:
+        return HAS_NAN
+    if bound == np.inf:
+        return HAS_POS_INF
+    return OK
+
+
+@njit(cache=True)
+def _power_of_two_at_least(n):
+    x = 1.0
+    while x < n:
+        x *= 2.0
+    return x
+
+
+@njit(cache=True)
+def viterbi_checked(unary, pairwise):
+    """Viterbi labels and a status code (NaN / +inf potentials are refused, not decoded).
+
+    Potentials so large that a sequence's score could overflow are first scaled down by a power
+    of two: the maximiser is scale-free, and the scaled sums round exactly like the unscaled ones.
+    """
+    T = unary.shape[0]
+    bound = input_range(unary, pairwise)
+    status = _status(bound)
+    if status != OK:
+        return np.zeros(T, dtype=np.int64), status
+    if bound * 2 * T < SAFE:
+        y, _ = viterbi(unary, pairwise)
+    else:
+        scale = 1.0 / _power_of_two_at_least(2.0 * T + 2.0)
+        y, _ = viterbi(unary * scale, pairwise * scale)
+    return y, OK
+
+
+def input_error(status: int, unary: np.ndarray, pairwise: np.ndarray) -> str:
+    """The message for a checked kernel's non-zero status (naming the first offending entry)."""
+    if status in (HAS_NAN, HAS_POS_INF):
+        test, what = (np.isnan, "NaN") if status == HAS_NAN else (np.isposinf, "+inf")
+        for name, arr in (("unary", unary), ("pairwise", pairwise)):
+            where = np.argwhere(test(arr))
+            if len(where):
+                index = ", ".join(str(i) for i in where[0])
+                return (f"chain potentials contain {what} ({name}[{index}]); potentials must be finite "
+                        f"or -inf (a forbidden label or transition)")
+    if status == INFEASIBLE:
+        return "every label sequence has score -inf (all forbidden): the chain distribution is undefined"
+    if status == LOG_Z_OVERFLOW:
+        return (f"the log-partition of these chain potentials (largest |entry| {input_range(unary, pairwise):.3g}) "
+                f"is beyond the float64 range")
+    return f"chain kernel status {status}"
+
+
 # ----------------------------------------------------------------------------- top-K
+# An entry of cell (t, b) (the rank-th best partial sequence ending in state b at position t) has
+# a value and a code = a << shift | l: it extends rank l of state a at position t - 1 (shifts, not
+# divisions, in the inner loops). Entries are ordered by larger value, then smaller code (smaller
+# state, then smaller rank): a total order, so the output is deterministic, rank 0 of every cell is
+# Viterbi's choice, and the K best for K' < K are the first K' of the K best.
+
+
 @njit(cache=True, inline="always")
-def _before(v1, a1, l1, v2, a2, l2):
-    # heap order: larger value first, then smaller state, then smaller rank
-    if v1 != v2:
-        return v1 > v2
-    if a1 != a2:
-        return a1 < a2
-    return l1 < l2
+def _ahead(v1, c1, v2, c2):
+    # is entry (v1, c1) before (v2, c2) in the order above?
+    return (v1 > v2) | ((v1 == v2) & (c1 < c2))
 
 
-@njit(cache=True)
-def _sift_down(hv, ha, hl, n, i):
+@njit(cache=True, inline="always")
+def _heap_push(hv, hc, base, n, v, c):
+    # add (v, c) to the n-entry heap stored at hv[base:], hc[base:]
+    i = n
+    while i > 0:
+        parent = (i - 1) >> 1
+        if not _ahead(v, c, hv[base + parent], hc[base + parent]):
+            break
+        hv[base + i] = hv[base + parent]
+        hc[base + i] = hc[base + parent]
+        i = parent
+    hv[base + i] = v
+    hc[base + i] = c
+
+
+@njit(cache=True, inline="always")
+def _heap_pop(hv, hc, base, n):
+    # drop the first entry of the n-entry heap at hv[base:], hc[base:]
+    n -= 1
+    v, c = hv[base + n], hc[base + n]
+    i = 0
     while True:
-        left = 2 * i + 1
-        if left >= n:
-            return
-        best = left
-        right = left + 1
-        if right < n and _before(hv[right], ha[right], hl[right], hv[left], ha[left], hl[left]):
-            best = right
-        if _before(hv[best], ha[best], hl[best], hv[i], ha[i], hl[i]):
-            hv[i], hv[best] = hv[best], hv[i]
-            ha[i], ha[best] = ha[best], ha[i]
-            hl[i], hl[best] = hl[best], hl[i]
-            i = best
-        else:
-            return
-
-
-@njit(cache=True)
-def _heapify(hv, ha, hl, n):
-    for i in range(n // 2 - 1, -1, -1):
-        _sift_down(hv, ha, hl, n, i)
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and _ahead(hv[base + child + 1], hc[base + child + 1], hv[base + child], hc[base + child]):
+            child += 1
+        if not _ahead(hv[base + child], hc[base + child], v, c):
+            break
+        hv[base + i] = hv[base + child]
+        hc[base + i] = hc[base + child]
+        i = child
+    hv[base + i] = v
+    hc[base + i] = c
 
 
 @njit(cache=True)
 def topk_viterbi(unary, pairwise, K):
-    """Exact K best label sequences (fewer when fewer exist), sorted by score.
+    """Exact K best label sequences (all S**T when fewer exist), sorted by decreasing score.
 
-    Forward pass keeps, for every position and state, the K best partial scores with back
-    pointers (previous state, previous rank); each cell merges S sorted lists with a heap, so a
-    call costs O(T S (S + K log S)) plus the backtracking.
+    Lazy K-best: a Viterbi pass gives every cell its best entry; a cell's next entries are made
+    only on demand, from a heap holding, per previous state, the next unused rank of that state's
+    list. The entry just taken from a cell stays 'pending' until the cell's next entry is asked
+    for; only then is its successor (the next rank of the same list) pushed, which may ask the
+    previous position for one more entry. Position T is a virtual cell (one state, no scores)
+    whose list is the answer. Only cells on the paths of the K answers grow, so a call costs
+    about one Viterbi pass plus O(K T log S) heap steps.
+
+    Sequences with score -inf (forbidden entries) are ordinary entries: they come last, so fewer
+    than K finite scores are padded with distinct sequences of score -inf.
     """
     T, S = unary.shape
-    pi = np.full((T, S, K), NEG_INF)
-    count = np.zeros((T, S), dtype=np.int64)
-    bstate = np.zeros((T, S, K), dtype=np.int64)
-    brank = np.zeros((T, S, K), dtype=np.int64)
+    total = 1  # no more than S**T sequences exist: cap K there
+    for _ in range(T):
+        total = min(total * S, K)
+    K = total
+    shift = 0
+    while (1 << shift) < K:
+        shift += 1
+    mask = (1 << shift) - 1
+    # rank 0 of every cell (compact); ranks >= 1 and the heap of a cell live in a block of the
+    # pools, given out in order when the cell is first expanded, so the pages touched are few
+    v0 = np.empty((T + 1, S))
+    c0 = np.empty((T + 1, S), dtype=np.int64)
+    block = np.full((T + 1, S), -1, dtype=np.int64)
+    count = np.ones((T + 1, S), dtype=np.int64)
+    size = np.zeros((T + 1, S), dtype=np.int64)  # heap sizes
+    pending = np.empty((T + 1, S), dtype=np.int64)
+    done = np.zeros((T + 1, S), dtype=np.bool_)
+    R = max(K - 1, 1)
+    n_blocks = 0
+    cap = (T + 1) * S
+    pool_v = np.empty(cap * R)
+    pool_c = np.empty(cap * R, dtype=np.int64)
+    heap_v = np.empty(cap * S)
+    heap_c = np.empty(cap * S, dtype=np.int64)
+    zero = np.zeros((S, 1))
+    # Viterbi (same arithmetic and tie-breaking as viterbi)
     for s in range(S):
-        pi[0, s, 0] = unary[0, s]
-        count[0, s] = 1
-    hv = np.empty(S)
-    ha = np.empty(S, dtype=np.int64)
-    hl = np.empty(S, dtype=np.int64)
-    for t in range(1, T):
-        pw = _transition(pairwise, t - 1)
-        for b in range(S):
-            n = 0
+        v0[0, s] = unary[0, s]
+        done[0, s] = True
+    for t in range(1, T + 1):
+        pw = _transition(pairwise, t - 1) if t < T else zero
+        for b in range(S if t < T else 1):
+            best = NEG_INF
+            top = 0
             for a in range(S):
-                if count[t - 1, a] > 0:
-                    hv[n] = pi[t - 1, a, 0] + pw[a, b]
-                    ha[n] = a
-                    hl[n] = 0
-                    n += 1
-            _heapify(hv, ha, hl, n)
-            k = 0
-            while k < K and n > 0:
-                v, a, l = hv[0], ha[0], hl[0]
-                pi[t, b, k] = v + unary[t, b]
-                bstate[t, b, k] = a
-                brank[t, b, k] = l
-                k += 1
-                if l + 1 < count[t - 1, a]:
-                    hv[0] = pi[t - 1, a, l + 1] + pw[a, b]
-                    hl[0] = l + 1
-                else:
-                    n -= 1
-                    hv[0], ha[0], hl[0] = hv[n], ha[n], hl[n]
-                _sift_down(hv, ha, hl, n, 0)
-            count[t, b] = k
-    # final merge over the last position's states
-    n = 0
-    for s in range(S):
-        if count[T - 1, s] > 0:
-            hv[n] = pi[T - 1, s, 0]
-            ha[n] = s
-            hl[n] = 0
-            n += 1
-    _heapify(hv, ha, hl, n)
-    labels = np.empty((K, T), dtype=np.int64)
-    scores = np.empty(K)
-    k = 0
-    while k < K and n > 0:
-        v, s, l = hv[0], ha[0], hl[0]
-        scores[k] = v
-        # backtrack
-        labels[k, T - 1] = s
-        for t in range(T - 1, 0, -1):
-            prev = bstate[t, s, l]
-            l = brank[t, s, l]
-            s = prev
-            labels[k, t - 1] = s
-        k += 1
-        s0, l0 = ha[0], hl[0]
-        if l0 + 1 < count[T - 1, s0]:
-            hv[0] = pi[T - 1, s0, l0 + 1]
-            hl[0] = l0 + 1
+                v = v0[t - 1, a] + pw[a, b]
+                if v > best:
+                    best = v
+                    top = a
+            v0[t, b] = best + unary[t, b] if t < T else best
+            c0[t, b] = top << shift
+            pending[t, b] = top << shift
+    # requests (t, b, rank): make count[t, b] > rank unless the cell runs out; a request may need
+    # one entry of the previous position first, so the stack is at most T + 1 deep
+    st_t = np.empty(T + 2, dtype=np.int64)
+    st_b = np.empty(T + 2, dtype=np.int64)
+    st_r = np.empty(T + 2, dtype=np.int64)
+    for k in range(1, K):
+        sp = 1
+        st_t[0], st_b[0], st_r[0] = T, 0, k
+        while sp > 0:
+            t, b, want = st_t[sp - 1], st_b[sp - 1], st_r[sp - 1]
+            if count[t, b] > want or done[t, b]:
+                sp -= 1
+                continue
+            pw = _transition(pairwise, t - 1) if t < T else zero
+            if block[t, b] < 0:  # first expansion: a block, and the heads of the other lists
+                block[t, b] = n_blocks
+                n_blocks += 1
+                hb = block[t, b] * S
+                first = pending[t, b] >> shift
+                for a in range(S):
+                    if a != first:
+                        _heap_push(heap_v, heap_c, hb, size[t, b], v0[t - 1, a] + pw[a, b], a << shift)
+                        size[t, b] += 1
+            hb = block[t, b] * S
+            c = pending[t, b]
+            if c >= 0:  # push the successor of the entry taken last
+                a = c >> shift
+                rank = (c & mask) + 1
+                if rank < K:
+                    if count[t - 1, a] <= rank and not done[t - 1, a]:
+                        st_t[sp], st_b[sp], st_r[sp] = t - 1, a, rank
+                        sp += 1
+                        continue
+                    if count[t - 1, a] > rank:
+                        v = pool_v[block[t - 1, a] * R + rank - 1]
+                        _heap_push(heap_v, heap_c, hb, size[t, b], v + pw[a, b], c + 1)
+                        size[t, b] += 1
+                pending[t, b] = -1
+            if size[t, b] == 0:
+                done[t, b] = True
+                continue
+            v, c = heap_v[hb], heap_c[hb]
+            _heap_pop(heap_v, heap_c, hb, size[t, b])
+            size[t, b] -= 1
+            slot = block[t, b] * R + count[t, b] - 1
+            pool_v[slot] = v + unary[t, b] if t < T else v
+            pool_c[slot] = c
+            count[t, b] += 1
+            pending[t, b] = c
+        if count[T, 0] <= k:
+            break
+    m = count[T, 0]
+    labels = np.empty((m, T), dtype=np.int64)
+    scores = np.empty(m)
+    for k in range(m):
+        if k == 0:
+            scores[k], c = v0[T, 0], c0[T, 0]
         else:
-            n -= 1
-            hv[0], ha[0], hl[0] = hv[n], ha[n], hl[n]
-        _sift_down(hv, ha, hl, n, 0)
-    return labels[:k], scores[:k]
+            scores[k], c = pool_v[block[T, 0] * R + k - 1], pool_c[block[T, 0] * R + k - 1]
+        for t in range(T - 1, -1, -1):
+            s = c >> shift
+            labels[k, t] = s
+            if t > 0:
+                rank = c & mask
+                c = c0[t, s] if rank == 0 else pool_c[block[t, s] * R + rank - 1]
+    return labels, scores
 
 
 # ----------------------------------------------------------------------------- sum-product
@@ -225,9 +387,24 @@ TINY = 1e-280
 
 
 @njit(cache=True)
+def _normalised_exp(x, n, inv_c, out):
+    # out[:n] = softmax(x[:n] * inv_c) (x[:n] has a finite entry)
+    m = NEG_INF
+    for i in range(n):
+        m = max(m, x[i])
+    acc = 0.0
+    for i in range(n):
+        out[i] = np.exp((x[i] - m) * inv_c)
+        acc += out[i]
+    for i in range(n):
+        out[i] /= acc
+
+
+@njit(cache=True)
 def _scaled_transitions(pairwise):
     P, S = pairwise.shape[0], pairwise.shape[1]
     E = np.empty((P, S, S))
+    Et = np.empty((P, S, S))  # transposed copy: both passes then sweep contiguous rows
     shift = np.empty(P)
     for p in range(P):
         m = NEG_INF
@@ -238,7 +415,8 @@ def _scaled_transitions(pairwise):
         for a in range(S):
             for b in range(S):
                 E[p, a, b] = np.exp(pairwise[p, a, b] - shift[p])
-    return E, shift
+                Et[p, b, a] = E[p, a, b]
+    return E, Et, shift
 
 
 @njit(cache=True, inline="always")
@@ -253,23 +431,30 @@ def _shifted_exp(values, out):
 
 
 @njit(cache=True)
-def forward_backward(unary, pairwise):
-    """log Z, node marginals (T, S) and edge marginals (T-1, S, S) (scaled sum-product)."""
+def _forward_backward_fast(unary, pairwise, careful):
+    # exact while no partial sum of potentials overflows (the caller checks the input range);
+    # ``careful``: scores may carry a rounding error above ~1e-9 (checks node normalisation)
     T, S = unary.shape
-    E, shift = _scaled_transitions(pairwise)
+    E, Et, shift = _scaled_transitions(pairwise)
     single = pairwise.shape[0] == 1
     alpha = np.empty((T, S))
     beta = np.zeros((T, S))
     alpha[0] = unary[0]
     scaled = np.empty(S)
     buf = np.empty(S)
+    sums = np.empty(S)
+    # sums[b] = sum_a scaled[a] E[a, b], accumulated row by row in a (the same order as a dot
+    # product per b, but S independent accumulators that vectorise)
     for t in range(1, T):
         p = 0 if single else t - 1
         top = _shifted_exp(alpha[t - 1], scaled)
+        sums[:] = 0.0
+        for a in range(S):
+            sa = scaled[a]
+            for b in range(S):
+                sums[b] += sa * E[p, a, b]
         for b in range(S):
-            acc = 0.0
-            for a in range(S):
-                acc += scaled[a] * E[p, a, b]
+            acc = sums[b]
             if acc > TINY:
                 alpha[t, b] = unary[t, b] + top + shift[p] + np.log(acc)
             else:
@@ -278,13 +463,18 @@ def forward_backward(unary, pairwise):
                 alpha[t, b] = unary[t, b] + _reduce(buf, False)
     below = np.empty((T, S))  # below[t, b] = unary[t, b] + beta[t, b]
     below[T - 1] = unary[T - 1]
+    mass = np.empty((max(T - 1, 0), S))  # the scaled sums behind beta[t], reused for edge totals
     for t in range(T - 2, -1, -1):
         p = 0 if single else t
         top = _shifted_exp(below[t + 1], scaled)
+        sums[:] = 0.0
+        for b in range(S):
+            sb = scaled[b]
+            for a in range(S):
+                sums[a] += Et[p, b, a] * sb
         for a in range(S):
-            acc = 0.0
-            for b in range(S):
-                acc += E[p, a, b] * scaled[b]
+            acc = sums[a]
+            mass[t, a] = acc
             if acc > TINY:
                 beta[t, a] = top + shift[p] + np.log(acc)
             else:
@@ -293,23 +483,143 @@ def forward_backward(unary, pairwise):
                 beta[t, a] = _reduce(buf, False)
             below[t, a] = unary[t, a] + beta[t, a]
     log_z = _reduce(alpha[T - 1], False)
-    node = np.exp(alpha + beta - log_z)
+    if log_z == NEG_INF:
+        return log_z, np.zeros((T, S)), np.zeros((max(T - 1, 0), S, S))
+    node = np.empty((T, S))
     edge = np.empty((max(T - 1, 0), S, S))
+    # exp(alpha + beta - log Z) loses or gains mass once the rounding error of a score exceeds
+    # ~1e-9 (potentials of magnitude ~1e6 and up): such positions are normalised on their own.
+    flat = np.empty(S * S)
+    for t in range(T):
+        for b in range(S):
+            node[t, b] = np.exp(alpha[t, b] + beta[t, b] - log_z)
+        if careful and not abs(np.sum(node[t]) - 1.0) < 1e-9:
+            for b in range(S):
+                flat[b] = alpha[t, b] + beta[t, b]
+            _normalised_exp(flat, S, 1.0, node[t])
     left = np.empty(S)
     for t in range(T - 1):
         p = 0 if single else t
         top_left = _shifted_exp(alpha[t], left)
         top_right = _shifted_exp(below[t + 1], scaled)
         factor = top_left + shift[p] + top_right - log_z
+        out = edge[t]
+        total = 0.0
         if factor < 700.0:
             c = np.exp(factor)
             for a in range(S):
+                total += left[a] * mass[t, a]
                 for b in range(S):
-                    edge[t, a, b] = c * left[a] * E[p, a, b] * scaled[b]
-        else:  # the scaled product could overflow: exact log-space entries
+                    out[a, b] = c * left[a] * E[p, a, b] * scaled[b]
+            total *= c
+        if not abs(total - 1.0) < 1e-9:  # overflow, underflow or rounding: exact log-space entries
             for a in range(S):
                 for b in range(S):
-                    edge[t, a, b] = np.exp(alpha[t, a] + pairwise[p, a, b] + below[t + 1, b] - log_z)
+                    flat[a * S + b] = alpha[t, a] + pairwise[p, a, b] + below[t + 1, b]
+            _normalised_exp(flat, S * S, 1.0, out.reshape(S * S))
+    return log_z, node, edge
+
+
+# Wide-range sum-product: the log-space recursion run on potentials scaled by c = 2**-k, with
+# 2**k >= 4 (T + 1), so neither a partial sum of a sequence's 2T - 1 terms nor the difference of two
+# overflows; only the differences inside log-sum-exp are scaled back (by 1/c) before
+# exponentiating, and a difference that overflows to -inf there has exponential 0 anyway.
+# Power-of-two scaling rounds exactly like the unscaled sums, so this is the plain log-space
+# recursion with a wider exponent range.
+
+
+@njit(cache=True)
+def _lse_scaled(x, n, inv_c):
+    # c * log sum exp(x[:n] / c) for c-scaled log-weights x
+    m = NEG_INF
+    for i in range(n):
+        m = max(m, x[i])
+    if m == NEG_INF:
+        return NEG_INF
+    acc = 0.0
+    for i in range(n):
+        acc += np.exp((x[i] - m) * inv_c)
+    return m + np.log(acc) / inv_c
+
+
+@njit(cache=True)
+def _forward_backward_wide(unary, pairwise):
+    T, S = unary.shape
+    single = pairwise.shape[0] == 1
+    inv_c = _power_of_two_at_least(4.0 * T + 4.0)
+    c = 1.0 / inv_c
+    alpha = np.empty((T, S))  # c * log forward messages
+    beta = np.empty((T, S))  # c * log backward messages
+    buf = np.empty(S)
+    for b in range(S):
+        alpha[0, b] = c * unary[0, b]
+    for t in range(1, T):
+        p = 0 if single else t - 1
+        for b in range(S):
+            for a in range(S):
+                buf[a] = alpha[t - 1, a] + c * pairwise[p, a, b]
+            alpha[t, b] = c * unary[t, b] + _lse_scaled(buf, S, inv_c)
+    beta[T - 1] = 0.0
+    for t in range(T - 2, -1, -1):
+        p = 0 if single else t
+        for a in range(S):
+            for b in range(S):
+                buf[b] = c * pairwise[p, a, b] + c * unary[t + 1, b] + beta[t + 1, b]
+            beta[t, a] = _lse_scaled(buf, S, inv_c)
+    node = np.zeros((T, S))
+    edge = np.zeros((max(T - 1, 0), S, S))
+    log_z_c = _lse_scaled(alpha[T - 1], S, inv_c)
+    if log_z_c == NEG_INF:
+        return NEG_INF, node, edge, INFEASIBLE
+    # Marginals normalised position by position: at magnitudes where the rounding error of a
+    # score exceeds 1, exp(alpha + beta - log Z) alone could lose its mass to under/overflow.
+    flat = np.empty(S * S)
+    for t in range(T):
+        for b in range(S):
+            flat[b] = alpha[t, b] + beta[t, b]
+        _normalised_exp(flat, S, inv_c, node[t])
+    for t in range(T - 1):
+        p = 0 if single else t
+        for a in range(S):
+            for b in range(S):
+                flat[a * S + b] = alpha[t, a] + c * pairwise[p, a, b] + c * unary[t + 1, b] + beta[t + 1, b]
+        _normalised_exp(flat, S * S, inv_c, edge[t].reshape(S * S))
+    log_z = log_z_c * inv_c
+    return log_z, node, edge, OK if abs(log_z) < np.inf else LOG_Z_OVERFLOW
+
+
+@njit(cache=True)
+def forward_backward_checked(unary, pairwise):
+    """log Z, node marginals (T, S), edge marginals (T-1, S, S) and a status code.
+
+    Works for any potentials in [-inf, +inf): forbidden (-inf) entries get marginal exactly 0,
+    every position's marginals sum to 1 (once a score's rounding error exceeds ~1e-9 they are
+    normalised position by position: the exact marginals of the rounded scores), and no feasible
+    sequence gives status INFEASIBLE with zero marginals. Potentials large
+    enough to overflow a partial sum take the wide-range recursion (S^2 exponentials per position
+    instead of S^2 multiply-adds); log Z beyond float64 gives status LOG_Z_OVERFLOW.
+    """
+    T, S = unary.shape
+    bound = input_range(unary, pairwise)
+    status = _status(bound)
+    if status != OK:
+        return np.nan, np.full((T, S), np.nan), np.full((max(T - 1, 0), S, S), np.nan), status
+    if bound * 2 * T < SAFE:
+        log_z, node, edge = _forward_backward_fast(unary, pairwise, bound * 2 * T > CAREFUL)
+    else:
+        log_z, node, edge, status = _forward_backward_wide(unary, pairwise)
+    if log_z == NEG_INF and status == OK:
+        status = INFEASIBLE
+    if status == INFEASIBLE:
+        node[:] = 0.0
+        edge[:] = 0.0
+    return log_z, node, edge, status
+
+
+@njit(cache=True)
+def forward_backward(unary, pairwise):
+    """log Z, node marginals (T, S) and edge marginals (T-1, S, S); see forward_backward_checked."""
+    log_z, node, edge, _ = forward_backward_checked(unary, pairwise)
     return log_z, node, edge
 
 

@@ -248,8 +248,13 @@ class Chain(Structure):
 
     # ------------------------------------------------------------------ oracles
     def argmax(self, theta: ChainPotentials) -> np.ndarray:
-        """Viterbi decoding."""
-        y, _ = kern.viterbi(*self.masked_potentials(theta))
+        """Viterbi decoding; potentials are finite or -inf (forbidden), NaN and +inf are refused."""
+        unary, pairwise = self.masked_potentials(theta)
+        y, status = kern.viterbi_checked(unary, pairwise)
+        if status:
+            raise InvalidInputError(kern.input_error(status, unary, pairwise))
+        if self.constrained and not self.feasible(y):
+            raise InvalidInputError(f"no label sequence of length {len(y)} satisfies the chain's masks")
         return y
 
     def topk(self, theta: ChainPotentials, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -272,8 +277,16 @@ class Chain(Structure):
         return (labels, scores) if feasible.all() else (labels[feasible], scores[feasible])
 
     def marginals(self, theta: ChainPotentials) -> tuple[float, ChainPotentials]:
-        """Forward-backward in log space: ``(log Z, marginals)``, marginals in the stats layout."""
-        log_z, node, edge = kern.forward_backward(*self.masked_potentials(theta))
+        """Forward-backward in log space: ``(log Z, marginals)``, marginals in the stats layout.
+
+        Potentials are finite or -inf (forbidden entries get marginal 0). Raises InvalidInputError
+        on NaN or +inf potentials, when every sequence is forbidden, and when log Z is beyond the
+        float64 range.
+        """
+        unary, pairwise = self.masked_potentials(theta)
+        log_z, node, edge, status = kern.forward_backward_checked(unary, pairwise)
+        if status:
+            raise InvalidInputError(kern.input_error(status, unary, pairwise))
         return float(log_z), ChainPotentials(node, edge)
 
     def max_marginals(self, theta: ChainPotentials) -> np.ndarray:

@@ -14,7 +14,7 @@ Every oracle reduces the instance to one *square* assignment problem (see :meth:
 
 Assignments are solved exactly on floats with scipy's ``linear_sum_assignment`` (a shortest
 augmenting path method, C++); OR-Tools' assignment solver would need integer scaling, whose
-resolution can reverse the order of scores closer than the scale (see the benchmark for timings).
+resolution can reverse the order of scores closer than the scale.
 """
 
 from __future__ import annotations

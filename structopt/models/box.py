@@ -1,0 +1,67 @@
+"""Linear box model: cell scores are linear in per-cell features (efficient subwindow search)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from structopt.errors import InvalidInputError, example_error
+from structopt.models.base import Model
+from structopt.structures.box import BoundingBox, BoxPotentials
+
+
+class BoxModel(Model):
+    """``cells = x @ w`` for a cell-feature array ``x`` of shape (H, W, F).
+
+    The joint feature of a box is the sum of the features of the cells inside it (Lampert et al.
+    2008), ``Phi(x, box) = sum_{(i, j) in box} x[i, j]``; a bias per cell (an area term) is a
+    constant feature the caller adds. Images of any size share one model.
+
+    Parameters
+    ----------
+    n_features : int
+        Cell feature dimension F (exactly F weights).
+    search : {"bnb", "exhaustive"}, default "bnb"
+        Search of the :class:`BoundingBox` structure.
+    """
+
+    def __init__(self, n_features: int, search: str = "bnb"):
+        if int(n_features) != n_features or int(n_features) < 1:
+            raise InvalidInputError(f"BoxModel needs n_features >= 1, got {n_features!r}")
+        self.n_features = int(n_features)
+        self.structure = BoundingBox(search)
+
+    def __repr__(self) -> str:
+        return f"BoxModel(n_features={self.n_features}, search={self.structure.search!r})"
+
+    @property
+    def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
+        return [("cell", (self.n_features,))]
+
+    def validate_input(self, x: np.ndarray, index: int | None = None) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.ndim != 3 or x.shape[2] != self.n_features or x.shape[0] < 1 or x.shape[1] < 1:
+            raise example_error(index, f"box input must be a cell-feature array of shape (H, W, {self.n_features}) "
+                                       f"with H, W >= 1, got {x.shape}")
+        if not np.all(np.isfinite(x)):
+            raise example_error(index, "box input contains NaN or infinite values")
+        return x
+
+    def potentials(self, x: np.ndarray, w: np.ndarray) -> BoxPotentials:
+        return BoxPotentials(x @ self.unpack(w)["cell"])
+
+    def _cells(self, x: np.ndarray, mu: BoxPotentials) -> np.ndarray:
+        cells = np.asarray(mu.cells if isinstance(mu, BoxPotentials) else mu, dtype=float)
+        if cells.shape != x.shape[:2]:
+            raise InvalidInputError(f"statistics of shape {cells.shape} do not match an input with {x.shape[:2]} cells")
+        return cells
+
+    def add_features(self, x: np.ndarray, mu: BoxPotentials, out: np.ndarray, scale: float = 1.0) -> None:
+        cells = self._cells(x, mu)
+        H, W, F = x.shape
+        out[:F] += scale * (cells.reshape(H * W) @ x.reshape(H * W, F))
+
+    def features_sqnorm(self, x: np.ndarray, mu: BoxPotentials) -> float:
+        cells = self._cells(x, mu)
+        H, W, F = x.shape
+        g = cells.reshape(H * W) @ x.reshape(H * W, F)
+        return float(g @ g)
