@@ -19,7 +19,8 @@ the subproblem is an SSVM with regulariser ``lam'``, linear model ``theta_i = J_
 (:class:`~structopt.models.nonlinear.LinearisedModel`) and per-example offsets
 ``o_i = psi_i(w_k) + J_i (c - w_k)``. An offset enters the augmented score as
 ``<o_i, mu(y) - mu(y_i)>``, exactly like a decomposable loss's linear terms, so it is added to the
-potentials wherever the oracles see them and reported in ``Decoded.loss`` (the affine part of the
+potentials wherever the oracles see them (``augmented_argmax``, ``augmented_topk``, the marginals)
+and reported in ``Decoded.loss`` (the affine part of the
 augmented score, which is what BCFW's dual needs). Hence ``F_eta(c + u; w_k) = primal(u) + const_k``.
 """
 
@@ -163,8 +164,14 @@ class LinearisedProblem(SSVMProblem):
         y = self.augmented_argmax(i, theta)
         return Decoded(y, self.loss(self.Y[i], y) + self._offset_score(i, y), theta)
 
+    def augmented_topk(self, i: int, theta: Potentials, k: int) -> tuple[Any, np.ndarray]:
+        """The ``k`` best outputs of ``Delta(y_i, y) + <o_i, mu(y) - mu(y_i)> + <theta, mu(y)>`` and those values."""
+        outputs, values = super().augmented_topk(i, add(theta, self.offsets[i]), k)
+        return outputs, np.asarray(values, dtype=float) - self.structure.score(self.offsets[i], self.Y[i])
+
     def smooth_stats(self, i: int, theta: Potentials, mu: float, kind: str = "topk", k: int = 5) -> SmoothStats:
-        return super().smooth_stats(i, add(theta, self.offsets[i]), mu, kind, k)
+        # top-K goes through augmented_topk, which carries the offset; marginals see shifted potentials
+        return super().smooth_stats(i, add(theta, self.offsets[i]) if kind == "entropy" else theta, mu, kind, k)
 
     def loss_terms(self, i: int) -> tuple[Potentials, float]:
         """The effective linear terms ``(c_i + o_i, const_i - <o_i, mu(y_i)>)`` (decomposable losses)."""

@@ -13,6 +13,7 @@ from structopt.losses import Hamming, MatchingHamming
 from structopt.models.chain import ChainModel
 from structopt.models.nonlinear import LinearisedModel, NonlinearChainModel, NonlinearMatchingModel
 from structopt.nonconvex import LinearisedProblem, NonconvexProblem
+from structopt.smoothing import l2_smoothed_max_sorted
 from structopt.solvers.bcfw import bcfw
 from structopt.solvers.svrg import svrg
 from structopt.structures.base import flatten
@@ -134,6 +135,20 @@ def test_linearised_problem_is_the_prox_linear_model(make):
         # gradient the linearised subgradient J^T (mu(y*) - mu(y_i))
         u = sub.variable(w)
         for i in range(p.n):
+            theta = sub.theta(i, u)
+            lin = type(theta)(*(a + b for a, b in zip(theta, sub.offsets[i], strict=True)))
+            psi = sorted((p.loss(p.Y[i], y) + p.structure.score(lin, y) - p.structure.score(lin, p.Y[i])
+                          for y in p.structure.enumerate(theta)), reverse=True)
+            _, values = sub.augmented_topk(i, theta, 3)
+            np.testing.assert_allclose(np.asarray(values) - p.structure.score(theta, p.Y[i]), psi[:3], atol=1e-10)
+            for kind in ("topk", "entropy"):
+                if kind == "entropy" and isinstance(p.model, NonlinearMatchingModel):
+                    continue  # matchings have no marginals
+                mu = 0.7
+                smooth = sub.smooth_stats(i, theta, mu, kind, k=50)  # k above |Y|: exact l2 smoothing
+                assert smooth.value == pytest.approx(
+                    mu * np.log(np.sum(np.exp(np.array(psi) / mu))) if kind == "entropy"
+                    else l2_smoothed_max_sorted(np.array(psi), mu)[0], rel=1e-9)
             res = sub.max_oracle(i, u)
             assert res.value == pytest.approx(sub.hinge_losses(u)[i])
             lin_grad = p.model.vjp(p.X[i], w_k, p.model.reduce_stats(
