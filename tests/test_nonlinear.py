@@ -9,9 +9,14 @@ import pytest
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError
-from structopt.losses import Hamming, MatchingHamming
+from structopt.losses import BoxLoss, Hamming, MatchingHamming
 from structopt.models.chain import ChainModel
-from structopt.models.nonlinear import LinearisedModel, NonlinearChainModel, NonlinearMatchingModel
+from structopt.models.nonlinear import (
+    LinearisedModel,
+    NonlinearBoxModel,
+    NonlinearChainModel,
+    NonlinearMatchingModel,
+)
 from structopt.nonconvex import LinearisedProblem, NonconvexProblem
 from structopt.smoothing import l2_smoothed_max_sorted
 from structopt.solvers.bcfw import bcfw
@@ -43,6 +48,16 @@ def matching_problem(seed: int, n: int = 4, F: int = 3, H: int = 3, size: int = 
     return NonconvexProblem(model, X, Y, MatchingHamming(), 0.1)
 
 
+def box_problem(seed: int, n: int = 4, F: int = 3, H: int = 3, size: int = 3) -> NonconvexProblem:
+    """Boxes with the 1 - IoU loss (not decomposable: decoding goes through the loss hooks)."""
+    rng = np.random.default_rng(seed)
+    model = NonlinearBoxModel(F, H)
+    w_true = 2.0 * model.initial_weights(rng)
+    X = [rng.normal(size=(size, size + 1, F)) for _ in range(n)]
+    Y = [model.structure.argmax(model.potentials(x + 0.3 * rng.normal(size=x.shape), w_true)) for x in X]
+    return NonconvexProblem(model, X, Y, BoxLoss(), 0.1)
+
+
 def central_difference(f, w: np.ndarray, dw: np.ndarray, h: float = 1e-6) -> np.ndarray:
     return (f(w + h * dw) - f(w - h * dw)) / (2.0 * h)
 
@@ -58,17 +73,18 @@ def test_chain_jvp_matches_finite_differences(activation, sparse):
         np.testing.assert_allclose(flatten(p.model.jvp(x, w, dw)), fd, atol=1e-6)
 
 
-def test_matching_jvp_matches_finite_differences():
-    p = matching_problem(0)
+@pytest.mark.parametrize("make", [matching_problem, box_problem])
+def test_cell_network_jvp_matches_finite_differences(make):
+    p = make(0)
     rng = np.random.default_rng(2)
     w, dw = p.model.initial_weights(rng), rng.normal(size=p.n_params)
     for x in p.X:
-        fd = central_difference(lambda v, x=x: p.model.potentials(x, v).edge.ravel(), w, dw)
-        np.testing.assert_allclose(p.model.jvp(x, w, dw).edge.ravel(), fd, atol=1e-6)
+        fd = central_difference(lambda v, x=x: flatten(p.model.potentials(x, v)), w, dw)
+        np.testing.assert_allclose(flatten(p.model.jvp(x, w, dw)), fd, atol=1e-6)
 
 
 @pytest.mark.parametrize("make", [lambda: chain_problem(3), lambda: chain_problem(3, sparse=True),
-                                  lambda: matching_problem(3)])
+                                  lambda: matching_problem(3), lambda: box_problem(3)])
 def test_vjp_is_the_adjoint_of_jvp(make):
     p = make()
     rng = np.random.default_rng(4)
@@ -118,7 +134,7 @@ def enumerated_model_value(p: NonconvexProblem, w_k: np.ndarray, eta: float, w: 
     return total / p.n + 0.5 * p.lam * float(w @ w) + 0.5 / eta * float((w - w_k) @ (w - w_k))
 
 
-@pytest.mark.parametrize("make", [lambda: chain_problem(7), lambda: matching_problem(7)])
+@pytest.mark.parametrize("make", [lambda: chain_problem(7), lambda: matching_problem(7), lambda: box_problem(7)])
 def test_linearised_problem_is_the_prox_linear_model(make):
     p = make()
     rng = np.random.default_rng(7)
@@ -231,15 +247,16 @@ def test_bad_input_is_refused():
         svrg(p, mu=1.0, L=1.0, max_passes=1)
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-def test_linearised_features_sqnorm_matches_the_dense_adjoint(sparse):
-    p = chain_problem(19, sparse=sparse)
+@pytest.mark.parametrize("make", [lambda: chain_problem(19), lambda: chain_problem(19, sparse=True),
+                                  lambda: matching_problem(19), lambda: box_problem(19)])
+def test_linearised_features_sqnorm_matches_the_dense_adjoint(make):
+    p = make()
     rng = np.random.default_rng(19)
     w = p.model.initial_weights(rng)
     lin = p.model.linearized()
     for x in p.X:
         t = p.model.tangent(x, w)
         theta = p.model.tangent_potentials(t)
-        mu = type(theta)(rng.normal(size=theta.unary.shape), rng.normal(size=theta.pairwise.shape))
+        mu = type(theta)(*(rng.normal(size=np.shape(f)) for f in theta))
         g = lin.features(t, mu)
         assert lin.features_sqnorm(t, mu) == pytest.approx(float(g @ g), rel=1e-10)

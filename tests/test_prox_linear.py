@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
-from test_nonlinear import chain_problem, matching_problem
+from test_nonlinear import box_problem, chain_problem, matching_problem
 
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.solvers import get_solver
@@ -51,6 +51,14 @@ def test_matching_structure_with_casimir():
     p = matching_problem(12, n=6)
     res = prox_linear(p, inner="casimir", eta=1.0, inner_passes=4, max_passes=12, random_state=0,
                       inner_options={"iterate": "last", "warm_start": "prev-iterate"})
+    assert res.trace[-1]["primal"] < res.trace[0]["primal"]
+
+
+@pytest.mark.parametrize("inner", ["casimir", "bcfw"])
+def test_boxes_with_the_iou_loss(inner):
+    # a loss that is not decomposable: the offsets go through the loss hooks
+    p = box_problem(20, n=6)
+    res = prox_linear(p, inner=inner, eta=1.0, inner_passes=4, max_passes=12, random_state=0)
     assert res.trace[-1]["primal"] < res.trace[0]["primal"]
 
 

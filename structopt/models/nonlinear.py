@@ -25,6 +25,10 @@ tangents ``t_i``, ``potentials(t_i, u) = J_i u`` and ``add_features(t_i, mu) = J
 genuine linear Model, so every convex solver trains it; the offset ``psi(x_i; w_k) - J_i w_k`` of
 the first-order expansion is carried by :class:`~structopt.nonconvex.LinearisedProblem` as a
 per-example linear term, the way a decomposable loss carries its ``c_i``.
+
+Built-in maps: :class:`NonlinearChainModel` (a network over token features for the unary
+potentials, a linear transition block) and the cell networks :class:`NonlinearMatchingModel`
+(edge scores) and :class:`NonlinearBoxModel` (image-cell scores of a bounding box).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from structopt.errors import InvalidInputError, NotSupportedError, example_error
 from structopt.models import _mlp
 from structopt.models.base import Model
 from structopt.structures.base import Potentials
+from structopt.structures.box import BoundingBox, BoxPotentials
 from structopt.structures.chain import Chain, ChainPotentials
 from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 
@@ -261,8 +266,9 @@ class NonlinearChainModel(NonlinearModel):
         return _mlp_init(self, self.n_features, self.n_hidden, _rng(random_state))
 
 
-class MatchingTangent:
-    """A matching network's forward pass at one point (:meth:`NonlinearMatchingModel.tangent`)."""
+class GridTangent:
+    """The forward pass at one point of a network that scores each cell of a 2-D grid
+    (matching edges, image cells): :meth:`CellNetworkModel.tangent`."""
 
     __slots__ = ("mlp", "shape")
 
@@ -271,29 +277,78 @@ class MatchingTangent:
         self.shape = shape
 
 
-class NonlinearMatchingModel(NonlinearModel):
-    """Perfect-matching edge scores from a two-layer network over edge features.
+class CellNetworkModel(NonlinearModel):
+    """One score per cell of a feature grid ``x`` (A, B, F): ``act(x[a, b] W_hidden + b_hidden) w_output +
+    b_output``. Subclasses pair it with a structure through :meth:`_wrap` (cell scores -> potentials)
+    and :meth:`_cells` (statistics -> their (A, B) cell array)."""
 
-    ``theta_jk = act(x[j, k] W_hidden + b_hidden) w_output + b_output`` for an edge-feature array
-    ``x`` (L, R, F) with ``L <= R``.
-    """
-
-    tangent_type = MatchingTangent
+    tangent_type = GridTangent
 
     def __init__(self, n_features: int, n_hidden: int, activation: str = "tanh"):
-        self.n_features = _check_int("NonlinearMatchingModel", "n_features", n_features)
-        self.n_hidden = _check_int("NonlinearMatchingModel", "n_hidden", n_hidden)
-        self.activation = _check_activation("NonlinearMatchingModel", activation)
-        self.structure = BipartiteMatching()
+        owner = type(self).__name__
+        self.n_features = _check_int(owner, "n_features", n_features)
+        self.n_hidden = _check_int(owner, "n_hidden", n_hidden)
+        self.activation = _check_activation(owner, activation)
 
     def __repr__(self) -> str:
-        return (f"NonlinearMatchingModel(n_features={self.n_features}, n_hidden={self.n_hidden}, "
+        return (f"{type(self).__name__}(n_features={self.n_features}, n_hidden={self.n_hidden}, "
                 f"activation={self.activation!r})")
 
     @property
     def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
         return [("hidden", (self.n_features, self.n_hidden)), ("hidden_bias", (self.n_hidden,)),
                 ("output", (self.n_hidden, 1)), ("output_bias", (1,))]
+
+    @abstractmethod
+    def _wrap(self, cells: np.ndarray) -> Potentials:
+        """The structure's potentials from an (A, B) array of cell scores."""
+
+    @abstractmethod
+    def _cells(self, mu: Potentials) -> np.ndarray:
+        """The (A, B) cell array of statistics ``mu``."""
+
+    def tangent(self, x: np.ndarray, w: np.ndarray, scale: float = 1.0) -> GridTangent:
+        b = self.unpack(w)
+        A, B = x.shape[:2]
+        rows = x.reshape(A * B, self.n_features)
+        mlp = _mlp.forward(rows, b["hidden"], b["hidden_bias"], b["output"], b["output_bias"], self.activation, scale)
+        return GridTangent(mlp, (A, B))
+
+    def tangent_potentials(self, t: GridTangent) -> Potentials:
+        return self._wrap(t.mlp.out.reshape(t.shape))
+
+    def tangent_jvp(self, t: GridTangent, dw: np.ndarray) -> Potentials:
+        b = self.unpack(dw)
+        cells = _mlp.jvp(t.mlp, b["hidden"], b["hidden_bias"], b["output"], b["output_bias"])
+        return self._wrap(cells.reshape(t.shape))
+
+    def tangent_vjp(self, t: GridTangent, mu: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
+        b = self.unpack(out)
+        cells = np.asarray(self._cells(mu), dtype=float)
+        if cells.shape != t.shape:
+            raise InvalidInputError(f"statistics of shape {cells.shape} do not match an input with {t.shape} cells")
+        _mlp.vjp(t.mlp, cells.reshape(-1, 1), b["hidden"], b["hidden_bias"], b["output"], b["output_bias"], scale)
+
+    def tangent_vjp_sqnorm(self, t: GridTangent, mu: Potentials) -> float:
+        return _mlp.vjp_sqnorm(t.mlp, np.asarray(self._cells(mu), dtype=float).reshape(-1, 1))
+
+    def initial_weights(self, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+        return _mlp_init(self, self.n_features, self.n_hidden, _rng(random_state))
+
+
+class NonlinearMatchingModel(CellNetworkModel):
+    """Perfect-matching edge scores from a two-layer network over edge features ``x`` (L, R, F), ``L <= R``.
+
+    Parameters
+    ----------
+    n_features, n_hidden : int
+        Edge feature dimension F and hidden units H.
+    activation : {"tanh", "elu"}
+    """
+
+    def __init__(self, n_features: int, n_hidden: int, activation: str = "tanh"):
+        super().__init__(n_features, n_hidden, activation)
+        self.structure = BipartiteMatching()
 
     def validate_input(self, x: Any, index: int | None = None) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float64)
@@ -306,31 +361,46 @@ class NonlinearMatchingModel(NonlinearModel):
             raise example_error(index, "matching input contains NaN or infinite values")
         return x
 
-    def tangent(self, x: np.ndarray, w: np.ndarray, scale: float = 1.0) -> MatchingTangent:
-        b = self.unpack(w)
-        L, R = x.shape[:2]
-        rows = x.reshape(L * R, self.n_features)
-        mlp = _mlp.forward(rows, b["hidden"], b["hidden_bias"], b["output"], b["output_bias"], self.activation, scale)
-        return MatchingTangent(mlp, (L, R))
+    def _wrap(self, cells: np.ndarray) -> MatchingPotentials:
+        return MatchingPotentials(cells, np.zeros(0), np.zeros(0))
 
-    def tangent_potentials(self, t: MatchingTangent) -> MatchingPotentials:
-        return MatchingPotentials(t.mlp.out.reshape(t.shape), np.zeros(0), np.zeros(0))
-
-    def tangent_jvp(self, t: MatchingTangent, dw: np.ndarray) -> MatchingPotentials:
-        b = self.unpack(dw)
-        edge = _mlp.jvp(t.mlp, b["hidden"], b["hidden_bias"], b["output"], b["output_bias"])
-        return MatchingPotentials(edge.reshape(t.shape), np.zeros(0), np.zeros(0))
-
-    def tangent_vjp(self, t: MatchingTangent, mu: MatchingPotentials, out: np.ndarray, scale: float = 1.0) -> None:
-        b = self.unpack(out)
-        edge = np.asarray(mu.edge, dtype=float)
-        if edge.shape != t.shape:
-            raise InvalidInputError(f"statistics of shape {edge.shape} do not match an input with {t.shape} edges")
-        _mlp.vjp(t.mlp, edge.reshape(-1, 1), b["hidden"], b["hidden_bias"], b["output"], b["output_bias"], scale)
-
-    def initial_weights(self, random_state: int | np.random.Generator | None = None) -> np.ndarray:
-        return _mlp_init(self, self.n_features, self.n_hidden, _rng(random_state))
+    def _cells(self, mu: MatchingPotentials) -> np.ndarray:
+        return mu.edge
 
 
-__all__ = ["ChainTangent", "LinearisedModel", "MatchingTangent", "NonlinearChainModel", "NonlinearMatchingModel",
-           "NonlinearModel"]
+class NonlinearBoxModel(CellNetworkModel):
+    """Bounding-box cell scores from a two-layer network over cell features ``x`` (H, W, F) (the paper's
+    non-linear localisation score, with cells in place of its convolution's positions).
+
+    Parameters
+    ----------
+    n_features, n_hidden : int
+        Cell feature dimension F and hidden units H.
+    activation : {"tanh", "elu"}
+        The paper uses ELU.
+    search : {"bnb", "exhaustive"}
+        Search of the :class:`~structopt.structures.box.BoundingBox` structure.
+    """
+
+    def __init__(self, n_features: int, n_hidden: int, activation: str = "tanh", search: str = "bnb"):
+        super().__init__(n_features, n_hidden, activation)
+        self.structure = BoundingBox(search)
+
+    def validate_input(self, x: Any, index: int | None = None) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.ndim != 3 or x.shape[2] != self.n_features or x.shape[0] < 1 or x.shape[1] < 1:
+            raise example_error(index, f"box input must be a cell-feature array of shape (H, W, {self.n_features}) "
+                                       f"with H, W >= 1, got {x.shape}")
+        if not np.all(np.isfinite(x)):
+            raise example_error(index, "box input contains NaN or infinite values")
+        return x
+
+    def _wrap(self, cells: np.ndarray) -> BoxPotentials:
+        return BoxPotentials(cells)
+
+    def _cells(self, mu: BoxPotentials) -> np.ndarray:
+        return mu.cells
+
+
+__all__ = ["CellNetworkModel", "ChainTangent", "GridTangent", "LinearisedModel", "NonlinearBoxModel",
+           "NonlinearChainModel", "NonlinearMatchingModel", "NonlinearModel"]
