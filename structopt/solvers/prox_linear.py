@@ -126,7 +126,9 @@ def prox_linear(problem: NonconvexProblem, *, inner: str = "casimir", eta: float
         Smoothing of the subproblems: ``mu_k = mu / k`` (``"adaptive"``) or ``mu``; top-K (K = k)
         or entropy. Unused by BCFW.
     L : float, optional
-        ``L0``, the smoothness of the smoothed first subproblem at ``mu`` (estimated when omitted).
+        ``L0``, the smoothness of the smoothed first subproblem at ``mu``; estimated when omitted
+        (the local top-K curvature at ``w_0``, which can be far too small where the K best outputs
+        are near-identical, e.g. boxes at a random start: pass L then, the paper tunes it).
     eps0 : float, optional
         BCFW's gap schedule ``eps_k = eps0 / k`` (default ``F(w_0)``); only with ``inner="bcfw"``.
     accept : {"descent", "always"}
