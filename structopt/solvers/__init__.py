@@ -13,7 +13,9 @@ from structopt.solvers.base import COMMON_OPTIONS, Result
 from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
 from structopt.solvers.casimir import casimir_svrg
 from structopt.solvers.extragradient import dual_extragradient
+from structopt.solvers.prox_linear import prox_linear
 from structopt.solvers.sgd import sgd
+from structopt.solvers.sgd_nonconvex import sgd_nonconvex
 from structopt.solvers.svrg import svrg
 
 #: solver name -> function (short names and the functions' own names)
@@ -21,6 +23,7 @@ SOLVERS: dict[str, Callable[..., Result]] = {
     "bcfw": bcfw, "fw": frank_wolfe, "frank_wolfe": frank_wolfe, "ssg": ssg, "sgd": sgd, "svrg": svrg,
     "casimir": casimir_svrg, "casimir_svrg": casimir_svrg, "extragradient": dual_extragradient,
     "dual_extragradient": dual_extragradient,
+    "prox_linear": prox_linear, "sgd_nonconvex": sgd_nonconvex,
 }
 
 
@@ -32,4 +35,4 @@ def get_solver(name: str) -> Callable[..., Result]:
 
 
 __all__ = ["COMMON_OPTIONS", "SOLVERS", "Result", "bcfw", "casimir_svrg", "dual_extragradient", "frank_wolfe",
-           "get_solver", "sgd", "ssg", "svrg"]
+           "get_solver", "prox_linear", "sgd", "sgd_nonconvex", "ssg", "svrg"]

@@ -1,0 +1,129 @@
+"""Stochastic subgradient method on a non-linear structural SVM (Davis & Drusvyatskiy; Pillutla et al. §7.2).
+
+The paper's baseline for non-convex scores: step t (from 1) draws an example uniformly and moves
+
+    w <- w - gamma_t (J_i(w)^T (mu(y*) - mu(y_i)) + lam w),   y* = loss-augmented argmax at psi(x_i; w),
+
+with ``gamma_t = gamma0`` (SGD-const), ``gamma0 / sqrt(t)`` (SGD-t^-1/2) or ``gamma0 / t``
+(SGD-t^-1). The iterate is kept as ``w = a v`` so the shrinkage ``(1 - gamma_t lam)`` is a scalar
+update and a step touches only the weights the vector-Jacobian product touches (for sparse token
+features, the first-layer rows of the features present). One oracle call per step; the last
+iterate is reported (averages of non-convex iterates carry no guarantee).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from structopt.nonconvex import NonconvexProblem
+from structopt.solvers._smooth import Counters, estimate_lipschitz
+from structopt.solvers.base import (
+    Monitor,
+    Result,
+    initial_weights,
+    make_rng,
+    one_of,
+    optional,
+    positive,
+    refuse_tol,
+    solver,
+)
+from structopt.solvers.prox_linear import check_nonconvex
+from structopt.structures.base import add
+
+SCHEDULES = ("const", "sqrt", "linear")
+_TINY = 1e-12  # fold the scale a into v below this
+
+
+def step_size(gamma0: float, t: int, schedule: str) -> float:
+    """``gamma_t`` for step ``t >= 1``."""
+    if schedule == "const":
+        return gamma0
+    return gamma0 / math.sqrt(t) if schedule == "sqrt" else gamma0 / t
+
+
+@solver("sgd_nonconvex", schedule=one_of(*SCHEDULES), gamma0=optional(positive))
+def sgd_nonconvex(problem: NonconvexProblem, *, schedule: str = "sqrt", gamma0: float | None = None,
+                  max_passes: float = 50, eval_every: float = 1, tol: float = 0.0, w0: np.ndarray | None = None,
+                  time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
+                  progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
+                  resume: str | os.PathLike | None = None,
+                  callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
+    """Stochastic subgradient steps on the non-convex objective ``F`` of a :class:`NonconvexProblem`.
+
+    Parameters
+    ----------
+    problem : NonconvexProblem
+        Any structure with a max oracle.
+    schedule : {"const", "sqrt", "linear"}
+        ``gamma_t = gamma0``, ``gamma0 / sqrt(t)`` or ``gamma0 / t`` (SGD-const, -t^-1/2, -t^-1).
+    gamma0 : float, optional
+        Initial step; default ``1 / (L + lam)`` with L the local top-K curvature (at mu = 1) of the
+        problem linearised at ``w0``, as the convex SGD's default.
+    max_passes : float
+        Exactly ``ceil(max_passes * n)`` steps (one oracle call each).
+    eval_every : float
+        Evaluate ``F`` every this many passes.
+    tol : float
+        Must be 0.
+    w0 : ndarray, optional
+        Start; default ``model.initial_weights(random_state)``.
+    time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback
+        As for every solver (:mod:`structopt.solvers.base`).
+
+    Returns
+    -------
+    Result
+        The last iterate; trace records ``passes``, ``oracle_calls``, ``oracle_calls_made``,
+        ``full_grad_passes`` (0), ``time``, ``primal`` (``F``), ``step``.
+    """
+    options = dict(locals())
+    check_nonconvex("sgd_nonconvex", problem)
+    refuse_tol("sgd_nonconvex", tol)
+    n, lam, model = problem.n, problem.lam, problem.model
+    monitor = Monitor(problem, "sgd_nonconvex", options, label=f"sgd-nonconvex[{schedule}]")
+    saved = monitor.load()
+    if saved is not None:
+        v, a, rng, counters, gamma0 = saved["v"], saved["a"], saved["rng"], saved["counters"], saved["gamma0"]
+    else:
+        rng = make_rng(random_state)
+        v = model.initial_weights(rng) if w0 is None else initial_weights(problem, w0)
+        a = 1.0
+        if gamma0 is None:
+            gamma0 = 1.0 / (estimate_lipschitz(problem.linearize(v, 1.0), 1.0) + lam)
+        counters = Counters()
+        monitor.pause()
+        monitor.record(v, primal=problem.primal(v), step=float(gamma0), **counters.record(n))
+    budget = monitor.step_budget(n)
+    steps_per_eval = max(1, round(eval_every * n))
+
+    while not monitor.stop_reason:
+        monitor.restart()
+        for i in rng.integers(0, n, size=min(steps_per_eval, budget - counters.steps)):
+            i = int(i)
+            gamma = step_size(gamma0, counters.steps + 1, schedule)
+            tangent = model.tangent(problem.X[i], v, scale=a)
+            theta = model.tangent_potentials(tangent)
+            y = problem.augmented_argmax(i, theta)
+            diff = model.reduce_stats(add(problem.structure.stats(y, theta), problem.gold_stats(i, theta), -1.0))
+            a *= 1.0 - gamma * lam
+            if abs(a) < _TINY:  # rewrite w = a v with a = 1 (dense, rare)
+                v, a = a * v, 1.0
+            model.tangent_vjp(tangent, diff, v, -gamma / a)
+            counters.steps += 1
+        counters.oracle_calls = counters.oracle_calls_made = counters.steps
+        monitor.pause()
+        w = a * v
+        state = {"v": v, "a": a, "rng": rng, "counters": counters, "gamma0": gamma0}
+        monitor.record(w, primal=problem.primal(w), step=step_size(gamma0, max(counters.steps, 1), schedule),
+                       state=state, **counters.record(n))
+    monitor.close()
+    return Result(a * v, monitor.trace, {"stop_reason": monitor.stop_reason, "gamma0": gamma0,
+                                         "schedule": schedule})
+
+
+__all__ = ["SCHEDULES", "sgd_nonconvex", "step_size"]
