@@ -6,7 +6,6 @@ Declare an output structure (a chain, a matching, ...) through a model, build an
 
 from structopt import _numba_cache  # noqa: F401  (first: points numba's cache at this source version)
 from structopt.errors import InvalidInputError, NotSupportedError, StructoptError
-from structopt.estimator import StructuredSVM
 from structopt.losses import BoxLoss, Hamming, Loss, MatchingHamming, WeightedHamming
 from structopt.models import (
     BoxModel,
@@ -40,6 +39,15 @@ from structopt.structures import (
 )
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # the estimator imports scikit-learn (about a second): load it when it is first asked for
+    if name == "StructuredSVM":
+        from structopt.estimator import StructuredSVM
+
+        return StructuredSVM
+    raise AttributeError(f"module 'structopt' has no attribute {name!r}")
 
 __all__ = [
     "BinaryGrid",

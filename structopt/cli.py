@@ -23,8 +23,10 @@ from structopt.solvers import SOLVERS
 
 DESCRIPTION = """Structured prediction with combinatorial oracles.
 
-  structopt train TASK     train a structural SVM on a built-in task (ocr, conll, alignment)
+  structopt train TASK     train a structural SVM on a built-in task (ocr, conll, alignment, horses,
+                           localization)
   structopt check [NAME]   check the oracles of the built-in structures against enumeration and LP
+  structopt infer FILE     log Z and marginals of a UAI pairwise model
 
 Errors are reported on one line; --debug shows the full traceback."""
 
@@ -37,15 +39,13 @@ def _convergence_figure(trace: list[dict], title: str):
     minus the best primal seen; the run's best point is 0 there and is left out rather than
     drawn at an arbitrary floor, and when no point is left the primal itself is drawn.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
 
     passes = np.array([r["passes"] for r in trace])
     primal = np.array([r["primal"] for r in trace])
     duals = [r["dual"] for r in trace if "dual" in r]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
 
     def curve(values: np.ndarray, style: str, label: str) -> bool:
         keep = np.isfinite(values) & (values > 0)  # log scale: non-positive points cannot be drawn
@@ -67,19 +67,13 @@ def _convergence_figure(trace: list[dict], title: str):
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.14, right=0.97, top=0.9, bottom=0.13)  # fixed margins: tight_layout costs ~0.4 s
     return fig
 
 
 def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
     """Write :func:`_convergence_figure` to ``path``."""
-    import matplotlib.pyplot as plt
-
-    fig = _convergence_figure(trace, title)
-    try:
-        fig.savefig(path, dpi=120)
-    finally:
-        plt.close(fig)
+    _convergence_figure(trace, title).savefig(path, dpi=120)
 
 
 # --------------------------------------------------------------------------- tasks

@@ -109,8 +109,10 @@ class SSVMProblem:
         zero = model.zeros()
         self.Y = []
         self._terms = []
+        self._likes = []  # potentials at w = 0: each example's shapes and layout (reused, never written)
         for i, (x, y) in enumerate(zip(self.X, Y, strict=True)):
             like = model.potentials(x, zero)
+            self._likes.append(like)
             y = self.structure.validate_output(y, like, i)
             if i == 0:
                 check_layout(model, like, self.structure.stats(y, like))
@@ -317,15 +319,14 @@ class SSVMProblem:
         return self._compact_gold
 
     def _build_compact_gold(self) -> tuple[np.ndarray, np.ndarray]:
-        zero = self.model.zeros()
         parts = []
-        for i in range(self.n):
-            theta = self.theta(i, zero)
-            gold = flatten(self.model.reduce_stats(self.gold_stats(i, theta)))
-            if gold.size != flatten(theta).size:
+        for i, like in enumerate(self._likes):
+            gold = flatten(self.model.reduce_stats(self.gold_stats(i, like)))
+            size = sum(int(np.size(field)) for field in like)
+            if gold.size != size:
                 raise InvalidInputError(f"example {i}: {type(self.model).__name__}.reduce_stats returns {gold.size} "
-                                        f"statistics but the potentials have {flatten(theta).size}; reduce_stats "
-                                        "must give the layout of the model's potentials")
+                                        f"statistics but the potentials have {size}; reduce_stats must give the "
+                                        "layout of the model's potentials")
             parts.append(gold)
         offsets = np.zeros(self.n + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([part.size for part in parts])

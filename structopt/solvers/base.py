@@ -305,10 +305,11 @@ class Monitor:
         self.trace: list[dict[str, Any]] = []
         self.elapsed = 0.0  # optimisation time only
         self._started = time.perf_counter()
-        self._bar = tqdm(total=self.max_passes, desc=label or solver_name, unit="pass", leave=False,
-                         disable=not options.get("progress", False),
-                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.4g}/{total:g} passes "
-                                    "[{elapsed}<{remaining}{postfix}]")
+        self._bar_options = {"total": self.max_passes, "desc": label or solver_name, "unit": "pass", "leave": False,
+                             "disable": not options.get("progress", False),
+                             "bar_format": "{desc}: {percentage:3.0f}%|{bar}| {n:.4g}/{total:g} passes "
+                                           "[{elapsed}<{remaining}{postfix}]"}
+        self._bar: tqdm | None = None  # created when the optimisation starts (after any kernel loading)
         self.stop_reason = ""
 
     # ----- budget and fingerprint
@@ -335,7 +336,7 @@ class Monitor:
         if self.trace:
             self.elapsed = self.trace[-1]["time"]
             self._saved_at = self.trace[-1]["passes"]
-            self._bar.update(self.trace[-1]["passes"])
+            self._progress().update(self.trace[-1]["passes"])
         return payload["state"]
 
     # ----- clock
@@ -345,6 +346,7 @@ class Monitor:
 
     def restart(self) -> None:
         """Restart the optimisation clock (call after evaluation work)."""
+        self._progress()
         self._started = time.perf_counter()
 
     def time(self) -> float:
@@ -374,8 +376,9 @@ class Monitor:
         postfix = {"primal": f"{primal:.5g}"}
         if gap is not None:
             postfix["gap"] = f"{gap:.3g}"
-        self._bar.set_postfix(postfix, refresh=False)
-        self._bar.update(max(0.0, min(passes, self.max_passes) - self._bar.n))
+        bar = self._progress()
+        bar.set_postfix(postfix, refresh=False)
+        bar.update(max(0.0, min(passes, self.max_passes) - bar.n))
         if gap is not None and gap <= self.tol:
             self.stop_reason = f"gap {gap:.3g} <= tol {self.tol:g}"
         elif self.reached(passes):
@@ -393,7 +396,13 @@ class Monitor:
         return bool(self.stop_reason)
 
     def close(self) -> None:
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
+
+    def _progress(self) -> tqdm:
+        if self._bar is None:
+            self._bar = tqdm(**self._bar_options)
+        return self._bar
 
 
 def refuse_tol(solver_name: str, tol: float) -> None:
