@@ -27,3 +27,12 @@ def test_k_of_n_selection(example, capsys):
 def test_label_tree_multilabel(example, capsys):
     assert example.label_tree_multilabel() > 0.85  # per-label majority votes get 0.64 on this data
     assert "label tree: test label accuracy" in capsys.readouterr().out
+
+
+def test_bio_tagging(example, capsys):
+    # the most frequent tag of this synthetic data covers 0.38 of the test tokens
+    assert example.bio_tagging() > 0.85
+    out = capsys.readouterr().out
+    assert "BIO tagging: test token accuracy" in out
+    tags = out.split("tags ")[1]
+    assert "'O', 'I-" not in tags and "NP', 'I-VP" not in tags and "VP', 'I-NP" not in tags
