@@ -323,6 +323,7 @@ def _train(args: argparse.Namespace) -> int:
     if options["progress"]:
         print(f"training {task.description} with {args.solver}, λ={problem.lam:.3g}, n={problem.n}",
               file=sys.stderr)
+    started = time.time()  # files written from now on are this run's outputs
     start = time.perf_counter()
     from threadpoolctl import threadpool_limits
 
@@ -340,8 +341,8 @@ def _train(args: argparse.Namespace) -> int:
         summary["split"] = args.split or "bcfw"
     gap = f"{last['gap']:.4g}" if "gap" in last else "n/a"
     shown = " | ".join(f"{name.replace('_', ' ')} {value:.4f}" for name, value in metrics.items())
-    line = (f"{args.task} {args.solver}: {last['passes']:g} passes in {last['time']:.1f}s | train primal "
-            f"{last['primal']:.5f} | gap {gap} | {shown}")
+    line = (f"{args.task} {args.solver}: {last['passes']:g} passes, {last['time']:.1f}s optimising "
+            f"({wall:.1f}s in the solver) | train primal {last['primal']:.5f} | gap {gap} | {shown}")
     try:
         _write_text_atomic(out / "trace.json", json.dumps(summary, indent=1))
         _plot_convergence(result.trace, out / "convergence.png",
@@ -350,7 +351,8 @@ def _train(args: argparse.Namespace) -> int:
         print(line)  # the results reach the terminal even when the disk refuses them
         kept = f"; the trained state is in {args.checkpoint}" if args.checkpoint else ""
         raise OutputError(f"--out {out}: could not write the results ({error.strerror or error}){kept}") from error
-    print(f"{line} | wrote {out}/trace.json, {out}/convergence.png")
+    written = sorted(path.name for path in out.iterdir() if path.is_file() and path.stat().st_mtime >= started)
+    print(f"{line} | wrote {', '.join(f'{out}/{name}' for name in written)}")
     return 0
 
 

@@ -182,7 +182,7 @@ def test_resumed_run_counts_all_passes_and_forwards_checkpoint_every(tmp_path, c
     summary = json.loads((tmp_path / "run" / "trace.json").read_text())
     assert summary["passes"] == 4.0 and summary["seconds"] == 6.0 and summary["resumed"] is True
     assert summary["test_metric"] == 0.25 and summary["split"] == "bcfw"
-    assert capsys.readouterr().out.startswith("ocr bcfw: 4 passes in 6.0s")
+    assert capsys.readouterr().out.startswith("ocr bcfw: 4 passes, 6.0s optimising")
 
 
 def test_checkpoint_every_needs_a_checkpoint_and_a_solver_that_supports_it(tmp_path, capsys, monkeypatch,
