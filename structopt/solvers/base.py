@@ -267,7 +267,8 @@ def load_checkpoint(path: str | os.PathLike, solver_name: str, fingerprint: dict
         differ = sorted(key for key in set(saved) | set(fingerprint) if saved.get(key) != fingerprint.get(key))
         if differ:
             raise InvalidInputError(
-                f"checkpoint {path} belongs to another run: its {', '.join(differ)} differ from this one's "
+                f"checkpoint {path} belongs to another run: its {', '.join(differ)} "
+                f"{'differ' if len(differ) > 1 else 'differs'} from this one's "
                 "(resume needs the same data, labels, loss, lam, model and solver options; max_passes, tol, "
                 "time_limit and the evaluation/checkpoint intervals may change)")
     return payload
