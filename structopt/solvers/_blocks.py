@@ -61,6 +61,19 @@ class BlockState:
             state = {**state, "r": r}
         self.__dict__.update(state)
 
+    def move_block(self, i: int, seg: slice, direction: np.ndarray, loss_s: float, gamma: float,
+                   weight: float) -> None:
+        """Step block i by ``gamma`` towards its corner (statistics ``direction`` from ``m_i``, loss share
+        ``loss_s``); ``weight`` is the averaging weight of this step (0 without averaging). The
+        weights ``w`` are the caller's (they depend on how the adjoint is applied)."""
+        delta_ell = gamma * (loss_s - self.ell_i[i])
+        self.ell += delta_ell
+        self.v += weight * delta_ell
+        self.ell_i[i] += delta_ell
+        self.m[seg] += gamma * direction
+        if weight:
+            self.r[seg] += (weight * gamma) * direction
+
     @classmethod
     def initial(cls, problem: SSVMProblem) -> BlockState:
         """All blocks at their gold vertex: ``w = 0``, ``ell = 0``."""
@@ -129,13 +142,7 @@ class PythonBlockUpdater:
                 continue
             weight = 0.5 * st.k * (st.k - 1.0) if averaging else 0.0
             model.add_features(p.X[i], direction_pot, st.w, -gamma / (lam * n))
-            delta_ell = gamma * (loss_s - st.ell_i[i])
-            st.ell += delta_ell
-            st.v += weight * delta_ell
-            st.ell_i[i] += delta_ell
-            st.m[seg] += gamma * direction
-            if weight:
-                st.r[seg] += (weight * gamma) * direction
+            st.move_block(i, seg, direction, loss_s, gamma, weight)
 
 
 class FusedBlockUpdater:

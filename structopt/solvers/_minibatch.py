@@ -92,10 +92,4 @@ class MiniBatchUpdater:
         weight = 0.5 * st.k * (st.k - 1.0) if averaging else 0.0
         st.w -= (gamma / (lam * n)) * adjoint
         for i, seg, direction, loss_s in directions:
-            delta_ell = gamma * (loss_s - st.ell_i[i])
-            st.ell += delta_ell
-            st.v += weight * delta_ell
-            st.ell_i[i] += delta_ell
-            st.m[seg] += gamma * direction
-            if weight:
-                st.r[seg] += (weight * gamma) * direction
+            st.move_block(i, seg, direction, loss_s, gamma, weight)

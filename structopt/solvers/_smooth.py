@@ -46,21 +46,6 @@ def check_iterate(iterate: str) -> None:
         raise InvalidInputError(f"iterate must be 'average' or 'last', got {iterate!r}")
 
 
-def snapshot(problem: SSVMProblem, w: np.ndarray, mu: float, kind: str, k: int
-             ) -> tuple[list[Potentials], np.ndarray, float]:
-    """One batch pass at ``w``: per-example gradient statistics, the mean gradient (dense) and the
-    mean smoothed hinge."""
-    diffs: list[Potentials] = []
-    grad = np.zeros(problem.n_params)
-    value = 0.0
-    for i in range(problem.n):
-        res = problem.smooth_stats(i, problem.theta(i, w), mu, kind, k)
-        diffs.append(res.diff)
-        problem.model.add_features(problem.X[i], res.diff, grad, 1.0 / problem.n)
-        value += res.value / problem.n
-    return diffs, grad, value
-
-
 def sgd_pass(problem: SSVMProblem, w: np.ndarray, *, gamma: float, mu: float, kind: str, k: int,
              rng: np.random.Generator, counters: Counters) -> np.ndarray:
     """One pass of constant-step SGD on the smoothed objective (n uniform draws); the last iterate.

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from structopt.batch import smooth_snapshot
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
@@ -30,7 +31,6 @@ from structopt.solvers._smooth import (
     check_iterate,
     estimate_lipschitz,
     sgd_pass,
-    snapshot,
     stats_nbytes,
     subtract,
 )
@@ -89,7 +89,7 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
         raise InvalidInputError(f"learning rate must be > 0, got {gamma}")
     check_iterate(iterate)
     if executor is None:
-        diffs, gbar, _ = snapshot(problem, w_start, mu, kind, k)
+        diffs, gbar, _ = smooth_snapshot(problem, w_start, mu, kind, k, problem.n)
     else:
         diffs, gbar, _ = executor.smooth_snapshot(w_start, mu, kind, k)
     counters.full_grad_passes += 1
