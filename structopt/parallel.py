@@ -219,6 +219,7 @@ _WORKER_CHUNK: list[SSVMProblem] = []  # the chunk a process-pool worker holds
 
 def _install(spec: ChunkSpec) -> None:
     # process initializer: build the worker's chunk once, before its first task
+    _one_blas_thread()
     _WORKER_CHUNK[:] = [spec.build()]
 
 
@@ -318,7 +319,16 @@ def _dask_chunk_task(chunk: SSVMProblem, name: str, args: tuple) -> Any:
     return _run_on_chunk(chunk, name, args)
 
 
+def _one_blas_thread() -> None:
+    # a worker runs its chunk on one core; BLAS threads inside it would only oversubscribe the machine
+    # (the per-example products are small)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def _build_chunk(spec: ChunkSpec) -> SSVMProblem:
+    _one_blas_thread()
     return spec.build()
 
 
