@@ -226,10 +226,15 @@ class StructuredSVM(_EstimatorBase):
                 for i, x in enumerate(_as_list(X, "X"))]
 
     def score(self, X: Sequence[Any], Y: Sequence[Any]) -> float:
-        """Fraction of output positions predicted exactly (token accuracy), pooled over examples."""
+        """Higher is better. For structures with per-node labels (chains, grids, trees, multiclass,
+        0/1 vectors): the fraction of positions predicted exactly, pooled over examples. For the
+        others (matchings, boxes): minus the mean task loss of the predictions."""
         X, Y = _as_list(X, "X"), _as_list(Y, "Y")
         if len(X) != len(Y):
             raise InvalidInputError(f"score got {len(X)} inputs X but {len(Y)} outputs Y")
+        if not hasattr(self.model.structure, "states_per_node"):
+            loss = self.loss if self.loss is not None else Hamming()
+            return -float(np.mean([loss(y_true, y_pred) for y_true, y_pred in zip(Y, self.predict(X), strict=True)]))
         right = total = 0
         for i, (y_true, y_pred) in enumerate(zip(Y, self.predict(X), strict=True)):
             y_true, y_pred = np.atleast_1d(y_true), np.atleast_1d(y_pred)

@@ -194,3 +194,14 @@ def test_fit_works_without_scikit_learn():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True"]
+
+
+def test_score_of_structures_without_node_labels_is_minus_the_mean_loss():
+    rng = np.random.default_rng(0)
+    X = [rng.normal(size=(4, 5, 3)) for _ in range(12)]
+    Y = [(1, 1, 3, 4), (0, 0, 2, 2), (0, 1, 4, 5)] * 4
+    svm = so.StructuredSVM(so.BoxModel(3), loss=so.BoxLoss(), lam=0.1, max_passes=2, random_state=0).fit(X, Y)
+    predicted = svm.predict(X)
+    expected = -np.mean([so.BoxLoss()(y, p) for y, p in zip(Y, predicted, strict=True)])
+    assert svm.score(X, Y) == pytest.approx(expected)
+    assert -1.0 <= svm.score(X, Y) <= 0.0
