@@ -54,7 +54,7 @@ def fw_corner(problem: SSVMProblem, w: np.ndarray, fused: bool | None, n_total: 
         d = problem.decode(i, w)
         hinge_sum += problem.hinge(i, d)
         loss_sum += d.loss
-        stats = model.reduce_stats(problem.structure.stats(d.y, d.theta))
+        stats = problem.compact_stats(d.y, d.theta)
         model.add_features(problem.X[i], problem.gold_stats(i, d.theta), w_s, scale)
         model.add_features(problem.X[i], stats, w_s, -scale)
     return w_s, loss_sum, hinge_sum
@@ -96,7 +96,7 @@ def block_oracles(problem: SSVMProblem, w: np.ndarray, indices: Sequence[int]
     out = []
     for i in indices:
         d = problem.decode(int(i), w)
-        stats = flatten(problem.model.reduce_stats(problem.structure.stats(d.y, d.theta)))
+        stats = flatten(problem.compact_stats(d.y, d.theta))
         out.append((stats, flatten(d.theta), float(d.loss)))
     return out
 

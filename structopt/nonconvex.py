@@ -76,7 +76,7 @@ class NonconvexProblem(SSVMProblem):
     def max_oracle(self, i: int, w: np.ndarray) -> OracleResult:
         """Structured hinge of example i at ``w``, a subgradient ``J_i(w)^T (mu(y*) - mu(y_i))``, y*, its loss."""
         d = self.decode(i, w)
-        diff = self.model.reduce_stats(add(self.structure.stats(d.y, d.theta), self.gold_stats(i, d.theta), -1.0))
+        diff = self.compact_diff(i, d.y, d.theta)
         return OracleResult(self.hinge(i, d), self.gradient(i, w, diff), d.y, d.loss)
 
     def smooth_oracle(self, i: int, w: np.ndarray, mu: float, kind: str = "topk", k: int = 5) -> OracleResult:

@@ -177,6 +177,18 @@ class SSVMProblem:
         """Statistics of the gold output of example i."""
         return self.structure.stats(self.Y[i], like)
 
+    def like(self, i: int) -> Potentials:
+        """Example i's potentials at ``w = 0``: its shapes and layout (shared: do not modify)."""
+        return self._likes[i]
+
+    def compact_stats(self, y: Any, like: Potentials) -> Potentials:
+        """Statistics of output ``y`` in the model's compact layout (``model.reduce_stats``)."""
+        return self.model.reduce_stats(self.structure.stats(y, like))
+
+    def compact_diff(self, i: int, y: Any, like: Potentials) -> Potentials:
+        """``stats(y) - stats(y_i)`` of example i in the model's compact layout (a subgradient's statistics)."""
+        return self.model.reduce_stats(add(self.structure.stats(y, like), self.gold_stats(i, like), -1.0))
+
     def decode(self, i: int, w: np.ndarray) -> Decoded:
         """Loss-augmented decoding ``argmax_y Delta(y_i, y) + <A_i w, stats(y)>``.
 

@@ -121,13 +121,13 @@ class PythonBlockUpdater:
     def run(self, order: np.ndarray, line_search: bool, averaging: bool = True) -> None:
         """Take one BCFW step on each example of ``order`` in turn (``u``, ``v`` kept if ``averaging``)."""
         p, st = self.problem, self.state
-        model, structure = p.model, p.structure
+        model = p.model
         n, lam = p.n, p.lam
         for i in order:
             i = int(i)
             d = p.decode(i, p.project_weights(st.w))
             loss_s = d.loss / n
-            stats = flatten(model.reduce_stats(structure.stats(d.y, d.theta)))
+            stats = flatten(p.compact_stats(d.y, d.theta))
             seg = slice(st.offsets[i], st.offsets[i + 1])
             direction = stats - st.m[seg]
             numerator = float(direction @ flatten(d.theta)) / n - st.ell_i[i] + loss_s

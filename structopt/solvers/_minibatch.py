@@ -78,14 +78,13 @@ class MiniBatchUpdater:
             seg = slice(st.offsets[i], st.offsets[i + 1])
             direction = stats - st.m[seg]
             slope += float(direction @ theta) / n - st.ell_i[i] + loss / n  # block gap g_i
-            model.add_features(p.X[i], unflatten(direction, p.theta(i, st.w)), adjoint, 1.0)
+            model.add_features(p.X[i], unflatten(direction, p.like(i)), adjoint, 1.0)
             directions.append((i, seg, direction, loss / n))
-        batches_done = st.k / self.batch_size
         if line_search:
             gamma = gamma_line_search(slope, float(adjoint @ adjoint) / (lam * n * n))
         else:
             tau = self.batch_size
-            gamma = 2.0 * n * tau / (tau * tau * batches_done + 2.0 * n)
+            gamma = 2.0 * n * tau / (tau * tau * (st.k / tau) + 2.0 * n)
         st.k += len(batch)
         if gamma == 0.0:
             return

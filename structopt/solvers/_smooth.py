@@ -92,8 +92,7 @@ def lipschitz_bound(problem: SSVMProblem, mu: float, sample: int = 256,
     best = 0.0
     for i in idx:
         d = problem.decode(int(i), zero)
-        diff = problem.model.reduce_stats(subtract(problem.structure.stats(d.y, d.theta),
-                                                   problem.gold_stats(int(i), d.theta)))
+        diff = problem.compact_diff(int(i), d.y, d.theta)
         best = max(best, problem.model.features_sqnorm(problem.X[int(i)], diff))
     if best <= 0.0:  # every sampled example has a single output: any positive scale works
         best = 1.0

@@ -192,7 +192,7 @@ def _ssg_steps_python(problem: SSVMProblem, order: np.ndarray, w: np.ndarray, w_
         d = problem.decode(int(i), w)
         step = 1.0 / (lam * (k + 1))
         w *= 1.0 - step * lam
-        stats = model.reduce_stats(problem.structure.stats(d.y, d.theta))
+        stats = problem.compact_stats(d.y, d.theta)
         model.add_features(problem.X[i], stats, w, -step)
         model.add_features(problem.X[i], problem.gold_stats(int(i), d.theta), w, step)
         if constrained:  # projected subgradient step

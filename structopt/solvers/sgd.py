@@ -19,7 +19,7 @@ import numpy as np
 
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
-from structopt.solvers._smooth import Counters, estimate_lipschitz, subtract
+from structopt.solvers._smooth import Counters, estimate_lipschitz
 from structopt.solvers.base import (
     Monitor,
     Result,
@@ -39,7 +39,7 @@ AVERAGING = ("none", "uniform", "weighted")
 def _subgradient_stats(problem: SSVMProblem, i: int, theta):
     # max-oracle subgradient in statistics space: stats(y*) - stats(y_i), reduced
     y = problem.augmented_argmax(i, theta)
-    return problem.model.reduce_stats(subtract(problem.structure.stats(y, theta), problem.gold_stats(i, theta)))
+    return problem.compact_diff(i, y, theta)
 
 
 @solver("sgd", mu=optional(positive), kind=one_of("topk", "entropy"), k=positive_int, gamma0=optional(positive),

@@ -33,7 +33,6 @@ from structopt.solvers.base import (
     solver,
 )
 from structopt.solvers.prox_linear import check_nonconvex
-from structopt.structures.base import add
 
 SCHEDULES = ("const", "sqrt", "linear")
 _TINY = 1e-12  # fold the scale a into v below this
@@ -109,7 +108,7 @@ def sgd_nonconvex(problem: NonconvexProblem, *, schedule: str = "sqrt", gamma0: 
             tangent = model.tangent(problem.X[i], v, scale=a)
             theta = model.tangent_potentials(tangent)
             y = problem.augmented_argmax(i, theta)
-            diff = model.reduce_stats(add(problem.structure.stats(y, theta), problem.gold_stats(i, theta), -1.0))
+            diff = problem.compact_diff(i, y, theta)
             a *= 1.0 - gamma * lam
             if abs(a) < _TINY:  # rewrite w = a v with a = 1 (dense, rare)
                 v, a = a * v, 1.0
