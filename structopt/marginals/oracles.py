@@ -74,7 +74,7 @@ def _mincut_map(mrf: PairwiseMRF, theta: np.ndarray) -> tuple[np.ndarray, float]
     E = −score; per edge E(xi, xj) = A + (C−A)xi + (D−C)xj + (B+C−A−D)(1−xi)xj with A..D the energies of
     00, 01, 10, 11; x_i = 1 puts i on the sink side.
     """
-    from ortools.graph.python import max_flow
+    from structopt.structures._mincut import ortools_min_cut
 
     n = mrf.n_nodes
     node, edge = _edge_tables_binary(mrf, theta)
@@ -92,18 +92,11 @@ def _mincut_map(mrf: PairwiseMRF, theta: np.ndarray) -> tuple[np.ndarray, float]
     total = float(caps.sum())
     scale = float(2.0 ** 52 / total) if total > 0 else 1.0
     icaps = np.rint(caps * scale).astype(np.int64)
-    solver = max_flow.SimpleMaxFlow()
-    solver.add_arcs_with_capacity(tails.astype(np.int64), heads.astype(np.int64), icaps)
-    status = solver.solve(n, n + 1)
-    if status != solver.OPTIMAL:
-        raise RuntimeError(f"max-flow failed with status {status}")
-    source_side = np.asarray(solver.get_source_side_min_cut(), dtype=np.int64)
-    x = np.ones(n, dtype=np.int64)
-    x[source_side[source_side < n]] = 0
+    x, flow_int = ortools_min_cut(tails, heads, icaps, n)
     slack = caps.size / scale + 1e-12 * total
     # float verification: the cut's energy must equal the flow value up to the rounding
     energy = -float(mrf.with_theta(theta, 0.0).score(x))
-    flow = solver.optimal_flow() / scale + const
+    flow = flow_int / scale + const
     if abs(energy - flow) > slack + 1e-9 * (1.0 + abs(energy)):
         raise RuntimeError(f"min-cut verification failed: energy {energy} vs flow {flow}")
     return x, slack

@@ -173,10 +173,28 @@ def _certify(net: GridNetwork, labels: np.ndarray, flow_int: float, scale: float
     return labels
 
 
-def solve_ortools(net: GridNetwork, rtol: float = 1e-9) -> np.ndarray:
-    """Min cut by OR-Tools ``SimpleMaxFlow`` on capacities scaled to int64 (certified, see above)."""
+def ortools_min_cut(tails: np.ndarray, heads: np.ndarray, capacities: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    """Min s-t cut with OR-Tools on integer arcs over nodes ``0..n-1``, source ``n`` and sink ``n+1``.
+
+    Returns the labels (0 on the source side, 1 on the sink side) and the integer flow value; the
+    callers certify the cut in floats.
+    """
     from ortools.graph.python import max_flow
 
+    solver = max_flow.SimpleMaxFlow()
+    solver.add_arcs_with_capacity(np.asarray(tails, dtype=np.int64), np.asarray(heads, dtype=np.int64),
+                                  np.asarray(capacities, dtype=np.int64))
+    status = solver.solve(n, n + 1)
+    if status != solver.OPTIMAL:
+        raise RuntimeError(f"OR-Tools max flow failed with status {status}")
+    source = np.asarray(solver.get_source_side_min_cut(), dtype=np.int64)
+    labels = np.ones(n, dtype=np.int64)
+    labels[source[source < n]] = 0
+    return labels, float(solver.optimal_flow())
+
+
+def solve_ortools(net: GridNetwork, rtol: float = 1e-9) -> np.ndarray:
+    """Min cut by OR-Tools ``SimpleMaxFlow`` on capacities scaled to int64 (certified, see above)."""
     H, W = net.shape
     N = H * W
     scale, ints = _integer_capacities(net, 2.0 ** 60)
@@ -200,15 +218,8 @@ def solve_ortools(net: GridNetwork, rtol: float = 1e-9) -> np.ndarray:
     tails.append(np.array([N, 0]))
     heads.append(np.array([0, N + 1]))
     caps.append(np.zeros(2, dtype=np.int64))
-    solver = max_flow.SimpleMaxFlow()
-    solver.add_arcs_with_capacity(np.concatenate(tails), np.concatenate(heads), np.concatenate(caps))
-    status = solver.solve(N, N + 1)
-    if status != solver.OPTIMAL:
-        raise RuntimeError(f"OR-Tools max flow failed with status {status}")
-    source = np.asarray(solver.get_source_side_min_cut(), dtype=np.int64)
-    labels = np.ones(N, dtype=np.int64)
-    labels[source[source < N]] = 0
-    return _certify(net, labels, float(solver.optimal_flow()), scale, "ortools", rtol)
+    labels, flow = ortools_min_cut(np.concatenate(tails), np.concatenate(heads), np.concatenate(caps), N)
+    return _certify(net, labels, flow, scale, "ortools", rtol)
 
 
 def solve_scipy(net: GridNetwork, rtol: float = 1e-9) -> np.ndarray:
