@@ -138,6 +138,23 @@ def _progress(progress: bool, total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="sweep", disable=not progress, leave=False)
 
 
+def _iterate(sweep, max_iter: int, tol: float, time_limit: float | None, progress: bool, label: str,
+             start: float) -> tuple[list[dict], bool]:
+    """Run ``sweep(iteration) -> change`` until the change is below ``tol``, ``max_iter`` sweeps or the
+    time limit; returns the trace (iteration, change, seconds since ``start``) and whether it converged."""
+    trace: list[dict] = []
+    with _progress(progress, max_iter, label) as bar:
+        for it in range(max_iter):
+            change = sweep(it)
+            trace.append({"iteration": it + 1, "change": float(change), "time": time.perf_counter() - start})
+            bar.update(1)
+            if change < tol:
+                return trace, True
+            if time_limit is not None and time.perf_counter() - start > time_limit:
+                break
+    return trace, False
+
+
 def trbp(mrf: PairwiseMRF, rho: np.ndarray | None = None, damping: float = 0.5, max_iter: int = 1000,
          tol: float = 1e-8, time_limit: float | None = None, progress: bool = False,
          method: str = "trbp") -> InferenceResult:
@@ -178,20 +195,11 @@ def trbp(mrf: PairwiseMRF, rho: np.ndarray | None = None, damping: float = 0.5, 
     logm = -np.log(np.repeat(np.diff(msg_off), np.diff(msg_off)).astype(np.float64))
     # initial messages are uniform: each adds ρ log(1/|x_t|) to S_t
     s_node = mrf.theta[:mrf.n_node_entries] + _initial_incoming(mrf, rho)
-    trace: list[dict] = []
-    converged = False
     edges = np.ascontiguousarray(mrf.edges)
-    with _progress(progress, max_iter, method) as bar:
-        for it in range(max_iter):
-            change = _sweep(mrf.cards, mrf.offsets, edges, mrf.theta, rho, logm, msg_off, s_node,
-                            float(damping), it % 2 == 1)
-            trace.append({"iteration": it + 1, "change": float(change), "time": time.perf_counter() - start})
-            bar.update(1)
-            if change < tol:
-                converged = True
-                break
-            if time_limit is not None and time.perf_counter() - start > time_limit:
-                break
+    trace, converged = _iterate(
+        lambda it: _sweep(mrf.cards, mrf.offsets, edges, mrf.theta, rho, logm, msg_off, s_node, float(damping),
+                          it % 2 == 1),
+        max_iter, tol, time_limit, progress, method, start)
     mu = np.zeros(mrf.dim)
     _beliefs(mrf.cards, mrf.offsets, edges, mrf.theta, rho, logm, msg_off, s_node, mu)
     log_z = trw_objective(mrf, mu, rho)
@@ -291,18 +299,9 @@ def mean_field(mrf: PairwiseMRF, max_iter: int = 1000, tol: float = 1e-8, time_l
         mrf.block_of[:mrf.n_node_entries]]
     indptr, adj_edge, adj_first = mrf.adjacency()
     edges = np.ascontiguousarray(mrf.edges)
-    trace: list[dict] = []
-    converged = False
-    with _progress(progress, max_iter, "mean field") as bar:
-        for it in range(max_iter):
-            change = _mean_field_sweep(mrf.cards, mrf.offsets, edges, mrf.theta, indptr, adj_edge, adj_first, q)
-            trace.append({"iteration": it + 1, "change": float(change), "time": time.perf_counter() - start})
-            bar.update(1)
-            if change < tol:
-                converged = True
-                break
-            if time_limit is not None and time.perf_counter() - start > time_limit:
-                break
+    trace, converged = _iterate(
+        lambda it: _mean_field_sweep(mrf.cards, mrf.offsets, edges, mrf.theta, indptr, adj_edge, adj_first, q),
+        max_iter, tol, time_limit, progress, "mean field", start)
     _product_edges(mrf.cards, mrf.offsets, edges, q)
     # with the product edge blocks the Bethe (ρ ≡ 1) entropy equals Σ_i H(q_i)
     log_z = trw_objective(mrf, q, np.ones(mrf.n_edges))
