@@ -12,8 +12,9 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError
+from structopt.errors import InvalidInputError, example_error, numeric_array
 from structopt.structures.base import Potentials, Structure
 
 
@@ -102,3 +103,33 @@ class Model(ABC):
         """``Phi(x, y)``."""
         theta_like = self.potentials(x, self.zeros())
         return self.features(x, self.structure.stats(y, theta_like))
+
+
+def feature_matrix(x: Any, n_features: int, index: int | None, what: str, rows: str) -> Any:
+    """``x`` as a float64 (rows, ``n_features``) array or CSR matrix with at least one row, finite,
+    or an :class:`InvalidInputError` naming example ``index`` (``what`` names the input, ``rows``
+    its row count in the message)."""
+    if sp.issparse(x):
+        if x.dtype.kind not in "biuf":
+            raise example_error(index, f"{what} must be numeric, got dtype {x.dtype}")
+        x = sp.csr_matrix(x, dtype=np.float64)
+        values = x.data
+    else:
+        x = values = numeric_array(x, what, index, finite=False)
+    if x.ndim != 2 or x.shape[1] != n_features or x.shape[0] < 1:
+        raise example_error(index, f"{what} must have shape ({rows}>=1, {n_features}), got {x.shape}")
+    if not np.all(np.isfinite(values)):
+        raise example_error(index, f"{what} contains NaN or infinite values")
+    return x
+
+
+def cell_features(x: Any, n_features: int, index: int | None, what: str = "box input") -> np.ndarray:
+    """``x`` as a finite float64 (H, W, ``n_features``) cell-feature array with H, W >= 1, or an
+    :class:`InvalidInputError` naming example ``index``."""
+    x = numeric_array(x, what, index, finite=False)
+    if x.ndim != 3 or x.shape[2] != n_features or x.shape[0] < 1 or x.shape[1] < 1:
+        raise example_error(index, f"{what} must be a cell-feature array of shape (H, W, {n_features}) "
+                                   f"with H, W >= 1, got {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise example_error(index, f"{what} contains NaN or infinite values")
+    return x

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, example_error
-from structopt.models.base import Model
+from structopt.errors import InvalidInputError
+from structopt.models.base import Model, cell_features
 from structopt.structures.box import BoundingBox, BoxPotentials
 
 
@@ -38,13 +38,7 @@ class BoxModel(Model):
         return [("cell", (self.n_features,))]
 
     def validate_input(self, x: np.ndarray, index: int | None = None) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=np.float64)
-        if x.ndim != 3 or x.shape[2] != self.n_features or x.shape[0] < 1 or x.shape[1] < 1:
-            raise example_error(index, f"box input must be a cell-feature array of shape (H, W, {self.n_features}) "
-                                       f"with H, W >= 1, got {x.shape}")
-        if not np.all(np.isfinite(x)):
-            raise example_error(index, "box input contains NaN or infinite values")
-        return x
+        return cell_features(x, self.n_features, index)
 
     def potentials(self, x: np.ndarray, w: np.ndarray) -> BoxPotentials:
         return BoxPotentials(x @ self.unpack(w)["cell"])

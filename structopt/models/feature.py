@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError, example_error
-from structopt.models.base import Model
+from structopt.models.base import Model, feature_matrix
 from structopt.structures.base import Potentials, Structure
 
 FeatureInput = np.ndarray | sp.csr_matrix
@@ -58,17 +58,7 @@ class FeatureModel(Model):
         return [("weights", (self.n_features,))]
 
     def validate_input(self, x: FeatureInput, index: int | None = None) -> FeatureInput:
-        if sp.issparse(x):
-            x = sp.csr_matrix(x, dtype=np.float64)
-            values = x.data
-        else:
-            x = np.ascontiguousarray(x, dtype=np.float64)
-            values = x
-        if x.ndim != 2 or x.shape[1] != self.n_features or x.shape[0] < 1:
-            raise example_error(index, f"FeatureModel input must have shape (n_stats>=1, {self.n_features}), "
-                                       f"got {x.shape}")
-        if not np.all(np.isfinite(values)):
-            raise example_error(index, "FeatureModel input contains NaN or infinite values")
+        x = feature_matrix(x, self.n_features, index, "FeatureModel input", "n_stats")
         try:  # the structure checks that it has instances with this many statistics
             self.structure.expand(self._potentials(np.zeros(x.shape[0])))
         except InvalidInputError as exc:

@@ -37,11 +37,10 @@ from abc import abstractmethod
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError, example_error
 from structopt.models import _mlp
-from structopt.models.base import Model
+from structopt.models.base import Model, cell_features, feature_matrix
 from structopt.structures.base import Potentials
 from structopt.structures.box import BoundingBox, BoxPotentials
 from structopt.structures.chain import Chain, ChainPotentials
@@ -218,17 +217,7 @@ class NonlinearChainModel(NonlinearModel):
                 ("pairwise", (S, S))]
 
     def validate_input(self, x: Any, index: int | None = None) -> Any:
-        if sp.issparse(x):
-            x = sp.csr_matrix(x, dtype=np.float64)
-            values = x.data
-        else:
-            x = np.ascontiguousarray(x, dtype=np.float64)
-            values = x
-        if x.ndim != 2 or x.shape[1] != self.n_features or x.shape[0] < 1:
-            raise example_error(index, f"chain input must have shape (T>=1, {self.n_features}), got {x.shape}")
-        if not np.all(np.isfinite(values)):
-            raise example_error(index, "chain input contains NaN or infinite values")
-        return x
+        return feature_matrix(x, self.n_features, index, "chain input", "T")
 
     def reduce_stats(self, mu: ChainPotentials) -> ChainPotentials:
         """Sum per-position edge statistics into the shared (S, S) transition block."""
@@ -387,13 +376,7 @@ class NonlinearBoxModel(CellNetworkModel):
         self.structure = BoundingBox(search)
 
     def validate_input(self, x: Any, index: int | None = None) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=np.float64)
-        if x.ndim != 3 or x.shape[2] != self.n_features or x.shape[0] < 1 or x.shape[1] < 1:
-            raise example_error(index, f"box input must be a cell-feature array of shape (H, W, {self.n_features}) "
-                                       f"with H, W >= 1, got {x.shape}")
-        if not np.all(np.isfinite(x)):
-            raise example_error(index, "box input contains NaN or infinite values")
-        return x
+        return cell_features(x, self.n_features, index)
 
     def _wrap(self, cells: np.ndarray) -> BoxPotentials:
         return BoxPotentials(cells)
