@@ -54,13 +54,16 @@ def _viterbi_only(order, unary, tok, pairwise):
     return total
 
 
-def _timed_pass(problem: so.SSVMProblem, state: BlockState, order: np.ndarray, line_search: bool,
-                averaging: bool) -> float:
-    fast = problem.fused()
-    updater = FusedBlockUpdater(problem, state, fast)
+def _timed_pass(problem: so.SSVMProblem, state: BlockState, order: np.ndarray, averaging: bool = True,
+                stages: int = 5) -> float:
+    updater = FusedBlockUpdater(problem, state, problem.fused())
     t0 = time.process_time()
-    updater.run(order, line_search, averaging)
+    updater.run(order, True, averaging, stages)
     return time.process_time() - t0
+
+
+STAGES = {1: "loop_and_prefetch", 2: "direction_and_block_gap", 3: "line_search_norm", 4: "adjoint_update",
+          5: "state_update"}
 
 
 def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
@@ -71,9 +74,11 @@ def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
 
     ``bcfw_pass``: the solver's fused pass (line search, weighted averaging); ``oracle_calls``: the
     same oracle calls at the pass's starting weights and nothing else; ``viterbi_calls``: Viterbi
-    alone on precomputed loss-augmented potentials; ``no_averaging`` / ``no_line_search``: the pass
-    without the averaging bookkeeping / without the line-search norm (fixed step); ``adjoint``: the
-    pass's weight updates alone (one ``A_i^T d`` per step).
+    alone on precomputed loss-augmented potentials. The breakdown runs the same pass cut after
+    each stage of a step (``bcfw_steps(stages=k)``, from the same starting state): the loop with
+    its prefetches, the direction and block gap, the line-search norm, the adjoint update of ``w``,
+    then the update of ``m`` and of the averaging accumulator (``averaging`` is the part of the
+    last that a pass without averaging saves; it follows the same iterates).
     """
     fast = problem.fused()
     if fast is None:
@@ -81,9 +86,12 @@ def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
     fast.warm_up("oracle_steps", "adjoint_sum")
     rng = np.random.default_rng(seed)
     state = BlockState.initial(problem)
+    state.fused_index = fast.passes.block_index(state.m, state.offsets, fast.pack)  # kept up to date by the passes
     warm = rng.integers(0, problem.n, size=10)
-    for ls, avg in ((True, True), (True, False), (False, True)):
-        FusedBlockUpdater(problem, copy.deepcopy(state), fast).run(warm, ls, avg)  # load kernels
+    for stages in STAGES:
+        for avg in (True, False):
+            scratch = copy.deepcopy(state)
+            FusedBlockUpdater(problem, scratch, fast).run(warm, True, avg, stages)  # load kernels
     rows = []
     for _ in range(n_passes):
         order = rng.permutation(problem.n)
@@ -98,13 +106,15 @@ def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
         pairwise = np.ascontiguousarray(theta.pairwise).reshape(1, 26, 26)
         tok = np.array(tok)
         _viterbi_only(order[:5], unary, tok, pairwise)
-        row = {"no_averaging": _timed_pass(problem, copy.deepcopy(state), order, True, False),
-               "no_line_search": _timed_pass(problem, copy.deepcopy(state), order, False, True)}
-        directions = np.random.default_rng(0).normal(size=state.m.size)
-        t0 = time.process_time()
-        fast.add_adjoint(directions, 1e-9, np.zeros_like(w_start))
-        row["adjoint"] = time.process_time() - t0
-        row["bcfw_pass"] = _timed_pass(problem, state, order, True, True)  # advances the state
+        row = {}
+        for stages in list(STAGES)[:-1]:
+            scratch = copy.deepcopy(state)
+            scratch.fused_index = copy.deepcopy(state.fused_index)  # checkpoints drop it; the pass keeps it
+            row[f"stages_{stages}"] = _timed_pass(problem, scratch, order, True, stages)
+        scratch = copy.deepcopy(state)
+        scratch.fused_index = copy.deepcopy(state.fused_index)
+        row["no_averaging"] = _timed_pass(problem, scratch, order, False)
+        row["bcfw_pass"] = _timed_pass(problem, state, order)  # advances the state
         t1 = time.process_time()
         fast.oracle_only(order, w_start)
         row["oracle_calls"] = time.process_time() - t1
@@ -112,15 +122,12 @@ def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
         _viterbi_only(order, unary, tok, pairwise)
         row["viterbi_calls"] = time.process_time() - t2
         rows.append(row)
-    total = {key: sum(r[key] for r in rows) for key in rows[0]}
-    breakdown = {"averaging": (total["bcfw_pass"] - total["no_averaging"]) / n_passes,
-                 "line_search_norm": (total["bcfw_pass"] - total["no_line_search"]) / n_passes,
-                 "adjoint_update": total["adjoint"] / n_passes}
-    breakdown["block_bookkeeping"] = (total["bcfw_pass"] / n_passes - total["oracle_calls"] / n_passes
-                                      - sum(breakdown.values()))
-    return {"passes": rows, "seconds_per_pass": total["bcfw_pass"] / n_passes,
-            "oracle_seconds_per_pass": total["oracle_calls"] / n_passes, "breakdown_seconds_per_pass": breakdown,
-            "ratio_vs_oracle": total["bcfw_pass"] / total["oracle_calls"],
+    total = {key: sum(r[key] for r in rows) / n_passes for key in rows[0]}
+    cumulative = [total["oracle_calls"]] + [total[f"stages_{k}"] for k in list(STAGES)[:-1]] + [total["bcfw_pass"]]
+    breakdown = {name: cumulative[k] - cumulative[k - 1] for k, name in STAGES.items()}
+    breakdown["of_which_averaging"] = total["bcfw_pass"] - total["no_averaging"]
+    return {"passes": rows, "seconds_per_pass": total["bcfw_pass"], "oracle_seconds_per_pass": total["oracle_calls"],
+            "breakdown_seconds_per_pass": breakdown, "ratio_vs_oracle": total["bcfw_pass"] / total["oracle_calls"],
             "ratio_vs_viterbi": total["bcfw_pass"] / total["viterbi_calls"]}
 
 

@@ -23,7 +23,7 @@ def _source_digest(package_dir: Path) -> str:
     h = hashlib.blake2b(digest_size=8)
     for path in sorted(package_dir.rglob("*.py")):
         source = path.read_bytes()
-        if b"@njit" in source or b"@numba" in source:
+        if b"numba" in source:
             h.update(str(path.relative_to(package_dir)).encode())
             h.update(source)
     return h.hexdigest()

@@ -11,9 +11,11 @@ whose statistics they read).
 ``chain_oracle(i, w, pack, theta_out, stats_out) -> loss``
     loss-augmented Viterbi of example i: writes ``A_i w`` (flat) and the compact statistics of the
     maximiser, returns its loss.
-``chain_sqnorm(i, d, pack) -> ||A_i^T d||^2``
+``chain_node_sqnorm(i, d, labels, n_labels, pack)``
+    ``||A_i^T d||^2`` without the transition block, for ``d`` sparse per token.
 ``chain_axpy(i, d, scale, out, pack)``
-    ``out += scale A_i^T d``, touching only the weights of features present in example i.
+    ``out += scale A_i^T d``, touching only the weights of features present in example i
+    (``chain_node_axpy``: the same without the transition block, for ``d`` sparse per token).
 
 Solver loops over these kernels are in :mod:`structopt.solvers._chain_passes`.
 """
@@ -122,12 +124,9 @@ def _extras_sqnorm(d, T, S, start_end, bias):
 
 
 @njit(cache=True)
-def _extras_axpy(d, T, S, F, start_end, bias, scale, out):
-    n_unary = T * S
-    p0 = F * S
-    for j in range(S * S):
-        out[p0 + j] += scale * d[n_unary + j]
-    extra = p0 + S * S
+def _boundary_axpy(d, T, S, F, start_end, bias, scale, out):
+    # start/end and bias blocks of A_i^T d (they read the node block)
+    extra = F * S + S * S
     if start_end:
         for s in range(S):
             out[extra + s] += scale * d[s]
@@ -143,61 +142,100 @@ def _extras_axpy(d, T, S, F, start_end, bias, scale, out):
 # the pack holds each example's token Gram matrix x x^T, so ||A_i^T d||^2 costs O(T^2 S) instead of
 # a feature-sized product
 @njit(cache=True, fastmath=True)
-def chain_node_sqnorm(i, d, pack):
+def chain_node_sqnorm(i, d, labels, n_labels, pack):
     """``||A_i^T d||^2`` without the transition block's ``||d_pair||^2`` (callers that build ``d``
-    sum that part on the fly)."""
+    sum that part on the fly). ``labels[t, :n_labels[t]]`` lists the labels where ``d_t`` is
+    non-zero (statistics differences are sparse per token), so a token pair costs that many
+    products, not S."""
     tok, S, start_end, bias, gram, gram_off = (pack.tok, pack.n_states, pack.start_end, pack.bias, pack.gram,
                                                pack.gram_off)
     T = tok[i + 1] - tok[i]
     g = gram[gram_off[i]:gram_off[i + 1]]
-    node = d[:T * S].reshape(T, S)
     value = 0.0
     for t1 in range(T):
-        row1 = node[t1]
-        for t2 in range(t1, T):
-            weight = g[t1 * T + t2] if t1 == t2 else 2.0 * g[t1 * T + t2]
-            if weight != 0.0:
-                row2 = node[t2]
-                dot = 0.0
-                for s in range(S):
-                    dot += row1[s] * row2[s]
-                value += weight * dot
+        k = n_labels[t1]
+        if k == 0:
+            continue
+        own = labels[t1]
+        first = t1 * S
+        diagonal = 0.0
+        for q in range(k):
+            diagonal += d[first + own[q]] ** 2
+        off_diagonal = 0.0
+        for t2 in range(t1 + 1, T):
+            other = t2 * S
+            dot = 0.0
+            for q in range(k):
+                s = own[q]
+                dot += d[first + s] * d[other + s]
+            off_diagonal += g[t1 * T + t2] * dot
+        value += g[t1 * T + t1] * diagonal + 2.0 * off_diagonal
     return value + _extras_sqnorm(d, T, S, start_end, bias)
 
 
 @njit(cache=True, fastmath=True)
-def chain_sqnorm(i, d, pack):
-    """``||A_i^T d||^2`` for compact statistics ``d`` of example i."""
-    S = pack.n_states
-    n_unary = (pack.tok[i + 1] - pack.tok[i]) * S
-    pair = 0.0
-    for j in range(n_unary, n_unary + S * S):
-        pair += d[j] * d[j]
-    return chain_node_sqnorm(i, d, pack) + pair
-
-
-@njit(cache=True, fastmath=True)
-def _scatter(indptr, indices, values, a, T, S, F, d, scale, out):
-    # out[:F*S] viewed as (F, S): row f += scale * x_tf * d_t; rows as views so the S-loop vectorises
+def _scatter(indptr, indices, values, a, T, S, F, d, labels, n_labels, scale, out):
+    # out[:F*S] viewed as (F, S): row f += scale * x_tf * d_t, visiting the labels[t, :n_labels[t]]
+    # where d_t is non-zero, or the whole row when most are (then the S-loop vectorises)
     table = out[:F * S].reshape(F, S)
     coeff = np.empty(S)
     for t in range(T):
+        k = n_labels[t]
+        if k == 0:
+            continue
         for s in range(S):
             coeff[s] = scale * d[t * S + s]
-        for j in range(indptr[a + t], indptr[a + t + 1]):
-            row = table[indices[j]]
-            v = values[j]
-            for s in range(S):
-                row[s] += v * coeff[s]
+        if 2 * k > S:
+            for j in range(indptr[a + t], indptr[a + t + 1]):
+                row = table[indices[j]]
+                v = values[j]
+                for s in range(S):
+                    row[s] += v * coeff[s]
+        else:
+            own = labels[t]
+            for j in range(indptr[a + t], indptr[a + t + 1]):
+                base = indices[j] * S
+                v = values[j]
+                for q in range(k):
+                    s = own[q]
+                    out[base + s] += v * coeff[s]
+
+
+@njit(cache=True)
+def nonzero_labels(d, T, S, labels, n_labels):
+    """``labels[t, :n_labels[t]]`` = the labels where the node block of ``d`` is non-zero at token t."""
+    for t in range(T):
+        c = 0
+        for s in range(S):
+            if d[t * S + s] != 0.0:
+                labels[t, c] = s
+                c += 1
+        n_labels[t] = c
+
+
+@njit(cache=True)
+def chain_node_axpy(i, d, labels, n_labels, scale, out, pack):
+    """``out += scale A_i^T d`` without the transition block (callers that keep it sparse add it),
+    for ``d`` whose non-zero node entries ``labels``/``n_labels`` list (see :func:`nonzero_labels`)."""
+    S, F = pack.n_states, pack.n_features
+    a = pack.tok[i]
+    T = pack.tok[i + 1] - a
+    _scatter(pack.indptr, pack.indices, pack.values, a, T, S, F, d, labels, n_labels, scale, out)
+    _boundary_axpy(d, T, S, F, pack.start_end, pack.bias, scale, out)
 
 
 @njit(cache=True)
 def chain_axpy(i, d, scale, out, pack):
     S, F = pack.n_states, pack.n_features
-    a = pack.tok[i]
-    T = pack.tok[i + 1] - a
-    _scatter(pack.indptr, pack.indices, pack.values, a, T, S, F, d, scale, out)
-    _extras_axpy(d, T, S, F, pack.start_end, pack.bias, scale, out)
+    T = pack.tok[i + 1] - pack.tok[i]
+    n_unary = T * S
+    p0 = F * S
+    for j in range(S * S):
+        out[p0 + j] += scale * d[n_unary + j]
+    labels = np.empty((T, S), dtype=np.int64)
+    n_labels = np.empty(T, dtype=np.int64)
+    nonzero_labels(d, T, S, labels, n_labels)
+    chain_node_axpy(i, d, labels, n_labels, scale, out, pack)
 
 
 def pack_chain_problem(model, X: list, node_costs: list[np.ndarray], consts: np.ndarray) -> ChainPack:

@@ -43,11 +43,15 @@ class BlockState:
     v: float
     k: int = 0
     perm: np.ndarray | None = None  # the current pass's permutation (sampling="perm")
+    # an index of m kept by fused loops (chain: the non-zeros of each transition block); rebuilt
+    # from m when None, and dropped by any other change to m and by checkpoints
+    fused_index: tuple | None = None
 
     def __getstate__(self) -> dict:
         # checkpoints: the averaging accumulator is mostly zeros on fused chain runs (shared blocks
         # are summed elsewhere), so store its non-zeros only
         state = dict(self.__dict__)
+        state["fused_index"] = None
         nonzero = np.flatnonzero(self.r)
         if nonzero.size < self.r.size // 2:
             state["r"] = (self.r.size, nonzero, self.r[nonzero])
@@ -59,7 +63,7 @@ class BlockState:
             r = np.zeros(size)
             r[nonzero] = values
             state = {**state, "r": r}
-        self.__dict__.update(state)
+        self.__dict__.update({"fused_index": None, **state})
 
     def move_block(self, i: int, seg: slice, direction: np.ndarray, loss_s: float, gamma: float,
                    weight: float) -> None:
@@ -71,6 +75,7 @@ class BlockState:
         self.v += weight * delta_ell
         self.ell_i[i] += delta_ell
         self.m[seg] += gamma * direction
+        self.fused_index = None
         if weight:
             self.r[seg] += (weight * gamma) * direction
 
@@ -157,13 +162,16 @@ class FusedBlockUpdater:
         if not np.array_equal(state.offsets, fused.offsets):
             raise RuntimeError("fused kernels and block state disagree on the statistics layout")
 
-    def run(self, order: np.ndarray, line_search: bool, averaging: bool = True) -> None:
-        """BCFW steps on ``order`` (see ``PythonBlockUpdater.run``)."""
+    def run(self, order: np.ndarray, line_search: bool, averaging: bool = True, stages: int = 5) -> None:
+        """BCFW steps on ``order`` (see ``PythonBlockUpdater.run``); ``stages < 5`` runs only the first
+        parts of each step, for timing breakdowns (see the family's ``bcfw_steps``)."""
         st, fp = self.state, self.fused
         scalars = np.array([st.ell, st.v, float(st.k)])
+        if st.fused_index is None:
+            st.fused_index = fp.passes.block_index(st.m, st.offsets, fp.pack)
         fp.passes.bcfw_steps(np.asarray(order, dtype=np.int64), line_search, averaging, self.problem.n,
                              self.problem.lam, st.w, st.m, st.r, st.offsets, st.ell_i, scalars, fp.pack,
-                             fp.theta_buf, fp.stats_buf, fp.direction_buf)
+                             fp.theta_buf, fp.stats_buf, fp.direction_buf, *st.fused_index, stages)
         st.ell, st.v, st.k = float(scalars[0]), float(scalars[1]), round(scalars[2])
 
     def mean_hinge(self, w: np.ndarray) -> float:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from structopt.models._chain_fused import chain_axpy, chain_node_sqnorm, chain_oracle
+from structopt._prefetch import prefetch
+from structopt.models._chain_fused import chain_axpy, chain_node_axpy, chain_node_sqnorm, chain_oracle
 
 FAMILY = "chain"
 
@@ -51,8 +52,51 @@ def hinge_terms(w, pack, offsets, gold, theta_buf, stats_buf, out):
 
 
 @njit(cache=True)
+def block_index(m, offsets, pack):
+    """The index ``bcfw_steps`` keeps beside ``m``: per example, the positions of the non-zero
+    entries of its transition block, ``(positions (n, S*S) int32, counts (n,))``."""
+    SS = pack.n_states * pack.n_states
+    n = offsets.shape[0] - 1
+    positions = np.empty((n, SS), dtype=np.int32)
+    counts = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        base = offsets[i + 1] - SS
+        c = 0
+        for j in range(SS):
+            if m[base + j] != 0.0:
+                positions[i, c] = j
+                c += 1
+        counts[i] = c
+    return positions, counts
+
+
+@njit(cache=True)
+def _support_union(positions, count, labels, T, S, marked, out):
+    # the sorted union of the block's support (sorted) and the corner's transitions, so that sums
+    # over it run in one order however the support was reached (a resumed run rebuilds it from m);
+    # returns its length. ``marked`` (S*S, all False) is left all False.
+    for q in range(count):
+        out[q] = positions[q]
+        marked[positions[q]] = True
+    c = count
+    for t in range(1, T):
+        j = labels[t - 1] * S + labels[t]
+        if not marked[j]:  # new: insert in place (a corner adds few)
+            marked[j] = True
+            q = c
+            while q > 0 and out[q - 1] > j:
+                out[q] = out[q - 1]
+                q -= 1
+            out[q] = j
+            c += 1
+    for q in range(c):
+        marked[out[q]] = False
+    return c
+
+
+@njit(cache=True)
 def bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, scalars, pack, theta_buf, stats_buf,
-               direction_buf):
+               direction_buf, positions, counts, stages=5):
     """BCFW block steps on ``order``; ``scalars = [ell, v, k]`` in and out (see ``_blocks.BlockState``).
 
     Chain layout: example i's compact statistics are its (T, S) node block, then the shared (S, S)
@@ -60,32 +104,86 @@ def bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, s
     the averaging accumulator ``r`` of those blocks is summed over examples in one (S, S) array
     (cache-resident) and added to the first example's block at the end: ``sum_i A_i^T r_i`` is
     unchanged, and a step touches only its node block of ``r``.
+
+    A transition block of ``m`` is a combination of a few corners' transition counts: a few dozen
+    non-zeros out of S*S. ``positions``/``counts`` (from :func:`block_index`, kept up to date here)
+    list them, so a step reads and writes only the union of those and the new corner's
+    transitions (in increasing order); the entries skipped are zero in the direction, so the sums
+    are the dense loop's.
+
+    ``stages < 5`` is for timing breakdowns only (the state is left inconsistent): each step stops
+    after its oracle call (1), its direction and block gap (2), its line-search norm (3) or its
+    weight update (4).
     """
     ell, v, k = scalars[0], scalars[1], scalars[2]
     S = pack.n_states
-    r_pair = np.zeros(S * S)
-    for i in order:
+    SS = S * S
+    p0 = pack.n_features * S
+    r_pair = np.zeros(SS)
+    union = np.empty(SS, dtype=np.int64)
+    pair_direction = np.empty(SS)
+    max_tokens = stats_buf.shape[0] // S + 1
+    labels = np.empty(max_tokens, dtype=np.int64)  # the corner's labels
+    nonzero = np.empty((max_tokens, S), dtype=np.int64)  # per token, the labels where the direction is non-zero
+    n_nonzero = np.zeros(max_tokens, dtype=np.int64)
+    marked = np.zeros(SS, dtype=np.bool_)
+    for p in range(order.shape[0]):
+        i = order[p]
         lo, hi = offsets[i], offsets[i + 1]
         size = hi - lo
-        nu = hi - lo - S * S
+        nu = size - SS
+        T = nu // S
+        # the blocks are far apart in memory: ask for the next step's lines (its node block, support
+        # list, loss share and Gram matrix) and this step's transition entries now, to arrive
+        # during the oracle call
+        if p + 1 < order.shape[0]:
+            following = order[p + 1]
+            start, stop = offsets[following], offsets[following + 1] - SS
+            for j in range(start, stop, 8):
+                prefetch(m, j)
+                if averaging:
+                    prefetch(r, j)
+            prefetch(positions[following], 0)
+            prefetch(ell_i, following)
+            if line_search:
+                for j in range(pack.gram_off[following], pack.gram_off[following + 1], 8):
+                    prefetch(pack.gram, j)
+        for q in range(counts[i]):
+            prefetch(m, lo + nu + positions[i, q])
         theta = theta_buf[:size]
         stats = stats_buf[:size]
         direction = direction_buf[:size]
         loss_s = chain_oracle(i, w, pack, theta, stats) / n
+        if stages == 1:
+            continue
         numerator = 0.0
-        for j in range(nu):
-            d = stats[j] - m[lo + j]
-            direction[j] = d
-            numerator += d * theta[j]
+        for t in range(T):  # branch-free: the non-zeros fall at unpredictable labels
+            c = 0
+            label = 0.0
+            row = nonzero[t]
+            for s in range(S):
+                j = t * S + s
+                d = stats[j] - m[lo + j]
+                direction[j] = d
+                numerator += d * theta[j]
+                label += s * stats[j]  # the corner is one-hot
+                row[c] = s
+                c += d != 0.0
+            labels[t] = int(label)
+            n_nonzero[t] = c
+        n_union = _support_union(positions[i], counts[i], labels, T, S, marked, union)
         pair_sq = 0.0
-        for j in range(nu, size):
+        for q in range(n_union):
+            j = nu + union[q]
             d = stats[j] - m[lo + j]
-            direction[j] = d
+            pair_direction[q] = d
             numerator += d * theta[j]
             pair_sq += d * d
         numerator = numerator / n - ell_i[i] + loss_s
+        if stages == 2:
+            continue
         if line_search:
-            denominator = (chain_node_sqnorm(i, direction, pack) + pair_sq) / (lam * n * n)
+            denominator = (chain_node_sqnorm(i, direction, nonzero, n_nonzero, pack) + pair_sq) / (lam * n * n)
             if denominator <= 0.0:
                 gamma = 1.0 if numerator > 0.0 else 0.0
             else:
@@ -93,29 +191,42 @@ def bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, s
         else:
             gamma = 2.0 * n / (k + 2.0 * n)
         k += 1.0
-        if gamma == 0.0:
+        if gamma == 0.0 or stages == 3:
             continue
-        chain_axpy(i, direction, -gamma / (lam * n), w, pack)
+        scale = -gamma / (lam * n)
+        chain_node_axpy(i, direction, nonzero, n_nonzero, scale, w, pack)
+        for q in range(n_union):
+            w[p0 + union[q]] += scale * pair_direction[q]
+        if stages == 4:
+            continue
         delta_ell = gamma * (loss_s - ell_i[i])
         ell += delta_ell
         ell_i[i] += delta_ell
+        weight = 0.5 * k * (k - 1.0) if averaging else 0.0
         if averaging:
-            weight = 0.5 * k * (k - 1.0)
             v += weight * delta_ell
-            for j in range(nu):  # one sweep over both state arrays
-                step = gamma * direction[j]
-                m[lo + j] += step
-                r[lo + j] += weight * step
-            for j in range(nu, size):
-                step = gamma * direction[j]
-                m[lo + j] += step
-                r_pair[j - nu] += weight * step
-        else:
-            for j in range(size):
-                m[lo + j] += gamma * direction[j]
+        for t in range(T):  # the non-zeros of the node block, in both state arrays
+            for q in range(n_nonzero[t]):
+                j = lo + t * S + nonzero[t, q]
+                step = gamma * direction[j - lo]
+                m[j] += step
+                if averaging:
+                    r[j] += weight * step
+        c = 0
+        row = positions[i]
+        for q in range(n_union):
+            j = union[q]
+            step = gamma * pair_direction[q]
+            m[lo + nu + j] += step
+            if averaging:
+                r_pair[j] += weight * step
+            if m[lo + nu + j] != 0.0:
+                row[c] = j
+                c += 1
+        counts[i] = c
     if averaging and offsets.shape[0] > 1:
-        first = offsets[1] - S * S
-        for j in range(S * S):
+        first = offsets[1] - SS
+        for j in range(SS):
             r[first + j] += r_pair[j]
     scalars[0], scalars[1], scalars[2] = ell, v, k
 
