@@ -1,6 +1,6 @@
 """Object localization with bounding boxes: Weizmann horses and the raccoon set.
 
-Each image is converted to grey, rescaled so that its longer side is ``image_size`` pixels and
+Each image is rescaled so that its longer side is ``image_size`` pixels and
 cut into a grid of ``cell_size``-pixel cells (the remainder on the bottom/right is cropped). The
 output is one box in cell coordinates, half-open ``(top, left, bottom, right)``; the gold box
 is the pixel box rounded to the nearest cell boundaries (clipped to the grid, at least one cell).
@@ -11,13 +11,30 @@ is the pixel box rounded to the nearest cell boundaries (clipped to the grid, at
   several raccoons are dropped). Split: sorted by their number, the first 120 train, the other 64
   test.
 
-Cell features (:mod:`structopt.problems._bow`): bag of visual words of dense HOG descriptors, a
-codebook of ``n_words`` k-means centres fitted on the training images only, per-cell word counts,
-the indicator of the cell's coarse position (a spatial prior the model can learn) and a constant
-feature (a per-cell bias: the model's area term), scaled so that the whole image sums to
-``sqrt(H W) * (word distribution, position-bin fractions, 1)``. Features are cached under
-``$STRUCTOPT_CACHE`` (default ``$XDG_CACHE_HOME/structopt`` or ``~/.cache/structopt``), keyed on
-every parameter and the data directory.
+Cell features (:mod:`structopt.problems._bow`), one group after another, each scaled so that the
+whole image sums to ``sqrt(H W)`` times a distribution (the word groups) or the cell fraction:
+
+1. ``n_words`` HOG words (k-means codebook fitted on the training images only): per-cell counts;
+2. the same counts averaged over a ``context`` x ``context`` window of cells around the cell
+   (zero padding): a cell's surroundings, which tell object from background far better than
+   its own four descriptors;
+3. ``n_words`` words of HOG at twice the scale (blocks of 2 x 2 cells, own codebook);
+4. ``n_colours`` CIE-Lab colour words (codebook on pixels of the training images), and 5. their
+   counts averaged over a ``colour_context`` window (grey images only have lightness words);
+6. separable position indicators: the cell's row bin and its column bin out of
+   ``position_bins`` each (``2 * position_bins`` features: a spatial prior, the size/shape part
+   of which a sum over cells can express through these and the area term);
+7. a constant (the per-cell bias: the model's area term).
+
+With ``foreground=True`` (the default) one more feature comes first: a per-cell foreground
+score, the log-odds of a logistic regression of "cell inside the gold box" on features 1-7
+(:func:`foreground_features`). It is fitted on cells of the training images, and a training
+image's own map comes from the fit on the other folds (cross-fitting), so the training features
+are out-of-sample like the test features. Cell-level supervision has some 50 000 examples where
+the box SVM has a hundred or two, so this stacked score carries most of the discriminative work.
+
+Features 1-5 are cached under ``$STRUCTOPT_CACHE`` (default ``$XDG_CACHE_HOME/structopt`` or
+``~/.cache/structopt``), keyed on every parameter they depend on and the data directory.
 
 Metrics: detection rate (fraction of test images with IoU >= 0.5, as in PASCAL VOC) and mean IoU,
 both with areas in cells; :func:`mean_box_prior` is the baseline that ignores the image.
@@ -49,7 +66,7 @@ SOURCES = {
 }
 REQUIRED = {"horses": ("gray", "figure_ground"), "raccoon": ("images", "annotations")}
 N_TRAIN = {"horses": 200, "raccoon": 120}
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3
 
 Box = tuple[int, int, int, int]
 
@@ -62,6 +79,16 @@ def _read_grey(path: Path) -> np.ndarray:
     image = io.imread(path)
     if image.ndim == 3:
         image = rgb2gray(image[..., :3])
+    image = np.asarray(image, dtype=np.float64)
+    return image / 255.0 if image.max() > 1.0 else image
+
+
+def _read_rgb(path: Path) -> np.ndarray:
+    from skimage import io
+    from skimage.color import gray2rgb
+
+    image = io.imread(path)
+    image = gray2rgb(image) if image.ndim == 2 else image[..., :3]
     image = np.asarray(image, dtype=np.float64)
     return image / 255.0 if image.max() > 1.0 else image
 
@@ -99,14 +126,14 @@ def _raccoon_items(root: Path) -> tuple[list[tuple[str, Path, Box]], int]:
     return items, dropped
 
 
-def load_image(path: Path, image_size: int) -> np.ndarray:
-    """Grey image in [0, 1] rescaled so that its longer side is ``image_size`` pixels."""
+def load_image(path: Path, image_size: int, colour: bool = False) -> np.ndarray:
+    """Grey (or RGB, ``colour=True``) image in [0, 1] rescaled so that its longer side is ``image_size`` pixels."""
     from skimage.transform import resize
 
-    image = _read_grey(path)
-    h, w = image.shape
+    image = _read_rgb(path) if colour else _read_grey(path)
+    h, w = image.shape[:2]
     scale = image_size / max(h, w)
-    return resize(image, (max(1, round(h * scale)), max(1, round(w * scale))), anti_aliasing=True)
+    return resize(image, (max(1, round(h * scale)), max(1, round(w * scale)), *image.shape[2:]), anti_aliasing=True)
 
 
 def rescale_box(pixel_box: Box, original: tuple[int, int], shape: tuple[int, int]) -> tuple[float, float, float, float]:
@@ -168,50 +195,143 @@ def _items(dataset: str, root: Path) -> tuple[list[tuple[str, Path, Box]], int]:
     return (_horse_items(root), 0) if dataset == "horses" else _raccoon_items(root)
 
 
-def _compute(dataset: str, root: Path, image_size: int, cell_size: int, n_words: int,
+def _compute(dataset: str, root: Path, image_size: int, cell_size: int, n_words: int, n_colours: int,
              random_state: int) -> dict[str, Any]:
     items, dropped = _items(dataset, root)
     n_train = N_TRAIN[dataset]
     if len(items) <= n_train:
         raise InvalidInputError(f"{dataset}: found {len(items)} usable images in {root}, expected more than {n_train}")
-    grids, boxes, descs, where = [], [], [], []
+    rng = np.random.default_rng(random_state)
+    grids, boxes, descs, where, descs2, where2, labs, samples = [], [], [], [], [], [], [], []
     for _name, path, pixel_box in items:
         original = _read_grey(path).shape
         image = load_image(path, image_size)
         box = rescale_box(pixel_box, original, image.shape)
         grid = _bow.grid_shape(image.shape, cell_size)
         desc, cells = _bow.descriptors(image, cell_size)
+        desc2, cells2 = _bow.coarse_descriptors(image, cell_size)
+        lab = _bow.lab_pixels(load_image(path, image_size, colour=True), cell_size).reshape(-1, 3)
         grids.append(grid)
         boxes.append(cell_box(box, grid, cell_size))
         descs.append(desc)
         where.append(cells)
+        descs2.append(desc2)
+        where2.append(cells2)
+        labs.append(lab)
+        samples.append(lab[rng.choice(len(lab), min(len(lab), 500), replace=False)])
     codebook = _bow.fit_codebook(descs[:n_train], n_words, random_state)
-    features = []
-    for desc, cells, grid in zip(descs, where, grids, strict=True):
-        hist = _bow.cell_histograms(_bow.assign(desc, codebook), cells, grid, n_words)
-        features.append(hist.reshape(-1, n_words))
-    return {"counts": np.concatenate(features).astype(np.float32), "grids": np.array(grids, dtype=np.int64),
+    codebook2 = _bow.fit_codebook(descs2[:n_train], n_words, random_state)
+    colours = _bow.fit_codebook(samples[:n_train], n_colours, random_state)
+    counts, counts2, colour_counts = [], [], []
+    for desc, cells, desc2, cells2, lab, grid in zip(descs, where, descs2, where2, labs, grids, strict=True):
+        counts.append(_bow.cell_histograms(_bow.assign(desc, codebook), cells, grid, n_words).reshape(-1, n_words))
+        counts2.append(_bow.spread_histograms(_bow.assign(desc2, codebook2), cells2, grid, n_words)
+                       .reshape(-1, n_words))
+        H, W = grid
+        colour_counts.append(_bow.colour_histograms(lab.reshape(H * cell_size, W * cell_size, 3), colours, cell_size)
+                             .reshape(-1, n_colours))
+    return {"counts": np.concatenate(counts).astype(np.float32), "counts2": np.concatenate(counts2).astype(np.float32),
+            "colours": np.concatenate(colour_counts).astype(np.float32), "grids": np.array(grids, dtype=np.int64),
             "boxes": np.array(boxes, dtype=np.int64), "names": np.array([name for name, _, _ in items]),
             "n_dropped": np.int64(dropped)}
 
 
-def _cell_features(counts: np.ndarray, bins: int) -> np.ndarray:
-    # The whole image's joint feature is sqrt(H W) * (word distribution, bin fractions, 1): the
-    # scale does not depend on the number of descriptors, and grows like the grid's side so that
-    # useful lam for a few BCFW passes sit near 0.01 (the command line's default).
-    H, W, n_words = counts.shape
+def _normalised(counts: np.ndarray) -> np.ndarray:
+    # scaled so that the whole image sums to sqrt(H W) * (distribution of the counts)
+    H, W = counts.shape[:2]
+    return counts * (np.sqrt(H * W) / max(float(counts.sum()), 1e-12))
+
+
+def _context(counts: np.ndarray, size: int) -> np.ndarray:
+    from scipy.ndimage import uniform_filter
+
+    return uniform_filter(counts, size=(size, size, 1), mode="constant")
+
+
+def _cell_features(counts: np.ndarray, counts2: np.ndarray, colours: np.ndarray, bins: int, context: int,
+                   colour_context: int) -> np.ndarray:
+    # Word groups sum over the image to sqrt(H W) * (a distribution), position indicators and the
+    # constant to sqrt(H W) * (cell fraction): the scale does not depend on the number of
+    # descriptors and grows like the grid's side, so useful lam sit near 0.01.
+    H, W = counts.shape[:2]
     unit = 1.0 / np.sqrt(H * W)
-    x = np.zeros((H, W, n_words + bins * bins + 1))
-    x[..., :n_words] = counts * (np.sqrt(H * W) / max(counts.sum(), 1.0))
+    groups = [_normalised(counts)]
+    if context > 1:
+        groups.append(_normalised(_context(counts, context)))
+    groups.append(_normalised(counts2))
+    if colours.shape[2]:
+        groups.append(_normalised(colours))
+        if colour_context > 1:
+            groups.append(_normalised(_context(colours, colour_context)))
     if bins:
+        position = np.zeros((H, W, 2 * bins))
         rows, cols = (np.arange(H) * bins) // H, (np.arange(W) * bins) // W
-        x[np.arange(H)[:, None], np.arange(W)[None, :], n_words + rows[:, None] * bins + cols[None, :]] = unit
-    x[..., -1] = unit
-    return x
+        position[np.arange(H), :, rows] = unit
+        position[:, np.arange(W), bins + cols] = unit
+        groups.append(position)
+    groups.append(np.full((H, W, 1), unit))
+    return np.concatenate(groups, axis=2)
+
+
+def _inside(box: Box, grid: tuple[int, int]) -> np.ndarray:
+    mask = np.zeros(grid)
+    t, l, b, r = box
+    mask[t:b, l:r] = 1.0
+    return mask.ravel()
+
+
+def _cell_rows(X: Sequence[np.ndarray]) -> np.ndarray:
+    # cells as rows, rescaled by sqrt(H W) so that cells of grids of any size look alike
+    return np.concatenate([x.reshape(-1, x.shape[2]) * np.sqrt(x.shape[0] * x.shape[1]) for x in X])
+
+
+def _foreground_map(classifier, x: np.ndarray) -> np.ndarray:
+    H, W, F = x.shape
+    return classifier.decision_function(x.reshape(-1, F) * np.sqrt(H * W)).reshape(H, W)
+
+
+def _with_map(x: np.ndarray, score: np.ndarray) -> np.ndarray:
+    H, W = score.shape
+    return np.concatenate([score[..., None] / np.sqrt(H * W), x], axis=2)
+
+
+def foreground_features(train_X: Sequence[np.ndarray], train_y: Sequence[Box], other_X: Sequence[np.ndarray],
+                        n_folds: int = 3, C: float = 1.0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Prepend a stacked per-cell foreground score to cell features.
+
+    A logistic regression (``C``) of "cell inside the gold box" on the cells of ``train_X`` scores
+    the cells of ``other_X``; each training image gets the scores of the fit on the other
+    ``n_folds - 1`` folds (image ``i`` is in fold ``i % n_folds``), so no image's own box shapes its
+    feature. The score enters as ``log-odds / sqrt(H W)`` (the scale of the other features).
+
+    Returns
+    -------
+    train, other : lists of (H, W, F + 1) arrays
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    train_X, other_X = list(train_X), list(other_X)
+    if n_folds < 2 or len(train_X) < n_folds:
+        raise InvalidInputError(f"foreground_features needs n_folds >= 2 and at least n_folds training images, "
+                                f"got n_folds={n_folds} and {len(train_X)} images")
+
+    def fit(index: Sequence[int]):
+        labels = np.concatenate([_inside(train_y[i], train_X[i].shape[:2]) for i in index])
+        return LogisticRegression(C=C, max_iter=3000).fit(_cell_rows([train_X[i] for i in index]), labels)
+
+    fold = np.arange(len(train_X)) % n_folds
+    train_out: list[np.ndarray] = [np.empty(0)] * len(train_X)
+    for f in range(n_folds):
+        classifier = fit(np.flatnonzero(fold != f))
+        for i in np.flatnonzero(fold == f):
+            train_out[i] = _with_map(train_X[i], _foreground_map(classifier, train_X[i]))
+    classifier = fit(range(len(train_X)))
+    return train_out, [_with_map(x, _foreground_map(classifier, x)) for x in other_X]
 
 
 def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *, image_size: int = 192,
-               cell_size: int = 8, n_words: int = 100, position_bins: int = 4, random_state: int = 0,
+               cell_size: int = 8, n_words: int = 100, n_colours: int = 32, context: int = 5,
+               colour_context: int = 9, position_bins: int = 12, foreground: bool = True, random_state: int = 0,
                cache: bool = True) -> dict[str, Any]:
     """Load a localization dataset as cell-feature arrays and gold boxes in cell coordinates.
 
@@ -225,10 +345,17 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
     cell_size : int
         Cell side in pixels (even, >= 4).
     n_words : int
-        Codebook size.
+        Size of each HOG codebook (the cell-scale and the coarse one).
+    n_colours : int
+        Size of the colour codebook (0: no colour features).
+    context, colour_context : int
+        Side, in cells, of the window over which the HOG (colour) word counts are averaged for
+        the context features (1: none).
     position_bins : int
-        Cells also get the indicator of their coarse position in a ``position_bins`` x
-        ``position_bins`` partition of the image (0: none), so the model can learn a spatial prior.
+        Cells also get the indicators of their row bin and column bin out of ``position_bins``
+        equal bands each (0: none), so the model can learn a spatial prior.
+    foreground : bool
+        Prepend the cross-fitted per-cell foreground score (:func:`foreground_features`).
     random_state : int
         Seed of the codebook's k-means.
     cache : bool
@@ -237,9 +364,9 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
     Returns
     -------
     dict
-        ``{"train": {"X", "y"}, "test": {"X", "y"}, "model", "info"}``: X are
-        (H, W, n_words + position_bins**2 + 1) float64 arrays (word counts, position indicators
-        and the constant last, scaled as in the module notes), y boxes ``(top, left, bottom, right)``
+        ``{"train": {"X", "y"}, "test": {"X", "y"}, "model", "info"}``: X are (H, W, F) float64
+        arrays (the foreground score if any, then the groups of the module notes with the
+        constant last), y boxes ``(top, left, bottom, right)``
         in cells, ``model`` a :class:`~structopt.models.box.BoxModel`, ``info`` the dataset,
         data directory, cell and image size in pixels, names of the train/test images and the
         number of images dropped.
@@ -259,9 +386,15 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
         raise InvalidInputError(f"n_words must be an integer >= 2, got {n_words!r}")
     if int(position_bins) != position_bins or position_bins < 0:
         raise InvalidInputError(f"position_bins must be an integer >= 0, got {position_bins!r}")
+    if int(n_colours) != n_colours or n_colours < 0 or n_colours == 1:
+        raise InvalidInputError(f"n_colours must be 0 or an integer >= 2, got {n_colours!r}")
+    for name, size in (("context", context), ("colour_context", colour_context)):
+        if int(size) != size or size < 1:
+            raise InvalidInputError(f"{name} must be an integer >= 1, got {size!r}")
     root = find_data_dir(dataset, path, required=REQUIRED[dataset], source=SOURCES[dataset])
     params = {"dataset": dataset, "root": str(root), "image_size": int(image_size), "cell_size": int(cell_size),
-              "n_words": int(n_words), "random_state": int(random_state), "version": _CACHE_VERSION,
+              "n_words": int(n_words), "n_colours": int(n_colours), "random_state": int(random_state),
+              "version": _CACHE_VERSION,
               "orientations": _bow.ORIENTATIONS, "n_train": N_TRAIN[dataset]}
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     file = cache_dir() / "localization" / f"{dataset}-{key}.npz"
@@ -269,7 +402,7 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
         with np.load(file) as npz:
             data = {name: npz[name] for name in npz.files}
     else:
-        data = _compute(dataset, root, int(image_size), int(cell_size), int(n_words), int(random_state))
+        data = _compute(dataset, root, int(image_size), int(cell_size), int(n_words), int(n_colours), int(random_state))
         if cache:
             file.parent.mkdir(parents=True, exist_ok=True)
             tmp = file.with_suffix(".tmp.npz")
@@ -277,19 +410,27 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
             tmp.replace(file)
     sizes = data["grids"].prod(axis=1)
     starts = np.concatenate([[0], np.cumsum(sizes)])
-    n_words = int(n_words)
-    F = n_words + int(position_bins) ** 2 + 1
-    X = [_cell_features(data["counts"][starts[i]:starts[i + 1]].astype(np.float64).reshape(H, W, n_words),
-                        int(position_bins)) for i, (H, W) in enumerate(data["grids"])]
+    n_words, n_colours = int(n_words), int(n_colours)
+
+    def cells(name: str, i: int, H: int, W: int) -> np.ndarray:
+        return data[name][starts[i]:starts[i + 1]].astype(np.float64).reshape(H, W, -1)
+
+    X = [_cell_features(cells("counts", i, H, W), cells("counts2", i, H, W), cells("colours", i, H, W),
+                        int(position_bins), int(context), int(colour_context))
+         for i, (H, W) in enumerate(data["grids"])]
     y = [tuple(int(v) for v in box) for box in data["boxes"]]
     n_train = N_TRAIN[dataset]
+    train_X, test_X = X[:n_train], X[n_train:]
+    if foreground:
+        train_X, test_X = foreground_features(train_X, y[:n_train], test_X)
     names = [str(name) for name in data["names"]]
     info = {"dataset": dataset, "path": str(root), "cell_size": int(cell_size), "image_size": int(image_size),
-            "n_words": n_words, "position_bins": int(position_bins), "train_names": names[:n_train],
-            "test_names": names[n_train:],
+            "n_words": n_words, "n_colours": n_colours, "context": int(context),
+            "colour_context": int(colour_context), "position_bins": int(position_bins),
+            "foreground": bool(foreground), "train_names": names[:n_train], "test_names": names[n_train:],
             "n_dropped": int(data["n_dropped"]), "cache_file": str(file) if cache else None}
-    return {"train": {"X": X[:n_train], "y": y[:n_train]}, "test": {"X": X[n_train:], "y": y[n_train:]},
-            "model": BoxModel(F), "info": info}
+    return {"train": {"X": train_X, "y": y[:n_train]}, "test": {"X": test_X, "y": y[n_train:]},
+            "model": BoxModel(train_X[0].shape[2]), "info": info}
 
 
 def image_path(info: dict[str, Any], name: str) -> Path:

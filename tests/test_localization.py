@@ -56,15 +56,59 @@ def test_bow_descriptors_cover_every_cell():
 
 
 def test_cell_features_scaling():
-    counts = np.random.default_rng(1).integers(0, 3, size=(4, 6, 7)).astype(float)
-    x = loc._cell_features(counts, bins=2)
-    assert x.shape == (4, 6, 7 + 4 + 1)
+    rng = np.random.default_rng(1)
+    counts = rng.integers(0, 3, size=(4, 6, 7)).astype(float)
+    counts2 = rng.integers(0, 3, size=(4, 6, 7)).astype(float)
+    colours = rng.integers(0, 9, size=(4, 6, 3)).astype(float)
+    x = loc._cell_features(counts, counts2, colours, bins=2, context=3, colour_context=3)
+    assert x.shape == (4, 6, 7 + 7 + 7 + 3 + 3 + 4 + 1)
     total = x.sum(axis=(0, 1))
     root = np.sqrt(24)
     np.testing.assert_allclose(total[:7], root * counts.sum(axis=(0, 1)) / counts.sum())
-    np.testing.assert_allclose(total[7:11], root * np.full(4, 0.25))
+    for start, size in ((7, 7), (14, 7), (21, 3), (24, 3)):  # every word group sums to sqrt(H W)
+        assert total[start:start + size].sum() == pytest.approx(root)
+    np.testing.assert_allclose(total[27:31], root * np.full(4, 0.5))  # row bins, then column bins
     assert total[-1] == pytest.approx(root)
-    assert np.all(x[:2, :3, 7] > 0) and np.all(x[2:, :, 7] == 0)  # top-left position bin
+    assert np.all(x[:2, :, 27] > 0) and np.all(x[2:, :, 27] == 0)  # top row band
+    assert np.all(x[:, :3, 29] > 0) and np.all(x[:, 3:, 29] == 0)  # left column band
+
+
+def test_coarse_descriptors_and_colour_words():
+    rng = np.random.default_rng(2)
+    image = rng.uniform(size=(48, 40))
+    desc, cells = _bow.coarse_descriptors(image, 8)
+    assert desc.shape == (5 * 4, 4 * _bow.ORIENTATIONS) and cells.max(axis=0).tolist() == [4, 3]
+    hist = _bow.spread_histograms(np.zeros(len(desc), dtype=int), cells, (6, 5), 2)
+    assert hist[..., 0].sum() == 4 * len(desc) and hist[0, 0, 0] == 1 and hist[2, 2, 0] == 4
+    lab = _bow.lab_pixels(np.stack([image] * 3, axis=2), 8)
+    assert lab.shape == (48, 40, 3)
+    codebook = np.array([[0.0, 0, 0], [100.0, 0, 0]], dtype=np.float32)
+    colours = _bow.colour_histograms(lab, codebook, 8)
+    assert colours.shape == (6, 5, 2) and np.all(colours.sum(axis=2) == 64)
+
+
+def test_foreground_features_are_cross_fitted():
+    # cells inside the gold box carry feature 0, the others feature 1: the stacked score separates them
+    rng = np.random.default_rng(3)
+    X, Y = [], []
+    for _ in range(9):
+        t, l = rng.integers(0, 3, size=2)
+        box = (int(t), int(l), int(t) + 3, int(l) + 3)
+        x = np.zeros((6, 6, 3))
+        x[..., 1] = 1.0
+        x[box[0]:box[2], box[1]:box[3], 0], x[box[0]:box[2], box[1]:box[3], 1] = 1.0, 0.0
+        x[..., 2] = rng.normal(size=(6, 6))
+        X.append(x / 6.0)
+        Y.append(box)
+    train, other = loc.foreground_features(X[:6], Y[:6], X[6:])
+    assert len(train) == 6 and len(other) == 3 and train[0].shape == (6, 6, 4)
+    for x, stacked, (t, l, b, r) in zip(X, train + other, Y):
+        np.testing.assert_array_equal(stacked[..., 1:], x)
+        inside = np.zeros((6, 6), dtype=bool)
+        inside[t:b, l:r] = True
+        assert stacked[..., 0][inside].min() > stacked[..., 0][~inside].max()
+    with pytest.raises(InvalidInputError, match="n_folds"):
+        loc.foreground_features(X[:2], Y[:2], X[2:])
 
 
 def test_cache_dir(monkeypatch, tmp_path):
@@ -116,7 +160,7 @@ def test_horses_bcfw_ten_passes():
     data = loc.load_boxes(HORSES, dataset="horses")
     train, test = data["train"], data["test"]
     assert len(train["X"]) == 200 and len(test["X"]) == 128
-    assert data["model"].n_features == train["X"][0].shape[2] == 100 + 16 + 1
+    assert data["model"].n_features == train["X"][0].shape[2] == 1 + 3 * 100 + 2 * 32 + 2 * 12 + 1
     for x, y in zip(train["X"], train["y"]):
         so.BoundingBox().validate_output(y, x[..., 0])
     problem = so.SSVMProblem(data["model"], train["X"], train["y"], so.BoxLoss(), lam=0.01)
