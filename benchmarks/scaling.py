@@ -24,38 +24,40 @@ times side by side, the break-even oracle cost per executor, and the machine's l
 during the run: on a shared machine the wall-clock times, and above all the speed-ups, are only
 as good as the cores that were free (re-run on a quiet machine for real numbers).
 
-Measured on 2026-11-23 on the project's 2-core machine while other engineers' test runs kept the
-load average at 10-12 (so each worker had a fraction of a core: the round costs below are
-meaningful, the speed-ups are not; re-run on a quiet machine). Median of 5 FW passes, ms:
+Measured on 2026-11-25 on the project's 2-core machine, other work paused (load average 1.6
+during the run), median of 5 FW passes, ms (speed-up over serial in brackets):
 
-=============  =======  ===============  ===============  ===========================
-task           serial   dask N=1 / N=2   processes 1 / 2  empty round dask / processes
-=============  =======  ===============  ===============  ===========================
-ocr (fused)       64       130 / 157        111 / 88       10-16 / 0.2-0.8
-ocr-generic     1052      1431 / 806       1134 / 1070     15-16 / 0.3-0.5
-alignment         91       124 / 194         80 / 67       12-23 / 0.2-0.3
-=============  =======  ===============  ===============  ===========================
+=============  =======  ======================  ======================  ===========================
+task           serial   dask N=1 / N=2          processes N=1 / N=2     empty round dask / processes
+=============  =======  ======================  ======================  ===========================
+ocr (fused)       51    62 / 38 (1.35x)         53 / 29 (1.76x)         11-15 / 0.4-0.6
+ocr-generic      713    919 / 512 (1.39x)       735 / 380 (1.88x)       10-12 / 0.5-0.8
+alignment         44    63 / 46 (0.95x)         46 / 22 (1.96x)         11-12 / 0.4-0.5
+grid (horses)    162    173 / 101 (1.60x)       159 / 82 (1.98x)        10 / 0.4-0.5
+box (raccoon)     24    31 / 36 (0.66x)         26 / 13 (1.86x)         11 / 0.4-0.5
+=============  =======  ======================  ======================  ===========================
 
-(An earlier run at load 12.5 gave ocr fused 105 ms serial, 68 ms on 2 dask workers: 1.55x,
-model 1.59x.) Bytes per round: 33 kB of weights out and 33 kB back per worker on OCR
-(d = 4,082), under 1 kB on alignment (d = 27); a round costs the same whatever the data size.
-Break-even from the model: dask on 2 workers pays off above ~2 r_2 = 30-35 ms of oracle work per
-pass (5 us per example on all of OCR, 125 us per example on the 284 alignment pairs), the
-process pool above ~1-1.5 ms. On the loaded machine the model holds at N = 1 where the worker's
-CPU is not contended (alignment: 114 ms predicted, 124 measured) and overestimates N = 2, whose
-workers compete with a dozen other processes for two cores.
+The horses grid pass on 2 dask workers takes 0.62x the serial pass (0.57-0.58x in separate runs
+of the same pass), with the serial trace. Before the local cluster unset dask's
+``MALLOC_TRIM_THRESHOLD_=65536`` it took 0.87x: a chunk took 104 ms on a worker against 77 ms in
+this process, the same as in this process started with that variable (107 ms), since glibc then
+maps and unmaps every array over 128 kB afresh. Bytes per round: 66 kB out and back per worker on
+OCR (d = 4,082), 1-13 kB on the other tasks; a round costs the same whatever the data size.
+The model holds to 3% for the process pool and to 1-10% for dask on the tasks above break-even
+(grid: 91 ms predicted, 101 measured); below it (box, alignment) dask's rounds vary more than the
+oracle work they carry. Break-even on 2 workers: dask above ~2 r_2 = 20-30 ms of oracle work per
+pass (92 us per horse image, 5 us per OCR word), the process pool above ~1-1.5 ms.
 
 Tasks: ``ocr`` (chain, fused numba oracles, ~tens of microseconds per word), ``ocr-generic``
 (the same chain through the per-example Python path, ~10x dearer), ``alignment`` (Hansards
-matchings, scipy assignment; needs ``../shared/data/hansards`` or ``--data``). Grid and box tasks
-are measured when the installed structopt has them (``structopt.problems.horses`` /
-``structopt.problems.boxes`` with a ``load_problem`` function).
+matchings, scipy assignment), ``grid`` (horse segmentation, min-cut per image), ``box``
+(raccoon localization, 1 - IoU branch-and-bound per image); the last three read
+``../shared/data`` (or ``--data``).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import pickle
@@ -95,14 +97,27 @@ def task_alignment(args) -> tuple[SSVMProblem, bool | None]:
     return SSVMProblem(model, task.X_train[:n], task.Y_train[:n], MatchingHamming(1.0, 3.0), 0.01), None
 
 
-def task_from_module(module: str):
-    def load(args) -> tuple[SSVMProblem, bool | None]:
-        return importlib.import_module(module).load_problem(args.data), None
-    return load
+def task_grid(args) -> tuple[SSVMProblem, bool | None]:
+    from structopt.losses import Hamming
+    from structopt.problems.horses import load_horses
+
+    data = load_horses(args.data)
+    n = args.n_train or len(data["train"]["X"])
+    return SSVMProblem(data["model"], data["train"]["X"][:n], data["train"]["y"][:n], Hamming(normalize=True),
+                       0.001), None
 
 
-TASKS = {"ocr": task_ocr, "ocr-generic": task_ocr_generic, "alignment": task_alignment,
-         "grid": task_from_module("structopt.problems.horses"), "box": task_from_module("structopt.problems.boxes")}
+def task_box(args) -> tuple[SSVMProblem, bool | None]:
+    from structopt.losses import BoxLoss
+    from structopt.problems.localization import load_boxes
+
+    data = load_boxes(args.data, dataset="raccoon")
+    n = args.n_train or len(data["train"]["X"])
+    return SSVMProblem(data["model"], data["train"]["X"][:n], data["train"]["y"][:n], BoxLoss(), 0.01), None
+
+
+TASKS = {"ocr": task_ocr, "ocr-generic": task_ocr_generic, "alignment": task_alignment, "grid": task_grid,
+         "box": task_box}
 
 
 # --------------------------------------------------------------------------- measurements
