@@ -25,47 +25,6 @@ feature-set rows were also compared on those held-out scores, never on the test 
 other than the last were run by a development script with the same features; the last row is
 ``--select`` with the library's defaults.
 
-features                                      lambda (rac | hor)   raccoon det / IoU   horses det / IoU
-mean-box prior                                --                   0.703 / 0.553       0.984 / 0.770
-HOG words 100 + 4x4 position grid (before)    0.01 fixed           0.656 / 0.552       0.969 / 0.794
-same, lambda on val                           0.1 | 0.001 val      0.594 / 0.543       0.969 / 0.792
-HOG words 100 + row/column bins 12 + 12       0.01 | 0.01 val      0.703 / 0.576       0.992 / 0.801
- + colour words 32                            0.01 | 0.01 val      0.688 / 0.578       0.992 / 0.808
- + 5x5 context of words and of colours        0.001 | 0.01 val     0.703 / 0.577       0.984 / 0.807
- + flips of the training images (no context)  0.01 | 0.01 CV       0.688 / 0.570       0.969 / 0.811
-default: + HOG at 2x scale, 9x9 colour        0.001 | 0.1 CV       0.750 / 0.589       0.969 / 0.804
-  context, stacked foreground score
-
-Flips were not kept. Held-out 3-fold CV on the training split for the default: raccoon
-0.892 / 0.661 (mean-box prior 0.775 / 0.609), horses 0.980 / 0.804 (prior 0.930 / 0.731). The
-per-cell features alone are weak (logistic-regression AUC of "cell inside the box" on held-out
-training images, raccoon: HOG words 0.65, + 5x5 context 0.77, colour with 9x9 context 0.82, all
-+ position 0.85); the box SVM with ~400 weights and 120 boxes does not turn them into much, and
-the cross-fitted cell classifier (trained on ~50 000 labelled cells) does. Horses detection stays
-just below the prior's (124 against 126 of 128 images); its mean IoU is clearly above.
-
-Oracles at task size: on every test image, with the weights after 10 BCFW passes, the time of
-   the plain and the loss-augmented (1 - IoU) argmax by branch-and-bound and by the compiled
-   exhaustive scan (best of ``--repeats`` calls each), the sets branch-and-bound pops against the
-   number of boxes, and the top-K (K = 10) time.
-   The same on the learned score maps upsampled 2x and 4x (finer grids of the same images), to
-   see where the search pays off.
-2. Solvers on one objective: BCFW, SGD (max oracle), SVRG and Casimir-SVRG (top-K smoothing,
-   K = 10) for ``--passes`` effective passes: train primal and test detection rate (IoU >= 0.5)
-   against oracle calls, beside the mean-box prior. The stochastic methods' smoothness constant
-   is tuned on a grid (``--l-grid``), the paper's protocol (best objective within the budget).
-
-Usage: ``python benchmarks/localization.py --dataset horses --passes 10 --out benchmarks/results/localization``
-(writes ``<out>/<dataset>.json`` and ``<out>/<dataset>.png``); ``--select [LAMS]`` instead chooses
-lambda by 3-fold CV on the training split and reports the test scores (:func:`select_lam`).
-
-Results (BCFW, 10 passes, fixed test split: horses 128, raccoon 64 images; detection = IoU >= 0.5).
-lambda is chosen among 0.001, 0.01, 0.1 on the training split only: rows marked CV by 3-fold
-cross-validation (foreground stage refitted per fold), rows marked "val" by one 80/20 split; the
-feature-set rows were also compared on those held-out scores, never on the test split. Rows
-other than the last were run by a development script with the same features; the last row is
-``--select`` with the library's defaults.
-
 ============================================  ==============  ==============  ==============
 features (raccoon | horses)                   lambda          raccoon det/IoU horses det/IoU
 ============================================  ==============  ==============  ==============
@@ -74,9 +33,9 @@ HOG words 100 + 4x4 position grid (before)    0.01 fixed      0.656 / 0.552   0.
 same, lambda on val                           0.1 | 0.001 val 0.594 / 0.543   0.969 / 0.792
 HOG 100 + row/column bins 12 + 12             0.01 | 0.01 val 0.703 / 0.576   0.992 / 0.801
  + colour words 32                            0.01 | 0.01 val 0.688 / 0.578   0.992 / 0.808
- + 5x5 context of words and of colours      0.001 | 0.01 val 0.703 / 0.577  0.984 / 0.807
+ + 5x5 context of words and of colours       0.001 | 0.01 val 0.703 / 0.577  0.984 / 0.807
  + horizontal flips of the training images    0.01 CV         0.688 / 0.570   0.969 / 0.811
- + stacked foreground score (library default) 0.001 | 0.1 CV  **0.750 / 0.589** 0.969 / **0.804**
+ + stacked foreground score (library default) 0.001 | 0.1 CV  0.750 / 0.589   0.969 / 0.804
 ============================================  ==============  ==============  ==============
 
 (The flip row used HOG words + colour + position bins, without context; flips are not kept.)
