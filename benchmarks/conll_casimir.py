@@ -232,8 +232,9 @@ def run_solver(spec: RunSpec, cfg: dict, problem: SSVMProblem, passes: float, ca
                    **common)
     if base == "bcfw-wavg":
         return bcfw(problem, averaging="weighted", line_search=True, eval_every=cfg["eval_every"], **common)
+    # guard=False: the paper's algorithms as published (no rejected epochs)
     smooth = {"mu": cfg["mu"], "kind": cfg["kind"], "k": cfg["k"], "iterate": cfg["iterate"],
-              "sgd_init": cfg["sgd_init"]}
+              "sgd_init": cfg["sgd_init"], "guard": False}
     if base == "svrg":
         return svrg(problem, L=cfg["L"], **smooth, **common)
     if base == "casimir-const":

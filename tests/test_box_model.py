@@ -118,3 +118,22 @@ def test_sgd_without_smoothing_uses_the_iou_branch_and_bound():
 def test_extragradient_refuses_box_loss():
     with pytest.raises(NotSupportedError, match="decomposable"):
         get_solver("extragradient")(_box_problem(n=4), max_passes=1)
+
+
+@pytest.mark.parametrize("name", ["svrg", "casimir_svrg"])
+def test_guard_rejects_epochs_that_raise_the_primal(name, tmp_path):
+    # a far too small L (far too long steps), as the local curvature estimate gives on grids and boxes
+    problem = _box_problem(n=20, F=6, lam=0.01, seed=2, noise=0.5)
+    solve = get_solver(name)
+    wild = solve(problem, L=1e-2, max_passes=20, random_state=0, guard=False)
+    start = wild.trace[0]["primal"]
+    assert max(r["primal"] for r in wild.trace) > 1.5 * start  # the premise: unguarded, it blows up
+    guarded = solve(problem, L=1e-2, max_passes=20, random_state=0, checkpoint=tmp_path / "run.pkl")
+    primals = [r["primal"] for r in guarded.trace]
+    assert any("rejected" in r for r in guarded.trace)
+    assert all(b <= a + 0.01 * abs(a) for a, b in itertools.pairwise(primals))
+    assert primals[-1] < start
+    assert guarded.trace[-1]["oracle_calls"] == wild.trace[-1]["oracle_calls"]  # rejected epochs are paid for
+    resumed = solve(problem, L=1e-2, max_passes=24, random_state=0, resume=tmp_path / "run.pkl")
+    again = solve(problem, L=1e-2, max_passes=24, random_state=0)
+    assert resumed.trace[-1]["primal"] == pytest.approx(again.trace[-1]["primal"], rel=1e-12)

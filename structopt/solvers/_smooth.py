@@ -34,6 +34,15 @@ class Counters:
         return {"passes": self.oracle_calls / n, **out}
 
 
+GUARD_RISE = 0.01  # relative rise of the primal over an epoch that the SVRG-type guards reject
+
+
+def rose(before: float, after: float) -> bool:
+    """True when the primal went from ``before`` to ``after`` by more than ``GUARD_RISE`` of it
+    (or became non-finite): the step that did it was too long."""
+    return not np.isfinite(after) or after > before + GUARD_RISE * abs(before)
+
+
 def check_kind(kind: str, k: int) -> None:
     if kind not in ("topk", "entropy"):
         raise InvalidInputError(f"unknown smoothing kind {kind!r}; use 'topk' or 'entropy'")

@@ -39,7 +39,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
-from structopt.solvers._smooth import Counters, estimate_lipschitz, sgd_pass
+from structopt.solvers._smooth import Counters, estimate_lipschitz, rose, sgd_pass
 from structopt.solvers.base import (
     Monitor,
     Result,
@@ -79,6 +79,18 @@ def const_kappa(L: float, lam: float, n: int) -> float:
     return L / n - lam if L / n > 4.0 * lam else lam
 
 
+def catalyst_start(L: float, lam: float, n: int, schedule: str, kappa: float | None, alpha0: float | None
+                   ) -> tuple[float, float]:
+    """``(kappa, alpha_0)``: the given values, else the defaults that follow from L."""
+    if kappa is None:
+        kappa = const_kappa(L, lam, n) if schedule == "const" else lam
+    kappa = float(kappa)
+    alpha = math.sqrt(lam / (lam + kappa)) if alpha0 is None else float(alpha0)
+    if not 0.0 < alpha < 1.0:
+        raise InvalidInputError(f"casimir_svrg: alpha0 must lie in (0, 1), got {alpha}")
+    return kappa, alpha
+
+
 def adapt_mu(mu: float, q: float, k: int) -> float:
     """Cor. 18's smoothing ``mu_k = mu (1 - sqrt(q)/2)^(k/2)``."""
     return mu * (1.0 - math.sqrt(q) / 2.0) ** (k / 2.0)
@@ -93,12 +105,12 @@ def _learning_rate_option(name: str, value) -> None:
 @solver("casimir_svrg", schedule=one_of("const", "adapt"), mu=optional(positive), kind=one_of("topk", "entropy"),
         k=positive_int, L=optional(positive), kappa=optional(positive), learning_rate=_learning_rate_option,
         mu_min=non_negative, warm_start=one_of(*WARM_STARTS), inner_steps=optional(positive_int),
-        iterate=one_of("average", "last"), sgd_init=one_of(True, False))
+        iterate=one_of("average", "last"), sgd_init=one_of(True, False), guard=one_of(True, False))
 def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | None = None, kind: str = "topk",
                  k: int = 5, L: float | None = None, kappa: float | None = None,
                  learning_rate: float | str | None = None, mu_min: float = 0.0, warm_start: str = "prox-center",
                  alpha0: float | None = None, inner_steps: int | None = None, iterate: str = "average",
-                 sgd_init: bool = False, max_passes: float = 50, tol: float = 0.0,
+                 sgd_init: bool = False, guard: bool = True, max_passes: float = 50, tol: float = 0.0,
                  w0: np.ndarray | None = None, time_limit: float | None = None,
                  random_state: int | np.random.Generator | None = None, progress: bool = False,
                  checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
@@ -144,6 +156,13 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
     sgd_init : bool
         Replace ``w_0`` by one pass of SGD at the step ``1/(L + lam)`` (one oracle call per step),
         see :func:`~structopt.solvers._smooth.sgd_pass`.
+    guard : bool
+        Reject an outer iteration after which the primal rose by more than 1%
+        (``_smooth.GUARD_RISE``): the run goes back to ``w_{k-1}`` with ``L`` four times larger
+        (so a quarter of the step, and the prox weight and extrapolation that follow from L)
+        and restarts the acceleration there. The default L is a local curvature estimate at
+        ``w0``, which can be far too small where the curvature grows as the weights train (grids,
+        boxes). Rejected iterations' oracle calls are counted; their records say ``rejected``.
     max_passes : float
         Budget in oracle calls / n (paper counting, 2 per inner step); the last inner solve is
         shortened to meet it.
@@ -175,24 +194,23 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         rng, counters, it = saved["rng"], saved["counters"], saved["k"]
         w, w_prev, z, z_prev, alpha = saved["w"], saved["w_prev"], saved["z"], saved["z_prev"], saved["alpha"]
         L, kappa, mu, memory = saved["L"], saved["kappa"], saved["mu"], saved["memory"]
+        primal = saved.get("primal", monitor.trace[-1]["primal"])
+        learning_rate = saved.get("learning_rate", learning_rate)
     else:
         rng = make_rng(random_state)
         w = initial_weights(problem, w0)
         L = estimate_lipschitz(problem, mu, k=k, w=w) if L is None else float(L)
-        if kappa is None:
-            kappa = const_kappa(L, lam, n) if schedule == "const" else lam
-        kappa = float(kappa)
-        alpha = math.sqrt(lam / (lam + kappa)) if alpha0 is None else float(alpha0)
-        if not 0.0 < alpha < 1.0:
-            raise InvalidInputError(f"casimir_svrg: alpha0 must lie in (0, 1), got {alpha}")
+        kappa, alpha = catalyst_start(L, lam, n, schedule, kappa, alpha0)
         counters, it, memory = Counters(), 0, {}
         monitor.pause()
-        monitor.record(w, primal=executor.primal(w), outer_iter=0, **counters.record(n))
+        primal = executor.primal(w)
+        monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
         if sgd_init:
             monitor.restart()
             w = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=mu, kind=kind, k=k, rng=rng, counters=counters)
             monitor.pause()
-            monitor.record(w, primal=executor.primal(w), outer_iter=0, **counters.record(n))
+            primal = executor.primal(w)
+            monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
         w_prev, z, z_prev = w, w.copy(), w.copy()
     budget = monitor.step_budget(n)  # in paper-counted oracle calls
     q = lam / (lam + kappa)
@@ -215,15 +233,28 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         w_new, memory = svrg_epoch(problem, problem.project_weights(start), mu=mu_k, kind=kind, k=k, gamma=gamma,
                                    rng=rng, counters=counters, n_steps=steps, kappa=kappa, z=z, iterate=iterate,
                                    executor=executor)
-        alpha_new = catalyst_alpha(alpha, kappa, kappa, lam)
-        beta = catalyst_beta(alpha, alpha_new, kappa, kappa, lam)
-        z_prev, z = z, w_new + beta * (w_new - w)
-        w_prev, w, alpha = w, w_new, alpha_new
         monitor.pause()
-        state = {"rng": rng, "counters": counters, "k": it, "w": w, "w_prev": w_prev,
-                 "z": z, "z_prev": z_prev, "alpha": alpha, "L": L, "kappa": kappa, "mu": mu, "memory": memory}
-        monitor.record(w, primal=executor.primal(w), outer_iter=it, mu=mu_k, kappa=kappa, alpha=alpha, beta=beta,
-                       learning_rate=gamma, state=state, **counters.record(n))
+        primal_new = executor.primal(w_new)
+        rejected = guard and rose(primal, primal_new)
+        if rejected:  # back to w with a larger L; the acceleration restarts there
+            it -= 1
+            L *= 4.0
+            if isinstance(learning_rate, float | int):
+                learning_rate = learning_rate / 4.0
+            kappa, alpha = catalyst_start(L, lam, n, schedule, options["kappa"], options["alpha0"])
+            q = lam / (lam + kappa)
+            z, z_prev, beta = w.copy(), w.copy(), 0.0
+        else:
+            alpha_new = catalyst_alpha(alpha, kappa, kappa, lam)
+            beta = catalyst_beta(alpha, alpha_new, kappa, kappa, lam)
+            z_prev, z = z, w_new + beta * (w_new - w)
+            w_prev, w, alpha, primal = w, w_new, alpha_new, primal_new
+        state = {"rng": rng, "counters": counters, "k": it, "w": w, "w_prev": w_prev, "z": z, "z_prev": z_prev,
+                 "alpha": alpha, "L": L, "kappa": kappa, "mu": mu, "memory": memory, "primal": primal,
+                 "learning_rate": learning_rate}
+        monitor.record(w, primal=primal, outer_iter=it, mu=mu_k, kappa=kappa, alpha=alpha, beta=beta,
+                       learning_rate=gamma, state=state, **counters.record(n),
+                       **({"rejected": primal_new} if rejected else {}))
     monitor.close()
     return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "L": L, "kappa": kappa,
                                      "memory": memory, "schedule": schedule, "warm_start": warm_start})

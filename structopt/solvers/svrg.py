@@ -30,6 +30,7 @@ from structopt.solvers._smooth import (
     Counters,
     check_iterate,
     estimate_lipschitz,
+    rose,
     sgd_pass,
     stats_nbytes,
     subtract,
@@ -108,10 +109,11 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
 
 
 @solver("svrg", mu=positive, kind=one_of("topk", "entropy"), k=positive_int, learning_rate=optional(positive),
-        L=optional(positive), iterate=one_of("average", "last"), sgd_init=one_of(True, False))
+        L=optional(positive), iterate=one_of("average", "last"), sgd_init=one_of(True, False),
+        guard=one_of(True, False))
 def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 5,
          learning_rate: float | None = None, L: float | None = None, iterate: str = "average",
-         sgd_init: bool = False, max_passes: float = 50, tol: float = 0.0,
+         sgd_init: bool = False, guard: bool = True, max_passes: float = 50, tol: float = 0.0,
          w0: np.ndarray | None = None, time_limit: float | None = None,
          random_state: int | np.random.Generator | None = None, progress: bool = False,
          checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
@@ -143,6 +145,12 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
     sgd_init : bool
         Start with one pass of SGD at the same step (one oracle call per step) before the first
         snapshot (:func:`~structopt.solvers._smooth.sgd_pass`).
+    guard : bool
+        Reject an epoch after which the primal rose by more than 1% (``_smooth.GUARD_RISE``) and run it
+        again from its start with a quarter of the step. The default step comes from a local
+        curvature estimate at ``w0``, which can be far too small where the curvature grows as
+        the weights train (grids, boxes); the guard turns that divergence into a few repeated
+        epochs. Their oracle calls are counted, and their records say ``rejected``.
     max_passes : float
         Budget in oracle calls / n (paper counting: 2 per step, so 2 per epoch); the last epoch is
         shortened to meet it.
@@ -168,7 +176,7 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
     saved = monitor.load()
     if saved is not None:
         w, counters, rng, epoch, gamma = saved["w"], saved["counters"], saved["rng"], saved["epoch"], saved["gamma"]
-        memory = saved["memory"]
+        memory, primal = saved["memory"], saved.get("primal", monitor.trace[-1]["primal"])
     else:
         w = initial_weights(problem, w0)
         if learning_rate is None:
@@ -177,20 +185,28 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         gamma = float(learning_rate)
         counters, epoch, memory = Counters(), 0, {}
         monitor.pause()
-        monitor.record(w, primal=executor.primal(w), epoch=0, **counters.record(n))
+        primal = executor.primal(w)
+        monitor.record(w, primal=primal, epoch=0, **counters.record(n))
     budget = monitor.step_budget(n)  # in paper-counted oracle calls
     while not monitor.stop_reason:
         monitor.restart()
         if sgd_init and epoch == 0:
-            w = sgd_pass(problem, w, gamma=gamma, mu=mu, kind=kind, k=k, rng=rng, counters=counters)
+            w_new = sgd_pass(problem, w, gamma=gamma, mu=mu, kind=kind, k=k, rng=rng, counters=counters)
         else:
             steps = min(n, -(-(budget - counters.oracle_calls) // 2))
-            w, memory = svrg_epoch(problem, w, mu=mu, kind=kind, k=k, gamma=gamma, rng=rng, counters=counters,
-                                   iterate=iterate, n_steps=steps, executor=executor)
-        epoch += 1
+            w_new, memory = svrg_epoch(problem, w, mu=mu, kind=kind, k=k, gamma=gamma, rng=rng, counters=counters,
+                                       iterate=iterate, n_steps=steps, executor=executor)
         monitor.pause()
-        state = {"w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma, "memory": memory}
-        monitor.record(w, primal=executor.primal(w), epoch=epoch, state=state, **counters.record(n))
+        primal_new = executor.primal(w_new)
+        rejected = guard and rose(primal, primal_new)
+        if rejected:
+            gamma /= 4.0
+        else:
+            w, primal, epoch = w_new, primal_new, epoch + 1
+        state = {"w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma, "memory": memory,
+                 "primal": primal}
+        monitor.record(w, primal=primal, epoch=epoch, state=state, **counters.record(n),
+                       **({"rejected": primal_new, "learning_rate": gamma} if rejected else {}))
     monitor.close()
     return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "learning_rate": gamma,
                                      "memory": memory})
