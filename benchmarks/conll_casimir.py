@@ -229,7 +229,7 @@ def run_solver(spec: RunSpec, cfg: dict, problem: SSVMProblem, passes: float, ca
     base = spec.method.base
     if base == "sgd":
         return sgd(problem, gamma0=cfg["gamma0"], t0=cfg["t0"], averaging="weighted", eval_every=cfg["eval_every"],
-                   **common)
+                   guard=False, **common)
     if base == "bcfw-wavg":
         return bcfw(problem, averaging="weighted", line_search=True, eval_every=cfg["eval_every"], **common)
     # guard=False: the paper's algorithms as published (no rejected epochs)

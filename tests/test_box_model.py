@@ -120,11 +120,17 @@ def test_extragradient_refuses_box_loss():
         get_solver("extragradient")(_box_problem(n=4), max_passes=1)
 
 
-@pytest.mark.parametrize("name", ["svrg", "casimir_svrg"])
+@pytest.mark.parametrize("name", ["svrg", "casimir_svrg", "sgd"])
 def test_guard_rejects_epochs_that_raise_the_primal(name, tmp_path):
-    # a far too small L (far too long steps), as the local curvature estimate gives on grids and boxes
+    # far too long steps, as the local curvature estimate gives on grids and boxes
     problem = _box_problem(n=20, F=6, lam=0.01, seed=2, noise=0.5)
-    solve = get_solver(name)
+    solver = get_solver(name)
+
+    def solve(*args, **kwargs):
+        if name == "sgd":
+            kwargs["gamma0"] = 1.0 / (kwargs.pop("L") + problem.lam)
+        return solver(*args, **kwargs)
+
     wild = solve(problem, L=1e-2, max_passes=20, random_state=0, guard=False)
     start = wild.trace[0]["primal"]
     assert max(r["primal"] for r in wild.trace) > 1.5 * start  # the premise: unguarded, it blows up

@@ -12,6 +12,7 @@ touches only the weights of the features present in ``x_i`` (see
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
-from structopt.solvers._smooth import Counters, estimate_lipschitz
+from structopt.solvers._smooth import Counters, estimate_lipschitz, rose
 from structopt.solvers.base import (
     Monitor,
     Result,
@@ -43,9 +44,9 @@ def _subgradient_stats(problem: SSVMProblem, i: int, theta):
 
 
 @solver("sgd", mu=optional(positive), kind=one_of("topk", "entropy"), k=positive_int, gamma0=optional(positive),
-        t0=optional(positive), averaging=one_of("weighted", "uniform", "none"))
+        t0=optional(positive), averaging=one_of("weighted", "uniform", "none"), guard=one_of(True, False))
 def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k: int = 5,
-        gamma0: float | None = None, t0: float | None = None, averaging: str = "weighted",
+        gamma0: float | None = None, t0: float | None = None, averaging: str = "weighted", guard: bool = True,
         max_passes: float = 50, eval_every: float = 1, tol: float = 0.0, w0: np.ndarray | None = None,
         time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
         progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
@@ -71,6 +72,12 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
     averaging : {"weighted", "uniform", "none"}
         Report and return the average of the iterates with weights ``t`` (as BCFW-wavg), equal
         weights, or the last iterate.
+    guard : bool
+        Reject the steps since the last evaluation when they raised the reported primal by more
+        than 1% (``_smooth.GUARD_RISE``): the iterate goes back and ``gamma0`` is divided by 4
+        (the default ``gamma0`` comes from a local curvature estimate, far too long a step on
+        grids and boxes). Keeps one copy of the iterate; the rejected steps' oracle calls are
+        counted and their records say ``rejected``.
     max_passes : float
         Stop after this many oracle calls / n (one call per step).
     eval_every : float
@@ -100,6 +107,7 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
     if saved is not None:
         rng, counters, iterate, gamma0, t0 = (saved["rng"], saved["counters"], saved["iterate"], saved["gamma0"],
                                               saved["t0"])
+        primal = saved.get("primal", monitor.trace[-1]["primal"])
     else:
         rng = make_rng(random_state)
         if gamma0 is None:
@@ -109,7 +117,8 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         counters = Counters()
         monitor.pause()
         w = iterate.dense()
-        monitor.record(w, primal=executor.primal(w), step=gamma0, **counters.record(n))
+        primal = executor.primal(w)
+        monitor.record(w, primal=primal, step=gamma0, **counters.record(n))
     steps_per_eval = max(1, round(eval_every * n))
     budget = monitor.step_budget(n)
 
@@ -118,6 +127,7 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
 
     while not monitor.stop_reason:
         monitor.restart()
+        accepted = copy.deepcopy(iterate) if guard else None
         for i in rng.integers(0, n, size=min(steps_per_eval, budget - counters.steps)):
             i = int(i)
             t = counters.steps
@@ -134,9 +144,16 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         counters.oracle_calls = counters.oracle_calls_made = counters.steps
         monitor.pause()
         w_report = report()
-        state = {"rng": rng, "counters": counters, "iterate": iterate, "gamma0": gamma0, "t0": t0}
-        monitor.record(w_report, primal=executor.primal(w_report),
-                       step=gamma0 / (1.0 + np.floor(counters.steps / t0)), state=state, **counters.record(n))
+        primal_new = executor.primal(w_report)
+        rejected = guard and rose(primal, primal_new)
+        if rejected:
+            iterate, gamma0 = accepted, gamma0 / 4.0
+            w_report = report()
+        else:
+            primal = primal_new
+        state = {"rng": rng, "counters": counters, "iterate": iterate, "gamma0": gamma0, "t0": t0, "primal": primal}
+        monitor.record(w_report, primal=primal, step=gamma0 / (1.0 + np.floor(counters.steps / t0)), state=state,
+                       **counters.record(n), **({"rejected": primal_new} if rejected else {}))
     monitor.close()
     return Result(report(), monitor.trace, {"stop_reason": monitor.stop_reason, "gamma0": gamma0, "t0": t0})
 
