@@ -29,7 +29,7 @@ def dense_reference(p, mu, gamma0, t0, idx, averaging):
 def test_lazy_sgd_equals_dense_reference(mu, averaging):
     p = sparse_chain_problem(2, lam=0.3)
     passes = 3
-    r = sgd(p, mu=mu, gamma0=0.5, t0=4, averaging=averaging, max_passes=passes, random_state=11)
+    r = sgd(p, mu=mu, gamma0=0.5, t0=4, averaging=averaging, max_passes=passes, random_state=11, guard=False)
     # the solver draws the indices pass by pass (one draw per evaluation): rebuild that sequence
     rng = np.random.default_rng(11)
     idx = np.concatenate([rng.integers(0, p.n, size=p.n) for _ in range(passes)])
@@ -40,7 +40,7 @@ def test_lazy_sgd_equals_dense_reference(mu, averaging):
 def test_pegasos_like_step_that_zeroes_the_scale():
     # gamma0 * lam = 1: the first step multiplies w by 0 (the lazy scale is folded, not divided by)
     p = sparse_chain_problem(3, lam=0.5)
-    r = sgd(p, gamma0=2.0, t0=1, averaging="weighted", max_passes=2, random_state=0)
+    r = sgd(p, gamma0=2.0, t0=1, averaging="weighted", max_passes=2, random_state=0, guard=False)
     rng = np.random.default_rng(0)
     idx = np.concatenate([rng.integers(0, p.n, size=p.n) for _ in range(2)])
     np.testing.assert_allclose(r.w, dense_reference(p, None, 2.0, 1, idx, "weighted"), rtol=1e-9, atol=1e-11)
