@@ -158,10 +158,11 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         see :func:`~structopt.solvers._smooth.sgd_pass`.
     guard : bool
         Reject an outer iteration after which the primal rose by more than 1%
-        (``_smooth.GUARD_RISE``): the run goes back to ``w_{k-1}`` with ``L`` four times larger
-        (so a quarter of the step, and the prox weight and extrapolation that follow from L)
-        and restarts the acceleration there. The default L is a local curvature estimate at
-        ``w0``, which can be far too small where the curvature grows as the weights train (grids,
+        (``_smooth.GUARD_RISE``): the run goes back to ``w_{k-1}`` with ``L`` four times larger,
+        or the local curvature measured at the rejected point if that is larger (so at most a
+        quarter of the step, and the prox weight and extrapolation that follow from L), and
+        restarts the acceleration there. The default L is a local curvature estimate at ``w0``,
+        which can be far too small where the curvature grows as the weights train (grids,
         boxes). Rejected iterations' oracle calls are counted; their records say ``rejected``.
     max_passes : float
         Budget in oracle calls / n (paper counting, 2 per inner step); the last inner solve is
@@ -238,7 +239,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         rejected = guard and rose(primal, primal_new)
         if rejected:  # back to w with a larger L; the acceleration restarts there
             it -= 1
-            L *= 4.0
+            L = max(4.0 * L, estimate_lipschitz(problem, mu_k, k=k, w=w_new))
             if isinstance(learning_rate, float | int):
                 learning_rate = learning_rate / 4.0
             kappa, alpha = catalyst_start(L, lam, n, schedule, options["kappa"], options["alpha0"])

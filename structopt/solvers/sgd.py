@@ -74,9 +74,10 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         weights, or the last iterate.
     guard : bool
         Reject the steps since the last evaluation when they raised the reported primal by more
-        than 1% (``_smooth.GUARD_RISE``): the iterate goes back and ``gamma0`` is divided by 4
-        (the default ``gamma0`` comes from a local curvature estimate, far too long a step on
-        grids and boxes). Keeps one copy of the iterate; the rejected steps' oracle calls are
+        than 1% (``_smooth.GUARD_RISE``): the iterate goes back and ``gamma0`` is divided by 4,
+        or set from the local curvature at the rejected point if that asks for less (the
+        default ``gamma0`` comes from a local curvature estimate at ``w0``, far too long a step
+        on grids and boxes). Keeps one copy of the iterate; the rejected steps' oracle calls are
         counted and their records say ``rejected``.
     max_passes : float
         Stop after this many oracle calls / n (one call per step).
@@ -146,8 +147,10 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         w_report = report()
         primal_new = executor.primal(w_report)
         rejected = guard and rose(primal, primal_new)
-        if rejected:
-            iterate, gamma0 = accepted, gamma0 / 4.0
+        if rejected:  # a quarter of the step, or less if the curvature where it landed says so
+            far = iterate.dense()
+            curvature = estimate_lipschitz(problem, 1.0 if mu is None else mu, k=k, w=far)
+            iterate, gamma0 = accepted, min(gamma0 / 4.0, 1.0 / (curvature + lam))
             w_report = report()
         else:
             primal = primal_new

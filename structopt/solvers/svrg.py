@@ -146,11 +146,13 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         Start with one pass of SGD at the same step (one oracle call per step) before the first
         snapshot (:func:`~structopt.solvers._smooth.sgd_pass`).
     guard : bool
-        Reject an epoch after which the primal rose by more than 1% (``_smooth.GUARD_RISE``) and run it
-        again from its start with a quarter of the step. The default step comes from a local
-        curvature estimate at ``w0``, which can be far too small where the curvature grows as
-        the weights train (grids, boxes); the guard turns that divergence into a few repeated
-        epochs. Their oracle calls are counted, and their records say ``rejected``.
+        Reject an epoch after which the primal rose by more than 1% (``_smooth.GUARD_RISE``) and
+        run it again from its start with a quarter of the step, or with ``1/(L' + lam)`` if the
+        local curvature ``L'`` measured at the rejected point asks for less. The default step
+        comes from a local curvature estimate at ``w0``, which can be far too small where the
+        curvature grows as the weights train (grids, boxes); the guard turns that divergence
+        into a few repeated epochs. Their oracle calls are counted, and their records say
+        ``rejected``.
     max_passes : float
         Budget in oracle calls / n (paper counting: 2 per step, so 2 per epoch); the last epoch is
         shortened to meet it.
@@ -199,8 +201,8 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         monitor.pause()
         primal_new = executor.primal(w_new)
         rejected = guard and rose(primal, primal_new)
-        if rejected:
-            gamma /= 4.0
+        if rejected:  # a quarter of the step, or less if the curvature where it landed says so
+            gamma = min(gamma / 4.0, 1.0 / (estimate_lipschitz(problem, mu, k=k, w=w_new) + problem.lam))
         else:
             w, primal, epoch = w_new, primal_new, epoch + 1
         state = {"w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma, "memory": memory,
