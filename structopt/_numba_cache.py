@@ -19,7 +19,7 @@ _KEEP = 3  # cache directories of other source versions kept besides the current
 
 
 def _source_digest(package_dir: Path) -> str:
-    # only the modules that define jitted functions: editing anything else keeps the cache
+    # only the modules that mention numba (kernels, intrinsics): editing anything else keeps the cache
     h = hashlib.blake2b(digest_size=8)
     for path in sorted(package_dir.rglob("*.py")):
         source = path.read_bytes()

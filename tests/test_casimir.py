@@ -61,7 +61,7 @@ def test_lemma_21_monotone_alpha():
 
 def test_schedules_in_trace():
     p = random_chain_problem(0, lam=0.1)
-    r = casimir_svrg(p, schedule="adapt", mu=1.0, max_passes=12, random_state=0)
+    r = casimir_svrg(p, schedule="adapt", mu=1.0, max_passes=12, random_state=0, sgd_init=False)
     steps = r.trace[1:]
     kappa = steps[0]["kappa"]
     assert kappa == pytest.approx(p.lam)  # adapt: kappa = lam, q = 1/2
@@ -70,7 +70,7 @@ def test_schedules_in_trace():
         assert t["alpha"] == pytest.approx(math.sqrt(0.5))
     assert adapt_mu(2.0, 0.5, 2) == pytest.approx(2.0 * (1 - math.sqrt(0.5) / 2))
     L = 40.0
-    r = casimir_svrg(p, schedule="const", mu=0.5, L=L, max_passes=4, random_state=0)
+    r = casimir_svrg(p, schedule="const", mu=0.5, L=L, max_passes=4, random_state=0, sgd_init=False)
     kappa = const_kappa(L, p.lam, p.n)
     assert kappa == pytest.approx(L / p.n - p.lam if L / p.n > 4 * p.lam else p.lam)
     for t in r.trace[1:]:
@@ -94,8 +94,10 @@ def test_catalyst_accelerates_over_svrg_on_smoothed_problem():
     mu = 0.5
     f_mu, _ = smoothed_optimum(p, mu)
     L = estimate_lipschitz(p, mu)
-    cas = casimir_svrg(p, mu=mu, kind="entropy", L=L, max_passes=400, random_state=0)
-    plain = svrg(p, mu=mu, kind="entropy", L=L, max_passes=400, random_state=0)
+    paper = {"iterate": "average", "sgd_init": False}  # the paper's comparison
+    cas = casimir_svrg(p, mu=mu, kind="entropy", L=L, max_passes=400, random_state=0, warm_start="prox-center",
+                       **paper)
+    plain = svrg(p, mu=mu, kind="entropy", L=L, max_passes=400, random_state=0, **paper)
     gap_cas, gap_plain = smoothed_value(p, cas.w, mu) - f_mu, smoothed_value(p, plain.w, mu) - f_mu
     assert gap_cas < 1e-8 and gap_cas < 1e-3 * gap_plain
 
@@ -120,15 +122,18 @@ def test_decaying_mu_reaches_exact_optimum(make, seed, k):
     assert (r.trace[-1]["primal"] - f_star) / f_star < 1e-3
 
 
-def test_checkpoint_resume_and_determinism(tmp_path):
+@pytest.mark.parametrize(("options", "first", "total"), [
+    ({"warm_start": "extrapolation", "iterate": "average", "sgd_init": False}, 4, 10),
+    ({}, 5, 11)])  # defaults: an SGD pass, then outer iterations of 2 passes
+def test_checkpoint_resume_and_determinism(tmp_path, options, first, total):
     p = random_chain_problem(1)
-    kw = {"schedule": "const", "mu": 0.2, "warm_start": "extrapolation", "random_state": 4}
-    full = casimir_svrg(p, max_passes=10, **kw)
-    again = casimir_svrg(p, max_passes=10, **kw)
+    kw = {"schedule": "const", "mu": 0.2, "random_state": 4, **options}
+    full = casimir_svrg(p, max_passes=total, **kw)
+    again = casimir_svrg(p, max_passes=total, **kw)
     assert [t["primal"] for t in full.trace] == [t["primal"] for t in again.trace]
     ck = tmp_path / "cas.pkl"
-    casimir_svrg(p, max_passes=4, checkpoint=ck, **kw)
-    resumed = casimir_svrg(p, max_passes=10, resume=ck, **kw)
+    casimir_svrg(p, max_passes=first, checkpoint=ck, **kw)
+    resumed = casimir_svrg(p, max_passes=total, resume=ck, **kw)
     np.testing.assert_allclose(resumed.w, full.w, rtol=1e-12, atol=1e-14)
     assert [t["outer_iter"] for t in resumed.trace] == [t["outer_iter"] for t in full.trace]
 

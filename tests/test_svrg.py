@@ -136,7 +136,7 @@ def test_lazy_epoch_equals_dense_reference(kind, kappa):
 
 def test_oracle_counting_and_trace():
     p = random_chain_problem(0)
-    r = svrg(p, mu=0.1, max_passes=6, random_state=0)
+    r = svrg(p, mu=0.1, max_passes=6, random_state=0, iterate="average", sgd_init=False)
     epochs = [t["epoch"] for t in r.trace]
     assert epochs == [0, 1, 2, 3]
     for t in r.trace:
@@ -152,7 +152,8 @@ def test_converges_to_smoothed_optimum_entropy():
     p = random_chain_problem(0, lam=0.1)
     mu = 0.5
     f_mu, _ = smoothed_optimum(p, mu)
-    r = svrg(p, mu=mu, kind="entropy", learning_rate=0.3, max_passes=300, random_state=0)
+    r = svrg(p, mu=mu, kind="entropy", learning_rate=0.3, max_passes=300, random_state=0, iterate="average",
+             sgd_init=False)
     assert smoothed_value(p, r.w, mu) - f_mu < 1e-8
 
 
@@ -162,18 +163,20 @@ def test_reaches_exact_optimum(seed):
     p = random_multiclass_problem(seed, lam=3.0)
     f_star, _ = exact_primal(p)
     assert p.primal(np.zeros(p.n_params)) > f_star * 1.03  # learning matters at this tolerance
-    r = svrg(p, mu=0.01, k=4, max_passes=800, random_state=0)
+    r = svrg(p, mu=0.01, k=4, max_passes=800, random_state=0, iterate="average", sgd_init=False)
     assert (r.trace[-1]["primal"] - f_star) / f_star < 1e-3
 
 
-def test_checkpoint_resume_and_determinism(tmp_path):
+@pytest.mark.parametrize(("options", "first", "total"), [({"iterate": "average", "sgd_init": False}, 4, 8),
+                                                        ({}, 5, 9)])  # defaults: an SGD pass, then epochs of 2
+def test_checkpoint_resume_and_determinism(tmp_path, options, first, total):
     p = random_chain_problem(2)
-    full = svrg(p, mu=0.1, max_passes=8, random_state=3)
-    again = svrg(p, mu=0.1, max_passes=8, random_state=3)
+    full = svrg(p, mu=0.1, max_passes=total, random_state=3, **options)
+    again = svrg(p, mu=0.1, max_passes=total, random_state=3, **options)
     assert [t["primal"] for t in full.trace] == [t["primal"] for t in again.trace]
     ck = tmp_path / "svrg.pkl"
-    svrg(p, mu=0.1, max_passes=4, random_state=3, checkpoint=ck)
-    resumed = svrg(p, mu=0.1, max_passes=8, resume=ck)
+    svrg(p, mu=0.1, max_passes=first, random_state=3, checkpoint=ck, **options)
+    resumed = svrg(p, mu=0.1, max_passes=total, resume=ck, **options)
     np.testing.assert_allclose(resumed.w, full.w, rtol=1e-12, atol=1e-14)
     assert [t["passes"] for t in resumed.trace] == [t["passes"] for t in full.trace]
 

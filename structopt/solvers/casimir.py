@@ -56,6 +56,9 @@ from structopt.solvers.base import (
 from structopt.solvers.svrg import svrg_epoch
 
 WARM_STARTS = ("prox-center", "extrapolation", "prev-iterate")
+# (warm_start, iterate, sgd_init) when not given, per schedule: the best measured on CoNLL-2002 NER
+# (benchmarks/conll_casimir_results.md)
+SCHEDULE_DEFAULTS = {"const": ("prev-iterate", "last", True), "adapt": ("extrapolation", "average", False)}
 
 
 def catalyst_alpha(alpha_prev: float, kappa: float, kappa_next: float, lam: float) -> float:
@@ -104,13 +107,14 @@ def _learning_rate_option(name: str, value) -> None:
 
 @solver("casimir_svrg", schedule=one_of("const", "adapt"), mu=optional(positive), kind=one_of("topk", "entropy"),
         k=positive_int, L=optional(positive), kappa=optional(positive), learning_rate=_learning_rate_option,
-        mu_min=non_negative, warm_start=one_of(*WARM_STARTS), inner_steps=optional(positive_int),
-        iterate=one_of("average", "last"), sgd_init=one_of(True, False), guard=one_of(True, False))
+        mu_min=non_negative, warm_start=optional(one_of(*WARM_STARTS)), inner_steps=optional(positive_int),
+        iterate=optional(one_of("average", "last")), sgd_init=optional(one_of(True, False)),
+        guard=one_of(True, False))
 def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | None = None, kind: str = "topk",
                  k: int = 5, L: float | None = None, kappa: float | None = None,
-                 learning_rate: float | str | None = None, mu_min: float = 0.0, warm_start: str = "prox-center",
-                 alpha0: float | None = None, inner_steps: int | None = None, iterate: str = "average",
-                 sgd_init: bool = False, guard: bool = True, max_passes: float = 50, tol: float = 0.0,
+                 learning_rate: float | str | None = None, mu_min: float = 0.0, warm_start: str | None = None,
+                 alpha0: float | None = None, inner_steps: int | None = None, iterate: str | None = None,
+                 sgd_init: bool | None = None, guard: bool = True, max_passes: float = 50, tol: float = 0.0,
                  w0: np.ndarray | None = None, time_limit: float | None = None,
                  random_state: int | np.random.Generator | None = None, progress: bool = False,
                  checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
@@ -143,19 +147,22 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
     mu_min : float
         Floor of the decaying smoothing (adapt schedule; default 0, no floor). With the
         ``"theory"`` step the run then ends as accelerated SVRG on the ``mu_min``-smoothed problem.
-    warm_start : {"prox-center", "extrapolation", "prev-iterate"}
+    warm_start : {"prox-center", "extrapolation", "prev-iterate"}, optional
         Start of the inner solver: ``z_{k-1}``; ``w_{k-1} + kappa/(kappa+lam) (z_{k-1} - z_{k-2})``;
-        ``w_{k-1}``.
+        ``w_{k-1}``. Default: ``SCHEDULE_DEFAULTS`` (prev-iterate for const, extrapolation for
+        adapt, as in the paper's released NER scripts).
     alpha0 : float, optional
         Default ``sqrt(lam / (lam + kappa))``.
     inner_steps : int, optional
         Inner SVRG budget (default n, one pass).
-    iterate : {"average", "last"}
-        ``w_k`` is the mean of the inner SVRG iterates (as in the paper's released code, default)
-        or the last one.
-    sgd_init : bool
+    iterate : {"average", "last"}, optional
+        ``w_k`` is the mean of the inner SVRG iterates (as in the paper's released code) or the
+        last one. Default: last for const, average for adapt (``SCHEDULE_DEFAULTS``).
+    sgd_init : bool, optional
         Replace ``w_0`` by one pass of SGD at the step ``1/(L + lam)`` (one oracle call per step),
-        see :func:`~structopt.solvers._smooth.sgd_pass`.
+        see :func:`~structopt.solvers._smooth.sgd_pass`. Default: True for const, False for adapt.
+        These defaults are what measured best on CoNLL-2002 NER
+        (``benchmarks/conll_casimir_results.md``).
     guard : bool
         Reject an outer iteration after which the primal rose by more than 1%
         (``_smooth.GUARD_RISE``): the run goes back to ``w_{k-1}`` with ``L`` four times larger,
@@ -187,6 +194,10 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
     """
     options = dict(locals())
     refuse_tol("casimir_svrg", tol)
+    defaults = SCHEDULE_DEFAULTS[schedule]
+    warm_start = defaults[0] if warm_start is None else warm_start
+    iterate = defaults[1] if iterate is None else iterate
+    sgd_init = defaults[2] if sgd_init is None else sgd_init
     n, lam = problem.n, problem.lam
     mu = (1.0 if schedule == "const" else 2.0) if mu is None else float(mu)
     monitor = Monitor(problem, "casimir_svrg", options, label=f"casimir-{schedule}")
@@ -208,10 +219,16 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
         if sgd_init:
             monitor.restart()
-            w = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=mu, kind=kind, k=k, rng=rng, counters=counters)
+            w_sgd = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=mu, kind=kind, k=k, rng=rng, counters=counters)
             monitor.pause()
-            primal = executor.primal(w)
-            monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
+            primal_sgd = executor.primal(w_sgd)
+            if guard and rose(primal, primal_sgd):  # keep w0, take the hint about L
+                L = max(4.0 * L, estimate_lipschitz(problem, mu, k=k, w=w_sgd))
+                kappa, alpha = catalyst_start(L, lam, n, schedule, options["kappa"], options["alpha0"])
+                monitor.record(w, primal=primal, outer_iter=0, rejected=primal_sgd, **counters.record(n))
+            else:
+                w, primal = w_sgd, primal_sgd
+                monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
         w_prev, z, z_prev = w, w.copy(), w.copy()
     budget = monitor.step_budget(n)  # in paper-counted oracle calls
     q = lam / (lam + kappa)
@@ -261,4 +278,5 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
                                      "memory": memory, "schedule": schedule, "warm_start": warm_start})
 
 
-__all__ = ["WARM_STARTS", "adapt_mu", "casimir_svrg", "catalyst_alpha", "catalyst_beta", "const_kappa"]
+__all__ = ["SCHEDULE_DEFAULTS", "WARM_STARTS", "adapt_mu", "casimir_svrg", "catalyst_alpha", "catalyst_beta",
+           "const_kappa"]
