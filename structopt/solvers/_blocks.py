@@ -44,7 +44,8 @@ class BlockState:
     k: int = 0
     perm: np.ndarray | None = None  # the current pass's permutation (sampling="perm")
     # an index of m kept by fused loops (chain: the non-zeros of each transition block); rebuilt
-    # from m when None, and dropped by any other change to m and by checkpoints
+    # from m when None, and dropped by any other change to m (move_block) and by checkpoints. Code
+    # that writes m directly, or shares m between states (copy.copy), must set it to None.
     fused_index: tuple | None = None
 
     def __getstate__(self) -> dict:
