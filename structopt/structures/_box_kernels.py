@@ -75,6 +75,15 @@ def iou_loss(t, l, b, r, gold):
     return 1.0 - inter / union
 
 
+@njit(cache=True, inline="always")
+def box_value(S, t, l, b, r, gold, use_loss):
+    # score of the box from the integral image S, plus its 1 - IoU with ``gold`` if ``use_loss``
+    v = box_sum(S, t, l, b, r)
+    if use_loss:
+        v += iou_loss(t, l, b, r, gold)
+    return v
+
+
 # --------------------------------------------------------------------------- exhaustive search
 @njit(cache=True)
 def exhaustive_argmax(S, gold, use_loss):
@@ -86,9 +95,7 @@ def exhaustive_argmax(S, gold, use_loss):
         for b in range(t + 1, H + 1):
             for l in range(W):
                 for r in range(l + 1, W + 1):
-                    v = box_sum(S, t, l, b, r)
-                    if use_loss:
-                        v += iou_loss(t, l, b, r, gold)
+                    v = box_value(S, t, l, b, r, gold, use_loss)
                     if v > best:
                         best = v
                         arg[0], arg[1], arg[2], arg[3] = t, l, b, r
@@ -107,9 +114,7 @@ def all_values(S, gold, use_loss):
         for b in range(t + 1, H + 1):
             for l in range(W):
                 for r in range(l + 1, W + 1):
-                    v = box_sum(S, t, l, b, r)
-                    if use_loss:
-                        v += iou_loss(t, l, b, r, gold)
+                    v = box_value(S, t, l, b, r, gold, use_loss)
                     boxes[n, 0], boxes[n, 1], boxes[n, 2], boxes[n, 3] = t, l, b, r
                     values[n] = v
                     n += 1
@@ -122,10 +127,7 @@ def _set_bound(P, N, S, s, gold, use_loss):
     # Upper bound of score (+ loss) over box set s; exact on singletons.
     t0, t1, b0, b1, l0, l1, r0, r1 = s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]
     if t0 == t1 and b0 == b1 and l0 == l1 and r0 == r1:
-        v = box_sum(S, t0, l0, b0, r0)
-        if use_loss:
-            v += iou_loss(t0, l0, b0, r0, gold)
-        return v
+        return box_value(S, t0, l0, b0, r0, gold, use_loss)
     # every box of the set lies inside the largest one and contains the smallest one (if any):
     # positive cells of the largest plus negative cells of the smallest bound the score
     v = box_sum(P, t0, l0, b1, r1)
@@ -285,10 +287,7 @@ def gibbs(cells, gold, use_loss, inv_temp):
         for b in range(t + 1, H + 1):
             for l in range(W):
                 for r in range(l + 1, W + 1):
-                    v = box_sum(S, t, l, b, r)
-                    if use_loss:
-                        v += iou_loss(t, l, b, r, gold)
-                    top = max(top, inv_temp * v)
+                    top = max(top, inv_temp * box_value(S, t, l, b, r, gold, use_loss))
     corners = np.zeros((H + 1, W + 1))
     z = 0.0
     loss_sum = 0.0
@@ -308,12 +307,7 @@ def gibbs(cells, gold, use_loss, inv_temp):
                     corners[t, r] -= p
                     corners[b, l] -= p
                     corners[b, r] += p
-    marg = np.empty((H, W))
-    for i in range(H):
-        row = 0.0
-        for j in range(W):
-            row += corners[i, j]
-            marg[i, j] = (marg[i - 1, j] if i > 0 else 0.0) + row
+    marg = _accumulate_corners(corners, H, W)
     for i in range(H):
         for j in range(W):
             marg[i, j] = min(max(marg[i, j] / z, 0.0), 1.0)  # clip cancellation noise of the prefix sums
@@ -331,6 +325,12 @@ def spread(boxes, weights, H, W):
         corners[t, r] -= p
         corners[b, l] -= p
         corners[b, r] += p
+    return _accumulate_corners(corners, H, W)
+
+
+@njit(cache=True)
+def _accumulate_corners(corners, H, W):
+    # (H, W) 2-D prefix sums of the (H+1, W+1) corner differences: the cell-wise sum of the boxes
     out = np.empty((H, W))
     for i in range(H):
         row = 0.0
