@@ -43,6 +43,15 @@ def rose(before: float, after: float) -> bool:
     return not np.isfinite(after) or after > before + GUARD_RISE * abs(before)
 
 
+def backoff(before: float, after: float) -> float:
+    """How many times shorter the next step is after a rejected one: at least 4, and
+    ``sqrt(after / before)`` when the rise was larger (on a quadratic, a step ``c`` times too long
+    multiplies the error by about ``c`` and the objective by ``c^2``), at most ``1e4``."""
+    if not np.isfinite(after) or before <= 0.0:
+        return 1e4
+    return float(min(max(4.0, np.sqrt(after / before)), 1e4))
+
+
 def check_kind(kind: str, k: int) -> None:
     if kind not in ("topk", "entropy"):
         raise InvalidInputError(f"unknown smoothing kind {kind!r}; use 'topk' or 'entropy'")

@@ -39,7 +39,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
-from structopt.solvers._smooth import Counters, estimate_lipschitz, rose, sgd_pass
+from structopt.solvers._smooth import Counters, backoff, estimate_lipschitz, rose, sgd_pass
 from structopt.solvers.base import (
     Monitor,
     Result,
@@ -165,12 +165,13 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         (``benchmarks/conll_casimir_results.md``).
     guard : bool
         Reject an outer iteration after which the primal rose by more than 1%
-        (``_smooth.GUARD_RISE``): the run goes back to ``w_{k-1}`` with ``L`` four times larger,
-        or the local curvature measured at the rejected point if that is larger (so at most a
-        quarter of the step, and the prox weight and extrapolation that follow from L), and
-        restarts the acceleration there. The default L is a local curvature estimate at ``w0``,
-        which can be far too small where the curvature grows as the weights train (grids,
-        boxes). Rejected iterations' oracle calls are counted; their records say ``rejected``.
+        (``_smooth.GUARD_RISE``): the run goes back to ``w_{k-1}`` with ``L`` at least four times
+        larger (``_smooth.backoff``: more after a large rise), or the local curvature measured at
+        the rejected point if that is larger, with the prox weight and extrapolation that follow
+        from L, and restarts the acceleration there. The default L is a local curvature estimate
+        at ``w0``, which can be far too small where the curvature grows as the weights train
+        (grids, boxes). Rejected iterations' oracle calls are counted; their records say
+        ``rejected``.
     max_passes : float
         Budget in oracle calls / n (paper counting, 2 per inner step); the last inner solve is
         shortened to meet it.
@@ -223,7 +224,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
             monitor.pause()
             primal_sgd = executor.primal(w_sgd)
             if guard and rose(primal, primal_sgd):  # keep w0, take the hint about L
-                L = max(4.0 * L, estimate_lipschitz(problem, mu, k=k, w=w_sgd))
+                L = max(backoff(primal, primal_sgd) * L, estimate_lipschitz(problem, mu, k=k, w=w_sgd))
                 kappa, alpha = catalyst_start(L, lam, n, schedule, options["kappa"], options["alpha0"])
                 monitor.record(w, primal=primal, outer_iter=0, rejected=primal_sgd, **counters.record(n))
             else:
@@ -256,9 +257,10 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         rejected = guard and rose(primal, primal_new)
         if rejected:  # back to w with a larger L; the acceleration restarts there
             it -= 1
-            L = max(4.0 * L, estimate_lipschitz(problem, mu_k, k=k, w=w_new))
+            factor = backoff(primal, primal_new)
+            L = max(factor * L, estimate_lipschitz(problem, mu_k, k=k, w=w_new))
             if isinstance(learning_rate, float | int):
-                learning_rate = learning_rate / 4.0
+                learning_rate = learning_rate / factor
             kappa, alpha = catalyst_start(L, lam, n, schedule, options["kappa"], options["alpha0"])
             q = lam / (lam + kappa)
             z, z_prev, beta = w.copy(), w.copy(), 0.0
