@@ -52,6 +52,21 @@ def backoff(before: float, after: float) -> float:
     return float(min(max(4.0, np.sqrt(after / before)), 1e4))
 
 
+def larger_smoothness(problem: SSVMProblem, L: float, before: float, after: float, w_far: np.ndarray,
+                      mu: float, k: int) -> float:
+    """The smoothness estimate after a rejected step (primal ``before`` -> ``after``, landing at
+    ``w_far``): at least ``backoff(before, after) * L`` and the local curvature at ``w_far``."""
+    return max(backoff(before, after) * L, estimate_lipschitz(problem, mu, k=k, w=w_far))
+
+
+def shortened_step(problem: SSVMProblem, gamma: float, before: float, after: float, w_far: np.ndarray,
+                   mu: float, k: int) -> float:
+    """The step after a rejected one: :func:`larger_smoothness` applied to the ``L`` of ``gamma =
+    1/(L + lam)``, i.e. at most ``gamma / backoff`` and ``1/(L' + lam)``."""
+    L = 1.0 / gamma - problem.lam
+    return 1.0 / (larger_smoothness(problem, max(L, 0.0), before, after, w_far, mu, k) + problem.lam)
+
+
 def check_kind(kind: str, k: int) -> None:
     if kind not in ("topk", "entropy"):
         raise InvalidInputError(f"unknown smoothing kind {kind!r}; use 'topk' or 'entropy'")

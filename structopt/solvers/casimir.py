@@ -39,7 +39,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
-from structopt.solvers._smooth import Counters, backoff, estimate_lipschitz, rose, sgd_pass
+from structopt.solvers._smooth import Counters, backoff, estimate_lipschitz, larger_smoothness, rose, sgd_pass
 from structopt.solvers.base import (
     Monitor,
     Result,
@@ -224,7 +224,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
             monitor.pause()
             primal_sgd = executor.primal(w_sgd)
             if guard and rose(primal, primal_sgd):  # keep w0, take the hint about L
-                L = max(backoff(primal, primal_sgd) * L, estimate_lipschitz(problem, mu, k=k, w=w_sgd))
+                L = larger_smoothness(problem, L, primal, primal_sgd, w_sgd, mu, k)
                 kappa, alpha = catalyst_start(L, lam, n, schedule, options["kappa"], options["alpha0"])
                 monitor.record(w, primal=primal, outer_iter=0, rejected=primal_sgd, **counters.record(n))
             else:
@@ -257,10 +257,9 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         rejected = guard and rose(primal, primal_new)
         if rejected:  # back to w with a larger L; the acceleration restarts there
             it -= 1
-            factor = backoff(primal, primal_new)
-            L = max(factor * L, estimate_lipschitz(problem, mu_k, k=k, w=w_new))
             if isinstance(learning_rate, float | int):
-                learning_rate = learning_rate / factor
+                learning_rate = learning_rate / backoff(primal, primal_new)
+            L = larger_smoothness(problem, L, primal, primal_new, w_new, mu_k, k)
             kappa, alpha = catalyst_start(L, lam, n, schedule, options["kappa"], options["alpha0"])
             q = lam / (lam + kappa)
             z, z_prev, beta = w.copy(), w.copy(), 0.0

@@ -20,7 +20,7 @@ import numpy as np
 
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
-from structopt.solvers._smooth import Counters, backoff, estimate_lipschitz, rose
+from structopt.solvers._smooth import Counters, estimate_lipschitz, rose, shortened_step
 from structopt.solvers.base import (
     Monitor,
     Result,
@@ -74,11 +74,12 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         weights, or the last iterate.
     guard : bool
         Reject the steps since the last evaluation when they raised the reported primal by more
-        than 1% (``_smooth.GUARD_RISE``): the iterate goes back and ``gamma0`` is divided by at
-        least 4 (``_smooth.backoff``), or set from the local curvature at the rejected point if that asks for less (the
-        default ``gamma0`` comes from a local curvature estimate at ``w0``, far too long a step
-        on grids and boxes). Keeps one copy of the iterate; the rejected steps' oracle calls are
-        counted and their records say ``rejected``.
+        than 1% (``_smooth.GUARD_RISE``): the iterate goes back and ``gamma0`` shrinks
+        (``_smooth.shortened_step``: at least 4 times, more after a large rise or where the
+        curvature at the rejected point asks for it). The default ``gamma0`` comes from a local
+        curvature estimate at ``w0``, far too long a step on grids and boxes. Keeps one copy of
+        the iterate; the rejected steps' oracle calls are counted and their records say
+        ``rejected``.
     max_passes : float
         Stop after this many oracle calls / n (one call per step).
     eval_every : float
@@ -147,10 +148,9 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         w_report = report()
         primal_new = executor.primal(w_report)
         rejected = guard and rose(primal, primal_new)
-        if rejected:  # a shorter step, shorter still if the curvature where it landed says so
-            far = iterate.dense()
-            curvature = estimate_lipschitz(problem, 1.0 if mu is None else mu, k=k, w=far)
-            iterate, gamma0 = accepted, min(gamma0 / backoff(primal, primal_new), 1.0 / (curvature + lam))
+        if rejected:
+            gamma0 = shortened_step(problem, gamma0, primal, primal_new, iterate.dense(), 1.0 if mu is None else mu, k)
+            iterate = accepted
             w_report = report()
         else:
             primal = primal_new

@@ -28,11 +28,11 @@ from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
 from structopt.solvers._smooth import (
     Counters,
-    backoff,
     check_iterate,
     estimate_lipschitz,
     rose,
     sgd_pass,
+    shortened_step,
     stats_nbytes,
     subtract,
 )
@@ -149,13 +149,12 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         snapshot (:func:`~structopt.solvers._smooth.sgd_pass`); default True, as measured there.
     guard : bool
         Reject an epoch after which the primal rose by more than 1% (``_smooth.GUARD_RISE``) and
-        run it again from its start with a step at least 4 times shorter (``_smooth.backoff``:
-        more after a large rise), or ``1/(L' + lam)`` if the local curvature ``L'`` measured at
-        the rejected point asks for less. The default step
-        comes from a local curvature estimate at ``w0``, which can be far too small where the
-        curvature grows as the weights train (grids, boxes); the guard turns that divergence
-        into a few repeated epochs. Their oracle calls are counted, and their records say
-        ``rejected``.
+        run it again from its start with a shorter step (``_smooth.shortened_step``: at least 4
+        times shorter, more after a large rise or where the curvature at the rejected point asks
+        for it). The default step comes from a local curvature estimate at ``w0``, which can be
+        far too small where the curvature grows as the weights train (grids, boxes); the guard
+        turns that divergence into a few repeated epochs. Their oracle calls are counted, and
+        their records say ``rejected``.
     max_passes : float
         Budget in oracle calls / n (paper counting: 2 per step, so 2 per epoch); the last epoch is
         shortened to meet it.
@@ -204,9 +203,8 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         monitor.pause()
         primal_new = executor.primal(w_new)
         rejected = guard and rose(primal, primal_new)
-        if rejected:  # a shorter step, shorter still if the curvature where it landed says so
-            gamma = min(gamma / backoff(primal, primal_new),
-                        1.0 / (estimate_lipschitz(problem, mu, k=k, w=w_new) + problem.lam))
+        if rejected:
+            gamma = shortened_step(problem, gamma, primal, primal_new, w_new, mu, k)
         else:
             w, primal, epoch = w_new, primal_new, epoch + 1
         state = {"w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma, "memory": memory,
