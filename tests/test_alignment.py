@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from _shared_data import SHARED_DATA, needs_data
 
 from structopt.problems.alignment import (
     FEATURE_NAMES,
@@ -21,7 +20,8 @@ from structopt.problems.alignment import (
 )
 from structopt.structures.matching import BipartiteMatching
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "hansards"
+DATA = SHARED_DATA / "hansards"
+pytestmark = needs_data("hansards")
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _shared_data import needs_data
 
 from structopt.cli import main
 
@@ -15,6 +16,7 @@ def _run(tmp_path, capsys, *args):
     return json.loads((out / "trace.json").read_text()), capsys.readouterr().out.strip().splitlines()[-1]
 
 
+@needs_data("hansards")
 def test_alignment_task(tmp_path, capsys):
     summary, closing = _run(tmp_path, capsys, "alignment", "--passes", "3")
     assert "heldout aer" in closing

@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _shared_data import SHARED_DATA, needs_data
 
 from structopt import ChainModel, Hamming, InvalidInputError, SSVMProblem
 from structopt.problems import conll
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DATA = SHARED_DATA
 
 
 # ------------------------------------------------------------------------------------------
@@ -314,6 +315,8 @@ def test_unseen_test_tags(tmp_path):
     ("conll2002/esp.testb", 1517, None),
 ])
 def test_real_file_sizes(name, sentences, tokens):
+    if not (DATA / name).is_file():
+        pytest.skip(f"{name} not in {DATA}")
     c = conll.read_conll(DATA / name)
     assert c.n_sentences == sentences and c.lengths.min() >= 1
     if tokens is not None:
@@ -323,6 +326,8 @@ def test_real_file_sizes(name, sentences, tokens):
 
 @pytest.fixture(scope="module")
 def chunking():
+    if not (DATA / "conll2000").is_dir():
+        pytest.skip(f"conll2000 data not in {DATA}")
     return conll.load_conll2000(DATA / "conll2000")
 
 
@@ -375,6 +380,7 @@ def test_per_token_linear_classifier_learns(chunking):
     ("esp", {"train": (8323, 264715), "dev": (1915, 52923), "test": (1517, 51533)}),
     ("ned", {"train": (15806, 202644), "dev": (2895, 37687), "test": (5195, 68875)}),
 ])
+@needs_data("conll2002")
 def test_conll2002_loaded(language, sizes):
     data = conll.load_conll2002(DATA / "conll2002", language=language)
     for split, (n_sent, n_tok) in sizes.items():
