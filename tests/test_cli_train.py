@@ -7,6 +7,7 @@ import json
 import pytest
 from _shared_data import needs_data
 
+from structopt import cli
 from structopt.cli import main
 
 
@@ -34,3 +35,13 @@ def test_lam_zero_means_one_over_n_and_other_solvers_run(tmp_path, capsys):
 def test_conll_task(tmp_path, capsys):
     summary, closing = _run(tmp_path, capsys, "conll", "--passes", "1", "--n-train", "2000")
     assert "test chunk f1" in closing and summary["test_chunk_f1"] > 0.8
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["ocr"], 0.01), (["horses"], 0.001), (["localization"], 0.1),
+    (["localization", "--dataset", "raccoon"], 0.001), (["localization", "--lam", "0.5"], 0.5),
+    (["localization", "--lam", "0"], 1 / 40)])
+def test_default_lam_is_the_tasks_own(argv, expected):
+    args = cli.build_parser().parse_args(["train", *argv])
+    task = argv[0] if argv[0] != "localization" else f"localization {args.dataset}"
+    assert cli._lam(args, 40, task) == pytest.approx(expected)
