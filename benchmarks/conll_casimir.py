@@ -26,7 +26,9 @@ Three parts, each optional (``--parts``, default ``ner``):
     defaults: ``svrg``, ``casimir-const`` and ``casimir-adapt`` are the paper's variant (epoch
     output = average of the inner iterates, no SGD pass first, passed explicitly whatever the
     solver defaults are); a suffix ``+last`` takes the last inner iterate, ``+sgdinit`` runs one
-    SGD pass before the first snapshot (e.g. ``svrg+last+sgdinit``). ``--iterate average last`` and
+    SGD pass before the first snapshot (e.g. ``svrg+last+sgdinit``), ``+guard`` turns on the
+    solvers' divergence guard (rejected epochs re-run with a shorter step; off otherwise, as in the
+    paper). ``--iterate average last`` and
     ``--sgd-init no yes`` expand every SVRG-type method into these variants.
 
     Each (language, method, smoothing, c, seed) is one run. Its finished trace goes to its own
@@ -74,6 +76,23 @@ Usage::
     python benchmarks/conll_casimir.py --languages esp ned --seeds 0 1 2          # NER runs (resumable)
     python benchmarks/conll_casimir.py --report                                    # tables and figures
     python benchmarks/conll_casimir.py --parts chunk accept                        # the chunking parts
+
+The recorded runs (``records/``), in the order they were run; each command skips finished runs and
+resumes interrupted ones, and two processes may share one command line::
+
+    M7="sgd bcfw-wavg svrg svrg+last+sgdinit casimir-const casimir-const+last+sgdinit casimir-adapt"
+    # 1. every method and variant at c = 0.01, seeds 0-1 (+ adapt+last+sgdinit, + bcfw seed 2 on esp)
+    python benchmarks/conll_casimir.py --cs 0.01 --seeds 0 1 --methods $M7 casimir-adapt+last+sgdinit
+    # 2. entropy smoothing, the default Casimir variant
+    python benchmarks/conll_casimir.py --cs 0.01 --seeds 0 1 --methods casimir-const+last+sgdinit --smoothing entropy
+    # 3. the rest of the paper's lambda grid, seed 0
+    python benchmarks/conll_casimir.py --cs 1 10 0.1 --seeds 0 --methods $M7
+    # 4. L grid of Casimir-const around the local estimate (54), Spanish, 30 passes
+    for L in 13.5 27 108 216; do python benchmarks/conll_casimir.py --languages esp --passes 30 \
+        --methods casimir-const+last+sgdinit casimir-const --L $L --out benchmarks/results/lgrid/L$L; done
+    # then: cp benchmarks/results/conll_casimir/*.json benchmarks/records/conll_casimir/
+    #       python benchmarks/conll_casimir.py --report --out benchmarks/records
+    # not run yet (the paper's full protocol): --seeds 2 ... 9 at every c (~31 CPU-hours in all)
 """
 
 from __future__ import annotations
@@ -129,10 +148,12 @@ class Method:
     base: str
     iterate: str = "average"
     sgd_init: bool = False
+    guard: bool = False
 
     @property
     def name(self) -> str:
-        return self.base + ("+last" if self.iterate == "last" else "") + ("+sgdinit" if self.sgd_init else "")
+        return (self.base + ("+last" if self.iterate == "last" else "") + ("+sgdinit" if self.sgd_init else "")
+                + ("+guard" if self.guard else ""))
 
     @property
     def smooth(self) -> bool:
@@ -140,16 +161,16 @@ class Method:
 
 
 def parse_method(name: str) -> Method:
-    """``svrg``, ``svrg+last``, ``casimir-const+sgdinit``, ``casimir-adapt+last+sgdinit``, ``sgd``, ..."""
+    """``svrg``, ``svrg+last``, ``casimir-const+sgdinit``, ``casimir-adapt+last+sgdinit+guard``, ``sgd``, ..."""
     base, *suffixes = name.split("+")
     if base not in BASE_METHODS:
         raise ValueError(f"unknown method {name!r}: the base must be one of {', '.join(BASE_METHODS)}")
-    unknown = set(suffixes) - {"last", "sgdinit"}
+    unknown = set(suffixes) - {"last", "sgdinit", "guard"}
     if unknown or len(set(suffixes)) != len(suffixes):
-        raise ValueError(f"method {name!r}: suffixes are +last and +sgdinit, each at most once")
+        raise ValueError(f"method {name!r}: suffixes are +last, +sgdinit and +guard, each at most once")
     if suffixes and base not in SMOOTH_METHODS:
-        raise ValueError(f"method {name!r}: +last/+sgdinit apply to {', '.join(SMOOTH_METHODS)} only")
-    return Method(base, "last" if "last" in suffixes else "average", "sgdinit" in suffixes)
+        raise ValueError(f"method {name!r}: +last/+sgdinit/+guard apply to {', '.join(SMOOTH_METHODS)} only")
+    return Method(base, "last" if "last" in suffixes else "average", "sgdinit" in suffixes, "guard" in suffixes)
 
 
 def expand_methods(names: list[str], iterates: list[str], sgd_inits: list[str]) -> list[Method]:
@@ -212,6 +233,8 @@ def run_config(spec: RunSpec, args) -> dict:
     else:
         kind = "entropy" if spec.smoothing == "entropy" else "topk"
         cfg |= {"kind": kind, "k": args.k, "iterate": m.iterate, "sgd_init": m.sgd_init}
+        if m.guard:  # only when on, so that the runs recorded before the suffix keep their config
+            cfg["guard"] = True
         if m.base == "svrg":
             cfg |= {"mu": args.mu, "L": args.L}
         elif m.base == "casimir-const":
@@ -236,9 +259,9 @@ def run_solver(spec: RunSpec, cfg: dict, problem: SSVMProblem, passes: float, ca
                    guard=False, **common)
     if base == "bcfw-wavg":
         return bcfw(problem, averaging="weighted", line_search=True, eval_every=cfg["eval_every"], **common)
-    # guard=False: the paper's algorithms as published (no rejected epochs)
+    # without +guard: the paper's algorithms as published (no rejected epochs)
     smooth = {"mu": cfg["mu"], "kind": cfg["kind"], "k": cfg["k"], "iterate": cfg["iterate"],
-              "sgd_init": cfg["sgd_init"], "guard": False}
+              "sgd_init": cfg["sgd_init"], "guard": cfg.get("guard", False)}
     if base == "svrg":
         return svrg(problem, L=cfg["L"], **smooth, **common)
     if base == "casimir-const":
@@ -455,7 +478,7 @@ def group_runs(runs: list[dict]) -> dict:
 
 def _method_order(name: str) -> tuple:
     m = parse_method(name)
-    return BASE_METHODS.index(m.base), m.iterate != "average", m.sgd_init
+    return BASE_METHODS.index(m.base), m.iterate != "average", m.sgd_init, m.guard
 
 
 def _fmt(values: list[float], digits: int) -> str:
@@ -610,7 +633,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--languages", nargs="+", default=["esp", "ned"], choices=["esp", "ned"])
     ap.add_argument("--methods", nargs="+", default=list(BASE_METHODS),
                     help="base names (sgd bcfw-wavg svrg casimir-const casimir-adapt), SVRG-type ones with "
-                         "optional +last / +sgdinit suffixes")
+                         "optional +last / +sgdinit / +guard suffixes")
     ap.add_argument("--iterate", nargs="+", default=["average"], choices=["average", "last"],
                     help="epoch outputs every suffix-free SVRG-type method is run with")
     ap.add_argument("--sgd-init", nargs="+", default=["no"], choices=["no", "yes"],

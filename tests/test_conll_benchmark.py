@@ -62,11 +62,20 @@ def test_method_names(bench):
     m = bench.parse_method("casimir-adapt+last+sgdinit")
     assert (m.base, m.iterate, m.sgd_init, m.name) == ("casimir-adapt", "last", True, "casimir-adapt+last+sgdinit")
     assert bench.parse_method("svrg") == bench.Method("svrg", "average", False)
-    for bad in ("svrgx", "sgd+last", "svrg+last+last", "svrg+foo"):
+    m = bench.parse_method("svrg+sgdinit+guard")
+    assert (m.iterate, m.sgd_init, m.guard, m.name) == ("average", True, True, "svrg+sgdinit+guard")
+    for bad in ("svrgx", "sgd+last", "sgd+guard", "svrg+last+last", "svrg+foo"):
         with pytest.raises(ValueError):
             bench.parse_method(bad)
     names = [m.name for m in bench.expand_methods(["sgd", "svrg", "svrg+last"], ["average", "last"], ["no", "yes"])]
     assert names == ["sgd", "svrg", "svrg+sgdinit", "svrg+last", "svrg+last+sgdinit"]
+
+
+def test_guard_suffix_in_config_only_when_on(bench, data_dir, tmp_path):
+    args = bench.parse_args(argv(data_dir, tmp_path, "--methods", "svrg+last", "svrg+last+guard"))
+    plain, guarded = (bench.run_config(spec, args) for spec in bench.plan(args))
+    assert "guard" not in plain  # runs recorded before the suffix keep their config hash
+    assert guarded["guard"] is True and guarded["method"] == "svrg+last+guard"
 
 
 def test_runs_skip_conflict_lock_and_report(bench, data_dir, tmp_path, capsys):
