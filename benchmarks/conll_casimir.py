@@ -1,8 +1,9 @@
 """Casimir-SVRG and baselines on CoNLL NER (Pillutla et al. §7, Fig. 2) and chunking (BCFW paper Fig. 1(d)).
 
-Measured results (seeds 0-1 of every method on Spanish and Dutch at c = 0.01, 100 passes), the
-ordering at 10/50/100 passes and the solver defaults they decided: ``conll_casimir_results.md``
-beside this file; the traces behind them are in ``records/conll_casimir/``.
+Measured results (every method on Spanish and Dutch over the paper's lambda grid, 100 passes, seeds
+0-1 at c = 0.01 and for the main methods at the other c), the ordering at 10/50/100 passes and the
+solver defaults they decided: ``conll_casimir_results.md`` beside this file; the traces behind
+them are in ``records/conll_casimir/``.
 
 Three parts, each optional (``--parts``, default ``ner``):
 
@@ -61,9 +62,6 @@ Three parts, each optional (``--parts``, default ``ner``):
     languages, 100 passes: ~47 CPU min; the paper's protocol (5 methods x 4 c x 10 seeds x 2
     languages) ~31 CPU h; the nine variants at c = 0.01 add ~1.8 CPU h per seed.
 
-    Reduced run measured before this protocol (2,000 training / 500 test sentences of esp, seed 0,
-    F at <= 9 passes; paper variant / last+sgd-init): SGD 0.25-0.44, BCFW-wavg 0.66-0.70; SVRG
-    1.85-2.06 / 0.42-0.60; Casimir-const 2.34-2.40 / 0.41-0.58; Casimir-adapt 6.1-8.6 / 0.93-1.95.
 ``chunk``
     BCFW (weighted averaging, line search) on CoNLL-2000 chunking, ``lam = 1/n``: test F1 and wall
     time per pass.
@@ -83,16 +81,28 @@ resumes interrupted ones, and two processes may share one command line::
     M7="sgd bcfw-wavg svrg svrg+last+sgdinit casimir-const casimir-const+last+sgdinit casimir-adapt"
     # 1. every method and variant at c = 0.01, seeds 0-1 (+ adapt+last+sgdinit, + bcfw seed 2 on esp)
     python benchmarks/conll_casimir.py --cs 0.01 --seeds 0 1 --methods $M7 casimir-adapt+last+sgdinit
-    # 2. entropy smoothing, the default Casimir variant
+    # 2. entropy smoothing (of the +last+sgdinit Casimir variant)
     python benchmarks/conll_casimir.py --cs 0.01 --seeds 0 1 --methods casimir-const+last+sgdinit --smoothing entropy
     # 3. the rest of the paper's lambda grid, seed 0
     python benchmarks/conll_casimir.py --cs 1 10 0.1 --seeds 0 --methods $M7
     # 4. L grid of Casimir-const around the local estimate (54), Spanish, 30 passes
     for L in 13.5 27 108 216; do python benchmarks/conll_casimir.py --languages esp --passes 30 \
         --methods casimir-const+last+sgdinit casimir-const --L $L --out benchmarks/results/lgrid/L$L; done
+    # 5. epoch output and SGD start apart (50 passes), then the averaged output with an SGD start
+    #    over the grid, the divergence guard on, and a second seed of the main methods
+    python benchmarks/conll_casimir.py --cs 10 --passes 50 --methods svrg+sgdinit svrg+last \
+        casimir-const+sgdinit casimir-const+last
+    python benchmarks/conll_casimir.py --cs 0.01 --passes 50 --methods svrg+sgdinit casimir-const+sgdinit
+    python benchmarks/conll_casimir.py --cs 1 0.1 --methods svrg+sgdinit casimir-const+sgdinit
+    python benchmarks/conll_casimir.py --cs 0.01 10 --methods svrg+last+sgdinit+guard svrg+sgdinit+guard \
+        casimir-const+last+sgdinit+guard casimir-const+sgdinit+guard
+    python benchmarks/conll_casimir.py --cs 1 10 0.1 --seeds 1 --methods sgd bcfw-wavg svrg+sgdinit \
+        casimir-const+sgdinit
+    python benchmarks/conll_casimir.py --cs 0.01 10 --seeds 1 --methods svrg+sgdinit+guard casimir-const+sgdinit+guard
     # then: cp benchmarks/results/conll_casimir/*.json benchmarks/records/conll_casimir/
+    #       cp -r benchmarks/results/lgrid benchmarks/records/conll_casimir_lgrid
     #       python benchmarks/conll_casimir.py --report --out benchmarks/records
-    # not run yet (the paper's full protocol): --seeds 2 ... 9 at every c (~31 CPU-hours in all)
+    # not run (the paper's full protocol): seeds 2 ... 9 of every method at every c (~31 CPU-hours)
 """
 
 from __future__ import annotations
