@@ -12,7 +12,11 @@ block gaps, each >= 0) and curvature ``||sum_{i in B} A_i^T d_i||^2 / (lam n^2)`
 line search ``gamma = clip(g_B / curvature, 0, 1)`` never decreases the dual: the state stays a
 feasible dual point and the gap of :func:`~structopt.solvers.bcfw.bcfw` stays a certified bound.
 Without line search the step is the paper's ``2 n tau / (tau^2 K + 2 n)`` with ``K = k / tau``
-for ``k`` oracle calls so far (the number of batches when every batch is full).
+for ``k`` oracle calls so far (the number of batches when every batch is full), clipped to 1: the
+paper's rule starts at ``tau`` and exceeds 1 for the first ``2 n (1 - 1/tau)`` calls, where it
+would carry the batch's blocks out of their simplices (an infeasible dual, so a "gap" that no
+longer bounds the sub-optimality). Its analysis takes the step in ``[0, 1]`` (the set curvature
+is defined over convex combinations), and a step of 1 on a batch is still a Frank-Wolfe step.
 
 Effect of tau per oracle call (``benchmarks/minibatch_bcfw.py``, lam = 0.01, weighted average,
 gap after 10 passes for tau = 1, 4, 16, 64, 256): OCR, 6,251 words: 0.125, 0.153, 0.197, 0.314,
@@ -84,7 +88,7 @@ class MiniBatchUpdater:
             gamma = gamma_line_search(slope, float(adjoint @ adjoint) / (lam * n * n))
         else:
             tau = self.batch_size
-            gamma = 2.0 * n * tau / (tau * tau * (st.k / tau) + 2.0 * n)
+            gamma = min(1.0, 2.0 * n * tau / (tau * tau * (st.k / tau) + 2.0 * n))  # a convex combination
         st.k += len(batch)
         if gamma == 0.0:
             return

@@ -25,7 +25,7 @@ from structopt.fused import select_fused
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
 from structopt.solvers._minibatch import MiniBatchUpdater
-from structopt.solvers.base import Monitor, Result, make_rng, one_of, positive_int, refuse_tol, solver
+from structopt.solvers.base import Monitor, Result, make_rng, one_of, optional, positive_int, refuse_tol, solver
 
 
 def _evaluate(problem: SSVMProblem, executor, w_hat: np.ndarray, ell: float) -> tuple[np.ndarray, dict[str, float]]:
@@ -53,7 +53,7 @@ def _permutation_steps(state: BlockState, rng: np.random.Generator, count: int) 
 
 
 @solver("bcfw", averaging=one_of("weighted", "none"), sampling=one_of("perm", "uniform"),
-        line_search=one_of(True, False), batch_size=positive_int)
+        line_search=one_of(True, False), batch_size=positive_int, fused=optional(one_of(True, False)))
 def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = True, averaging: str = "weighted",
          sampling: str = "perm", batch_size: int = 1, eval_every: float = 1, tol: float = 0.0,
          time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
@@ -70,7 +70,8 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
     max_passes : float
         Effective passes: exactly ``ceil(max_passes * n)`` block steps.
     line_search : bool
-        Exact line search (default); otherwise the fixed step ``2n / (k + 2n)``.
+        Exact line search (default); otherwise the fixed step ``2n / (k + 2n)`` (with mini-batches
+        the paper's ``2n tau / (tau k + 2n)``, clipped to 1).
     averaging : {"weighted", "none"}
         Report and return the weighted average ``w_bar`` (with the matching ``l_bar``), or the
         last iterate.
@@ -142,7 +143,7 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
                                                    "state": state})
 
 
-@solver("frank_wolfe", line_search=one_of(True, False))
+@solver("frank_wolfe", line_search=one_of(True, False), fused=optional(one_of(True, False)))
 def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = True, tol: float = 0.0,
                 time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
                 progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
@@ -204,7 +205,7 @@ def _ssg_steps_python(problem: SSVMProblem, order: np.ndarray, w: np.ndarray, w_
     return k
 
 
-@solver("ssg", averaging=one_of("weighted", "none"))
+@solver("ssg", averaging=one_of("weighted", "none"), fused=optional(one_of(True, False)))
 def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: str = "none", eval_every: float = 1,
         tol: float = 0.0, time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
         progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
