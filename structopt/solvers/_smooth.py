@@ -80,26 +80,28 @@ def check_iterate(iterate: str) -> None:
 
 
 def sgd_pass(problem: SSVMProblem, w: np.ndarray, *, gamma: float, mu: float, kind: str, k: int,
-             rng: np.random.Generator, counters: Counters) -> np.ndarray:
+             rng: np.random.Generator, counters: Counters, n_steps: int | None = None) -> np.ndarray:
     """One pass of constant-step SGD on the smoothed objective (n uniform draws); the last iterate.
 
     Used to initialise SVRG-type methods: far from the optimum the snapshot correction
     ``grad f_i(w~) - g~`` of SVRG is as noisy as the gradient itself (the smoothed hinges are
     nearly piecewise linear at the scale of an epoch), so an SVRG epoch costs two oracle calls per
     step for the progress of one SGD step. Johnson & Zhang (2013) likewise start SVRG from SGD.
-    Counted as one oracle call per step.
+    Counted as one oracle call per step. ``n_steps`` (default n) shortens the pass to what is left
+    of a budget; the draws are then a prefix of the full pass's.
     """
     from structopt.solvers._lazy import LazyIterate
 
+    n_steps = problem.n if n_steps is None else int(n_steps)
     it = LazyIterate(problem.model, w)
     rho = 1.0 - gamma * problem.lam
-    for i in rng.integers(0, problem.n, size=problem.n):
+    for i in rng.integers(0, problem.n, size=n_steps):
         x = problem.X[i]
         it.step(rho, gamma, x, problem.smooth_stats(int(i), it.potentials(x), mu, kind, k).diff,
                 nonnegative=problem.nonnegative_indices)
-    counters.steps += problem.n
-    counters.oracle_calls += problem.n
-    counters.oracle_calls_made += problem.n
+    counters.steps += n_steps
+    counters.oracle_calls += n_steps
+    counters.oracle_calls_made += n_steps
     return it.dense()
 
 

@@ -174,8 +174,10 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         (grids, boxes). Rejected iterations' oracle calls are counted; their records say
         ``rejected``.
     max_passes : float
-        Budget in oracle calls / n (paper counting, 2 per inner step); the last inner solve is
-        shortened to meet it.
+        Budget in oracle calls / n (paper counting, 2 per inner step, 1 per step of the SGD start);
+        the last inner solve (or the SGD start) is shortened to meet it, so a run ends at most one
+        call past ``ceil(max_passes * n)`` (half of its last step). Snapshot passes are not
+        counted in ``passes`` (see ``full_grad_passes``).
     tol : float
         Must be 0: the method has no duality gap.
     w0, time_limit, random_state, progress, checkpoint_every, callback
@@ -219,9 +221,10 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | N
         monitor.pause()
         primal = executor.primal(w)
         monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
-        if sgd_init:
+        if sgd_init:  # one call per step, shortened to a budget below one pass
             monitor.restart()
-            w_sgd = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=mu, kind=kind, k=k, rng=rng, counters=counters)
+            w_sgd = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=mu, kind=kind, k=k, rng=rng, counters=counters,
+                             n_steps=min(n, monitor.step_budget(n)))
             monitor.pause()
             primal_sgd = executor.primal(w_sgd)
             if guard and rose(primal, primal_sgd):  # keep w0, take the hint about L

@@ -157,8 +157,10 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
         turns that divergence into a few repeated epochs. Their oracle calls are counted, and
         their records say ``rejected``.
     max_passes : float
-        Budget in oracle calls / n (paper counting: 2 per step, so 2 per epoch); the last epoch is
-        shortened to meet it.
+        Budget in oracle calls / n (paper counting: 2 per step, so 2 per epoch; 1 per step of the
+        SGD pass); the last epoch (or the SGD pass) is shortened to meet it, so a run ends at most
+        one call past ``ceil(max_passes * n)`` (half of its last step). Snapshot passes are not
+        counted in ``passes`` (see ``full_grad_passes``).
     tol : float
         Must be 0: the method has no duality gap.
     w0, time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback
@@ -195,9 +197,10 @@ def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 
     budget = monitor.step_budget(n)  # in paper-counted oracle calls
     while not monitor.stop_reason:
         monitor.restart()
-        if sgd_init and epoch == 0:
-            w_new = sgd_pass(problem, w, gamma=gamma, mu=mu, kind=kind, k=k, rng=rng, counters=counters)
-        else:
+        if sgd_init and epoch == 0:  # one call per step: shortened to the budget like an epoch
+            w_new = sgd_pass(problem, w, gamma=gamma, mu=mu, kind=kind, k=k, rng=rng, counters=counters,
+                             n_steps=min(n, budget - counters.oracle_calls))
+        else:  # two calls per step: an odd remainder ends one call (1/n pass) past the budget
             steps = min(n, -(-(budget - counters.oracle_calls) // 2))
             w_new, memory = svrg_epoch(problem, w, mu=mu, kind=kind, k=k, gamma=gamma, rng=rng, counters=counters,
                                        iterate=iterate, n_steps=steps, executor=executor)
