@@ -1,4 +1,4 @@
-"""Locating a task's data directory (nothing is ever downloaded)."""
+"""Locating a task's data directory (nothing is ever downloaded) and reading its files with errors that name them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from structopt.errors import DataNotFoundError
+import numpy as np
+
+from structopt.errors import DataNotFoundError, InvalidInputError
 
 
 def find_data_dir(corpus: str, path: str | os.PathLike | None = None, required: Sequence[str] = (),
@@ -40,3 +42,66 @@ def find_data_dir(corpus: str, path: str | os.PathLike | None = None, required: 
         f"{corpus} data not found (tried: {'; '.join(missing)}). Get the files from {source}, put them in one "
         f"directory and pass it as --data DIR on the command line (path=DIR in Python), or set STRUCTOPT_DATA to "
         f"its parent directory.")
+
+
+def read_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[str]:
+    """The lines of a text file (``.gz`` read transparently), with errors that name the file and line.
+
+    Raises
+    ------
+    DataNotFoundError
+        The file does not exist.
+    InvalidInputError
+        It cannot be read or decompressed, or a byte sequence is not valid ``encoding``: the message
+        names the file and the line (1-based) holding the first undecodable byte.
+    """
+    import gzip
+    import zlib
+
+    path = Path(path)
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except FileNotFoundError:
+        raise DataNotFoundError(f"{path}: no such file") from None
+    except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
+        raise InvalidInputError(f"{path}: cannot read ({error})") from None
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise InvalidInputError(f"{path}, line {line}: bytes {raw[error.start:error.end]!r} are not valid "
+                                f"{encoding} ({error.reason})") from None
+    return text.splitlines()
+
+
+def read_image(path: str | os.PathLike) -> np.ndarray:
+    """Decode an image file into an array (``(h, w)`` grey or ``(h, w, c)``), as Pillow stores it.
+
+    Decoding goes straight to Pillow (the library scikit-image's reader uses for JPEG and PNG, so the
+    pixels are the same), so that a corrupt file gives Pillow's reason rather than advice to
+    install another image plugin.
+
+    Raises
+    ------
+    DataNotFoundError
+        The file does not exist.
+    InvalidInputError
+        ``cannot read image FILE: <reason>`` when it cannot be decoded (truncated, not an image, ...).
+    """
+    from PIL import Image
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataNotFoundError(f"image {path} not found")
+    try:
+        with Image.open(path) as image:
+            image.load()  # decode now: a truncated file fails here, not later
+            array = np.asarray(image)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        # Pillow raises OSError (truncated, unidentified), ValueError or SyntaxError (broken headers)
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InvalidInputError(f"cannot read image {path}: {reason}") from None
+    if array.ndim not in (2, 3) or 0 in array.shape[:2] or array.dtype.kind not in "biuf":
+        raise InvalidInputError(f"cannot read image {path}: decoded to an array of shape {array.shape} "
+                                f"and dtype {array.dtype}, not an image")
+    return array

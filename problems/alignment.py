@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from structopt.errors import InvalidInputError
-from structopt.problems._data import find_data_dir
+from structopt.problems._data import find_data_dir, read_text_lines
 from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 
 SOURCE = ("the HLT-NAACL 2003 shared-task English-French Hansards word-alignment gold "
@@ -64,34 +64,60 @@ def resolve_data_dir(path: str | os.PathLike | None = None) -> Path:
     return find_data_dir("hansards", path, required, SOURCE)
 
 
+def _sentences(path: Path) -> list[list[str]]:
+    sentences = [line.split() for line in read_text_lines(path)]
+    empty = [i for i, words in enumerate(sentences) if not words]
+    if empty:  # a node set must be non-empty; an empty line would also shift every later sentence
+        raise InvalidInputError(f"{path}, line {empty[0] + 1}: empty sentence")
+    return sentences
+
+
+def _links(path: Path, en: list[list[str]], fr: list[list[str]]) -> tuple[list[set], list[set]]:
+    """Sure and possible (sure included) links per sentence of a ``.naacl`` file, 0-based."""
+    sure: list[set[tuple[int, int]]] = [set() for _ in en]
+    possible: list[set[tuple[int, int]]] = [set() for _ in en]
+    for lineno, line in enumerate(read_text_lines(path), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) not in (3, 4) or (len(fields) == 4 and fields[3] not in ("S", "P")):
+            raise InvalidInputError(f"{path}, line {lineno}: expected 'sentence english french [S|P]', got {line!r}")
+        try:
+            s, e, f = (int(v) for v in fields[:3])
+        except ValueError:
+            raise InvalidInputError(f"{path}, line {lineno}: positions must be integers, got {line!r}") from None
+        if not 1 <= s <= len(en):
+            raise InvalidInputError(f"{path}, line {lineno}: sentence {s} out of range 1..{len(en)}")
+        if not (1 <= e <= len(en[s - 1]) and 1 <= f <= len(fr[s - 1])):
+            raise InvalidInputError(f"{path}, line {lineno}: link ({e}, {f}) out of range for sentence {s} "
+                                    f"({len(en[s - 1])} English, {len(fr[s - 1])} French words; 1-based)")
+        link = (e - 1, f - 1)
+        possible[s - 1].add(link)
+        if len(fields) == 3 or fields[3] == "S":
+            sure[s - 1].add(link)
+    return sure, possible
+
+
 def load_hansards(path: str | os.PathLike | None = None) -> list[SentencePair]:
-    """All gold sentence pairs: the 37 trial pairs, then the 447 test pairs."""
+    """All gold sentence pairs: the 37 trial pairs, then the 447 test pairs.
+
+    Raises
+    ------
+    DataNotFoundError
+        A file is missing (the message says where to get them).
+    InvalidInputError
+        Naming the file and line: undecodable bytes, an empty sentence, English and French files
+        with different numbers of sentences, a malformed ``.naacl`` line or a link out of range.
+    """
     directory = resolve_data_dir(path)
     pairs: list[SentencePair] = []
     for part in PARTS:
-        stem = directory / f"{part}.en-fr"
-        en = [line.split() for line in stem.with_suffix(".en-fr.en").read_text(encoding="utf-8").splitlines()]
-        fr = [line.split() for line in stem.with_suffix(".en-fr.fr").read_text(encoding="utf-8").splitlines()]
+        files = {ext: directory / f"{part}.en-fr.{ext}" for ext in ("en", "fr", "naacl")}
+        en, fr = _sentences(files["en"]), _sentences(files["fr"])
         if len(en) != len(fr):
-            raise InvalidInputError(f"{stem}: {len(en)} English but {len(fr)} French sentences")
-        sure = [set() for _ in en]
-        possible = [set() for _ in en]
-        for lineno, line in enumerate(stem.with_suffix(".en-fr.naacl").read_text(encoding="utf-8").splitlines(), 1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) not in (3, 4) or (len(fields) == 4 and fields[3] not in ("S", "P")):
-                raise InvalidInputError(f"{stem}.naacl line {lineno}: expected 'sentence en fr [S|P]', got {line!r}")
-            s, e, f = (int(v) for v in fields[:3])
-            if not (1 <= s <= len(en) and 1 <= e <= len(en[s - 1]) and 1 <= f <= len(fr[s - 1])):
-                raise InvalidInputError(f"{stem}.naacl line {lineno}: link {line!r} out of range")
-            link = (e - 1, f - 1)
-            possible[s - 1].add(link)
-            if len(fields) == 3 or fields[3] == "S":
-                sure[s - 1].add(link)
+            raise InvalidInputError(f"{files['en']} has {len(en)} sentences but {files['fr']} has {len(fr)}")
+        sure, possible = _links(files["naacl"], en, fr)
         for i, (e, f) in enumerate(zip(en, fr, strict=True)):
-            if not e or not f:
-                raise InvalidInputError(f"{stem}: sentence {i + 1} is empty")
             pairs.append(SentencePair(e, f, sure[i], possible[i], part, i + 1))
     return pairs
 

