@@ -74,8 +74,10 @@ def read_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[st
     return text.splitlines()
 
 
-def read_image(path: str | os.PathLike) -> np.ndarray:
+def read_image(path: str | os.PathLike, mode: str | None = None) -> np.ndarray:
     """Decode an image file into an array (``(h, w)`` grey or ``(h, w, c)``), as Pillow stores it.
+
+    With ``mode`` (a Pillow mode such as ``"L"``) the image is converted to it first.
 
     Decoding goes straight to Pillow (the library scikit-image's reader uses for JPEG and PNG, so the
     pixels are the same), so that a corrupt file gives Pillow's reason rather than advice to
@@ -96,7 +98,7 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
     try:
         with Image.open(path) as image:
             image.load()  # decode now: a truncated file fails here, not later
-            array = np.asarray(image)
+            array = np.asarray(image.convert(mode) if mode else image)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
         # Pillow raises OSError (truncated, unidentified), ValueError or SyntaxError (broken headers)
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -105,3 +107,25 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
         raise InvalidInputError(f"cannot read image {path}: decoded to an array of shape {array.shape} "
                                 f"and dtype {array.dtype}, not an image")
     return array
+
+
+def image_shape(path: str | os.PathLike) -> tuple[int, int]:
+    """``(height, width)`` of an image from its header alone (nothing is decoded): cheap size checks.
+
+    Raises
+    ------
+    DataNotFoundError, InvalidInputError
+        As :func:`read_image`.
+    """
+    from PIL import Image
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataNotFoundError(f"image {path} not found")
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    except (OSError, ValueError, SyntaxError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InvalidInputError(f"cannot read image {path}: {reason}") from None
+    return height, width

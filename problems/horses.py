@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from structopt.errors import InvalidInputError
+from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models.grid import GridInput, GridModel
-from structopt.problems._data import find_data_dir
+from structopt.problems._data import find_data_dir, read_image
 
 SOURCE = ("the Weizmann Horse Database (Borenstein and Ullman): grey images in gray/ and masks in "
           "figure_ground/, same file names")
@@ -116,18 +116,48 @@ def _edge_features(small: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarra
 
 
 def load_image(gray_path: Path, mask_path: Path, size: int = DEFAULT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Raw (not standardised) pixel features (H, W, F-1 without bias), mask (H, W) and the small image."""
-    from PIL import Image
+    """Raw (not standardised) pixel features (H, W, F-1 without bias), mask (H, W) and the small image.
 
-    image = np.asarray(Image.open(gray_path).convert("L"), dtype=np.float64) / 255.0
-    mask = np.asarray(Image.open(mask_path).convert("L"), dtype=np.float64) > 127
+    Raises
+    ------
+    InvalidInputError
+        An image cannot be decoded (``cannot read image FILE: reason``), or image and mask differ
+        in size (naming both files).
+    """
+    image = read_image(gray_path, "L").astype(np.float64) / 255.0
+    mask = read_image(mask_path, "L") > 127
     if image.shape != mask.shape:
-        raise InvalidInputError(f"{gray_path.name}: image {image.shape} and mask {mask.shape} differ in size")
+        raise InvalidInputError(f"{gray_path}: image is {image.shape[1]}x{image.shape[0]} pixels but its mask "
+                                f"{mask_path} is {mask.shape[1]}x{mask.shape[0]}")
     H, W = _grid_shape(*image.shape, size)
     feats = _block_mean(_filter_bank(_downscale(image, (2 * H, 2 * W))))
     small_mask = _downscale(mask.astype(np.float64), (H, W)) > 0.5
     feats = np.concatenate([feats, _position(H, W)], axis=-1)
     return feats, small_mask.astype(np.int64), feats[..., 1]  # gauss1 as the smoothed small image
+
+
+def paired_names(root: Path) -> list[str]:
+    """Sorted names of the ``gray/*.jpg`` images of ``root``, each with a mask of the same name in ``figure_ground/``.
+
+    Raises
+    ------
+    DataNotFoundError
+        An image has no mask, or a mask no image (naming the first few files): a missing
+        companion is a broken copy of the data, not an image to skip silently.
+    """
+    gray = {p.name for p in (root / "gray").glob("*.jpg")}
+    masks = {p.name for p in (root / "figure_ground").glob("*.jpg")}
+    for have, lack in (("gray", "figure_ground"), ("figure_ground", "gray")):
+        orphans = sorted((gray - masks) if have == "gray" else (masks - gray))
+        if orphans:
+            what = "image" if have == "gray" else "mask"
+            shown = ", ".join(str(root / have / name) for name in orphans[:3])
+            more = f" and {len(orphans) - 3} more" if len(orphans) > 3 else ""
+            raise DataNotFoundError(f"horses: {len(orphans)} {what}(s) without a file of the same name in "
+                                    f"{root / lack}: {shown}{more}")
+    if not gray:
+        raise DataNotFoundError(f"horses: no image in {root / 'gray'} (expected gray/*.jpg and figure_ground/*.jpg)")
+    return sorted(gray)
 
 
 def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE, max_images: int | None = None,
@@ -151,6 +181,13 @@ def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE,
         ``train`` and ``test``: ``{"X": list of GridInput, "y": list of (H, W) int64 masks}``;
         ``model``: :class:`GridModel` with the contrast-sensitive Potts edges; ``unary_model``: the
         same features without pairwise terms; ``info``: names, sizes, split, feature names.
+
+    Raises
+    ------
+    DataNotFoundError
+        The directory, an image's mask or a mask's image is missing.
+    InvalidInputError
+        Bad options; an image that cannot be decoded or whose mask differs in size (naming the files).
     """
     edge_features = tuple(edge_features)
     unknown = [name for name in edge_features if name not in EDGE_FEATURE_NAMES]
@@ -158,9 +195,7 @@ def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE,
         raise InvalidInputError(f"edge_features must be a non-empty subset of {EDGE_FEATURE_NAMES}, "
                                 f"got {edge_features}")
     root = find_data_dir("horses", path, required=["gray", "figure_ground"], source=SOURCE)
-    names = sorted(p.name for p in (root / "gray").glob("*.jpg") if (root / "figure_ground" / p.name).exists())
-    if not names:
-        raise InvalidInputError(f"no image in {root / 'gray'} has a mask of the same name in {root / 'figure_ground'}")
+    names = paired_names(root)
     if max_images is not None:
         names = names[: int(max_images)]
     if int(size) < 2:

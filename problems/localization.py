@@ -11,6 +11,11 @@ is the pixel box rounded to the nearest cell boundaries (clipped to the grid, at
   several raccoons are dropped). Split: sorted by their number, the first 120 train, the other 64
   test.
 
+What is read is checked, with errors naming the file (and the object): every image has its mask
+or annotation and vice versa, an image has the size its mask or XML declares, masks have a
+foreground, VOC boxes have positive width and height and lie in the image (a one-pixel overshoot,
+a 0-based/1-based slip, is clipped: :func:`voc_box`), images decode (``cannot read image FILE``).
+
 Cell features (:mod:`structopt.problems._bow`), one group after another, each scaled so that the
 whole image sums to ``sqrt(H W)`` times a distribution (the word groups) or the cell fraction:
 
@@ -53,10 +58,10 @@ from typing import Any
 
 import numpy as np
 
-from structopt.errors import InvalidInputError
+from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models.box import BoxModel
 from structopt.problems import _bow
-from structopt.problems._data import find_data_dir
+from structopt.problems._data import find_data_dir, image_shape, read_image
 from structopt.structures.box import iou
 
 DATASETS = ("horses", "raccoon")
@@ -73,10 +78,9 @@ Box = tuple[int, int, int, int]
 
 # --------------------------------------------------------------------------- raw images and pixel boxes
 def _read_grey(path: Path) -> np.ndarray:
-    from skimage import io
     from skimage.color import rgb2gray
 
-    image = io.imread(path)
+    image = read_image(path)
     if image.ndim == 3:
         image = rgb2gray(image[..., :3])
     image = np.asarray(image, dtype=np.float64)
@@ -84,46 +88,142 @@ def _read_grey(path: Path) -> np.ndarray:
 
 
 def _read_rgb(path: Path) -> np.ndarray:
-    from skimage import io
     from skimage.color import gray2rgb
 
-    image = io.imread(path)
+    image = read_image(path)
     image = gray2rgb(image) if image.ndim == 2 else image[..., :3]
     image = np.asarray(image, dtype=np.float64)
     return image / 255.0 if image.max() > 1.0 else image
 
 
-def _horse_items(root: Path) -> list[tuple[str, Path, Box]]:
-    from skimage import io
+#: one item per image: name, image path and pixel box (half-open, 0-based)
+Item = tuple[str, Path, Box]
+
+
+def _check_size(image: Path, declared: tuple[int, int], annotation: Path) -> None:
+    # from the image's header: a box on an image of another size lands on the wrong pixels
+    actual = image_shape(image)
+    if actual != declared:
+        raise InvalidInputError(f"{image}: image is {actual[1]}x{actual[0]} pixels but {annotation} describes a "
+                                f"{declared[1]}x{declared[0]} image")
+
+
+def _horse_items(root: Path) -> list[Item]:
+    from structopt.problems.horses import paired_names
 
     items = []
-    for image_path in sorted((root / "gray").glob("*.jpg")):
-        mask = io.imread(root / "figure_ground" / image_path.name)
+    for name in paired_names(root):
+        mask_path = root / "figure_ground" / name
+        mask = read_image(mask_path)
         mask = (mask[..., 0] if mask.ndim == 3 else mask) > 127
         rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
-        if rows.size == 0:
-            continue  # no object in the mask: no box to learn
-        items.append((image_path.stem, image_path, (int(rows[0]), int(cols[0]), int(rows[-1]) + 1, int(cols[-1]) + 1)))
+        if rows.size == 0:  # no object, no box: a broken mask, not an image to skip silently
+            raise InvalidInputError(f"{mask_path}: the mask has no foreground pixel (> 127), so no box")
+        box = (int(rows[0]), int(cols[0]), int(rows[-1]) + 1, int(cols[-1]) + 1)
+        _check_size(root / "gray" / name, mask.shape, mask_path)
+        items.append((Path(name).stem, root / "gray" / name, box))
     return items
 
 
-def _raccoon_items(root: Path) -> tuple[list[tuple[str, Path, Box]], int]:
+def _xml_text(element: ET.Element, tag: str, xml_path: Path, where: str) -> str:
+    found = element.find(tag)
+    if found is None or found.text is None or not found.text.strip():
+        raise InvalidInputError(f"{xml_path}: missing or empty element <{where}{tag}>")
+    return found.text.strip()
+
+
+def _xml_number(element: ET.Element, tag: str, xml_path: Path, where: str) -> float:
+    text = _xml_text(element, tag, xml_path, where)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not np.isfinite(value):
+        raise InvalidInputError(f"{xml_path}: <{where}{tag}> must be a finite number, got {text!r}")
+    return value
+
+
+def _parse_xml(xml_path: Path) -> ET.Element:
+    try:
+        return ET.parse(xml_path).getroot()
+    except FileNotFoundError:
+        raise DataNotFoundError(f"annotation {xml_path} not found") from None
+    except ET.ParseError as error:  # the message carries the line and column
+        raise InvalidInputError(f"{xml_path}: bad XML ({error})") from None
+    except OSError as error:
+        raise InvalidInputError(f"{xml_path}: cannot read ({error})") from None
+
+
+def voc_box(bndbox: ET.Element, size: tuple[int, int], xml_path: Path, where: str) -> Box:
+    """A VOC ``<bndbox>`` as a half-open 0-based pixel box ``(top, left, bottom, right)`` inside the image.
+
+    VOC coordinates are 1-based and inclusive, so the half-open box is ``(ymin - 1, xmin - 1, ymax,
+    xmax)``; fractional coordinates are rounded. Rules:
+
+    - ``xmax <= xmin`` or ``ymax <= ymin`` (zero or negative width or height) is refused;
+    - a box with no pixel inside the image is refused;
+    - a box that overshoots the image by at most one pixel per side (``xmin = 0`` from 0-based
+      tools, ``xmax = width + 1``) is clipped to the image: a pixel-convention slip;
+    - a box further outside is refused (an annotation for another image size).
+
+    Raises
+    ------
+    InvalidInputError
+        Naming the file, the object (``where``) and the coordinates.
+    """
+    h, w = size
+    x0, y0, x1, y1 = (round(_xml_number(bndbox, tag, xml_path, where)) for tag in ("xmin", "ymin", "xmax", "ymax"))
+    coords = f"(xmin {x0}, ymin {y0}, xmax {x1}, ymax {y1})"
+    if x1 <= x0 or y1 <= y0:
+        raise InvalidInputError(f"{xml_path}: {where.rstrip('/')} has zero or negative width or height {coords}")
+    if x1 < 1 or y1 < 1 or x0 > w or y0 > h:
+        raise InvalidInputError(f"{xml_path}: {where.rstrip('/')} lies outside the {w}x{h} image {coords}")
+    if x0 < 0 or y0 < 0 or x1 > w + 1 or y1 > h + 1:
+        raise InvalidInputError(f"{xml_path}: {where.rstrip('/')} extends more than one pixel beyond the {w}x{h} "
+                                f"image {coords} (VOC boxes are 1-based: 1 <= xmin < xmax <= width)")
+    return max(y0 - 1, 0), max(x0 - 1, 0), min(y1, h), min(x1, w)
+
+
+def _raccoon_items(root: Path) -> tuple[list[Item], int]:
     def number(path: Path) -> int:
         found = re.findall(r"\d+", path.stem)
         return int(found[-1]) if found else -1
 
-    items, dropped = [], 0
+    items, dropped, named = [], 0, set()
     for xml_path in sorted((root / "annotations").glob("*.xml"), key=lambda p: (number(p), p.name)):
-        tree = ET.parse(xml_path).getroot()
-        objects = tree.findall("object")
-        if len(objects) != 1:
+        tree = _parse_xml(xml_path)
+        filename = _xml_text(tree, "filename", xml_path, "annotation/")
+        image = root / "images" / filename
+        if not image.is_file():
+            raise DataNotFoundError(f"{xml_path}: its image {image} does not exist")
+        named.add(image.name)
+        width = _xml_number(tree, "size/width", xml_path, "annotation/")
+        height = _xml_number(tree, "size/height", xml_path, "annotation/")
+        if width < 1 or height < 1 or not float(width).is_integer() or not float(height).is_integer():
+            raise InvalidInputError(f"{xml_path}: <annotation/size> must be positive integers, got "
+                                    f"width {width:g} and height {height:g}")
+        size = (int(height), int(width))
+        # every object is checked, also in images dropped for having several
+        boxes = [voc_box(_xml_find(obj, "bndbox", xml_path, f"object {k}/"), size, xml_path, f"object {k}/")
+                 for k, obj in enumerate(tree.findall("object"))]
+        if len(boxes) != 1:
             dropped += 1
             continue
-        bb = objects[0].find("bndbox")
-        x0, y0, x1, y1 = (round(float(bb.find(tag).text)) for tag in ("xmin", "ymin", "xmax", "ymax"))
-        # VOC boxes are 1-based and inclusive: half-open 0-based is (y0 - 1, x0 - 1, y1, x1)
-        items.append((xml_path.stem, root / "images" / tree.find("filename").text, (y0 - 1, x0 - 1, y1, x1)))
+        _check_size(image, size, xml_path)
+        items.append((xml_path.stem, image, boxes[0]))
+    orphans = sorted({p.name for p in (root / "images").glob("*.jpg")} - named)
+    if orphans:
+        raise DataNotFoundError(f"raccoon: {len(orphans)} image(s) in {root / 'images'} have no annotation in "
+                                f"{root / 'annotations'} (no XML names them): {', '.join(orphans[:3])}"
+                                + (f" and {len(orphans) - 3} more" if len(orphans) > 3 else ""))
     return items, dropped
+
+
+def _xml_find(element: ET.Element, tag: str, xml_path: Path, where: str) -> ET.Element:
+    found = element.find(tag)
+    if found is None:
+        raise InvalidInputError(f"{xml_path}: missing element <{where}{tag}>")
+    return found
 
 
 def load_image(path: Path, image_size: int, colour: bool = False) -> np.ndarray:
@@ -191,7 +291,7 @@ def cache_dir() -> Path:
     return Path(base) / "structopt"
 
 
-def _items(dataset: str, root: Path) -> tuple[list[tuple[str, Path, Box]], int]:
+def _items(dataset: str, root: Path) -> tuple[list[Item], int]:
     return (_horse_items(root), 0) if dataset == "horses" else _raccoon_items(root)
 
 
@@ -438,5 +538,5 @@ def image_path(info: dict[str, Any], name: str) -> Path:
     root = Path(info["path"])
     if info["dataset"] == "horses":
         return root / "gray" / f"{name}.jpg"
-    tree = ET.parse(root / "annotations" / f"{name}.xml").getroot()
-    return root / "images" / tree.find("filename").text
+    xml_path = root / "annotations" / f"{name}.xml"
+    return root / "images" / _xml_text(_parse_xml(xml_path), "filename", xml_path, "annotation/")
