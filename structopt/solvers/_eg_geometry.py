@@ -18,7 +18,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.solvers import _eg_operator as op
-from structopt.structures.base import Potentials, Structure, add, inner, scale
+from structopt.structures.base import Potentials, Structure, add, flatten, inner, scale, unflatten
 
 
 class EuclideanBlocks:
@@ -64,6 +64,18 @@ class EuclideanBlocks:
     def lookahead(self, i: int, centre: Potentials, s: Potentials) -> Potentials:
         return self._project(add(centre, s, 1.0 / self.beta), (i, 0))
 
+    def state(self) -> dict:
+        """The warm-start multipliers (they decide the projections' last bits) and the residual."""
+        warm = None if self._warm is None else {f"{i},{j}": list(pair) for (i, j), pair in self._warm.items()}
+        return {"warm": warm, "max_residual": self.max_residual}
+
+    def load_state(self, state: dict) -> None:
+        """Inverse of :meth:`state`."""
+        if self._warm is not None and state["warm"] is not None:
+            self._warm = {tuple(int(k) for k in key.split(",")): (np.array(lo, dtype=float), np.array(hi, dtype=float))
+                          for key, (lo, hi) in state["warm"].items()}
+        self.max_residual = float(state["max_residual"])
+
     def step(self, i: int, v: Potentials, s: Potentials, eta_g: Potentials) -> Potentials:
         return self._project(add(v, eta_g, 1.0 / self.beta), (i, 1))
 
@@ -89,6 +101,12 @@ class EntropicBlocks:
 
     def step(self, i: int, v: Potentials, s: Potentials, eta_g: Potentials) -> Potentials:
         return self.structure.marginals(add(self._centre, add(s, eta_g), 1.0 / self.beta))[1]
+
+    def state(self) -> dict:
+        return {}  # stateless between iterations
+
+    def load_state(self, state: dict) -> None:
+        pass
 
 
 def make_blocks(geometry: str, structure, beta: float, warm: bool, tol: float):
@@ -170,12 +188,26 @@ class PythonZPass:
         self.max_residual = getattr(self.blocks, "max_residual", 0.0)
         return r, q, lin, dz
 
-    def reset_from(self, W: np.ndarray, lam_acc: float) -> None:
-        """Rebuild stored ``s_{z_i}`` from the w-side sums (after a resume)."""
+    def state(self) -> dict:
+        """What a resume needs to continue bit for bit: the stored ``s_{z_i}`` (accumulated step by
+        step, so not equal to a rebuild from the w-side sums in the last bits), the pending w-step,
+        the z averages and the prox maps' warm starts. Plain arrays, lists and floats only."""
+        pending = None if self._pending is None else {"u_w": self._pending[0], "eta": float(self._pending[1])}
+        return {"s_z": None if self.s_z is None else [flatten(z) for z in self.s_z], "pending": pending,
+                "z_sum": None if self.z_sum is None else [flatten(z) for z in self.z_sum],
+                "blocks": self.blocks.state(), "max_residual": self.max_residual}
+
+    def load_state(self, state: dict) -> None:
+        """Inverse of :meth:`state` (for the same problem and options: the checkpoint's fingerprint)."""
         if self.s_z is not None:
-            n = self.problem.n
-            self.s_z = [add(op.block_theta(self.problem, i, W / n), t, lam_acc / n) for i, t in enumerate(self.terms)]
-            self._pending = None
+            self.s_z = [unflatten(np.asarray(z, dtype=float), t) for z, t in zip(state["s_z"], self.terms, strict=True)]
+            pending = state["pending"]
+            self._pending = None if pending is None else (np.array(pending["u_w"], dtype=float), float(pending["eta"]))
+        if self.z_sum is not None:
+            self.z_sum = [unflatten(np.asarray(z, dtype=float), t) for z, t in zip(state["z_sum"], self.terms,
+                                                                                  strict=True)]
+        self.blocks.load_state(state["blocks"])
+        self.max_residual = float(state["max_residual"])
 
     def commit(self, u_w: np.ndarray, eta: float) -> None:
         """Accept the last :meth:`run` (stored mode: keep its ``s_z`` and remember ``u_w``)."""
@@ -236,8 +268,21 @@ class ChainZPass:
     def commit(self, u_w: np.ndarray, eta: float) -> None:
         pass
 
-    def reset_from(self, W: np.ndarray, lam_acc: float) -> None:
-        pass
+    def state(self) -> dict:
+        """The projections' warm-start multipliers (they decide the last bits of every projection)
+        and the run's projection statistics."""
+        return {"warm": self.warm, "max_residual": self.max_residual,
+                "projection_iterations": self.projection_iterations}
+
+    def load_state(self, state: dict) -> None:
+        """Inverse of :meth:`state`."""
+        warm = np.asarray(state["warm"], dtype=float)
+        if warm.shape != self.warm.shape:
+            raise InvalidInputError(f"checkpoint's extragradient warm starts have shape {warm.shape}, "
+                                    f"this problem's {self.warm.shape}")
+        self.warm = np.array(warm, dtype=float)  # a fresh, writable, contiguous copy
+        self.max_residual = float(state["max_residual"])
+        self.projection_iterations = float(state["projection_iterations"])
 
     def sum_sq_theta(self, x: np.ndarray) -> float:
         return float(self._k.chain_sum_sq_theta(self.data, np.ascontiguousarray(x, dtype=np.float64)))

@@ -227,7 +227,11 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         raise InvalidInputError(f"z_weight must be > 0, got {z_weight}")
     zpass = _make_zpass(problem, geometry, beta, sigma, memory_light, warm_projections, projection_tol,
                         fused, keep_z, centre, kappa)
-    norm_b = zpass.operator_norm(power_iters, rng) * lipschitz_margin
+    monitor = Monitor(problem, "dual_extragradient", options, label=f"extragradient-{geometry}")
+    saved = monitor.load()
+    # ||B|| comes from a random start (random_state is run control): a resume keeps the run's own
+    norm_b = (float(saved["state"]["norm_b"]) if saved is not None
+              else zpass.operator_norm(power_iters, rng) * lipschitz_margin)
     exact = w_block == "exact"
     # exact w-block: operator -grad D(z) on z alone, Lipschitz ||B||^2 / (lam n^2 beta sigma)
     lip = norm_b ** 2 / (lam * n * n * beta * sigma) if exact else lam + norm_b / (n * np.sqrt(beta * sigma))
@@ -236,12 +240,10 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
 
     st: dict[str, Any] = {"t": 0, "Lam": 0.0, "W": np.zeros(problem.n_params), "s_w": np.zeros(problem.n_params),
                           "zfeat": np.zeros(problem.n_params), "zlin": 0.0,
-                          "eta": float(step) if step is not None else 1.0 / lip, "trials": 0}
-    monitor = Monitor(problem, "dual_extragradient", options, label=f"extragradient-{geometry}")
-    saved = monitor.load()
+                          "eta": float(step) if step is not None else 1.0 / lip, "trials": 0, "norm_b": norm_b}
     if saved is not None:
         st = saved["state"]
-        zpass.reset_from(st["W"], st["Lam"])
+        zpass.load_state(saved["zpass"])
     project = problem.project_weights
 
     def iteration() -> None:
@@ -292,7 +294,7 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         primal = executor.primal(w_bar)
         stop = monitor.record(w_bar, passes=st["t"], oracle_calls=2 * n * st["trials"], primal=primal, dual=dual,
                               gap=primal - dual, step=st["eta"],
-                              state={"state": st})
+                              state={"state": st, "zpass": zpass.state()})
     monitor.close()
     info = {"stop_reason": monitor.stop_reason, "L": lip, "norm_B": norm_b, "z_weight": beta, "sigma": sigma,
             "geometry": geometry, "iterations": st["t"], "step": st["eta"], "w_of_z": w_of_z,
