@@ -27,14 +27,15 @@ class _Tokens:
         self.path = path
 
     def line(self, index: int) -> int:
-        """1-based line of token ``index`` (the last line when past the end); computed only for errors."""
+        """1-based line of token ``index`` (past the end: the last token's line); computed only for errors."""
+        index = min(index, len(self.items) - 1)
         seen = 0
         lines = self.text.splitlines() or [""]
         for number, line in enumerate(lines, 1):
             seen += len(line.split())
             if seen > index:
                 return number
-        return len(lines)
+        return 1  # no token at all
 
     def error(self, message: str, index: int | None = None) -> InvalidInputError:
         """An error naming the file and the line of token ``index`` (default: the last token read)."""
