@@ -21,11 +21,29 @@ from structopt.solvers import _eg_operator as op
 from structopt.structures.base import Potentials, Structure, add, flatten, inner, scale, unflatten
 
 
+def chain_kernels_serve(structure, oracles: tuple[str, ...] | frozenset[str]) -> bool:
+    """Whether the chain kernels compute ``oracles`` of ``structure`` exactly.
+
+    The chain projection and prox kernels (:func:`structopt.structures._chain_projection.project_chain`,
+    :mod:`structopt.models._chain_extragradient`) reproduce the chain's own methods
+    (:class:`~structopt.structures.chain.Chain`'s ``project``, ``prox_entropy``, ``marginals``). They
+    serve a structure that has those very methods (not overrides, not another structure's) and
+    declares, through ``kernel_oracles()``, that the library's kernels reproduce them there (an
+    unconstrained chain; a subclass that overrides one drops out). Listing the names alone is not
+    enough: a grid's ``project`` is not the chain's.
+    """
+    from structopt.structures.chain import Chain
+
+    return (frozenset(oracles) <= structure.kernel_oracles()
+            and all(getattr(type(structure), name, None) is getattr(Chain, name) for name in oracles))
+
+
 class EuclideanBlocks:
     """Euclidean projections ``Pi(centre + s / beta)`` and ``Pi(v + eta g / beta)``.
 
-    For chains the fast dual-Newton projection is called with per-example warm-started
-    multipliers (two sets per example: look-ahead and step), which is what makes it cheap.
+    Where the chain projection kernel serves the structure (:func:`chain_kernels_serve`) it is
+    called with per-example warm-started multipliers (two sets per example: look-ahead and step),
+    which is what makes it cheap; other structures use their own ``project``.
     """
 
     name = "euclidean"
@@ -34,8 +52,7 @@ class EuclideanBlocks:
         self.structure = structure
         self.beta = float(beta)
         self.tol = float(tol)
-        # the warm-started chain projection, only where the structure declares it is its own projection
-        self._fast = "project" in structure.kernel_oracles()
+        self._fast = chain_kernels_serve(structure, ("project",))
         self._warm: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = {} if warm else None
         self.max_residual = 0.0
 

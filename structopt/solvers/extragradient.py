@@ -46,7 +46,13 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.problem import SSVMProblem
 from structopt.solvers import _eg_operator as op
-from structopt.solvers._eg_geometry import ChainZPass, PythonZPass, entropic_sigma, gold_node_potentials
+from structopt.solvers._eg_geometry import (
+    ChainZPass,
+    PythonZPass,
+    chain_kernels_serve,
+    entropic_sigma,
+    gold_node_potentials,
+)
 from structopt.solvers.base import (
     Monitor,
     Result,
@@ -116,9 +122,9 @@ def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, fused, 
     view = None
     if fused is not False and not keep_z:
         view = problem.fused()
-        # the fused z-pass computes the chain's own projection / prox: only when the structure says so
+        # the fused z-pass computes the chain's own projection / prox: only where they are the structure's
         if view is not None and (view.kernels.family != "chain"
-                                 or not _ZPASS_ORACLES[geometry] <= problem.structure.kernel_oracles()):
+                                 or not chain_kernels_serve(problem.structure, _ZPASS_ORACLES[geometry])):
             view = None
     if view is not None:
         return ChainZPass(problem, view, geometry, beta, sigma, tol, centre, kappa)
