@@ -8,10 +8,13 @@ import math
 import numpy as np
 import pytest
 from _marginals_models import LOOPY_EDGES, ising_grid, random_mrf, random_tree_edges
+from _shared_data import SHARED_DATA, needs_data
 
 from structopt.errors import InvalidInputError, NotSupportedError, StructoptError
 from structopt.marginals import (
+    InferenceInterrupted,
     PairwiseMRF,
+    baselines,
     bp,
     enumerate_inference,
     exact_inference,
@@ -22,7 +25,9 @@ from structopt.marginals import (
     trbp,
     write_mar,
 )
+from structopt.marginals._options import inference_method, positive
 from structopt.marginals.exact import map_elimination
+from structopt.marginals.infer import infer
 
 
 def brute_force(mrf: PairwiseMRF) -> tuple[float, np.ndarray]:
@@ -168,6 +173,122 @@ def test_trbp_rejects_bad_parameters():
         trbp(mrf, damping=1.0)
     with pytest.raises(InvalidInputError):
         trbp(mrf, rho=np.zeros(3))
+
+
+# ---------------------------------------------------------------------- options, stop reasons, Ctrl-C
+def _small_loopy() -> PairwiseMRF:
+    return random_mrf([2, 3, 2, 2, 3], LOOPY_EDGES, np.random.default_rng(11))
+
+
+_COMMON_BAD = [("time_limit", 0), ("time_limit", -1.0), ("time_limit", math.nan), ("time_limit", math.inf),
+               ("max_iter", 0), ("max_iter", 2.5), ("max_iter", True), ("max_iter", None), ("tol", -1e-3),
+               ("tol", math.nan), ("progress", "yes")]
+
+
+@pytest.mark.parametrize(("method", "name"), [(trbp, "trbp"), (bp, "bp"), (mean_field, "mean_field")])
+@pytest.mark.parametrize(("option", "value"), _COMMON_BAD)
+def test_message_passing_refuses_bad_options_naming_them(method, name, option, value):
+    with pytest.raises(InvalidInputError, match=rf"^{name}: {option} must be"):
+        method(_small_loopy(), **{option: value})
+
+
+@pytest.mark.parametrize(("method", "option", "value", "match"), [
+    (trbp, "damping", 1.0, "trbp: damping must be a number in [0, 1)"),
+    (bp, "damping", math.nan, "bp: damping must be a number in [0, 1)"),
+    (bp, "damping", -0.1, "bp: damping must be"),
+    (trbp, "rho", np.full(7, math.nan), "trbp: rho must be finite and positive with shape (7,)"),
+    (trbp, "rho", np.ones(3), "trbp: rho must be finite and positive with shape (7,)"),
+    (trbp, "rho", "uniform", "trbp: rho must be None or an array"),
+    (mean_field, "random_state", -1, "mean_field: random_state must be"),
+    (bp, "rho", np.ones(7), "bp got unknown option(s) rho; it accepts damping"),
+    (mean_field, "damping", 0.5, "mean_field got unknown option(s) damping"),
+])
+def test_method_specific_options_are_validated(method, option, value, match):
+    with pytest.raises(InvalidInputError) as info:
+        method(_small_loopy(), **{option: value})
+    assert match in str(info.value)
+
+
+@pytest.mark.parametrize("method", [trbp, bp, mean_field])
+def test_a_model_that_is_not_an_mrf_is_refused(method):
+    with pytest.raises(InvalidInputError, match="needs a PairwiseMRF"):
+        method("model.uai")
+
+
+def test_every_option_needs_a_declared_check():
+    with pytest.raises(TypeError, match=r"no check declared for option.*budget"):
+        @inference_method("sloppy", tol=positive)
+        def sloppy(mrf, tol=1.0, budget=3):
+            pass
+
+
+@pytest.mark.parametrize("method", [trbp, bp, mean_field])
+def test_message_passing_says_why_it_stopped(method):
+    mrf = _small_loopy()
+    done = method(mrf)
+    assert done.status == "converged" and done.converged and done.residual < 1e-8
+    assert done.iterations == len(done.trace) and done.residual == done.trace[-1]["change"]
+    short = method(mrf, max_iter=2, tol=0.0)
+    assert (short.status, short.converged, short.iterations) == ("max_iter", False, 2)
+    assert short.residual == short.trace[-1]["change"] > 0
+    late = method(mrf, time_limit=1e-9, tol=0.0)
+    assert (late.status, late.converged, late.iterations) == ("time_limit", False, 1)
+
+
+@needs_data("uai")
+def test_trbp_and_bp_report_non_convergence_on_grids_12():
+    """The issue's case: both stopped at their 1000 sweeps with log Z 908 / 824 (exact 698) and said nothing."""
+    mrf = read_uai(SHARED_DATA / "uai" / "Grids_12.uai")
+    for method, least_change in ((trbp, 1e-6), (bp, 0.1)):
+        result = method(mrf)
+        assert (result.status, result.converged, result.iterations) == ("max_iter", False, 1000)
+        assert result.residual > least_change  # bp oscillates; trbp creeps (1.5e-4 after 1000 sweeps)
+
+
+def _interrupt_at(monkeypatch, name: str, call: int) -> None:
+    """Make ``baselines.<name>`` run normally, then raise KeyboardInterrupt once it returns for the ``call``-th time.
+
+    That is where Ctrl-C lands: the numba sweep cannot be interrupted, Python raises after it returns.
+    """
+    real = getattr(baselines, name)
+    calls = []
+
+    def sweep(*args):
+        change = real(*args)
+        calls.append(change)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return change
+
+    monkeypatch.setattr(baselines, name, sweep)
+
+
+@pytest.mark.parametrize(("method", "kernel"), [(trbp, "_sweep"), (bp, "_sweep"), (mean_field, "_mean_field_sweep")])
+def test_ctrl_c_hands_back_the_last_sweeps_beliefs(monkeypatch, method, kernel):
+    mrf = ising_grid(3, 3, 3.0, np.random.default_rng(2))
+    _interrupt_at(monkeypatch, kernel, 3)
+    with pytest.raises(InferenceInterrupted) as info:
+        method(mrf, tol=0.0, max_iter=50)
+    assert isinstance(info.value, KeyboardInterrupt)  # code that does not look for the result still stops
+    result = info.value.result
+    assert (result.status, result.converged, result.iterations) == ("interrupted", False, 2)
+    assert math.isfinite(result.log_z) and len(result.marginals) == mrf.n_nodes
+    for m in result.marginals:
+        assert m.min() >= 0 and m.sum() == pytest.approx(1.0)
+
+
+def test_infer_refuses_unknown_methods_options_and_models():
+    mrf = _small_loopy()
+    with pytest.raises(InvalidInputError, match="unknown method 'lbp'"):
+        infer(mrf, "lbp")
+    with pytest.raises(InvalidInputError, match=r"'exact' does not take option\(s\) time_limit; it takes method"):
+        infer(mrf, "exact", time_limit=5.0)
+    with pytest.raises(InvalidInputError, match=r"method 'bp' does not take option\(s\) rho"):
+        infer("no-such-file.uai", "bp", rho=None)  # refused before the file is read
+    with pytest.raises(InvalidInputError, match="model must be a PairwiseMRF or the path"):
+        infer(42, "bp")
+    with pytest.raises(InvalidInputError, match=r"^trbp: tol must be a finite number >= 0"):
+        infer(mrf, "trbp", tol=-1.0)
 
 
 # ---------------------------------------------------------------------- UAI files

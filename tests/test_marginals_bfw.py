@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 
 import networkx as nx
@@ -11,6 +12,7 @@ from _marginals_models import LOOPY_EDGES, ising_grid, random_mrf, random_tree_e
 
 from structopt.errors import InvalidInputError
 from structopt.marginals import (
+    InferenceInterrupted,
     LocalPolytopeOracle,
     MarginalPolytopeOracle,
     PairwiseMRF,
@@ -312,3 +314,64 @@ def test_bfw_budget_and_input_checks():
     zero = mrf.with_theta(np.where(np.arange(mrf.dim) == 0, -np.inf, mrf.theta))
     with pytest.raises(InvalidInputError, match="finite"):
         barrier_fw(zero)
+
+
+@pytest.mark.parametrize(("option", "value", "match"), [
+    ("time_limit", 0, "time_limit must be a finite number > 0, got 0"),  # returned the starting point
+    ("time_limit", -1, "time_limit must be a finite number > 0"),
+    ("time_limit", float("nan"), "time_limit must be a finite number > 0, got nan"),  # an obscure CP-SAT error
+    ("max_iter", 0, "max_iter must be an integer >= 1"), ("max_iter", 1.5, "max_iter must be an integer >= 1"),
+    ("tol", -0.1, "tol must be a finite number >= 0"), ("tol", float("nan"), "tol must be a finite number >= 0"),
+    ("rho_iters", -1, "rho_iters must be an integer >= 0"), ("delta_init", 0.0, "delta_init must be a number in"),
+    ("delta_init", float("nan"), "delta_init must be a number in (0, 0.25]"),
+    ("fixed_delta", 0.5, "fixed_delta must be a number in (0, 0.25]"), ("correction", 1, "correction must be True"),
+    ("correction_steps", 0, "correction_steps must be an integer >= 1"),
+    ("local_search", -2, "local_search must be an integer >= 0"),
+    ("oracle_time_limit", 0.0, "oracle_time_limit must be a finite number > 0"),
+    ("progress", None, "progress must be True or False"), ("polytope", "cycle", "polytope must be one of"),
+    ("rho", "random", "rho must be 'optimize', 'uniform' or an array"),
+    ("rho", np.full(12, np.nan), "rho must have shape (12,) with entries in (0, 1]"),
+    ("rho", np.ones(5), "rho must have shape (12,)"), ("rhoo", "uniform", "got unknown option(s) rhoo"),
+])
+def test_bfw_refuses_every_bad_option_naming_it(option, value, match):
+    mrf = ising_grid(3, 3, 2.0, np.random.default_rng(8))
+    with pytest.raises(InvalidInputError) as info:
+        barrier_fw(mrf, **{option: value})
+    assert str(info.value).startswith("barrier_fw") and match in str(info.value)
+
+
+def test_bfw_says_why_it_stopped():
+    rng = np.random.default_rng(4)
+    chain = random_mrf([2, 3, 2, 2], [(0, 1), (1, 2), (2, 3)], rng)
+    done = barrier_fw(chain, tol=1e-3, max_iter=200)
+    assert (done.status, done.converged) == ("converged", True) and done.residual <= 1e-3
+    assert done.iterations == len(done.trace) and done.residual == done.trace[-1]["certified_gap"]
+    grid = ising_grid(3, 3, 2.0, rng)
+    short = barrier_fw(grid, tol=0.0, max_iter=3)
+    assert (short.status, short.converged, short.iterations) == ("max_iter", False, 3) and short.residual > 0
+    late = barrier_fw(grid, tol=0.0, time_limit=1e-6)
+    assert (late.status, late.converged, late.iterations) == ("time_limit", False, 1)
+
+
+def test_bfw_ctrl_c_hands_back_the_current_iterate(monkeypatch):
+    mrf = ising_grid(3, 3, 2.0, np.random.default_rng(5))
+    calls = []
+
+    def interrupted_search(*args):  # Ctrl-C in the 4th line search: x is still the iterate of the 3rd step
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return line_search(*args)
+
+    # the package's barrier_fw attribute is the function: take the module it lives in
+    monkeypatch.setattr(importlib.import_module("structopt.marginals.barrier_fw"), "line_search", interrupted_search)
+    with pytest.raises(InferenceInterrupted) as info:
+        barrier_fw(mrf, tol=0.0, max_iter=100, correction=False, rho="uniform")
+    assert isinstance(info.value, KeyboardInterrupt)
+    result = info.value.result
+    assert (result.status, result.converged) == ("interrupted", False) and result.iterations == len(result.trace) == 4
+    k_flat = entropy_coefficients(mrf, result.rho)
+    assert result.log_z == pytest.approx(trw_value(mrf.theta, k_flat, result.mu))  # the bound at that very point
+    assert result.upper_bound >= enumerate_inference(mrf).log_z  # still a certified bound
+    for m in result.marginals:
+        assert m.min() > 0 and m.sum() == pytest.approx(1.0)

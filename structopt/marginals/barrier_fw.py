@@ -15,7 +15,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from structopt.errors import InvalidInputError
-from structopt.marginals.mrf import InferenceResult, PairwiseMRF
+from structopt.marginals._options import (
+    boolean,
+    count,
+    in_interval,
+    inference_method,
+    non_negative,
+    one_of,
+    optional,
+    positive,
+    positive_int,
+)
+from structopt.marginals.mrf import InferenceInterrupted, InferenceResult, PairwiseMRF
 from structopt.marginals.oracles import LocalPolytopeOracle, MarginalPolytopeOracle, icm
 from structopt.marginals.trw import (
     entropy_coefficients,
@@ -134,6 +145,22 @@ def _local_search(mrf: PairwiseMRF, theta: np.ndarray, k_flat: np.ndarray, state
     return x
 
 
+def _rho_option(name: str, value: object) -> None:
+    """"optimize", "uniform" or an array (its shape and entries are checked against the model in the call)."""
+    ok = value in ("optimize", "uniform") if isinstance(value, str) else isinstance(value, (np.ndarray, list, tuple))
+    if not ok:
+        raise InvalidInputError(f"{name} must be 'optimize', 'uniform' or an array of edge probabilities, "
+                                f"got {value!r}")
+
+
+_CONTRACTION = in_interval(0.0, 0.25, False, True)
+
+
+@inference_method("barrier_fw", polytope=one_of("marginal", "local"), rho=_rho_option,
+                  max_iter=optional(positive_int), time_limit=optional(positive), tol=non_negative, rho_iters=count,
+                  delta_init=_CONTRACTION, fixed_delta=optional(_CONTRACTION), correction=boolean,
+                  correction_steps=positive_int, local_search=count, oracle_time_limit=optional(positive),
+                  progress=boolean)
 def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarray = "optimize",
                max_iter: int | None = 2000, time_limit: float | None = None, tol: float = 0.5,
                rho_iters: int = 10, delta_init: float = 0.01, fixed_delta: float | None = None,
@@ -156,10 +183,10 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
         Budget of oracle calls over the whole run (None: no limit; a tolerance below the oracle's
         certified resolution, e.g. the LP's 1e-7, is then never met).
     time_limit : float, optional
-        Seconds; checked after each oracle call, and CP-SAT calls are cut to the time left (their
-        proven bound then enters the certificate).
+        Seconds (> 0); checked after each oracle call and inside the corrections, and CP-SAT calls
+        are cut to the time left (their proven bound then enters the certificate).
     tol : float
-        Stop the inner loop when the certified Frank-Wolfe gap over the full polytope is ≤ ``tol``.
+        Stop the inner loop when the certified Frank-Wolfe gap over the full polytope is ≤ ``tol`` (≥ 0).
     rho_iters : int
         Number of ρ updates for ``rho="optimize"`` (none on a forest, where ρ ≡ 1 is exact).
     delta_init : float
@@ -186,25 +213,32 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
         smallest TRW + certified gap seen (an upper bound on log Z for ρ in 𝕋 and an exact oracle);
         ``trace`` has one record per oracle call (iteration, rho_iter, objective, gap,
         certified_gap, delta, upper_bound, time, solver); ``rho`` the final edge appearance probabilities.
+        ``status`` says why the run stopped (``converged`` only when the last inner loop met ``tol``;
+        at ``max_iter`` or ``time_limit`` the result is the current iterate), ``iterations`` counts
+        the oracle calls and ``residual`` is the last certified gap.
+
+    Raises
+    ------
+    InvalidInputError
+        An option out of range (``time_limit=0``, ``tol=nan``, ...), named in the message, before any work.
+    InferenceInterrupted
+        On Ctrl-C (a KeyboardInterrupt); its ``result`` holds the iterate reached, status ``interrupted``.
     """
     start = time.perf_counter()
     deadline = np.inf if time_limit is None else start + time_limit
-    if polytope not in ("marginal", "local"):
-        raise InvalidInputError(f"polytope must be 'marginal' or 'local', got {polytope!r}")
     if not np.isfinite(mrf.theta).all():
         raise InvalidInputError("barrier_fw needs finite log-potentials (the model has zero-probability entries)")
-    if not 0.0 < delta_init <= 0.25:
-        raise InvalidInputError(f"delta_init must be in (0, 1/4], got {delta_init}")
     certified = isinstance(rho, str)
     if isinstance(rho, str):
-        if rho not in ("optimize", "uniform"):
-            raise InvalidInputError(f"rho must be 'optimize', 'uniform' or an array, got {rho!r}")
         n_rho_updates = rho_iters if rho == "optimize" else 0
         rho_vec = spanning_tree_rho(mrf)
     else:
-        rho_vec = np.asarray(rho, dtype=np.float64)
-        if rho_vec.shape != (mrf.n_edges,) or (rho_vec <= 0).any() or (rho_vec > 1).any():
-            raise InvalidInputError(f"rho must have shape ({mrf.n_edges},) with entries in (0, 1]")
+        try:
+            rho_vec = np.asarray(rho, dtype=np.float64)
+        except (TypeError, ValueError):
+            rho_vec = np.full(0, np.nan)
+        if rho_vec.shape != (mrf.n_edges,) or not ((rho_vec > 0) & (rho_vec <= 1)).all():  # NaN fails too
+            raise InvalidInputError(f"barrier_fw: rho must have shape ({mrf.n_edges},) with entries in (0, 1]")
         n_rho_updates = 0
     if np.all(rho_vec >= 1.0 - 1e-12):  # a forest: TRW is the exact entropy, nothing to tighten
         n_rho_updates = 0
@@ -218,15 +252,14 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
     upper = np.inf
     trace: list[dict] = []
     calls = 0
-    converged = False
-    stop = False
+    status = "running"  # then "converged", "max_iter" or "time_limit"
     from tqdm.auto import tqdm
 
     bar = tqdm(total=max_iter, desc=f"barrier_fw[{polytope}]", unit="MAP", disable=not progress, leave=False)
     try:
         for rho_iter in range(n_rho_updates + 1):
             inner_done = False
-            while not stop:
+            while True:
                 grad = theta - k_flat * (1.0 + np.log(x))  # θ̃ = ∇TRW
                 if time_limit is not None and polytope == "marginal":  # CP-SAT must not overrun the budget
                     remaining = max(time_limit - (time.perf_counter() - start), 0.05)
@@ -244,12 +277,12 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
                               "gap": gap, "certified_gap": certified_gap, "delta": state.delta,
                               "upper_bound": upper + mrf.constant,
                               "time": time.perf_counter() - start, "solver": res.solver})
-                if certified_gap <= tol:
-                    inner_done = True
-                if (max_iter is not None and calls >= max_iter) or (
-                        time_limit is not None and time.perf_counter() - start >= time_limit):
-                    stop = True
-                if inner_done or stop:
+                inner_done = certified_gap <= tol
+                if max_iter is not None and calls >= max_iter:
+                    status = "max_iter"
+                elif time.perf_counter() >= deadline:
+                    status = "time_limit"
+                if inner_done or status != "running":
                     break
                 if fixed_delta is None and gap_u < 0.0 and gap > 0.0:  # Algorithm 1 (g ≤ 0 only if inexact)
                     proposal = gap / (-4.0 * gap_u)
@@ -270,18 +303,32 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
                 if local_search and res.assignment is not None:
                     x = _local_search(mrf, theta, k_flat, state, x, res.assignment, local_search,
                                       corr_tol if correction else None, correction_steps, deadline)
-            converged = inner_done
-            if stop or rho_iter == n_rho_updates:
+            if inner_done and rho_iter == n_rho_updates:
+                status = "converged"
+            if status != "running":
                 break
             # Frank-Wolfe step over 𝕋: ∂TRW/∂ρ_ij = −I_ij, so the vertex is the max-weight spanning tree on I
             vertex = max_spanning_tree(mrf, mutual_information(mrf, x))
-            rho_vec = rho_vec + 2.0 / (rho_iter + 3.0) * (vertex - rho_vec)
-            k_flat = entropy_coefficients(mrf, rho_vec)
+            new_rho = rho_vec + 2.0 / (rho_iter + 3.0) * (vertex - rho_vec)
+            # ρ and its coefficients change together, so an interrupt never leaves x paired with a half update
+            rho_vec, k_flat = new_rho, entropy_coefficients(mrf, new_rho)
             if correction:
                 x, _ = _correction(theta, k_flat, state, x, min(0.05, tol), correction_steps, deadline)
+    except KeyboardInterrupt as interrupt:
+        # x is always a point of the polytope between statements (steps rebind it whole), so it is a valid answer
+        raise InferenceInterrupted(_result(mrf, polytope, x, k_flat, rho_vec, upper, certified, "interrupted",
+                                           calls, trace, start)) from interrupt
     finally:
         bar.close()
-    objective = float(trw_value(theta, k_flat, x)) + mrf.constant
+    return _result(mrf, polytope, x, k_flat, rho_vec, upper, certified, status, calls, trace, start)
+
+
+def _result(mrf: PairwiseMRF, polytope: str, x: np.ndarray, k_flat: np.ndarray, rho_vec: np.ndarray, upper: float,
+            certified: bool, status: str, calls: int, trace: list[dict], start: float) -> InferenceResult:
+    """The result at iterate ``x``: TRW there, the best certified bound seen, why the run stopped."""
+    objective = float(trw_value(mrf.theta, k_flat, x)) + mrf.constant
     return InferenceResult(objective, mrf.node_marginals(x), x, f"barrier_fw[{polytope}]",
                            upper_bound=(upper + mrf.constant) if certified and np.isfinite(upper) else None,
-                           converged=converged, seconds=time.perf_counter() - start, trace=trace, rho=rho_vec)
+                           converged=status == "converged", seconds=time.perf_counter() - start, trace=list(trace),
+                           rho=rho_vec, status=status, iterations=calls,
+                           residual=trace[-1]["certified_gap"] if trace else None)

@@ -14,7 +14,17 @@ import numpy as np
 from numba import njit
 
 from structopt.errors import InvalidInputError
-from structopt.marginals.mrf import InferenceResult, PairwiseMRF
+from structopt.marginals._options import (
+    boolean,
+    in_interval,
+    inference_method,
+    non_negative,
+    optional,
+    positive,
+    positive_int,
+    random_state_option,
+)
+from structopt.marginals.mrf import InferenceInterrupted, InferenceResult, PairwiseMRF
 from structopt.marginals.trw import spanning_tree_rho, trw_objective
 
 
@@ -139,22 +149,53 @@ def _progress(progress: bool, total: int, desc: str):
 
 
 def _iterate(sweep, max_iter: int, tol: float, time_limit: float | None, progress: bool, label: str,
-             start: float) -> tuple[list[dict], bool]:
+             start: float) -> tuple[list[dict], str]:
     """Run ``sweep(iteration) -> change`` until the change is below ``tol``, ``max_iter`` sweeps or the
-    time limit; returns the trace (iteration, change, seconds since ``start``) and whether it converged."""
+    time limit; returns the trace (iteration, change, seconds since ``start``) and the status
+    (``converged``, ``max_iter``, ``time_limit``, or ``interrupted`` on Ctrl-C: the state the sweeps
+    update is whole between sweeps, numba kernels being uninterruptible, so the caller can use it)."""
     trace: list[dict] = []
-    with _progress(progress, max_iter, label) as bar:
-        for it in range(max_iter):
-            change = sweep(it)
-            trace.append({"iteration": it + 1, "change": float(change), "time": time.perf_counter() - start})
-            bar.update(1)
-            if change < tol:
-                return trace, True
-            if time_limit is not None and time.perf_counter() - start > time_limit:
-                break
-    return trace, False
+    try:
+        with _progress(progress, max_iter, label) as bar:
+            for it in range(max_iter):
+                change = sweep(it)
+                trace.append({"iteration": it + 1, "change": float(change), "time": time.perf_counter() - start})
+                bar.update(1)
+                if change < tol:
+                    return trace, "converged"
+                if time_limit is not None and time.perf_counter() - start > time_limit:
+                    return trace, "time_limit"
+    except KeyboardInterrupt:
+        return trace, "interrupted"
+    return trace, "max_iter"
 
 
+def _finish(result: InferenceResult, status: str, trace: list[dict]) -> InferenceResult:
+    """Set the stop fields of ``result``; raise :class:`InferenceInterrupted` carrying it after Ctrl-C."""
+    result.status, result.converged, result.iterations = status, status == "converged", len(trace)
+    result.residual = trace[-1]["change"] if trace else None
+    if status == "interrupted":
+        raise InferenceInterrupted(result)
+    return result
+
+
+_DAMPING = in_interval(0.0, 1.0, True, False)
+
+
+def _rho_option(name: str, value: object) -> None:
+    """None or an array (its shape and entries are checked against the model in the call)."""
+    if value is not None and not isinstance(value, (np.ndarray, list, tuple)):
+        raise InvalidInputError(f"{name} must be None or an array of edge weights, got {value!r}")
+
+
+def _label(name: str, value: object) -> None:
+    """A method name for the result."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a string, got {value!r}")
+
+
+@inference_method("trbp", rho=_rho_option, damping=_DAMPING, max_iter=positive_int, tol=non_negative,
+                  time_limit=optional(positive), progress=boolean, method=_label)
 def trbp(mrf: PairwiseMRF, rho: np.ndarray | None = None, damping: float = 0.5, max_iter: int = 1000,
          tol: float = 1e-8, time_limit: float | None = None, progress: bool = False,
          method: str = "trbp") -> InferenceResult:
@@ -172,39 +213,53 @@ def trbp(mrf: PairwiseMRF, rho: np.ndarray | None = None, damping: float = 0.5, 
     damping : float in [0, 1)
         New log-message = (1 − damping)·update + damping·old.
     max_iter : int
-        Maximum number of sweeps (each updates every message once).
+        Maximum number of sweeps (each updates every message once), ≥ 1.
     tol : float
-        Stop when no message changes by more than ``tol`` (max-norm, probability scale).
+        Stop when no message changes by more than ``tol`` (max-norm, probability scale), ≥ 0.
     time_limit : float, optional
-        Seconds.
+        Seconds (> 0), checked after each sweep.
     progress : bool
         Show a progress bar over sweeps.
 
     Returns
     -------
     InferenceResult
-        ``converged`` says whether ``tol`` was met; ``trace`` holds one record per sweep.
+        ``converged`` says whether ``tol`` was met, ``status`` why the sweeps stopped (``converged``,
+        ``max_iter`` or ``time_limit``; otherwise the beliefs are those of the last sweep),
+        ``iterations`` the sweeps run and ``residual`` the last sweep's largest message change;
+        ``trace`` holds one record per sweep.
+
+    Raises
+    ------
+    InvalidInputError
+        An option out of range (``max_iter=0``, ``tol=nan``, ``damping=1``, ...), named, before any work.
+    InferenceInterrupted
+        On Ctrl-C (a KeyboardInterrupt); its ``result`` holds the beliefs of the last finished sweep.
     """
     start = time.perf_counter()
-    if not 0.0 <= damping < 1.0:
-        raise InvalidInputError(f"damping must be in [0, 1), got {damping}")
-    rho = spanning_tree_rho(mrf) if rho is None else np.asarray(rho, dtype=np.float64)
-    if rho.shape != (mrf.n_edges,) or (rho <= 0).any():
-        raise InvalidInputError(f"rho must be positive with shape ({mrf.n_edges},)")
+    if rho is None:
+        rho = spanning_tree_rho(mrf)
+    else:
+        try:
+            rho = np.asarray(rho, dtype=np.float64)
+        except (TypeError, ValueError):
+            rho = np.full(0, np.nan)
+        if rho.shape != (mrf.n_edges,) or not (np.isfinite(rho) & (rho > 0)).all():
+            raise InvalidInputError(f"{method}: rho must be finite and positive with shape ({mrf.n_edges},)")
     msg_off = _message_offsets(mrf)
     logm = -np.log(np.repeat(np.diff(msg_off), np.diff(msg_off)).astype(np.float64))
     # initial messages are uniform: each adds ρ log(1/|x_t|) to S_t
     s_node = mrf.theta[:mrf.n_node_entries] + _initial_incoming(mrf, rho)
     edges = np.ascontiguousarray(mrf.edges)
-    trace, converged = _iterate(
+    trace, status = _iterate(
         lambda it: _sweep(mrf.cards, mrf.offsets, edges, mrf.theta, rho, logm, msg_off, s_node, float(damping),
                           it % 2 == 1),
         max_iter, tol, time_limit, progress, method, start)
     mu = np.zeros(mrf.dim)
     _beliefs(mrf.cards, mrf.offsets, edges, mrf.theta, rho, logm, msg_off, s_node, mu)
     log_z = trw_objective(mrf, mu, rho)
-    return InferenceResult(log_z, mrf.node_marginals(mu), mu, method, converged=converged,
-                           seconds=time.perf_counter() - start, trace=trace, rho=rho)
+    return _finish(InferenceResult(log_z, mrf.node_marginals(mu), mu, method, seconds=time.perf_counter() - start,
+                                   trace=trace, rho=rho), status, trace)
 
 
 def _initial_incoming(mrf: PairwiseMRF, rho: np.ndarray) -> np.ndarray:
@@ -214,6 +269,8 @@ def _initial_incoming(mrf: PairwiseMRF, rho: np.ndarray) -> np.ndarray:
     return per_node[mrf.block_of[:mrf.n_node_entries]]
 
 
+@inference_method("bp", damping=_DAMPING, max_iter=positive_int, tol=non_negative, time_limit=optional(positive),
+                  progress=boolean)
 def bp(mrf: PairwiseMRF, damping: float = 0.5, max_iter: int = 1000, tol: float = 1e-8,
        time_limit: float | None = None, progress: bool = False) -> InferenceResult:
     """Loopy sum-product belief propagation; ``log_z`` is the Bethe free energy at the beliefs.
@@ -278,6 +335,8 @@ def _product_edges(cards, offsets, edges, mu):  # pragma: no cover - numba
                 mu[offsets[n + e] + a * cards[j] + b] = mu[offsets[i] + a] * mu[offsets[j] + b]
 
 
+@inference_method("mean_field", max_iter=positive_int, tol=non_negative, time_limit=optional(positive),
+                  progress=boolean, random_state=random_state_option)
 def mean_field(mrf: PairwiseMRF, max_iter: int = 1000, tol: float = 1e-8, time_limit: float | None = None,
                progress: bool = False, random_state: int | None = 0) -> InferenceResult:
     """Naive mean field: a fully factorised q maximising ⟨θ, μ(q)⟩ + Σ_i H(q_i) by coordinate ascent.
@@ -299,11 +358,11 @@ def mean_field(mrf: PairwiseMRF, max_iter: int = 1000, tol: float = 1e-8, time_l
         mrf.block_of[:mrf.n_node_entries]]
     indptr, adj_edge, adj_first = mrf.adjacency()
     edges = np.ascontiguousarray(mrf.edges)
-    trace, converged = _iterate(
+    trace, status = _iterate(
         lambda it: _mean_field_sweep(mrf.cards, mrf.offsets, edges, mrf.theta, indptr, adj_edge, adj_first, q),
         max_iter, tol, time_limit, progress, "mean field", start)
     _product_edges(mrf.cards, mrf.offsets, edges, q)
     # with the product edge blocks the Bethe (ρ ≡ 1) entropy equals Σ_i H(q_i)
     log_z = trw_objective(mrf, q, np.ones(mrf.n_edges))
-    return InferenceResult(log_z, mrf.node_marginals(q), q, "mf", converged=converged,
-                           seconds=time.perf_counter() - start, trace=trace)
+    return _finish(InferenceResult(log_z, mrf.node_marginals(q), q, "mf", seconds=time.perf_counter() - start,
+                                   trace=trace), status, trace)

@@ -222,6 +222,14 @@ class InferenceResult:
         Per-iteration records (method specific: iteration, objective, gap, time, ...).
     rho : ndarray or None
         Edge appearance probabilities used (tree-reweighted methods).
+    status : str
+        Why the method stopped: ``"converged"``, ``"max_iter"``, ``"time_limit"`` or
+        ``"interrupted"`` (the last three leave ``converged`` False: the result is the current iterate).
+    iterations : int
+        Iterations run (sweeps for message passing, MAP oracle calls for Barrier Frank-Wolfe).
+    residual : float or None
+        The quantity compared with ``tol`` at the last iteration (largest message or marginal change
+        for message passing, certified Frank-Wolfe gap for Barrier Frank-Wolfe).
     """
 
     log_z: float
@@ -233,3 +241,17 @@ class InferenceResult:
     seconds: float = 0.0
     trace: list[dict] = field(default_factory=list)
     rho: np.ndarray | None = None
+    status: str = "converged"
+    iterations: int = 0
+    residual: float | None = None
+
+
+class InferenceInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an iterative inference method; ``result`` holds the iterate reached (status "interrupted").
+
+    A subclass of KeyboardInterrupt, so code that does not look for the partial result stops as usual.
+    """
+
+    def __init__(self, result: InferenceResult) -> None:
+        super().__init__(f"{result.method} interrupted after {result.iterations} iterations")
+        self.result = result
