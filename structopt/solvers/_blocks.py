@@ -18,10 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.problem import SSVMProblem
 from structopt.structures.base import flatten, unflatten
 
 
+@state_type
 @dataclass
 class BlockState:
     """Dual state of BCFW.

@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.structures.base import Potentials, add, scale
 
 _TINY = 1e-12  # fold the scale into v below this, to keep ``gamma / a`` finite
 
 
+@state_type
 class LazyIterate:
     """``w = a v + b c`` with a lazily weighted running sum of the iterates.
 

@@ -14,11 +14,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
 from structopt.structures.base import Potentials, add
 
 
+@state_type
 @dataclass
 class Counters:
     """Work done so far by a smoothed-oracle solver."""

@@ -44,21 +44,20 @@ import inspect
 import math
 import numbers
 import os
-import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from structopt.archive import decode, encode, read_archive, write_archive
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.fingerprint import digest
 from structopt.parallel import executor_option, executor_scope, n_workers_option
 
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
 
 #: options that do not decide where a resumed run's iterates go — how long it runs, what it reports,
 #: and the starting point and seed, whose effect the checkpoint's own state carries: a checkpoint
@@ -156,7 +155,7 @@ COMMON_OPTIONS: dict[str, Callable[[str, Any], None]] = {
     "max_passes": positive, "tol": non_negative, "time_limit": optional(positive), "eval_every": positive,
     "random_state": random_state_option, "w0": array_option, "progress": boolean, "callback": callable_option,
     "checkpoint": path_option, "checkpoint_every": positive, "resume": path_option,
-    "compiled": optional(boolean), "executor": executor_option, "n_workers": n_workers_option,
+    "executor": executor_option, "n_workers": n_workers_option,
 }
 
 
@@ -183,10 +182,14 @@ def solver(name: str, **constraints: Callable[[str, Any], None]) -> Callable:
             bound.apply_defaults()
             for key, check in checks.items():
                 check(f"{name}: {key}", bound.arguments[key])
-            if "executor" not in accepted:
-                return function(problem, **options)
-            with executor_scope(problem, bound.arguments["executor"], bound.arguments.get("n_workers")) as executor:
-                return function(problem, **{**options, "executor": executor})
+            try:
+                if "executor" not in accepted:
+                    return function(problem, **options)
+                with executor_scope(problem, bound.arguments["executor"],
+                                    bound.arguments.get("n_workers")) as executor:
+                    return function(problem, **{**options, "executor": executor})
+            except FinishedRun as finished:  # resumed from a run that already met this call's budget
+                return finished.result
 
         run.solver_name = name
         return run
@@ -219,51 +222,53 @@ class Result:
 
 
 # --------------------------------------------------------------------------- checkpoints
-def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> None:
-    """Atomically write a checkpoint (a temporary file beside it, then a rename).
+def _refs(problem) -> dict[str, Any]:
+    """Objects a solver state may point at, stored by name (never by value) in checkpoints."""
+    refs = {"problem": problem}
+    if getattr(problem, "model", None) is not None:
+        refs["model"] = problem.model
+    return refs
 
-    A kill at any moment leaves either the previous checkpoint or the new one, never a torn file.
+
+def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any], problem=None) -> int:
+    """Atomically write a checkpoint; return its size in bytes.
+
+    The file is a sealed :mod:`structopt.archive` (numpy arrays and JSON under a SHA-256; no pickle).
+    ``payload`` holds ``solver``, ``fingerprint``, ``state``, ``trace`` and ``w`` (the weights the
+    last record reported); references to ``problem`` and its model inside the state are stored by
+    name. A kill at any moment leaves either the previous checkpoint or the new one.
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            pickle.dump({"format": CHECKPOINT_FORMAT, **payload}, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        raise InvalidInputError(f"cannot write checkpoint {path}: {error}") from error
+    data, arrays = encode({key: value for key, value in payload.items() if key not in ("solver", "fingerprint")},
+                          _refs(problem))
+    meta = {"format": CHECKPOINT_FORMAT, "kind": "structopt checkpoint", "solver": payload["solver"],
+            "fingerprint": payload["fingerprint"], "payload": data}
+    return write_archive(path, meta, arrays, "checkpoint")
 
 
-def load_checkpoint(path: str | os.PathLike, solver_name: str, fingerprint: dict[str, str] | None = None) -> dict:
+def load_checkpoint(path: str | os.PathLike, solver_name: str, fingerprint: dict[str, str] | None = None,
+                    problem=None) -> dict:
     """Read a checkpoint and check that it belongs to ``solver_name`` and to ``fingerprint``.
+
+    The whole file's checksum is verified before anything in it is parsed, and nothing in it is
+    unpickled or executed.
 
     Raises
     ------
     InvalidInputError
-        The file is missing, truncated or corrupted, was written by another solver or an older
-        format, or comes from a different problem or other trajectory options (the message names
-        the components that differ).
+        One line naming the file: it is missing, a directory, truncated or corrupted (checksum),
+        in the old pickle format, written by another solver or format version, or from a different
+        problem or other trajectory options (the message names the components that differ).
     """
-    try:
-        with open(path, "rb") as fh:
-            payload = pickle.load(fh)
-    except FileNotFoundError:
-        raise InvalidInputError(f"checkpoint {path} does not exist") from None
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, IndexError,
-            TypeError, ValueError) as error:
-        raise InvalidInputError(f"checkpoint {path} is truncated or corrupted ({type(error).__name__}: {error}); "
-                                "delete it to start afresh") from None
-    if not isinstance(payload, dict) or "solver" not in payload:
+    meta, arrays = read_archive(path, "checkpoint")
+    if meta.get("kind") != "structopt checkpoint":
         raise InvalidInputError(f"checkpoint {path} is not a structopt checkpoint")
-    if payload["solver"] != solver_name:
-        raise InvalidInputError(f"checkpoint {path} was written by {payload['solver']}, not {solver_name}")
-    if payload.get("format") != CHECKPOINT_FORMAT:
-        raise InvalidInputError(f"checkpoint {path} has format {payload.get('format')}; this version reads "
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise InvalidInputError(f"checkpoint {path} has format {meta.get('format')}; this version reads "
                                 f"format {CHECKPOINT_FORMAT}")
+    if meta.get("solver") != solver_name:
+        raise InvalidInputError(f"checkpoint {path} was written by {meta.get('solver')}, not {solver_name}")
     if fingerprint is not None:
-        saved = payload.get("fingerprint", {})
+        saved = meta.get("fingerprint", {})
         differ = sorted(key for key in set(saved) | set(fingerprint) if saved.get(key) != fingerprint.get(key))
         if differ:
             raise InvalidInputError(
@@ -271,7 +276,22 @@ def load_checkpoint(path: str | os.PathLike, solver_name: str, fingerprint: dict
                 f"{'differ' if len(differ) > 1 else 'differs'} from this one's "
                 "(resume needs the same data, labels, loss, lam, model and solver options; max_passes, tol, "
                 "time_limit and the evaluation/checkpoint intervals may change)")
-    return payload
+    try:
+        payload = decode(meta["payload"], arrays, _refs(problem))
+        if not isinstance(payload, dict) or not isinstance(payload.get("trace"), list) or "state" not in payload:
+            raise KeyError("payload")
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        raise InvalidInputError(f"checkpoint {path} is malformed ({type(error).__name__}: {error})") from None
+    return {"solver": meta["solver"], "fingerprint": meta.get("fingerprint"), **payload}
+
+
+class FinishedRun(Exception):
+    """Raised by :meth:`Monitor.load` when the checkpoint already meets this call's stopping rule;
+    the ``@solver`` declaration returns its ``result`` unchanged."""
+
+    def __init__(self, result: Result):
+        super().__init__(result.info.get("stop_reason", "finished"))
+        self.result = result
 
 
 # --------------------------------------------------------------------------- a run
@@ -332,9 +352,15 @@ class Monitor:
         """The saved state to resume from (``resume`` option), its trace taken over; None without one."""
         if self._resume_path is None:
             return None
-        payload = load_checkpoint(self._resume_path, self.solver_name, self.fingerprint())
+        payload = load_checkpoint(self._resume_path, self.solver_name, self.fingerprint(), self.problem)
         self.trace = list(payload["trace"])
         if self.trace:
+            last = self.trace[-1]
+            reason = self._stop_reason(last["passes"], last.get("gap"), last["time"])
+            if reason:
+                raise FinishedRun(Result(np.array(payload["w"], dtype=float), self.trace, {
+                    "stop_reason": f"already finished ({reason}) when resumed from {self._resume_path}",
+                    "resumed_finished": True}))
             self.elapsed = self.trace[-1]["time"]
             self._saved_at = self.trace[-1]["passes"]
             self._progress().update(self.trace[-1]["passes"])
@@ -380,21 +406,27 @@ class Monitor:
         bar = self._progress()
         bar.set_postfix(postfix, refresh=False)
         bar.update(max(0.0, min(passes, self.max_passes) - bar.n))
-        if gap is not None and gap <= self.tol:
-            self.stop_reason = f"gap {gap:.3g} <= tol {self.tol:g}"
-        elif self.reached(passes):
-            self.stop_reason = f"reached max_passes={self.max_passes:g}"
-        elif self.time_limit is not None and self.elapsed >= self.time_limit:
-            self.stop_reason = f"reached time_limit={self.time_limit:g}s"
-        elif previous is not None and passes <= previous:
+        self.stop_reason = self._stop_reason(passes, gap, self.elapsed)
+        if not self.stop_reason and previous is not None and passes <= previous:
             raise RuntimeError(f"{self.solver_name} made no progress between two evaluations "
                                f"(passes {previous:g} -> {passes:g}); this is a bug, please report it")
         if self.checkpoint is not None and state is not None and (
                 self.stop_reason or passes >= self._saved_at + self.checkpoint_every - 1e-9):
             save_checkpoint(self.checkpoint, {"solver": self.solver_name, "fingerprint": self.fingerprint(),
-                                              "state": state, "trace": self.trace})
+                                              "state": state, "trace": self.trace, "w": np.asarray(w)},
+                            self.problem)
             self._saved_at = passes
         return bool(self.stop_reason)
+
+    def _stop_reason(self, passes: float, gap: float | None, elapsed: float) -> str:
+        """Why a run whose last evaluation is at ``passes`` (``gap``, ``elapsed`` seconds) stops; "" if not."""
+        if gap is not None and gap <= self.tol:
+            return f"gap {gap:.3g} <= tol {self.tol:g}"
+        if self.reached(passes):
+            return f"reached max_passes={self.max_passes:g}"
+        if self.time_limit is not None and elapsed >= self.time_limit:
+            return f"reached time_limit={self.time_limit:g}s"
+        return ""
 
     def close(self) -> None:
         if self._bar is not None:
