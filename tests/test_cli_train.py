@@ -43,5 +43,10 @@ def test_conll_task(tmp_path, capsys):
     (["localization", "--lam", "0"], 1 / 40)])
 def test_default_lam_is_the_tasks_own(argv, expected):
     args = cli.build_parser().parse_args(["train", *argv])
-    task = argv[0] if argv[0] != "localization" else f"localization {args.dataset}"
-    assert cli._lam(args, 40, task) == pytest.approx(expected)
+    assert cli._lam(args, 40, cli._task_key(args)) == pytest.approx(expected)
+
+
+def test_the_tasks_build_the_problem_type_their_solver_list_is_derived_from():
+    args = cli.build_parser().parse_args(["train", "ocr", "--n-train", "5"])
+    problem = cli.TASKS["ocr"](args).problem
+    assert type(problem) is cli._task_problem_type()  # the other tasks build theirs the same way (SSVMProblem)

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import math
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
+from _shared_data import SHARED_DATA, needs_data
 
+from structopt import cli
 from structopt.cli import main
 from structopt.marginals import exact_inference, read_mar, read_uai
+
+UAI = SHARED_DATA / "uai"
 
 MODEL = """MARKOV
 4
@@ -90,3 +100,198 @@ def test_infer_bad_file_gives_a_clear_error(tmp_path, capsys, text, message):
 def test_infer_missing_file(tmp_path, capsys):
     assert main(["infer", str(tmp_path / "none.uai")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def _err_lines(capsys) -> tuple[str, list[str]]:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return captured.out, captured.err.strip().splitlines()
+
+
+# --------------------------------------------------------------------------- budgets, partial results, Ctrl-C
+def test_help_states_the_default_time_limit_and_the_iteration_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["infer", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default {cli.INFER_TIME_LIMIT:g})" in text and "--max-iter N" in text and "--tol TOL" in text
+    assert "marked partial" in text
+
+
+@pytest.fixture
+def spy_infer(monkeypatch):
+    """Record the options ``structopt infer`` passes, and run nothing."""
+    seen = []
+
+    def spy(model, method, **options):
+        seen.append((method, options))
+        raise KeyboardInterrupt  # also: a plain Ctrl-C (no partial result) is one line and exit 130
+
+    monkeypatch.setattr(importlib.import_module("structopt.marginals.infer"), "infer", spy)
+    return seen
+
+
+@pytest.mark.parametrize("method", ["bfw", "trbp", "bp", "mf", "exact"])
+def test_iterative_methods_get_the_default_time_limit(model_file, tmp_path, capsys, spy_infer, method):
+    path, _ = model_file
+    assert main(["infer", str(path), "--method", method, "--out", str(tmp_path / "m.MAR"), "--no-progress"]) == 130
+    assert _err_lines(capsys)[1] == ["structopt: interrupted"]
+    (called, options), = spy_infer
+    expected = {} if method == "exact" else {"progress": False, "time_limit": cli.INFER_TIME_LIMIT}
+    assert called == method and options == expected
+    assert not (tmp_path / "m.MAR").exists()
+
+
+def test_max_iter_tol_and_time_limit_are_passed_on(model_file, tmp_path, spy_infer):
+    path, _ = model_file
+    main(["infer", str(path), "--method", "trbp", "--out", str(tmp_path / "m.MAR"), "--max-iter", "7", "--tol",
+          "0.01", "--time-limit", "2.5"])
+    assert spy_infer == [("trbp", {"progress": True, "time_limit": 2.5, "max_iter": 7, "tol": 0.01})]
+
+
+@pytest.mark.parametrize("flag, value", [("--time-limit", "5"), ("--max-iter", "3"), ("--tol", "0.1")])
+def test_exact_refuses_iteration_options(model_file, tmp_path, capsys, spy_infer, flag, value):
+    path, _ = model_file
+    assert main(["infer", str(path), "--method", "exact", flag, value]) == 2
+    assert _err_lines(capsys)[1] == [f"structopt: error: {flag} does not apply to --method exact (it does not "
+                                     "iterate)"]
+    assert spy_infer == []
+
+
+@pytest.mark.parametrize("where", ["directory", "under_a_file"])
+def test_out_is_checked_before_inference(model_file, tmp_path, capsys, spy_infer, where):
+    path, _ = model_file
+    if where == "directory":
+        out, message = tmp_path, f"--out {tmp_path} is a directory; give a file path"
+    else:
+        (tmp_path / "file").write_text("")
+        out = tmp_path / "file" / "m.MAR"
+        message = f"--out {out}: {tmp_path / 'file'} is an existing file, not a directory"
+    assert main(["infer", str(path), "--out", str(out)]) == 2
+    assert _err_lines(capsys)[1] == [f"structopt: error: {message}"]
+    assert spy_infer == []  # no inference ran
+
+
+def test_unconverged_run_writes_its_iterate_marked_partial_and_warns(model_file, tmp_path, capsys):
+    path, _ = model_file
+    out = tmp_path / "m.MAR"
+    assert main(["infer", str(path), "--method", "bp", "--max-iter", "2", "--tol", "0", "--out", str(out),
+                 "--no-progress"]) == 0
+    stdout, err = _err_lines(capsys)
+    assert "| PARTIAL (iteration budget spent) |" in stdout and f"marginals in {out}" in stdout
+    assert len(err) == 1 and err[0].startswith("structopt: warning: bp did not converge: budget of 2 sweeps spent "
+                                               "(--max-iter) after 2 sweeps, largest message change ")
+    assert "> tol 0 (--tol)" in err[0]
+    summary = json.loads((tmp_path / "m.MAR.json").read_text())
+    assert (summary["status"], summary["converged"], summary["partial"], summary["iterations"]) == (
+        "max_iter", False, True, 2)
+    assert summary["residual"] > 0 and summary["log_z"] == pytest.approx(float(stdout.split("log Z ")[1].split()[0]))
+    assert [m.size for m in read_mar(out)] == [2, 2, 3, 2]
+
+
+def test_converged_run_says_so_without_warning(model_file, tmp_path, capsys):
+    path, _ = model_file
+    assert main(["infer", str(path), "--method", "trbp", "--out", str(tmp_path / "m.MAR"), "--no-progress"]) == 0
+    stdout, err = _err_lines(capsys)
+    assert "| converged |" in stdout and err == []
+    summary = json.loads((tmp_path / "m.MAR.json").read_text())
+    assert summary["status"] == "converged" and summary["partial"] is False
+
+
+def test_ctrl_c_writes_the_partial_result_and_exits_130(model_file, tmp_path, capsys, monkeypatch):
+    path, _ = model_file
+    baselines = importlib.import_module("structopt.marginals.baselines")
+    real, calls = baselines._sweep, []
+
+    def sweep(*args):  # Ctrl-C lands when the (uninterruptible) numba sweep returns
+        calls.append(real(*args))
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return calls[-1]
+
+    monkeypatch.setattr(baselines, "_sweep", sweep)
+    out = tmp_path / "m.MAR"
+    assert main(["infer", str(path), "--method", "trbp", "--tol", "0", "--max-iter", "1000", "--out", str(out),
+                 "--no-progress"]) == 130
+    stdout, err = _err_lines(capsys)
+    assert err == [f"structopt: interrupted; partial marginals and log Z written to {out} and {out}.json"]
+    assert "| PARTIAL (interrupted) |" in stdout
+    summary = json.loads((tmp_path / "m.MAR.json").read_text())
+    assert (summary["status"], summary["partial"], summary["iterations"]) == ("interrupted", True, 4)
+    assert all(m.sum() == pytest.approx(1.0) for m in read_mar(out))
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+@needs_data("uai")
+def test_grids_12_trbp_and_bp_warn_that_they_did_not_converge(tmp_path, capsys):
+    for method in ("trbp", "bp"):
+        out = tmp_path / f"{method}.MAR"
+        assert main(["infer", str(UAI / "Grids_12.uai"), "--method", method, "--out", str(out), "--no-progress"]) == 0
+        stdout, err = _err_lines(capsys)
+        assert "PARTIAL (iteration budget spent)" in stdout
+        assert len(err) == 1 and err[0].startswith(f"structopt: warning: {method} did not converge: budget of 1000 "
+                                                   "sweeps spent (--max-iter)")
+
+
+@needs_data("uai")
+def test_time_limit_on_a_slow_model_writes_the_partial_result(tmp_path, capsys):
+    """Barrier Frank-Wolfe on a segmentation model runs for hours; in-process with a short limit (see the subprocess
+    test below for the command)."""
+    out = tmp_path / "seg.MAR"
+    start = time.perf_counter()
+    assert main(["infer", str(UAI / "Segmentation_11.uai"), "--time-limit", "0.5", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert time.perf_counter() - start < 10
+    stdout, err = _err_lines(capsys)
+    assert "PARTIAL (time limit reached)" in stdout
+    assert len(err) == 1 and "bfw did not converge: time limit of 0.5 s reached (--time-limit)" in err[0]
+    assert json.loads((tmp_path / "seg.MAR.json").read_text())["status"] == "time_limit"
+    assert len(read_mar(out)) == 228
+
+
+def _structopt(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "structopt", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+@needs_data("uai")
+def test_time_limit_2_as_a_command(tmp_path):
+    out = tmp_path / "seg.MAR"
+    start = time.monotonic()
+    done = _structopt("infer", str(UAI / "Segmentation_11.uai"), "--time-limit", "2", "--out", str(out),
+                      "--no-progress")
+    stdout, stderr = done.communicate(timeout=120)
+    assert done.returncode == 0 and time.monotonic() - start < 60
+    assert "PARTIAL (time limit reached)" in stdout
+    assert stderr.splitlines() == [line for line in stderr.splitlines() if line.startswith("structopt: warning: bfw "
+                                                                                           "did not converge: time "
+                                                                                           "limit of 2 s")]
+    assert len(stderr.splitlines()) == 1
+    assert json.loads((tmp_path / "seg.MAR.json").read_text())["partial"] is True and len(read_mar(out)) == 228
+
+
+@pytest.mark.slow
+@needs_data("uai")
+@pytest.mark.parametrize(("model", "method"), [("Grids_12.uai", "trbp"), ("Segmentation_11.uai", "bfw")])
+def test_sigint_to_infer_exits_130_with_one_line_and_the_partial_result(tmp_path, model, method):
+    """A real Ctrl-C. The bfw case needs CP-SAT to hand SIGINT back to Python (structopt.interrupt)."""
+    out = tmp_path / "m.MAR"
+    warm = _structopt("infer", str(UAI / model), "--method", method, "--max-iter", "1", "--out", str(out),
+                      "--no-progress")
+    warm.communicate(timeout=300)  # numba kernels compiled and cached: the run below is in its loop soon
+    process = _structopt("infer", str(UAI / model), "--method", method, "--max-iter", "100000000", "--tol", "0",
+                         "--time-limit", "600", "--out", str(out), "--no-progress")
+    try:
+        time.sleep(6)
+        assert process.poll() is None
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+        waited = time.monotonic() - sent
+    finally:
+        process.kill()
+    assert process.returncode == 130, (stdout, stderr)
+    assert stderr.splitlines() == [f"structopt: interrupted; partial marginals and log Z written to {out} and "
+                                   f"{out}.json"]
+    assert "PARTIAL (interrupted)" in stdout and waited < 10, waited
+    assert json.loads((tmp_path / "m.MAR.json").read_text())["status"] == "interrupted"
