@@ -10,8 +10,9 @@ Entries may be -inf (a forbidden label, transition, start or end): a sequence us
 -inf. Viterbi then returns a finite-scoring sequence whenever one exists, top-K lists the finite
 scores first and pads with forbidden sequences (score -inf), max-marginals are -inf where no
 feasible sequence passes, and forward-backward gives forbidden entries marginal exactly 0. NaN and
-+inf are not valid potentials: the ``*_checked`` kernels report them (and an empty feasible set or
-an out-of-range log Z) as a status code that ``input_error`` turns into a message.
++inf are not valid potentials: the ``*_checked`` kernels report them (and an empty feasible set,
+read off the best score or log Z being -inf, or an out-of-range log Z) as a status code that
+``input_error`` turns into a message.
 """
 
 from __future__ import annotations
@@ -127,11 +128,20 @@ def _power_of_two_at_least(n):
 
 
 @njit(cache=True)
+def input_status(unary, pairwise):
+    """OK, HAS_NAN or HAS_POS_INF, and the largest |entry| above -inf (one compiled pass)."""
+    bound = input_range(unary, pairwise)
+    return _status(bound), bound
+
+
+@njit(cache=True)
 def viterbi_checked(unary, pairwise):
     """Viterbi labels and a status code (NaN / +inf potentials are refused, not decoded).
 
     Potentials so large that a sequence's score could overflow are first scaled down by a power
-    of two: the maximiser is scale-free, and the scaled sums round exactly like the unscaled ones.
+    of two: the maximiser is scale-free, and the scaled sums round exactly like the unscaled ones,
+    so a best score of -inf means that every sequence uses a -inf entry (status INFEASIBLE; the
+    test costs one comparison, not a pass over the inputs).
     """
     T = unary.shape[0]
     bound = input_range(unary, pairwise)
@@ -139,15 +149,45 @@ def viterbi_checked(unary, pairwise):
     if status != OK:
         return np.zeros(T, dtype=np.int64), status
     if bound * 2 * T < SAFE:
-        y, _ = viterbi(unary, pairwise)
+        y, score = viterbi(unary, pairwise)
     else:
         scale = 1.0 / _power_of_two_at_least(2.0 * T + 2.0)
-        y, _ = viterbi(unary * scale, pairwise * scale)
-    return y, OK
+        y, score = viterbi(unary * scale, pairwise * scale)
+    return y, OK if score > NEG_INF else INFEASIBLE
 
 
-def input_error(status: int, unary: np.ndarray, pairwise: np.ndarray) -> str:
-    """The message for a checked kernel's non-zero status (naming the first offending entry)."""
+def first_blocked_position(unary: np.ndarray, pairwise: np.ndarray) -> int:
+    """The first position t at which every label sequence of the prefix 0..t uses a -inf entry.
+
+    -1 when some whole sequence avoids every -inf entry. Reads only which entries are -inf (so
+    huge finite potentials cannot fake it); runs on the error path only.
+    """
+    mask_u = np.where(np.isneginf(unary), NEG_INF, 0.0)
+    mask_p = np.where(np.isneginf(pairwise), NEG_INF, 0.0)
+    alpha, _ = _max_product_tables(mask_u, mask_p)
+    blocked = np.flatnonzero(np.all(np.isneginf(alpha), axis=1))
+    return int(blocked[0]) if blocked.size else -1
+
+
+def infeasible_message(unary: np.ndarray, pairwise: np.ndarray, note: str = "") -> str:
+    """Why no label sequence has a finite score (names the first position where all are forbidden)."""
+    t = first_blocked_position(unary, pairwise)
+    if t == 0:
+        where = "every label at position 0 is -inf"
+    elif t > 0:
+        where = (f"no label at position {t} of {unary.shape[0]} extends a prefix of finite score: its unary "
+                 f"or transition entries are -inf")
+    else:  # no entry forbids every sequence: finite sums overflowed to -inf
+        return (f"the scores of these chain potentials overflow float64 (largest |entry| "
+                f"{input_range(unary, pairwise):.3g}); scale them down")
+    return f"chain potentials forbid every output: every label sequence has score -inf ({where}{note})"
+
+
+def input_error(status: int, unary: np.ndarray, pairwise: np.ndarray, note: str = "") -> str:
+    """The message for a checked kernel's non-zero status (naming the first offending entry).
+
+    ``note`` is appended to the INFEASIBLE message (e.g. that the chain's masks take part).
+    """
     if status in (HAS_NAN, HAS_POS_INF):
         test, what = (np.isnan, "NaN") if status == HAS_NAN else (np.isposinf, "+inf")
         for name, arr in (("unary", unary), ("pairwise", pairwise)):
@@ -157,7 +197,7 @@ def input_error(status: int, unary: np.ndarray, pairwise: np.ndarray) -> str:
                 return (f"chain potentials contain {what} ({name}[{index}]); potentials must be finite "
                         f"or -inf (a forbidden label or transition)")
     if status == INFEASIBLE:
-        return "every label sequence has score -inf (all forbidden): the chain distribution is undefined"
+        return infeasible_message(unary, pairwise, note)
     if status == LOG_Z_OVERFLOW:
         return (f"the log-partition of these chain potentials (largest |entry| {input_range(unary, pairwise):.3g}) "
                 f"is beyond the float64 range")

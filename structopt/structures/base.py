@@ -19,9 +19,39 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.errors import InvalidInputError, NotSupportedError, example_error
 
 Potentials = Any  # a NamedTuple of numpy arrays; each structure defines its own type
+
+
+def refuse_nonfinite(fields: Any, what: str, index: int | None = None) -> None:
+    """Raise :class:`InvalidInputError` naming the first NaN or infinite entry of ``fields``.
+
+    ``fields`` is an iterable of ``(label, array)``. Structures whose outputs cannot be forbidden
+    entry by entry (every structure but :class:`~structopt.structures.chain.Chain`) call it: there,
+    -inf would only turn sums into NaN. The scan is one ``isfinite`` per field on the fast path;
+    locating the entry is done on the error path only.
+    """
+    for label, arr in fields:
+        arr = np.asarray(arr)
+        if arr.size and not np.isfinite(arr).all():
+            bad = np.argwhere(~np.isfinite(arr))[0]
+            value = arr[tuple(bad)]
+            kind = "NaN" if np.isnan(value) else ("+inf" if value > 0 else "-inf")
+            where = ", ".join(str(int(i)) for i in bad)
+            hint = (" (-inf, a forbidden entry, is accepted by Chain only; use a large negative finite score)"
+                    if kind == "-inf" else "")
+            raise example_error(index, f"{what} potentials contain {kind} ({label}[{where}]); NaN or infinite "
+                                       f"values are not accepted{hint}")
+
+
+def check_eta(eta: Any, owner: str) -> float:
+    """``eta`` as a finite float (a prox step), or an :class:`InvalidInputError` naming ``owner``."""
+    import numbers
+
+    if isinstance(eta, (bool, np.bool_)) or not isinstance(eta, numbers.Real) or not np.isfinite(eta):
+        raise InvalidInputError(f"{owner} needs a finite real step eta, got {eta!r}")
+    return float(eta)
 
 
 # --------------------------------------------------------------------------- generic field ops
@@ -148,8 +178,15 @@ class Structure(ABC):
 
         poly = self.polytope(theta)
         cost = -flatten(self.expand(theta))
+        # a -inf potential (a forbidden entry, where the structure accepts it) fixes its statistic at 0
+        forbidden = np.isposinf(cost)
+        bounds = np.column_stack([np.zeros(cost.size), np.where(forbidden, 0.0, 1.0)])
+        cost[forbidden] = 0.0
         res = linprog(cost, A_ub=poly.A_ub, b_ub=poly.b_ub, A_eq=poly.A_eq, b_eq=poly.b_eq,
-                      bounds=(0, 1), method="highs")
+                      bounds=bounds, method="highs")
+        if res.status == 2:  # an empty polytope: no output exists (-inf entries, masks or constraints)
+            raise InvalidInputError(f"{self.name} potentials forbid every output: the LP relaxation has no feasible "
+                                    f"point{' avoiding the -inf entries' if forbidden.any() else ''}")
         if res.status != 0:
             raise RuntimeError(f"LP relaxation of {self.name} failed: {res.message}")
         return -float(res.fun), unflatten(res.x, poly.like)
@@ -161,8 +198,17 @@ class Structure(ABC):
         poly = self.polytope(v)
         z, constraints = poly.cvxpy()
         target = flatten(self.expand(v))
+        # -inf entries (where the structure accepts them) force their statistics to 0: the limit of the
+        # projection as they go to -inf is the projection of the rest onto that face
+        forbidden = np.isneginf(target)
+        if forbidden.any():
+            target[forbidden] = 0.0
+            constraints.append(z[np.flatnonzero(forbidden)] == 0)
         problem = cp.Problem(cp.Minimize(cp.sum_squares(z - target)), constraints)
         problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+        if problem.status in ("infeasible", "infeasible_inaccurate"):  # an empty polytope: no output exists
+            raise InvalidInputError(f"{self.name} potentials forbid every output: the polytope has no point"
+                                    f"{' avoiding the -inf entries' if forbidden.any() else ''}")
         if problem.status not in ("optimal", "optimal_inaccurate"):
             raise RuntimeError(f"projection QP of {self.name} failed: {problem.status}")
         return unflatten(np.asarray(z.value), poly.like)

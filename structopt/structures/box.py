@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _box_kernels as kern
-from structopt.structures.base import Polytope, Structure
+from structopt.structures.base import Polytope, Structure, refuse_nonfinite
 
 Box = tuple[int, int, int, int]
 
@@ -74,11 +74,10 @@ class BoundingBox(Structure):
     def check_potentials(self, theta: Any) -> np.ndarray:
         """The (H, W) float64 cell array of ``theta``, or InvalidInputError."""
         cells = theta.cells if isinstance(theta, BoxPotentials) else theta
-        cells = np.ascontiguousarray(cells, dtype=np.float64)
+        cells = numeric_array(cells, "box potentials", finite=False)
         if cells.ndim != 2 or cells.shape[0] < 1 or cells.shape[1] < 1:
             raise InvalidInputError(f"box potentials must be a non-empty (H, W) array, got shape {cells.shape}")
-        if not np.all(np.isfinite(cells)):
-            raise InvalidInputError("box potentials contain NaN or infinite values")
+        refuse_nonfinite((("cells", cells),), "box")
         return cells
 
     def validate_output(self, y: Any, like: Any = None, index: int | None = None) -> Box:
@@ -144,8 +143,7 @@ class BoundingBox(Structure):
 
     # ------------------------------------------------------------------ oracles
     def _search(self, cells: np.ndarray, gold: np.ndarray, use_loss: bool, k: int) -> tuple[list[Box], np.ndarray]:
-        if int(k) < 1:
-            raise InvalidInputError(f"topk needs k >= 1, got {k}")
+        k = check_count(k, "k", "BoundingBox.topk")
         if self.search == "bnb":
             boxes, values, _ = kern.bnb_topk(cells, gold, use_loss, int(k))
         elif int(k) == 1:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, check_count, example_error, numeric_array
 from structopt.structures import _chain_kernels as kern
-from structopt.structures.base import Polytope, Structure, product_outputs, unchanged_methods
+from structopt.structures.base import Polytope, Structure, check_eta, product_outputs, unchanged_methods
 
 
 class ChainPotentials(NamedTuple):
@@ -62,6 +62,9 @@ class Chain(Structure):
         self.allowed_end = _mask("allowed_end", allowed_end, (S,))
         if self.allowed is not None and not self.allowed.any():
             raise InvalidInputError("allowed forbids every transition: only length-1 chains would exist")
+        for name, mask in (("allowed_start", self.allowed_start), ("allowed_end", self.allowed_end)):
+            if mask is not None and not mask.any():
+                raise InvalidInputError(f"{name} forbids every label: no label sequence of any length would exist")
 
     @property
     def constrained(self) -> bool:
@@ -95,9 +98,10 @@ class Chain(Structure):
         end = np.zeros(S) if self.allowed_end is None else np.where(self.allowed_end, 0.0, -np.inf)
         return start, end
 
-    def masked_potentials(self, theta: ChainPotentials, index: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def masked_potentials(self, theta: ChainPotentials, index: int | None = None, *,
+                          scan: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """``check_potentials`` plus -inf on forbidden transitions and boundary labels (what the kernels get)."""
-        unary, pairwise = self.check_potentials(theta, index)
+        unary, pairwise = self.check_potentials(theta, index, scan=scan)
         if not self.constrained:
             return unary, pairwise
         start, end = self.boundary_bias()
@@ -125,14 +129,26 @@ class Chain(Structure):
         return ChainPotentials(np.asarray(costs, dtype=float), np.zeros((self.n_states, self.n_states)))
 
     # ------------------------------------------------------------------ validation / layout
-    def check_potentials(self, theta: ChainPotentials, index: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Return ``(unary, pairwise3d)`` as contiguous float64 arrays for the kernels."""
+    def check_potentials(self, theta: ChainPotentials, index: int | None = None, *,
+                         scan: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(unary, pairwise3d)`` as contiguous float64 arrays for the kernels.
+
+        ``scan=False`` skips the NaN / +inf scan, for callers whose compiled kernel reports them
+        (a status code) in the same pass as its work: the scan in numpy costs more than Viterbi on
+        a short chain.
+        """
         if not isinstance(theta, tuple) or len(theta) != 2:
             raise example_error(index, f"chain potentials must be ChainPotentials(unary, pairwise), got "
                                        f"{type(theta).__name__}")
         unary = numeric_array(theta.unary, "chain potentials (unary)", index, finite=False)
         pairwise = numeric_array(theta.pairwise, "chain potentials (pairwise)", index, finite=False)
+        if unary.ndim < 1 or pairwise.ndim < 2:
+            raise example_error(index, f"chain potentials must be (T, {self.n_states}) unary and ({self.n_states}, "
+                                       f"{self.n_states}) or (T-1, {self.n_states}, {self.n_states}) pairwise arrays, "
+                                       f"got shapes {unary.shape} and {pairwise.shape}")
         for name, arr in (("unary", unary), ("pairwise", pairwise.reshape((-1, *pairwise.shape[-2:])))):
+            if not scan:
+                break
             bad = np.isnan(arr) | (arr == np.inf)  # -inf is allowed: a forbidden entry
             if bad.any():
                 where = tuple(int(v) for v in np.argwhere(bad)[0])
@@ -256,14 +272,26 @@ class Chain(Structure):
         return Polytope(A, np.array(b), None, None, like)
 
     # ------------------------------------------------------------------ oracles
+    def _refuse(self, theta: ChainPotentials, status: int, unary: np.ndarray, pairwise: np.ndarray) -> NoReturn:
+        """Raise the InvalidInputError of a kernel's non-zero status (error path only)."""
+        if status in (kern.HAS_NAN, kern.HAS_POS_INF):
+            self.check_potentials(theta)  # names the entry in the caller's own layout
+        note = "; the chain's masks (allowed / allowed_start / allowed_end) apply" if self.constrained else ""
+        raise InvalidInputError(kern.input_error(status, unary, pairwise, note))
+
     def argmax(self, theta: ChainPotentials) -> np.ndarray:
-        """Viterbi decoding; potentials are finite or -inf (forbidden), NaN and +inf are refused."""
-        unary, pairwise = self.masked_potentials(theta)
+        """Viterbi decoding; potentials are finite or -inf (forbidden), NaN and +inf are refused.
+
+        Raises
+        ------
+        InvalidInputError
+            On NaN or +inf potentials, and when the -inf entries (and masks) forbid every label
+            sequence (read off the best score inside the kernel: no extra pass over the inputs).
+        """
+        unary, pairwise = self.masked_potentials(theta, scan=False)  # the kernel scans
         y, status = kern.viterbi_checked(unary, pairwise)
         if status:
-            raise InvalidInputError(kern.input_error(status, unary, pairwise))
-        if self.constrained and not self.feasible(y):
-            raise InvalidInputError(f"no label sequence of length {len(y)} satisfies the chain's masks")
+            self._refuse(theta, status, unary, pairwise)
         return y
 
     def topk(self, theta: ChainPotentials, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -275,12 +303,17 @@ class Chain(Structure):
         scores : float array (k',)
         """
         k = check_count(k, "k", "Chain.topk")
-        unary, pairwise = self.masked_potentials(theta)
+        unary, pairwise = self.masked_potentials(theta, scan=False)
+        status, _ = kern.input_status(unary, pairwise)
+        if status:
+            self._refuse(theta, status, unary, pairwise)
         if int(k) == 1:  # plain Viterbi: same answer, same tie-breaking, a fraction of the cost
             y, score = kern.viterbi(unary, pairwise)
             labels, scores = y[None, :], np.array([score])
         else:
             labels, scores = kern.topk_viterbi(unary, pairwise, int(k))
+        if not scores[0] > -np.inf:  # the best is forbidden: so is every output
+            self._refuse(theta, kern.INFEASIBLE, unary, pairwise)
         feasible = np.isfinite(scores)  # masks: fewer outputs may exist than asked for
         return (labels, scores) if feasible.all() else (labels[feasible], scores[feasible])
 
@@ -291,15 +324,25 @@ class Chain(Structure):
         on NaN or +inf potentials, when every sequence is forbidden, and when log Z is beyond the
         float64 range.
         """
-        unary, pairwise = self.masked_potentials(theta)
+        unary, pairwise = self.masked_potentials(theta, scan=False)  # the kernel scans
         log_z, node, edge, status = kern.forward_backward_checked(unary, pairwise)
         if status:
-            raise InvalidInputError(kern.input_error(status, unary, pairwise))
+            self._refuse(theta, status, unary, pairwise)
         return float(log_z), ChainPotentials(node, edge)
 
     def max_marginals(self, theta: ChainPotentials) -> np.ndarray:
-        """(T, S) array: best score of a sequence with y_t = s."""
-        return kern.max_marginals(*self.masked_potentials(theta))
+        """(T, S) array: best score of a sequence with y_t = s (-inf where every such sequence is forbidden).
+
+        Raises InvalidInputError when every sequence is forbidden, like the other oracles.
+        """
+        unary, pairwise = self.masked_potentials(theta, scan=False)
+        status, _ = kern.input_status(unary, pairwise)
+        if status:
+            self._refuse(theta, status, unary, pairwise)
+        mm = kern.max_marginals(unary, pairwise)
+        if not mm[0].max() > -np.inf:  # position 0's best is the overall best
+            self._refuse(theta, kern.INFEASIBLE, unary, pairwise)
+        return mm
 
     def project(self, v: ChainPotentials, tol: float = 1e-9) -> ChainPotentials:
         """Euclidean projection onto the chain's marginal polytope (dual FISTA + semismooth Newton).
@@ -310,9 +353,17 @@ class Chain(Structure):
         """
         from structopt.structures._chain_projection import project_chain
 
-        if self.constrained:  # the fast method has no zero-forced entries
-            return self.project_qp(v)
         full = self.expand(v)
+        forbidden = bool(np.isneginf(full.unary).any() or np.isneginf(full.pairwise).any())
+        if self.constrained or forbidden:
+            # -inf entries of v (and masks) force those statistics to 0: the projection is onto that
+            # face (the limit of the projection as the entries go to -inf), which exists only when
+            # some label sequence avoids them all. The fast method has no zero-forced entries.
+            unary, pairwise = self.masked_potentials(full)
+            _, status = kern.viterbi_checked(unary, pairwise)
+            if status:
+                self._refuse(v, status, unary, pairwise)
+            return self.project_qp(v)
         node, edge, residual, _ = project_chain(full.unary, full.pairwise, tol=tol)
         if not residual <= tol:
             return self.project_qp(v)
@@ -326,10 +377,17 @@ class Chain(Structure):
         ``mu`` must be strictly positive (entropic iterates are), except, on a constrained chain, on
         entries that no feasible output reaches, which stay zero.
         """
-        node, edge = np.asarray(mu.unary, dtype=float), np.asarray(mu.pairwise, dtype=float)
+        eta = check_eta(eta, "Chain.prox_entropy")
+        if not isinstance(mu, tuple) or len(mu) != 2:
+            raise InvalidInputError(f"prox_entropy needs marginals mu as ChainPotentials, got {type(mu).__name__}")
+        node = numeric_array(mu[0], "prox_entropy marginals mu (unary)")
+        edge = numeric_array(mu[1], "prox_entropy marginals mu (pairwise)")
+        T = node.shape[0] if node.ndim == 2 else -1
+        if node.shape != (T, self.n_states) or T < 1 or edge.shape != (T - 1, self.n_states, self.n_states):
+            raise InvalidInputError(f"prox_entropy needs marginals mu in the statistics layout (T, {self.n_states}) "
+                                    f"and (T-1, {self.n_states}, {self.n_states}), got {node.shape} and {edge.shape}")
         if np.any(node < 0) or np.any(edge < 0) or (not self.constrained and (np.any(node == 0) or np.any(edge == 0))):
             raise InvalidInputError("prox_entropy needs strictly positive marginals mu")
-        T = node.shape[0]
         degree = np.full(T, 2.0)
         degree[[0, -1]] = 1.0
         if T == 1:

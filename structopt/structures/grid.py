@@ -20,10 +20,10 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _grid_kernels as kern
 from structopt.structures import _mincut
-from structopt.structures.base import Polytope, Structure, product_outputs
+from structopt.structures.base import Polytope, Structure, product_outputs, refuse_nonfinite
 
 
 class GridPotentials(NamedTuple):
@@ -84,22 +84,20 @@ class BinaryGrid(Structure):
         """Full-layout float64 potentials, or raise :class:`InvalidInputError` naming the problem."""
         if not isinstance(theta, tuple) or len(theta) != 3:
             raise example_error(index, "grid potentials must be GridPotentials(unary, horizontal, vertical)")
-        unary = np.ascontiguousarray(theta[0], dtype=np.float64)
+        unary = numeric_array(theta[0], "grid unary potentials", index, finite=False)
         if unary.ndim != 3 or unary.shape[2] != 2 or unary.shape[0] < 1 or unary.shape[1] < 1:
             raise example_error(index, f"grid unary potentials must have shape (H>=1, W>=1, 2), got {unary.shape}")
         H, W = unary.shape[:2]
         fields = [unary]
         for label, arr, shape in (("horizontal", theta[1], (H, W - 1, 2, 2)), ("vertical", theta[2], (H - 1, W, 2, 2))):
-            arr = np.asarray(arr, dtype=np.float64)
+            arr = numeric_array(arr, f"grid {label} potentials", index, finite=False)
             if arr.shape == (2, 2):
                 arr = np.broadcast_to(arr, shape)
             elif arr.shape != shape:
                 raise example_error(index, f"grid {label} potentials must have shape (2, 2) or {shape}, "
                                            f"got {arr.shape}")
             fields.append(arr)
-        for label, arr in zip(GridPotentials._fields, fields):
-            if not np.all(np.isfinite(arr)):
-                raise example_error(index, f"grid {label} potentials contain NaN or infinite values")
+        refuse_nonfinite(zip(GridPotentials._fields, fields), "grid", index)
         return GridPotentials(*fields)
 
     def expand(self, theta: GridPotentials) -> GridPotentials:
@@ -275,9 +273,7 @@ class BinaryGrid(Structure):
         labels : int64 array (k', H, W), sorted by decreasing score; k' = min(k, 2**(H*W))
         scores : float array (k',)
         """
-        if int(k) != k or int(k) < 1:
-            raise InvalidInputError(f"topk needs an integer k >= 1, got {k!r}")
-        k = int(k)
+        k = check_count(k, "k", "BinaryGrid.topk")
         full, net = self._network(theta, "topk")
         H, W = net.shape
         if k == 1:  # plain MAP: no runner-up needed

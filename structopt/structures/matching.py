@@ -30,7 +30,7 @@ from scipy.optimize import linear_sum_assignment
 
 from structopt.errors import NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _matching_kernels as kern
-from structopt.structures.base import Polytope, Structure
+from structopt.structures.base import Polytope, Structure, refuse_nonfinite
 
 NEG_INF = -np.inf
 
@@ -124,9 +124,7 @@ class BipartiteMatching(Structure):
             what = "" if self.allow_unmatched else " (allow_unmatched=False: no unmatched scores)"
             raise example_error(index, f"unmatched scores must have shapes ({n_ul},) and ({n_ur},){what}, "
                                        f"got {ul.shape} and {ur.shape}")
-        for label, arr in (("edge", edge), ("unmatched_left", ul), ("unmatched_right", ur)):
-            if not np.all(np.isfinite(arr)):
-                raise example_error(index, f"matching {label} potentials contain NaN or infinite values")
+        refuse_nonfinite((("edge", edge), ("unmatched_left", ul), ("unmatched_right", ur)), "matching", index)
         return MatchingPotentials(edge, ul, ur)
 
     def expand(self, theta) -> MatchingPotentials:

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, check_count, example_error, numeric_array
 from structopt.smoothing import logsumexp, project_simplex
-from structopt.structures.base import Polytope, Structure
+from structopt.structures.base import Polytope, Structure, check_eta, refuse_nonfinite
 
 
 class MultiClassPotentials(NamedTuple):
@@ -41,9 +41,13 @@ class MultiClass(Structure):
         return MultiClassPotentials(np.asarray(costs, dtype=float).reshape(self.n_classes))
 
     def _scores(self, theta: MultiClassPotentials) -> np.ndarray:
-        scores = numeric_array(theta.scores, "MultiClass potentials")
+        if not isinstance(theta, tuple) or len(theta) != 1:
+            raise InvalidInputError(f"MultiClass potentials must be MultiClassPotentials(scores), got "
+                                    f"{type(theta).__name__}")
+        scores = numeric_array(theta[0], "MultiClass potentials", finite=False)
         if scores.shape != (self.n_classes,):
             raise InvalidInputError(f"MultiClass potentials must have shape ({self.n_classes},), got {scores.shape}")
+        refuse_nonfinite((("scores", scores),), "MultiClass")
         return scores
 
     def expand(self, theta: MultiClassPotentials) -> MultiClassPotentials:
@@ -91,7 +95,12 @@ class MultiClass(Structure):
         return MultiClassPotentials(project_simplex(self._scores(v)))
 
     def prox_entropy(self, mu: MultiClassPotentials, step: MultiClassPotentials, eta: float) -> MultiClassPotentials:
-        p = np.asarray(mu.scores, dtype=float)
+        eta = check_eta(eta, "MultiClass.prox_entropy")
+        if not isinstance(mu, tuple) or len(mu) != 1:
+            raise InvalidInputError(f"prox_entropy needs marginals mu as MultiClassPotentials, got {type(mu).__name__}")
+        p = numeric_array(mu[0], "prox_entropy marginals mu")
+        if p.shape != (self.n_classes,):
+            raise InvalidInputError(f"prox_entropy needs marginals mu of shape ({self.n_classes},), got {p.shape}")
         if np.any(p <= 0):
             raise InvalidInputError("prox_entropy needs strictly positive marginals mu")
         return self.marginals(MultiClassPotentials(np.log(p) + eta * self._scores(step)))[1]

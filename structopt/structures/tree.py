@@ -13,10 +13,10 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, example_error
+from structopt.errors import InvalidInputError, check_count, example_error, numeric_array
 from structopt.structures import _tree_kernels as kern
 from structopt.structures._minnorm import project_hull
-from structopt.structures.base import Polytope, Structure, product_outputs
+from structopt.structures.base import Polytope, Structure, check_eta, product_outputs, refuse_nonfinite
 
 
 class TreePotentials(NamedTuple):
@@ -148,8 +148,11 @@ class TreeStructure(Structure):
     def check_potentials(self, theta: TreePotentials, index: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(unary, pairwise)`` as contiguous float64 arrays, pairwise in the per-edge layout."""
         n, m, S = self.n_nodes, self.n_edges, self.n_states
-        unary = np.ascontiguousarray(theta.unary, dtype=np.float64)
-        pairwise = np.asarray(theta.pairwise, dtype=np.float64)
+        if not isinstance(theta, tuple) or len(theta) != 2:
+            raise example_error(index, f"tree potentials must be TreePotentials(unary, pairwise), got "
+                                       f"{type(theta).__name__}")
+        unary = numeric_array(theta[0], "tree potentials (unary)", index, finite=False)
+        pairwise = numeric_array(theta[1], "tree potentials (pairwise)", index, finite=False)
         if unary.shape != (n, S):
             raise example_error(index, f"tree unary potentials must have shape ({n}, {S}), got {unary.shape}")
         if pairwise.shape == (S, S):
@@ -157,8 +160,7 @@ class TreeStructure(Structure):
         elif pairwise.shape != (m, S, S):
             raise example_error(index, f"tree pairwise potentials must have shape ({S}, {S}) or ({m}, {S}, {S}), "
                                        f"got {pairwise.shape}")
-        if not (np.all(np.isfinite(unary)) and np.all(np.isfinite(pairwise))):
-            raise example_error(index, "tree potentials contain NaN or infinite values")
+        refuse_nonfinite((("unary", unary), ("pairwise", pairwise)), "tree", index)
         return unary, np.ascontiguousarray(pairwise)
 
     def expand(self, theta: TreePotentials) -> TreePotentials:
@@ -245,10 +247,9 @@ class TreeStructure(Structure):
         labels : int64 array (k', n), sorted by decreasing score; k' = min(k, S**n)
         scores : float array (k',)
         """
-        if int(k) < 1:
-            raise InvalidInputError(f"topk needs k >= 1, got {k}")
+        k = check_count(k, "k", "TreeStructure.topk")
         unary, pairwise = self.check_potentials(theta)
-        return kern.topk(unary, pairwise, *self.schedule, int(k))
+        return kern.topk(unary, pairwise, *self.schedule, k)
 
     def marginals(self, theta: TreePotentials) -> tuple[float, TreePotentials]:
         """Sum-product in log space: ``(log Z, marginals)`` in the statistics layout."""
@@ -288,7 +289,15 @@ class TreeStructure(Structure):
         so the prox is the marginals of that log-linear model plus ``eta * step``. ``mu`` must be
         strictly positive.
         """
-        node, edge = np.asarray(mu.unary, dtype=float), np.asarray(mu.pairwise, dtype=float)
+        eta = check_eta(eta, "TreeStructure.prox_entropy")
+        if not isinstance(mu, tuple) or len(mu) != 2:
+            raise InvalidInputError(f"prox_entropy needs marginals mu as TreePotentials, got {type(mu).__name__}")
+        node = numeric_array(mu[0], "prox_entropy marginals mu (unary)")
+        edge = numeric_array(mu[1], "prox_entropy marginals mu (pairwise)")
+        n, m, S = self.n_nodes, self.n_edges, self.n_states
+        if node.shape != (n, S) or edge.shape != (m, S, S):
+            raise InvalidInputError(f"prox_entropy needs marginals mu of shapes ({n}, {S}) and ({m}, {S}, {S}), "
+                                    f"got {node.shape} and {edge.shape}")
         if np.any(node <= 0) or np.any(edge <= 0):
             raise InvalidInputError("prox_entropy needs strictly positive marginals mu")
         degree = np.bincount(self.edges.ravel(), minlength=self.n_nodes).astype(float)
