@@ -278,9 +278,21 @@ class _Reference:
         self.outputs = outs
         self.stats = [structure.stats(y, theta) for y in outs]
         self.flat = np.array([flatten(m) for m in self.stats])
-        self.scores = np.array([inner(theta, m) for m in self.stats])
+        # scores in the full layout: compact potentials (a plain (L, R) matching array, a chain's shared
+        # transitions) need not broadcast against the statistics
+        full = flatten(structure.expand(theta))
+        self.scores = np.array([_stats_score(full, row) for row in self.flat])
         self.best = float(np.max(self.scores))
         self.order = np.argsort(-self.scores, kind="stable")
+        #: every output has score -inf (its -inf potentials forbid them all): every oracle must refuse
+        self.infeasible = self.best == -np.inf
+        self.feasible_order = self.order[np.isfinite(self.scores[self.order])]
+
+
+def _stats_score(full: np.ndarray, stats: np.ndarray) -> float:
+    """``<theta, stats>`` over the statistics' non-zero entries (a -inf potential times 0 counts as 0)."""
+    used = stats != 0
+    return float(np.sum(full[used] * stats[used]))
 
 
 def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: float = 1e-7,
@@ -311,6 +323,12 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
     - ``prox_entropy``: with ``mu`` the marginals of random potentials ``theta0``, equals the
       marginals of the Gibbs distribution of ``theta0 + eta * step`` by enumeration.
 
+    Potentials may be compact (a plain (L, R) matching array, a chain's shared transitions) and,
+    where the structure accepts them, -inf (forbidden entries): outputs of score -inf do not count
+    (top-K lists the finite ones). When every output has score -inf, each oracle on ``theta``
+    (``lp_relaxation``, ``argmax``, ``topk``, ``marginals``, ``max_marginals``) must raise
+    :class:`InvalidInputError`; returning anything is a failure.
+
     Oracles raising :class:`NotSupportedError` are reported as skipped ("not supported"); any
     other exception counts as a failure and is reported in the detail.
 
@@ -335,19 +353,31 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
     """
     rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
     ref = _Reference(structure, theta, max_outputs)
-    atol = rtol * (1.0 + float(np.max(np.abs(ref.scores))))
+    finite = ref.scores[np.isfinite(ref.scores)]
+    atol = rtol * (1.0 + float(np.max(np.abs(finite), initial=0.0)))
     report = CheckReport(getattr(structure, "name", type(structure).__name__), len(ref.outputs))
     lp_value: float | None = None
 
-    def run(oracle: str, fn: Callable[[], tuple[bool | None, bool | None, float, str]]) -> None:
+    def run(oracle: str, fn: Callable[[], tuple[bool | None, bool | None, float, str]],
+            on_theta: bool = True) -> None:
+        must_refuse = ref.infeasible and on_theta
         try:
             enum_ok, lp_ok, seconds, detail = fn()
         except NotSupportedError as exc:
             report.rows.append(CheckRow(oracle, None, None, 0.0, f"not supported: {exc}"))
+        except InvalidInputError as exc:
+            if must_refuse:
+                report.rows.append(CheckRow(oracle, True, None, 0.0, f"refused (every output forbidden): {exc}"))
+            else:
+                report.rows.append(CheckRow(oracle, False, False, 0.0, f"raised {type(exc).__name__}: {exc}"))
         except Exception as exc:  # a crash is a failed check, reported with its message
             report.rows.append(CheckRow(oracle, False, False, 0.0, f"raised {type(exc).__name__}: {exc}"))
         else:
-            report.rows.append(CheckRow(oracle, enum_ok, lp_ok, seconds, detail))
+            if must_refuse:
+                report.rows.append(CheckRow(oracle, False, False, seconds, "returned a result although every output "
+                                                                           "has score -inf (must raise)"))
+            else:
+                report.rows.append(CheckRow(oracle, enum_ok, lp_ok, seconds, detail))
 
     # ---------------------------------------------------------------- lp_relaxation (first: others use it)
     def lp_relaxation():
@@ -387,7 +417,7 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
         (outs, scores), seconds = _timed(lambda: structure.topk(theta, k))
         scores = np.asarray(scores, dtype=float)
         outs = [structure.validate_output(y, theta) for y in outs]
-        expected = ref.scores[ref.order[:k]]
+        expected = ref.scores[ref.feasible_order[:k]]  # outputs of score -inf do not exist
         problems = []
         if len(outs) != len(expected) or scores.shape != expected.shape:
             problems.append(f"returned {len(outs)} outputs / {scores.size} scores, expected {len(expected)}")
@@ -486,7 +516,7 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
         lp_ok = oracle_gap <= qp_atol and certificate <= qp_atol and infeasible <= qp_atol
         return enum_ok, lp_ok, seconds, detail
 
-    run("project", project)
+    run("project", project, on_theta=False)
 
     # ---------------------------------------------------------------- prox_entropy
     def prox_entropy():
@@ -500,7 +530,7 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
         gap = _gap(flatten(out), bf)
         return gap <= max(rtol, 1e-9) * 10, None, seconds, f"|prox - bf| = {gap:.1e} (eta={eta:.2f})"
 
-    run("prox_entropy", prox_entropy)
+    run("prox_entropy", prox_entropy, on_theta=False)
     return report
 
 

@@ -400,3 +400,47 @@ def test_lp_and_tree_are_builtin():
     assert {"lp", "tree"} <= set(BUILTIN_STRUCTURES)
     suite = check_builtin_structures(["lp", "tree"], n_instances=1)
     assert suite.ok, suite.table()
+
+
+# --------------------------------------------------------------------------- issue 22
+@pytest.mark.parametrize("allow", [False, True])
+def test_plain_matching_array_is_checked_like_matching_potentials(allow):
+    """A plain (L, R) edge array, which BipartiteMatching accepts, gives the same report as the
+    equivalent MatchingPotentials (it used to fail with a broadcast error in the reference scores)."""
+    rng = np.random.default_rng(3)
+    edge = rng.normal(size=(2, 3))
+    structure = BipartiteMatching(allow_unmatched=allow)
+    plain = check_structure(structure, edge)
+    assert plain.ok, plain.table()
+    full = structure.check_potentials(edge)
+    named = check_structure(structure, full)
+    assert [r.oracle for r in plain.rows] == [r.oracle for r in named.rows]
+    assert [(r.agrees_enumeration, r.agrees_lp) for r in plain.rows] == \
+        [(r.agrees_enumeration, r.agrees_lp) for r in named.rows]
+
+
+def test_chain_with_forbidden_entries_is_checked_over_the_allowed_outputs():
+    rng = np.random.default_rng(5)
+    unary = rng.normal(size=(3, 3))
+    unary[1, 0] = -np.inf
+    pairwise = rng.normal(size=(3, 3))
+    pairwise[2, 1] = -np.inf
+    report = check_structure(Chain(3), ChainPotentials(unary, pairwise))
+    assert report.ok, report.table()
+    assert report.row("topk").agrees_enumeration
+
+
+def test_every_oracle_must_refuse_when_every_output_is_forbidden():
+    unary = np.zeros((3, 2))
+    unary[1] = -np.inf
+    report = check_structure(Chain(2), ChainPotentials(unary, np.zeros((2, 2))))
+    assert report.ok, report.table()
+    for oracle in ("lp_relaxation", "argmax", "topk", "marginals", "max_marginals"):
+        assert report.row(oracle).detail.startswith("refused"), report.row(oracle).detail
+
+    class Silent(Chain):  # returns a sequence of score -inf instead of refusing
+        def argmax(self, theta):
+            return np.zeros(np.shape(theta.unary)[0], dtype=np.int64)
+
+    report = check_structure(Silent(2), ChainPotentials(unary, np.zeros((2, 2))))
+    assert not report.row("argmax").ok and "must raise" in report.row("argmax").detail
