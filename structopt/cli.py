@@ -467,15 +467,22 @@ def _method_default(method: str, option: str) -> Any:
 
 
 def _stop_description(args: argparse.Namespace, result: Any, limit: float | None) -> str:
-    """Why an iterative method stopped, with its numbers, in words for the output line and the warning."""
+    """Why an iterative method stopped, with its numbers, in words for the warning."""
     unit, measure = _ITERATION[args.method]
     tol = args.tol if args.tol is not None else _method_default(args.method, "tol")
     residual = "n/a" if result.residual is None else f"{result.residual:.3g}"
+    # bfw can meet tol in an inner loop and still stop early: its ρ updates are then unfinished
+    relation = ">" if result.residual is None or result.residual > tol else "<="
     reason = {"time_limit": f"time limit of {limit:g} s reached (--time-limit)",
               "max_iter": f"budget of {args.max_iter or _method_default(args.method, 'max_iter')} {unit} spent "
                           "(--max-iter)",
               "interrupted": "interrupted"}.get(result.status, result.status)
-    return f"{reason} after {result.iterations} {unit}, {measure} {residual} > tol {tol:g} (--tol)"
+    return f"{reason} after {result.iterations} {unit}, {measure} {residual} {relation} tol {tol:g} (--tol)"
+
+
+def _json_number(value: float | None) -> float | None:
+    """``value``, or None where JSON has no number (an infinite gap: CP-SAT ran out of time without a bound)."""
+    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def _infer(args: argparse.Namespace) -> int:
@@ -512,9 +519,10 @@ def _infer(args: argparse.Namespace) -> int:
     exact = read_pr(reference) if reference.exists() else None
     stopped = None if result.status == "converged" else _stop_description(args, result, limit)
     summary = {"file": str(args.file), "method": args.method, "status": result.status, "converged": result.converged,
-               "partial": stopped is not None, "log_z": result.log_z, "upper_bound": result.upper_bound,
-               "exact_log_z": exact, "iterations": result.iterations, "residual": result.residual,
-               "seconds": seconds, "time_limit": limit, "marginals": str(out)}
+               "partial": stopped is not None, "log_z": _json_number(result.log_z),
+               "upper_bound": _json_number(result.upper_bound), "exact_log_z": exact, "iterations": result.iterations,
+               "residual": _json_number(result.residual), "seconds": seconds, "time_limit": limit,
+               "marginals": str(out)}
     _make_dir(out.parent, "--out")
     _write_atomic(out, lambda path: write_mar(path, result.marginals))
     _write_atomic(summary_path, lambda path: path.write_text(json.dumps(summary, indent=1) + "\n"))
