@@ -39,7 +39,9 @@ are out-of-sample like the test features. Cell-level supervision has some 50 000
 the box SVM has a hundred or two, so this stacked score carries most of the discriminative work.
 
 Features 1-5 are cached under ``$STRUCTOPT_CACHE`` (default ``$XDG_CACHE_HOME/structopt`` or
-``~/.cache/structopt``), keyed on every parameter they depend on and the data directory.
+``~/.cache/structopt``) as a sealed archive (:mod:`structopt.archive`), keyed on every parameter
+they depend on and on the data directory's files (names, sizes, modification times), so an edited
+file is never served from a stale cache; a cache file that fails its checksum is recomputed.
 
 Metrics: detection rate (fraction of test images with IoU >= 0.5, as in PASCAL VOC) and mean IoU,
 both with areas in cells; :func:`mean_box_prior` is the baseline that ignores the image.
@@ -51,6 +53,7 @@ import hashlib
 import json
 import os
 import re
+import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,7 +61,8 @@ from typing import Any
 
 import numpy as np
 
-from structopt.errors import DataNotFoundError, InvalidInputError
+from structopt.archive import read_archive, write_archive
+from structopt.errors import DataNotFoundError, InvalidInputError, OutputError, StructoptError
 from structopt.models.box import BoxModel
 from structopt.problems import _bow
 from structopt.problems._data import find_data_dir, image_shape, read_image
@@ -71,7 +75,7 @@ SOURCES = {
 }
 REQUIRED = {"horses": ("gray", "figure_ground"), "raccoon": ("images", "annotations")}
 N_TRAIN = {"horses": 200, "raccoon": 120}
-_CACHE_VERSION = 3
+_CACHE_VERSION = 4
 
 Box = tuple[int, int, int, int]
 
@@ -283,6 +287,24 @@ def mean_box_prior(train_y: Sequence[Box], train_grids: Sequence[tuple[int, int]
 
 
 # --------------------------------------------------------------------------- loader
+def _listing(root: Path) -> list[list]:
+    """Every file below ``root`` with its size and modification time (what the cache key depends on)."""
+    return sorted([str(p.relative_to(root)), st.st_size, st.st_mtime_ns]
+                  for p in root.rglob("*") if p.is_file() and (st := p.stat()))
+
+
+def _read_cache(file: Path) -> dict[str, np.ndarray] | None:
+    """The cached features, or None when there are none or the file fails its checksum (recomputed then)."""
+    if not file.exists():
+        return None
+    try:
+        _, arrays = read_archive(file, "feature cache")
+    except StructoptError as error:
+        warnings.warn(f"{error}; computing the features again", stacklevel=3)
+        return None
+    return arrays
+
+
 def cache_dir() -> Path:
     """``$STRUCTOPT_CACHE``, else ``$XDG_CACHE_HOME/structopt``, else ``~/.cache/structopt``."""
     if os.environ.get("STRUCTOPT_CACHE"):
@@ -496,18 +518,18 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
               "n_words": int(n_words), "n_colours": int(n_colours), "random_state": int(random_state),
               "version": _CACHE_VERSION,
               "orientations": _bow.ORIENTATIONS, "n_train": N_TRAIN[dataset]}
+    params["files"] = _listing(root)  # an edited, added or removed file makes a new key: never a stale cache
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     file = cache_dir() / "localization" / f"{dataset}-{key}.npz"
-    if cache and file.exists():
-        with np.load(file) as npz:
-            data = {name: npz[name] for name in npz.files}
-    else:
+    data = _read_cache(file) if cache else None
+    if data is None:
         data = _compute(dataset, root, int(image_size), int(cell_size), int(n_words), int(n_colours), int(random_state))
         if cache:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = file.with_suffix(".tmp.npz")
-            np.savez_compressed(tmp, **data)
-            tmp.replace(file)
+            try:
+                write_archive(file, {"kind": "structopt localization features", "params": params}, data,
+                              "feature cache", compress=True)
+            except OutputError as error:  # a cache that cannot be written only costs time
+                warnings.warn(f"{error}; the features will be computed again next time", stacklevel=2)
     sizes = data["grids"].prod(axis=1)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     n_words, n_colours = int(n_words), int(n_colours)

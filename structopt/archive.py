@@ -172,11 +172,12 @@ def _hashable(key: Any) -> Any:
 
 # --------------------------------------------------------------------------- files
 def write_archive(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[str, np.ndarray],
-                  what: str = "file") -> int:
+                  what: str = "file", compress: bool = False) -> int:
     """Atomically write ``meta`` (JSON) and ``arrays`` as a sealed archive; return its size in bytes.
 
     The file is written beside ``path`` and renamed over it, so a kill at any moment leaves the
-    previous file or the new one, never a torn one. ``what`` names the file in messages.
+    previous file or the new one, never a torn one. ``what`` names the file in messages;
+    ``compress`` deflates the members (smaller, slower).
 
     Raises
     ------
@@ -185,7 +186,8 @@ def write_archive(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[st
     """
     path = Path(path)
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+    compression = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(buffer, "w", compression=compression, allowZip64=True) as zf:
         zf.writestr(_META, json.dumps(meta, separators=(",", ":")))
         for name, array in arrays.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
@@ -206,6 +208,9 @@ def write_archive(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[st
     except OSError as error:
         tmp.unlink(missing_ok=True)
         raise OutputError(f"cannot write {what} {path}: {error.strerror or error}") from error
+    except BaseException:  # Ctrl-C mid-write: leave no temporary file behind
+        tmp.unlink(missing_ok=True)
+        raise
     finally:
         del body, view
     return buffer.getbuffer().nbytes

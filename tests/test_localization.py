@@ -183,3 +183,23 @@ def test_cli_localization_writes_png(tmp_path, capsys):
     assert 0.0 <= summary["test_detection_rate"] <= 1.0 and summary["n_train"] == 60
     assert (out / "boxes.png").stat().st_size > 10_000
     assert "test detection rate" in capsys.readouterr().out
+
+
+def test_feature_cache_is_sealed_and_keyed_on_the_files(tmp_path):
+    from structopt.archive import write_archive
+
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "a.xml").write_text("<annotation/>")
+    before = loc._listing(root)
+    (root / "a.xml").write_text("<annotation></annotation>")  # edited: another size
+    assert loc._listing(root) != before
+    file = tmp_path / "cache.npz"
+    assert loc._read_cache(file) is None
+    write_archive(file, {"kind": "x"}, {"boxes": np.arange(4)}, compress=True)
+    assert np.array_equal(loc._read_cache(file)["boxes"], np.arange(4))
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    file.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="fails its checksum"):
+        assert loc._read_cache(file) is None  # recomputed, never trusted
