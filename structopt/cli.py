@@ -412,6 +412,9 @@ def _train(args: argparse.Namespace) -> int:
                 from interrupt
         raise
     wall = time.perf_counter() - start
+    if result.info.get("resumed_finished"):
+        print(f"{args.checkpoint}: the run there is {result.info['stop_reason'].split(' when ')[0]}; "
+              "nothing to do (raise --passes to continue it)", file=sys.stderr)
     metrics = task.evaluate(result.w)
     last = result.trace[-1]
     # the trace is cumulative over resumes: its last record counts every pass and optimisation second

@@ -58,7 +58,7 @@ def test_chain_beats_a_per_letter_linear_classifier(ocr):
 
 
 def test_command_line_end_to_end_with_resume(tmp_path, capsys):
-    out, ckpt = tmp_path / "run", tmp_path / "state.pkl"
+    out, ckpt = tmp_path / "run", tmp_path / "state.ckpt"
     args = ["train", "ocr", "--n-train", "150", "--out", str(out), "--checkpoint", str(ckpt), "--no-progress"]
     assert main([*args, "--passes", "2"]) == 0
     closing = capsys.readouterr().out.strip().splitlines()[-1]
@@ -75,6 +75,11 @@ def test_command_line_end_to_end_with_resume(tmp_path, capsys):
     resumed = json.loads((out / "trace.json").read_text())
     assert [r["passes"] for r in resumed["trace"]] == [1.0, 2.0, 3.0]
     assert resumed["trace"][:2] == summary["trace"]
+    assert main([*args, "--passes", "3"]) == 0  # the same command again: nothing to do, and it says so
+    captured = capsys.readouterr()
+    assert "already finished (reached max_passes=3); nothing to do" in captured.err
+    again = json.loads((out / "trace.json").read_text())
+    assert again["trace"] == resumed["trace"] and again["test_letter_error"] == resumed["test_letter_error"]
 
 
 def test_command_line_reports_bad_input(tmp_path, capsys):
