@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError, numeric_array
-from structopt.structures.base import Potentials, Structure, add, inner, scale
+from structopt.structures.base import Potentials, Structure, add, check_flag, inner, scale
 
 
 class Loss(ABC):
@@ -102,7 +102,7 @@ class Hamming(Loss):
     decomposable = True
 
     def __init__(self, normalize: bool = False):
-        self.normalize = bool(normalize)
+        self.normalize = check_flag(normalize, "normalize", "Hamming")
 
     def __repr__(self) -> str:
         return f"Hamming(normalize={self.normalize})"
@@ -145,7 +145,7 @@ class WeightedHamming(Loss):
         if np.any(np.diag(cost) != 0) or np.any(cost < 0) or not np.all(np.isfinite(cost)):
             raise InvalidInputError("cost matrix must be finite, non-negative, with a zero diagonal")
         self.cost = cost
-        self.normalize = bool(normalize)
+        self.normalize = check_flag(normalize, "normalize", "WeightedHamming")
 
     def __repr__(self) -> str:
         return f"WeightedHamming(cost=<{self.cost.shape[0]}x{self.cost.shape[0]}>, normalize={self.normalize})"

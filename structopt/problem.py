@@ -72,6 +72,13 @@ class Decoded(NamedTuple):
     theta: Potentials  # A_i w (without the loss)
 
 
+
+def _check_sequence(name: str, value: Any) -> None:
+    """Refuse anything but a sequence with one entry per example (strings included: not a list of inputs)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or not hasattr(value, "__getitem__"):
+        raise InvalidInputError(f"{name} must be a sequence (e.g. a list) with one entry per example, "
+                                f"got {type(value).__name__}")
+
 class SSVMProblem:
     """A structural SVM training problem.
 
@@ -90,9 +97,7 @@ class SSVMProblem:
     def __init__(self, model: Model, X: Sequence[Any], Y: Sequence[Any], loss: Loss, lam: float):
         check_contract(model, loss)
         for name, value in (("X", X), ("Y", Y)):
-            if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or not hasattr(value, "__getitem__"):
-                raise InvalidInputError(f"{name} must be a sequence (e.g. a list) with one entry per example, "
-                                        f"got {type(value).__name__}")
+            _check_sequence(name, value)
         n_x, n_y = len(X), len(Y)
         if n_x != n_y:
             raise InvalidInputError(f"X has {n_x} inputs but Y has {n_y} outputs")
@@ -381,6 +386,7 @@ class SSVMProblem:
         """MAP outputs ``argmax_y <A_x w, stats(y)>`` for new inputs (split over ``executor``'s workers
         when one is given)."""
         w = self.check_weights(w)
+        _check_sequence("X", X)
         if executor is not None:
             return executor.predict(X, w)
         out = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from structopt.errors import InvalidInputError
+from structopt.errors import InvalidInputError, check_count
 from structopt.models.base import Model, cell_features
 from structopt.structures.box import BoundingBox, BoxPotentials
 
@@ -25,9 +25,7 @@ class BoxModel(Model):
     """
 
     def __init__(self, n_features: int, search: str = "bnb"):
-        if int(n_features) != n_features or int(n_features) < 1:
-            raise InvalidInputError(f"BoxModel needs n_features >= 1, got {n_features!r}")
-        self.n_features = int(n_features)
+        self.n_features = check_count(n_features, "n_features", "BoxModel")
         self.structure = BoundingBox(search)
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
 from structopt.models._kernels import csr_add_outer
 from structopt.models.base import Model
-from structopt.structures.base import unchanged_methods
+from structopt.structures.base import check_flag, unchanged_methods
 from structopt.structures.chain import Chain, ChainPotentials
 
 ChainInput = np.ndarray | sp.csr_matrix
@@ -43,8 +43,8 @@ class ChainModel(Model):
                  allowed_end: np.ndarray | None = None):
         self.n_features = check_count(n_features, "n_features", "ChainModel")
         self.n_states = check_count(n_states, "n_states", "ChainModel")
-        self.start_end = bool(start_end)
-        self.bias = bool(bias)
+        self.start_end = check_flag(start_end, "start_end", "ChainModel")
+        self.bias = check_flag(bias, "bias", "ChainModel")
         self.structure = Chain(self.n_states, allowed, allowed_start, allowed_end)
 
     def __repr__(self) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error
 from structopt.models.base import Model, feature_matrix
 from structopt.structures.base import Potentials, Structure
 
@@ -37,6 +37,8 @@ class FeatureModel(Model):
     """
 
     def __init__(self, structure: Structure, n_features: int):
+        if not isinstance(structure, Structure):  # e.g. the class instead of an instance
+            raise InvalidInputError(f"FeatureModel needs a structure instance (e.g. MultiClass(3)), got {structure!r}")
         potentials_type = getattr(structure, "Potentials", None)
         fields = getattr(potentials_type, "_fields", None)
         if fields is None or len(fields) != 1:
@@ -44,8 +46,7 @@ class FeatureModel(Model):
                 f"FeatureModel needs a structure with flat statistics (a `Potentials` NamedTuple type with one "
                 f"field); {getattr(structure, 'name', type(structure).__name__)} declares "
                 f"{'no Potentials type' if fields is None else f'fields {fields}'}")
-        if int(n_features) != n_features or int(n_features) < 1:
-            raise InvalidInputError(f"FeatureModel needs n_features >= 1, got {n_features!r}")
+        n_features = check_count(n_features, "n_features", "FeatureModel")
         self.structure = structure
         self.n_features = int(n_features)
         self._potentials = potentials_type

@@ -6,8 +6,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, example_error
+from structopt.errors import InvalidInputError, check_count, example_error
 from structopt.models.base import Model
+from structopt.structures.base import check_flag
 from structopt.structures.grid import BinaryGrid, GridPotentials
 
 
@@ -54,12 +55,9 @@ class GridModel(Model):
     nonnegative_blocks = ("pairwise",)
 
     def __init__(self, n_features: int, n_edge_features: int, pairwise: bool = True):
-        for label, value, low in (("n_features", n_features, 1), ("n_edge_features", n_edge_features, 0)):
-            if int(value) != value or int(value) < low:
-                raise InvalidInputError(f"GridModel needs an integer {label} >= {low}, got {value!r}")
-        self.n_features = int(n_features)
-        self.n_edge_features = int(n_edge_features)
-        self.pairwise = bool(pairwise) and self.n_edge_features > 0
+        self.n_features = check_count(n_features, "n_features", "GridModel")
+        self.n_edge_features = check_count(n_edge_features, "n_edge_features", "GridModel", 0)
+        self.pairwise = check_flag(pairwise, "pairwise", "GridModel") and self.n_edge_features > 0
         self.structure = BinaryGrid()
         if not self.pairwise:
             self.nonnegative_blocks = ()

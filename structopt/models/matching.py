@@ -6,6 +6,7 @@ import numpy as np
 
 from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
 from structopt.models.base import Model
+from structopt.structures.base import check_flag
 from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 
 
@@ -31,7 +32,7 @@ class MatchingModel(Model):
 
     def __init__(self, n_features: int, allow_unmatched: bool = False):
         self.n_features = check_count(n_features, "n_features", "MatchingModel")
-        self.allow_unmatched = bool(allow_unmatched)
+        self.allow_unmatched = check_flag(allow_unmatched, "allow_unmatched", "MatchingModel")
         self.structure = BipartiteMatching(allow_unmatched=self.allow_unmatched)
 
     def __repr__(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, example_error
+from structopt.errors import InvalidInputError, check_count, example_error
 from structopt.models.base import Model
 from structopt.structures.tree import TreePotentials, TreeStructure
 
@@ -32,10 +32,8 @@ class TreeModel(Model):
     def __init__(self, structure: TreeStructure, n_features: int):
         if not isinstance(structure, TreeStructure):
             raise InvalidInputError(f"TreeModel needs a TreeStructure, got {structure!r}")
-        if int(n_features) != n_features or int(n_features) < 1:
-            raise InvalidInputError(f"TreeModel needs n_features >= 1, got {n_features!r}")
         self.structure = structure
-        self.n_features = int(n_features)
+        self.n_features = check_count(n_features, "n_features", "TreeModel")
 
     def __repr__(self) -> str:
         return f"TreeModel({self.structure!r}, n_features={self.n_features})"

@@ -45,6 +45,21 @@ def refuse_nonfinite(fields: Any, what: str, index: int | None = None) -> None:
                                        f"values are not accepted{hint}")
 
 
+def check_flag(value: Any, name: str, owner: str) -> bool:
+    """``value`` as a bool, or an :class:`InvalidInputError` naming ``owner``'s argument ``name``.
+
+    True, False and the integers 0 and 1 (numpy's too) are accepted; strings (``"no"`` would be
+    truthy), None, NaN, other numbers and containers are not.
+    """
+    import numbers
+
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral) and int(value) in (0, 1):
+        return bool(value)
+    raise InvalidInputError(f"{owner} needs {name} to be True or False, got {value!r}")
+
+
 def check_eta(eta: Any, owner: str) -> float:
     """``eta`` as a finite float (a prox step), or an :class:`InvalidInputError` naming ``owner``."""
     import numbers
@@ -176,8 +191,9 @@ class Structure(ABC):
         """
         from scipy.optimize import linprog
 
-        poly = self.polytope(theta)
-        cost = -flatten(self.expand(theta))
+        full = self.expand(theta)  # validates theta before anything reads its shape
+        poly = self.polytope(full)
+        cost = -flatten(full)
         # a -inf potential (a forbidden entry, where the structure accepts it) fixes its statistic at 0
         forbidden = np.isposinf(cost)
         bounds = np.column_stack([np.zeros(cost.size), np.where(forbidden, 0.0, 1.0)])
@@ -195,9 +211,10 @@ class Structure(ABC):
         """Euclidean projection of ``v`` onto the polytope with a cvxpy QP (reference method)."""
         import cvxpy as cp
 
-        poly = self.polytope(v)
+        full = self.expand(v)  # validates v before anything reads its shape
+        poly = self.polytope(full)
         z, constraints = poly.cvxpy()
-        target = flatten(self.expand(v))
+        target = flatten(full)
         # -inf entries (where the structure accepts them) force their statistics to 0: the limit of the
         # projection as they go to -inf is the projection of the rest onto that face
         forbidden = np.isneginf(target)

@@ -30,7 +30,7 @@ from scipy.optimize import linear_sum_assignment
 
 from structopt.errors import NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _matching_kernels as kern
-from structopt.structures.base import Polytope, Structure, refuse_nonfinite
+from structopt.structures.base import Polytope, Structure, check_flag, refuse_nonfinite
 
 NEG_INF = -np.inf
 
@@ -86,7 +86,7 @@ class BipartiteMatching(Structure):
     def __init__(self, n_left: int | None = None, n_right: int | None = None, allow_unmatched: bool = False):
         self.n_left = None if n_left is None else check_count(n_left, "n_left", "BipartiteMatching", 0)
         self.n_right = None if n_right is None else check_count(n_right, "n_right", "BipartiteMatching", 0)
-        self.allow_unmatched = bool(allow_unmatched)
+        self.allow_unmatched = check_flag(allow_unmatched, "allow_unmatched", "BipartiteMatching")
         if not self.allow_unmatched and self.n_left is not None and self.n_right is not None:
             self._check_sides(self.n_left, self.n_right)
 

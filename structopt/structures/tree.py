@@ -113,11 +113,15 @@ class TreeStructure(Structure):
     Potentials = TreePotentials
 
     def __init__(self, edges, n_states: int, n_nodes: int | None = None):
-        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2) if np.size(edges) else np.zeros((0, 2), np.int64)
-        if int(n_states) < 1:
-            raise InvalidInputError(f"TreeStructure needs n_states >= 1, got {n_states}")
+        raw = numeric_array(edges, "TreeStructure edges") if np.size(edges) else np.zeros((0, 2))
+        if raw.ndim not in (1, 2) or raw.size % 2 or (raw.ndim == 2 and raw.shape[1] != 2):
+            raise InvalidInputError(f"TreeStructure edges must be an (m, 2) array of node pairs, got shape {raw.shape}")
+        if not np.all(raw == np.round(raw)):
+            raise InvalidInputError("TreeStructure edges must hold integer node indices")
+        edges = raw.astype(np.int64).reshape(-1, 2)
+        n_states = check_count(n_states, "n_states", "TreeStructure")
         inferred = int(edges.max()) + 1 if edges.size else 0
-        n_nodes = inferred if n_nodes is None else int(n_nodes)
+        n_nodes = inferred if n_nodes is None else check_count(n_nodes, "n_nodes", "TreeStructure")
         if n_nodes < 1:
             raise InvalidInputError("TreeStructure needs at least one node (pass n_nodes for a forest without edges)")
         if edges.size and (edges.min() < 0 or edges.max() >= n_nodes):
