@@ -15,6 +15,12 @@
   ``<node_potentials(costs), stats> + node_constant(costs)``);
 - ``kernel_oracles()``: the oracles that the library's fused kernels reproduce exactly for this
   object (empty by default). Fast paths are taken only for those.
+- bad potentials: NaN is refused by every oracle with :class:`~structopt.errors.InvalidInputError`.
+  -inf means a forbidden entry only where a structure says so (``Chain``; elsewhere it is refused
+  like NaN); when the -inf entries (or masks) forbid every output, every oracle on those
+  potentials (``argmax``, ``topk``, ``marginals``, ``max_marginals``, ``project``,
+  ``lp_relaxation``) raises ``InvalidInputError`` saying so, rather than returning an output of
+  score -inf or an empty list. :func:`structopt.validate.check_structure` checks this.
 
 **Model** (subclass :class:`~structopt.models.base.Model`)
 
