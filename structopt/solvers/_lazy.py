@@ -12,6 +12,7 @@ then ``B += omega a`` and ``C += omega b``. So a step costs O(nnz(x_i) S) whatev
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,15 @@ class LazyIterate:
         self.B = 0.0
         self.C = 0.0
         self.weight = 0.0  # sum of omega_t
+
+    def __deepcopy__(self, memo: dict) -> LazyIterate:
+        # the model is shared, never copied: a copy is another iterate of the same model (and a
+        # checkpoint stores the model by reference to the problem's)
+        clone = LazyIterate.__new__(LazyIterate)
+        memo[id(self)] = clone
+        clone.__dict__.update({key: value if key == "model" else copy.deepcopy(value, memo)
+                               for key, value in self.__dict__.items()})
+        return clone
 
     # ------------------------------------------------------------------ reading
     def potentials(self, x: Any) -> Potentials:
