@@ -203,7 +203,10 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         Keep the averaged ``z_bar`` per example in ``info["z_bar"]`` (Python path; for tests).
     random_state, progress, checkpoint, checkpoint_every, resume, callback
         As in every structopt solver (see :mod:`structopt.solvers.base`). Weight constraints are
-        honoured by projecting the w-side steps.
+        honoured by projecting the w-side steps. ``random_state`` seeds the power iteration for
+        ``||B||``. A checkpoint holds, besides the sums, ``||B||`` and the z-pass state (the
+        Euclidean projections' warm starts: four floats per token and state on chains; the
+        stored ``s_{z_i}``), so a resumed run equals an uninterrupted one bit for bit.
     executor, n_workers
         Where the primal evaluations run (:mod:`structopt.parallel`); the z-passes stay in this
         process (they update per-example state: warm-start multipliers and the z averages).
