@@ -69,7 +69,7 @@ SLOW_SEEDS = (0, 1, 2, 3)
 PROBLEMS: dict[str, Callable[[], SSVMProblem]] = {
     f"{kind}/{seed}": (lambda build=build, seed=seed: build(seed))
     for kind, build in KINDS.items() for seed in SLOW_SEEDS}
-DEFAULT_PROBLEMS = ("multiclass-3/0", "chain-2/0", "multiclass-3-strong/0")
+DEFAULT_PROBLEMS = ("multiclass-3-strong/0", "chain-2/0")
 
 
 _cache: dict[str, tuple[SSVMProblem, float]] = {}
