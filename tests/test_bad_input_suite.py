@@ -464,15 +464,6 @@ LEFT_OUT: dict[str, str] = {
     "oracle-lp-topk-str": "structures/lp.py (interrupt-handling engineer)",
     "oracle-lp-topk-strings": "structures/lp.py (interrupt-handling engineer)",
     "oracle-lp-topk-wrong_tuple": "structures/lp.py (interrupt-handling engineer)",
-    "solver-casimir-alpha0-list": "structopt/solvers (casimir)",
-    "solver-casimir-alpha0-obj": "structopt/solvers (casimir)",
-    "solver-casimir-alpha0-str": "structopt/solvers (casimir)",
-    "solver-extragradient-step_growth-bool": "structopt/solvers (extragradient)",
-    "solver-extragradient-step_growth-inf": "structopt/solvers (extragradient)",
-    "solver-extragradient-step_growth-list": "structopt/solvers (extragradient)",
-    "solver-extragradient-step_growth-none": "structopt/solvers (extragradient)",
-    "solver-extragradient-step_growth-obj": "structopt/solvers (extragradient)",
-    "solver-extragradient-step_growth-str": "structopt/solvers (extragradient)",
 }
 
 

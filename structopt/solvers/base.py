@@ -88,6 +88,23 @@ def non_negative(name: str, value: Any) -> None:
         raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
+def at_least(low: float) -> Callable[[str, Any], None]:
+    """A finite real number >= ``low``."""
+    def run(name: str, value: Any) -> None:
+        v = _real(value)
+        if v is None or not (math.isfinite(v) and v >= low):
+            raise InvalidInputError(f"{name} must be a finite number >= {low:g}, got {value!r}")
+    run.__doc__ = f"A finite real number >= {low:g}."
+    return run
+
+
+def open_unit(name: str, value: Any) -> None:
+    """A real number in the open interval (0, 1)."""
+    v = _real(value)
+    if v is None or not 0.0 < v < 1.0:
+        raise InvalidInputError(f"{name} must be a number in (0, 1), got {value!r}")
+
+
 def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
     """``check``, or None."""
     def run(name: str, value: Any) -> None:

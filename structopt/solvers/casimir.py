@@ -47,6 +47,7 @@ from structopt.solvers.base import (
     make_rng,
     non_negative,
     one_of,
+    open_unit,
     optional,
     positive,
     positive_int,
@@ -109,7 +110,7 @@ def _learning_rate_option(name: str, value) -> None:
         k=positive_int, L=optional(positive), kappa=optional(positive), learning_rate=_learning_rate_option,
         mu_min=non_negative, warm_start=optional(one_of(*WARM_STARTS)), inner_steps=optional(positive_int),
         iterate=optional(one_of("average", "last")), sgd_init=optional(one_of(True, False)),
-        guard=one_of(True, False))
+        guard=one_of(True, False), alpha0=optional(open_unit))
 def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | None = None, kind: str = "topk",
                  k: int = 5, L: float | None = None, kappa: float | None = None,
                  learning_rate: float | str | None = None, mu_min: float = 0.0, warm_start: str | None = None,

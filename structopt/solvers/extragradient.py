@@ -56,6 +56,7 @@ from structopt.solvers._eg_geometry import (
 from structopt.solvers.base import (
     Monitor,
     Result,
+    at_least,
     make_rng,
     non_negative,
     one_of,
@@ -139,7 +140,8 @@ def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, fused, 
         z_weight=optional(positive), backtracking=one_of(True, False), memory_light=one_of(True, False),
         power_iters=positive_int, lipschitz_margin=positive, projection_tol=positive,
         warm_projections=one_of(True, False), keep_z=one_of(True, False), centre=one_of("gold", "uniform"),
-        kappa=optional(non_negative), w_block=one_of("saddle", "exact"), fused=optional(one_of(True, False)))
+        kappa=optional(non_negative), w_block=one_of("saddle", "exact"), fused=optional(one_of(True, False)),
+        step_growth=at_least(1.0))
 def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max_passes: float = 50,
                        step: float | None = None, z_weight: float | None = None, backtracking: bool = True,
                        step_growth: float = 1.25, memory_light: bool = False, eval_every: float = 1,
