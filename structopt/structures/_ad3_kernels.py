@@ -1,0 +1,906 @@
+"""numba kernels of AD3 (alternating directions dual decomposition) on a flattened factor graph.
+
+The factor graph arrives as flat arrays (see :class:`structopt.structures.factor_graph.FactorGraph`):
+
+- variables ``i``: ``vstates[i]`` states, entries ``voff[i]:voff[i+1]`` of the unary / ``p`` vectors,
+  ``deg[i]`` factors, incident edges ``vedge[vptr[i]:vptr[i+1]]``;
+- factors ``f``: kind ``fkind[f]`` (``DENSE``, ``XOR``, ``ATMOST1``, ``OR``, ``BUDGET``), budget
+  ``fparam[f]``, scope edges ``fptr[f]:fptr[f+1]`` (edge ``e`` joins factor f and variable ``evar[e]``;
+  its per-state entries are ``eoff[e]:eoff[e+1]`` of λ and q), table entries ``toff[f]:toff[f+1]``
+  (dense factors, row-major, the last scope variable fastest), active-set storage
+  ``aoff[f]:aoff[f+1]``.
+
+A ``-inf`` unary entry forbids a state, a ``-inf`` table entry a configuration (branch-and-bound
+clamps variables this way). Notation follows the implementation note (docs: /work/shared/specs/ad3.md)
+and Martins et al., JMLR 2015: variable marginals ``p``, factor copies ``q_iα`` (``qe``), multipliers
+``λ_iα`` (``lam``), penalty ``η``. Everything here maximises.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+DENSE, XOR, ATMOST1, OR, BUDGET = 0, 1, 2, 3, 4
+
+# indices of the scalar state vector ``scal``
+S_ETA, S_UPPER, S_LOWER, S_RP, S_RD, S_PRIMAL, S_ITER = 0, 1, 2, 3, 4, 5, 6
+N_SCAL = 7
+
+# status codes returned by ad3_chunk
+RUNNING, GAP_CLOSED, LP_CONVERGED, INFEASIBLE = 0, 1, 2, 3
+
+NEG = -np.inf
+
+
+# --------------------------------------------------------------------------- small dense algebra
+@njit(cache=True)
+def _solve_inplace(A, b, n):
+    """Solve ``A[:n,:n] x = b[:n]`` by Gaussian elimination with partial pivoting (A, b overwritten).
+
+    Returns False when a pivot vanishes (numerically singular)."""
+    for col in range(n):
+        piv = col
+        best = abs(A[col, col])
+        for r in range(col + 1, n):
+            if abs(A[r, col]) > best:
+                best = abs(A[r, col])
+                piv = r
+        if best < 1e-13:
+            return False
+        if piv != col:
+            for c in range(n):
+                A[col, c], A[piv, c] = A[piv, c], A[col, c]
+            b[col], b[piv] = b[piv], b[col]
+        inv = 1.0 / A[col, col]
+        for r in range(col + 1, n):
+            fac = A[r, col] * inv
+            if fac != 0.0:
+                for c in range(col, n):
+                    A[r, c] -= fac * A[col, c]
+                b[r] -= fac * b[col]
+    for r in range(n - 1, -1, -1):
+        acc = b[r]
+        for c in range(r + 1, n):
+            acc -= A[r, c] * b[c]
+        b[r] = acc / A[r, r]
+    return True
+
+
+@njit(cache=True)
+def _clip01(x):
+    return 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)
+
+
+# --------------------------------------------------------------------------- logic factors
+@njit(cache=True)
+def project_box_sum(c, lo, hi, out):
+    """Euclidean projection of ``c`` onto ``{0 <= z <= 1, lo <= sum z <= hi}`` written to ``out``.
+
+    One sort of the 2n breakpoints of ``h(τ) = Σ clip(c - τ, 0, 1)`` (non-increasing, piecewise
+    linear); the answer is ``clip(c - τ)`` for the τ with ``h(τ)`` equal to the violated side (τ = 0
+    when the clipped point already satisfies both sides). XOR is ``lo = hi = 1``, at-most-one
+    ``(0, 1)``, OR ``(1, n)``, budget ``(0, k)``.
+    """
+    n = c.size
+    total = 0.0
+    for i in range(n):
+        out[i] = _clip01(c[i])
+        total += out[i]
+    if n == 0 or (total >= lo and total <= hi):
+        return
+    target = lo if total < lo else hi
+    if target <= 0.0:  # every coordinate to 0
+        for i in range(n):
+            out[i] = 0.0
+        return
+    if target >= n:
+        for i in range(n):
+            out[i] = 1.0
+        return
+    # events: at c_i - 1 term i starts decreasing (slope -1), at c_i it stops (slope +1)
+    bp = np.empty(2 * n)
+    kind = np.empty(2 * n, dtype=np.int64)
+    for i in range(n):
+        bp[2 * i] = c[i] - 1.0
+        kind[2 * i] = 1
+        bp[2 * i + 1] = c[i]
+        kind[2 * i + 1] = -1
+    order = np.argsort(bp, kind="mergesort")
+    h = float(n)  # value at the smallest breakpoint: every term equals 1
+    active = 0
+    tau = bp[order[0]]
+    for k in range(2 * n):
+        t_k = bp[order[k]]
+        h_k = h - active * (t_k - tau)
+        if h_k <= target:
+            # target lies on the segment [tau, t_k]
+            tau = tau + (h - target) / active if active > 0 else t_k
+            break
+        h, tau = h_k, t_k
+        active += kind[order[k]]
+    else:
+        tau = tau + (h - target) / active if active > 0 else tau
+    for i in range(n):
+        out[i] = _clip01(c[i] - tau)
+
+
+@njit(cache=True)
+def _logic_bounds(kind, param, n):
+    if kind == XOR:
+        return 1.0, 1.0
+    if kind == ATMOST1:
+        return 0.0, 1.0
+    if kind == OR:
+        return 1.0, float(n)
+    return 0.0, float(param)
+
+
+# --------------------------------------------------------------------------- binary pairwise closed form
+@njit(cache=True)
+def _pair_nonneg(c1, c2, c12):
+    # min ½(z1-c1)² + ½(z2-c2)² - c12·min(z1, z2) over [0,1]², c12 >= 0 [derived]: either one
+    # coordinate sits below the other (the min term only pulls that one) or both are equal
+    if c1 > c2 + c12:
+        return _clip01(c1), _clip01(c2 + c12)
+    if c2 > c1 + c12:
+        return _clip01(c1 + c12), _clip01(c2)
+    t = _clip01(0.5 * (c1 + c2 + c12))
+    return t, t
+
+
+@njit(cache=True)
+def pair_closed_form(c1, c2, c12):
+    """argmin ½(z1-c1)² + ½(z2-c2)² - c12·z12 over the marginal polytope of two binary variables.
+
+    With c12 >= 0 the optimum has z12 = min(z1, z2); with c12 < 0, flipping the second variable
+    (z2' = 1 - z2, z12' = z1 - z12) gives the same problem with (c1 + c12, 1 - c2, -c12).
+    """
+    if c12 >= 0.0:
+        z1, z2 = _pair_nonneg(c1, c2, c12)
+        return z1, z2, min(z1, z2)
+    z1, z2f = _pair_nonneg(c1 + c12, 1.0 - c2, -c12)
+    return z1, 1.0 - z2f, z1 - min(z1, z2f)
+
+
+# --------------------------------------------------------------------------- dense factors: active set
+@njit(cache=True)
+def _decode(cfg, f, fptr, evar, vstates, out):
+    e0, k = fptr[f], fptr[f + 1] - fptr[f]
+    for j in range(k - 1, -1, -1):
+        S = vstates[evar[e0 + j]]
+        out[j] = cfg % S
+        cfg //= S
+
+
+@njit(cache=True)
+def _config_allowed(y, f, fptr, evar, voff, vallow):
+    e0, k = fptr[f], fptr[f + 1] - fptr[f]
+    for j in range(k):
+        if not vallow[voff[evar[e0 + j]] + y[j]]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta, acfg, aw, aoff, acount,
+             qe, qt, max_inner):
+    """AD3's local QP of a dense table factor by a primal active-set method over its configurations.
+
+    Maximises ``θ_α·q + η Σ_i a_i·q_i - (η/2) Σ_i ‖q_i‖²`` (i.e. the spec's step 1 with targets
+    ``a_i = target[eoff[e]...]``) over the simplex of allowed configurations. The active set (kept
+    between calls: the warm start) holds configurations whose variable-marginal images are affinely
+    independent, so the KKT system ``[ηG 1; 1ᵀ 0]`` on it is non-singular. A configuration to add whose
+    image is an affine combination of the active ones is brought in along the ray that keeps the
+    marginals fixed (its objective rises linearly there), dropping the first member that reaches 0.
+    Returns False when the factor has no allowed configuration.
+    """
+    e0, k = fptr[f], fptr[f + 1] - fptr[f]
+    t0, K = toff[f], toff[f + 1] - toff[f]
+    a0, cap = aoff[f], aoff[f + 1] - aoff[f]
+    y = np.empty(k, dtype=np.int64)
+    # scores s(c) = θ(c) + η Σ_j a_j[y_j]; forbidden configurations get -inf
+    s = np.empty(K)
+    any_ok = False
+    for c in range(K):
+        _decode(c, f, fptr, evar, vstates, y)
+        if not np.isfinite(tab[t0 + c]) or not _config_allowed(y, f, fptr, evar, voff, vallow):
+            s[c] = NEG
+            continue
+        v = tab[t0 + c]
+        for j in range(k):
+            v += eta * target[eoff[e0 + j] + y[j]]
+        s[c] = v
+        any_ok = True
+    if not any_ok:
+        return False
+    n = acount[f]
+    # drop members that became forbidden (new masks) and renormalise
+    m_ok = 0
+    tot = 0.0
+    for a in range(n):
+        if np.isfinite(s[acfg[a0 + a]]) and aw[a0 + a] > 0.0:
+            acfg[a0 + m_ok] = acfg[a0 + a]
+            aw[a0 + m_ok] = aw[a0 + a]
+            tot += aw[a0 + a]
+            m_ok += 1
+    n = m_ok
+    if n == 0:
+        best = 0
+        for c in range(K):
+            if s[c] > s[best]:
+                best = c
+        acfg[a0] = best
+        aw[a0] = 1.0
+        n = 1
+    else:
+        for a in range(n):
+            aw[a0 + a] /= tot
+    ys = np.empty((cap, k), dtype=np.int64)
+    for a in range(n):
+        _decode(acfg[a0 + a], f, fptr, evar, vstates, ys[a])
+    KK = np.empty((cap + 1, cap + 1))
+    rhs = np.empty(cap + 1)
+    wstar = np.empty(cap)
+    marg_len = eoff[e0 + k] - eoff[e0]
+    m = np.empty(marg_len)
+    tol = 1e-12
+    for _ in range(max_inner):
+        # equality-constrained QP on the active set
+        for a in range(n):
+            for b in range(n):
+                agree = 0
+                for j in range(k):
+                    if ys[a, j] == ys[b, j]:
+                        agree += 1
+                KK[a, b] = eta * agree
+            KK[a, n] = 1.0
+            KK[n, a] = 1.0
+            rhs[a] = s[acfg[a0 + a]]
+        KK[n, n] = 0.0
+        rhs[n] = 1.0
+        if not _solve_inplace(KK, rhs, n + 1):
+            break  # cannot happen with an affinely independent set; keep the current feasible point
+        neg = False
+        for a in range(n):
+            wstar[a] = rhs[a]
+            if rhs[a] < -1e-14:
+                neg = True
+        tau = rhs[n]
+        if neg:
+            alpha = 1.0
+            for a in range(n):
+                if wstar[a] < 0.0 and wstar[a] < aw[a0 + a]:
+                    r = aw[a0 + a] / (aw[a0 + a] - wstar[a])
+                    if r < alpha:
+                        alpha = r
+            m_ok = 0
+            for a in range(n):
+                w = aw[a0 + a] + alpha * (wstar[a] - aw[a0 + a])
+                if w > 1e-15:
+                    acfg[a0 + m_ok] = acfg[a0 + a]
+                    aw[a0 + m_ok] = w
+                    for j in range(k):
+                        ys[m_ok, j] = ys[a, j]
+                    m_ok += 1
+            n = m_ok
+            tot = 0.0
+            for a in range(n):
+                tot += aw[a0 + a]
+            for a in range(n):
+                aw[a0 + a] /= tot
+            continue
+        for a in range(n):
+            aw[a0 + a] = wstar[a]
+        # marginals of the current point and the most violating configuration
+        m[:] = 0.0
+        for a in range(n):
+            for j in range(k):
+                m[eoff[e0 + j] - eoff[e0] + ys[a, j]] += aw[a0 + a]
+        best = -1
+        best_g = np.inf
+        scale = 1.0
+        for c in range(K):
+            if not np.isfinite(s[c]):
+                continue
+            _decode(c, f, fptr, evar, vstates, y)
+            g = -s[c]
+            for j in range(k):
+                g += eta * m[eoff[e0 + j] - eoff[e0] + y[j]]
+            if abs(g) > scale:
+                scale = abs(g)
+            if g < best_g:
+                best_g = g
+                best = c
+        if best < 0 or best_g >= -tau - tol * scale:
+            break
+        already = False
+        for a in range(n):
+            if acfg[a0 + a] == best:
+                already = True
+        if already:
+            break  # numerical tie with an active member: optimal to tolerance
+        _decode(best, f, fptr, evar, vstates, y)
+        # affine dependence of the new image on the active ones: least squares via normal equations
+        for a in range(n):
+            for b in range(n):
+                agree = 0
+                for j in range(k):
+                    if ys[a, j] == ys[b, j]:
+                        agree += 1
+                KK[a, b] = agree + 1.0
+            agree = 0
+            for j in range(k):
+                if ys[a, j] == y[j]:
+                    agree += 1
+            rhs[a] = agree + 1.0
+        btb = np.empty(n)
+        for a in range(n):
+            btb[a] = rhs[a]
+        dependent = False
+        if n >= 1 and _solve_inplace(KK, rhs, n):
+            # residual² = cᵀ(BᵀB)c - 2cᵀBᵀb + bᵀb; recompute BᵀB·c directly
+            res = float(k + 1)
+            for a in range(n):
+                acc = 0.0
+                for b in range(n):
+                    agree = 0
+                    for j in range(k):
+                        if ys[a, j] == ys[b, j]:
+                            agree += 1
+                    acc += (agree + 1.0) * rhs[b]
+                res += rhs[a] * acc - 2.0 * rhs[a] * btb[a]
+            dependent = res < 1e-9
+        if dependent:
+            alpha = np.inf
+            for a in range(n):
+                if rhs[a] > 1e-12:
+                    r = aw[a0 + a] / rhs[a]
+                    if r < alpha:
+                        alpha = r
+            if not np.isfinite(alpha):
+                break
+            m_ok = 0
+            for a in range(n):
+                w = aw[a0 + a] - alpha * rhs[a]
+                if w > 1e-15:
+                    acfg[a0 + m_ok] = acfg[a0 + a]
+                    aw[a0 + m_ok] = w
+                    for j in range(k):
+                        ys[m_ok, j] = ys[a, j]
+                    m_ok += 1
+            n = m_ok
+            if n >= cap:
+                break
+            acfg[a0 + n] = best
+            aw[a0 + n] = alpha
+            for j in range(k):
+                ys[n, j] = y[j]
+            n += 1
+            tot = 0.0
+            for a in range(n):
+                tot += aw[a0 + a]
+            for a in range(n):
+                aw[a0 + a] /= tot
+        else:
+            if n >= cap:
+                break
+            acfg[a0 + n] = best
+            aw[a0 + n] = 0.0
+            for j in range(k):
+                ys[n, j] = y[j]
+            n += 1
+    acount[f] = n
+    # write the factor marginal and its variable marginals
+    for c in range(K):
+        qt[t0 + c] = 0.0
+    for e in range(e0, e0 + k):
+        for t in range(eoff[e], eoff[e + 1]):
+            qe[t] = 0.0
+    for a in range(n):
+        w = aw[a0 + a]
+        if w <= 0.0:
+            continue
+        qt[t0 + acfg[a0 + a]] += w
+        for j in range(k):
+            qe[eoff[e0 + j] + ys[a, j]] += w
+    return True
+
+
+# --------------------------------------------------------------------------- one factor's local QP
+@njit(cache=True)
+def _is_binary_pair(f, fptr, evar, voff, vstates, vallow, tab, toff):
+    if fptr[f + 1] - fptr[f] != 2:
+        return False
+    for j in range(2):
+        i = evar[fptr[f] + j]
+        if vstates[i] != 2 or not (vallow[voff[i]] and vallow[voff[i] + 1]):
+            return False
+    for c in range(toff[f], toff[f + 1]):
+        if not np.isfinite(tab[c]):
+            return False
+    return True
+
+
+@njit(cache=True)
+def local_qp(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
+             acfg, aw, aoff, acount, qe, qt, max_inner, pair_fast):
+    """Solve factor ``f``'s local QP for the given targets; write ``qe`` (and ``qt`` for tables)."""
+    e0, k = fptr[f], fptr[f + 1] - fptr[f]
+    kind = fkind[f]
+    if kind == DENSE:
+        if pair_fast[f]:
+            ea, eb = e0, e0 + 1
+            ta, tb = eoff[ea], eoff[eb]
+            c1 = 0.5 * (1.0 - target[ta] + target[ta + 1])
+            c2 = 0.5 * (1.0 - target[tb] + target[tb + 1])
+            t0 = toff[f]
+            th00, th01, th10, th11 = tab[t0], tab[t0 + 1], tab[t0 + 2], tab[t0 + 3]
+            # ‖(1-z, z) - a‖² = 2(z - c)² + const, so the objective is -η Σ(z - c)² + θ·q [derived]
+            c1 += (th10 - th00) / (2.0 * eta)
+            c2 += (th01 - th00) / (2.0 * eta)
+            c12 = (th00 - th01 - th10 + th11) / (2.0 * eta)
+            z1, z2, z12 = pair_closed_form(c1, c2, c12)
+            qt[t0] = 1.0 - z1 - z2 + z12
+            qt[t0 + 1] = z2 - z12
+            qt[t0 + 2] = z1 - z12
+            qt[t0 + 3] = z12
+            qe[ta], qe[ta + 1] = 1.0 - z1, z1
+            qe[tb], qe[tb + 1] = 1.0 - z2, z2
+            return True
+        return dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta, acfg, aw, aoff,
+                        acount, qe, qt, max_inner)
+    # logic factor on binary variables: z_i = q_i(1); fixed variables leave the projection
+    lo, hi = _logic_bounds(kind, fparam[f], k)
+    cfree = np.empty(k)
+    idx = np.empty(k, dtype=np.int64)
+    nfree = 0
+    ones = 0
+    for j in range(k):
+        e = e0 + j
+        i = evar[e]
+        t = eoff[e]
+        ok0, ok1 = vallow[voff[i]], vallow[voff[i] + 1]
+        if ok0 and ok1:
+            cfree[nfree] = 0.5 * (1.0 - target[t] + target[t + 1])
+            idx[nfree] = j
+            nfree += 1
+        elif ok1:
+            qe[t], qe[t + 1] = 0.0, 1.0
+            ones += 1
+        else:
+            qe[t], qe[t + 1] = 1.0, 0.0
+    lo_f = max(lo - ones, 0.0)
+    hi_f = min(hi - ones, float(nfree))
+    if lo_f > hi_f:
+        hi_f = lo_f  # infeasible under the clamps; the dual bound reports it (-inf)
+    z = np.empty(nfree)
+    project_box_sum(cfree[:nfree], lo_f, hi_f, z)
+    for r in range(nfree):
+        t = eoff[e0 + idx[r]]
+        qe[t], qe[t + 1] = 1.0 - z[r], z[r]
+    return True
+
+
+# --------------------------------------------------------------------------- dual bound
+@njit(cache=True)
+def factor_max(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, toff, v):
+    """max over allowed configurations y_α of θ_α(y_α) + Σ_i v_iα(y_i) (``v`` laid out like λ)."""
+    e0, k = fptr[f], fptr[f + 1] - fptr[f]
+    kind = fkind[f]
+    if kind == DENSE:
+        t0, K = toff[f], toff[f + 1] - toff[f]
+        y = np.empty(k, dtype=np.int64)
+        best = NEG
+        for c in range(K):
+            if not np.isfinite(tab[t0 + c]):
+                continue
+            _decode(c, f, fptr, evar, vstates, y)
+            if not _config_allowed(y, f, fptr, evar, voff, vallow):
+                continue
+            val = tab[t0 + c]
+            for j in range(k):
+                val += v[eoff[e0 + j] + y[j]]
+            if val > best:
+                best = val
+        return best
+    lo, hi = _logic_bounds(kind, fparam[f], k)
+    base = 0.0
+    ones = 0
+    d = np.empty(k)
+    nfree = 0
+    for j in range(k):
+        e = e0 + j
+        i = evar[e]
+        t = eoff[e]
+        ok0, ok1 = vallow[voff[i]], vallow[voff[i] + 1]
+        if ok0 and ok1:
+            base += v[t]
+            d[nfree] = v[t + 1] - v[t]
+            nfree += 1
+        elif ok1:
+            base += v[t + 1]
+            ones += 1
+        elif ok0:
+            base += v[t]
+        else:
+            return NEG
+    kmin = max(int(np.ceil(lo - ones - 1e-9)), 0)
+    kmax = min(int(np.floor(hi - ones + 1e-9)), nfree)
+    if kmin > kmax:
+        return NEG
+    ds = -np.sort(-d[:nfree])
+    acc = 0.0
+    for r in range(kmin):
+        acc += ds[r]
+    for r in range(kmin, kmax):
+        if ds[r] <= 0.0:
+            break
+        acc += ds[r]
+    return base + acc
+
+
+@njit(cache=True)
+def dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, evar, eoff, vstates, tab, toff,
+               lam, work):
+    """g(λ) of the note's §3 with λ re-centred per variable (so Σ_α λ_iα = 0 holds exactly)."""
+    total = 0.0
+    for i in range(n_vars):
+        d = deg[i]
+        S = voff[i + 1] - voff[i]
+        if d == 0:
+            best = NEG
+            for s in range(S):
+                if vallow[voff[i] + s] and uz[voff[i] + s] > best:
+                    best = uz[voff[i] + s]
+            total += best
+            continue
+        for s in range(S):
+            mean = 0.0
+            for r in range(vptr[i], vptr[i + 1]):
+                mean += lam[eoff[vedge[r]] + s]
+            mean /= d
+            share = uz[voff[i] + s] / d
+            for r in range(vptr[i], vptr[i + 1]):
+                t = eoff[vedge[r]] + s
+                work[t] = share + lam[t] - mean
+    for f in range(fkind.size):
+        total += factor_max(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, toff, work)
+    return total
+
+
+# --------------------------------------------------------------------------- labelings
+@njit(cache=True)
+def score_labels(y, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, toff):
+    """Exact score of labeling ``y``: -inf when it breaks a logic factor or hits a forbidden entry."""
+    total = 0.0
+    for i in range(n_vars):
+        total += u[voff[i] + y[i]]
+    for f in range(fkind.size):
+        e0, k = fptr[f], fptr[f + 1] - fptr[f]
+        if fkind[f] == DENSE:
+            c = 0
+            for j in range(k):
+                c = c * vstates[evar[e0 + j]] + y[evar[e0 + j]]
+            total += tab[toff[f] + c]
+        else:
+            ones = 0
+            for j in range(k):
+                ones += y[evar[e0 + j]]
+            lo, hi = _logic_bounds(fkind[f], fparam[f], k)
+            if ones < lo or ones > hi:
+                return NEG
+    return total
+
+
+@njit(cache=True)
+def repair_logic(p, voff, vallow, fkind, fparam, fptr, evar, y):
+    """Greedily repair the logic factors broken by labeling ``y`` (in place).
+
+    Keeps the variables with the largest P(y_i = 1) (turning on the largest when too few are on);
+    clamped variables are never changed. A few passes; the caller scores the result, so a labeling
+    left infeasible only scores -inf.
+    """
+    for _ in range(4):
+        changed = False
+        for f in range(fkind.size):
+            if fkind[f] == DENSE:
+                continue
+            e0, k = fptr[f], fptr[f + 1] - fptr[f]
+            lo, hi = _logic_bounds(fkind[f], fparam[f], k)
+            ones = 0
+            for j in range(k):
+                ones += y[evar[e0 + j]]
+            if ones > hi:
+                # keep the hi most likely among the ones (clamped ones first)
+                prio = np.empty(k)
+                for j in range(k):
+                    i = evar[e0 + j]
+                    free = vallow[voff[i]]
+                    prio[j] = (p[voff[i] + 1] if free else 2.0) if y[i] == 1 else -1.0
+                order = np.argsort(-prio)
+                keep = int(hi)
+                for r in range(keep, k):
+                    i = evar[e0 + order[r]]
+                    if y[i] == 1 and vallow[voff[i]]:
+                        y[i] = 0
+                        changed = True
+            elif ones < lo:
+                prio = np.empty(k)
+                for j in range(k):
+                    i = evar[e0 + j]
+                    prio[j] = p[voff[i] + 1] if (y[i] == 0 and vallow[voff[i] + 1]) else -1.0
+                order = np.argsort(-prio)
+                need = int(lo) - ones
+                for r in range(k):
+                    if need <= 0 or prio[order[r]] < 0.0:
+                        break
+                    y[evar[e0 + order[r]]] = 1
+                    need -= 1
+                    changed = True
+        if not changed:
+            break
+
+
+@njit(cache=True)
+def round_and_repair(p, n_vars, voff, vallow, fkind, fparam, fptr, evar, y):
+    """Round ``p`` (argmax per variable over allowed states), then repair the logic factors."""
+    for i in range(n_vars):
+        best = -1
+        for s in range(voff[i + 1] - voff[i]):
+            if vallow[voff[i] + s] and (best < 0 or p[voff[i] + s] > p[voff[i] + best]):
+                best = s
+        y[i] = max(best, 0)
+    repair_logic(p, voff, vallow, fkind, fparam, fptr, evar, y)
+
+
+@njit(cache=True)
+def round_sequential(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, vallow, fkind, fparam, fptr, evar,
+                     toff, y):
+    """Decode variables in ``order`` (breadth-first over the factor graph), each consistent with the
+    table marginals' support given the variables already decided, then repair the logic factors.
+
+    At an LP optimum every configuration in a table marginal's support attains its reparametrised
+    maximum (complementary slackness), so on a tree this picks an optimal labeling even when the
+    optimum is a mixture of tied labelings (where per-variable rounding can fail).
+    """
+    decided = np.zeros(n_vars, dtype=np.bool_)
+    sub = np.empty(8, dtype=np.int64)
+    for r in range(n_vars):
+        i = order[r]
+        S = vstates[i]
+        mass = np.zeros(S)
+        for q in range(vptr[i], vptr[i + 1]):
+            e = vedge[q]
+            f = efac[e]
+            if fkind[f] != DENSE:
+                continue
+            e0, k = fptr[f], fptr[f + 1] - fptr[f]
+            others = False
+            for j in range(k):
+                if evar[e0 + j] != i and decided[evar[e0 + j]]:
+                    others = True
+            if not others:
+                continue
+            for c in range(toff[f + 1] - toff[f]):
+                w = qt[toff[f] + c]
+                if w <= 0.0:
+                    continue
+                _decode(c, f, fptr, evar, vstates, sub)
+                ok = True
+                s_i = 0
+                for j in range(k):
+                    v = evar[e0 + j]
+                    if v == i:
+                        s_i = sub[j]
+                    elif decided[v] and sub[j] != y[v]:
+                        ok = False
+                if ok:
+                    mass[s_i] += w
+        best = -1
+        for s in range(S):
+            if not vallow[voff[i] + s]:
+                continue
+            if best < 0 or mass[s] > mass[best] + 1e-9 or (abs(mass[s] - mass[best]) <= 1e-9
+                                                            and p[voff[i] + s] > p[voff[i] + best]):
+                best = s
+        y[i] = max(best, 0)
+        decided[i] = True
+    repair_logic(p, voff, vallow, fkind, fparam, fptr, evar, y)
+
+
+@njit(cache=True)
+def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, fptr, evar, tab, toff, max_sweeps):
+    """Iterated conditional modes on labeling ``y`` (in place): each variable in turn takes its best
+    state given the others (exact local score: unary plus its tables), a move counted only when it
+    keeps every logic factor on the variable satisfied. Stops after a sweep without a strict gain.
+
+    Only improves a feasible labeling's score; a labeling that breaks a logic factor is left as it is.
+    """
+    ones = np.zeros(fkind.size, dtype=np.int64)
+    for f in range(fkind.size):
+        if fkind[f] != DENSE:
+            for e in range(fptr[f], fptr[f + 1]):
+                ones[f] += y[evar[e]]
+            lo, hi = _logic_bounds(fkind[f], fparam[f], fptr[f + 1] - fptr[f])
+            if ones[f] < lo or ones[f] > hi:
+                return
+    for _ in range(max_sweeps):
+        improved = False
+        for i in range(n_vars):
+            S = vstates[i]
+            cur = y[i]
+            best_s = cur
+            best_v = NEG
+            for s in range(S):
+                v = u[voff[i] + s]
+                if not np.isfinite(v):
+                    continue
+                ok = True
+                for r in range(vptr[i], vptr[i + 1]):
+                    f = efac[vedge[r]]
+                    e0, k = fptr[f], fptr[f + 1] - fptr[f]
+                    if fkind[f] == DENSE:
+                        c = 0
+                        for j in range(k):
+                            w = evar[e0 + j]
+                            c = c * vstates[w] + (s if w == i else y[w])
+                        v += tab[toff[f] + c]
+                    else:
+                        lo, hi = _logic_bounds(fkind[f], fparam[f], k)
+                        n1 = ones[f] - cur + s
+                        if n1 < lo or n1 > hi:
+                            ok = False
+                if not ok or not np.isfinite(v):
+                    continue
+                if s == cur:
+                    if v > best_v:
+                        best_v = v
+                        best_s = s
+                elif v > best_v + 1e-12 * (1.0 + abs(v)):
+                    best_v = v
+                    best_s = s
+            if best_s != cur:
+                for r in range(vptr[i], vptr[i + 1]):
+                    f = efac[vedge[r]]
+                    if fkind[f] != DENSE:
+                        ones[f] += best_s - cur
+                y[i] = best_s
+                improved = True
+        if not improved:
+            break
+
+
+# --------------------------------------------------------------------------- the AD3 loop
+@njit(cache=True)
+def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff,
+              order, efac, u, tab, p, lam, qe, qt, acfg, aw, acount, scal, best_y, y_work,
+              n_iter, bound_every, tau_step, tol_res, tol_gap, tol_lp, max_inner, adapt):
+    """Run up to ``n_iter`` AD3 iterations in place; return a status code.
+
+    State (``p, lam, qe, qt``, active sets, ``scal``, ``best_y``) persists across calls, so the
+    caller runs the loop in chunks (returning to Python keeps Ctrl-C and time limits honoured).
+    Every ``bound_every`` iterations: g(λ) (the best kept in ``scal[S_UPPER]``), two roundings
+    (per variable, and sequential along ``order`` from the table marginals) + repair + local search,
+    scored exactly (the best kept in ``scal[S_LOWER]`` / ``best_y``), η rebalanced when ``adapt``.
+    Returns GAP_CLOSED when lower >= upper - tol_gap·(1+|upper|), LP_CONVERGED when both residuals
+    are below ``tol_res`` and the bound meets the primal objective to ``tol_lp·(1+|upper|)``,
+    INFEASIBLE when g = -inf (no labeling satisfies the clamps and hard factors), else RUNNING.
+    """
+    n_f = fkind.size
+    vallow = np.isfinite(u)
+    uz = np.where(vallow, u, 0.0)
+    pair_fast = np.zeros(n_f, dtype=np.bool_)
+    for f in range(n_f):
+        if fkind[f] == DENSE:
+            pair_fast[f] = _is_binary_pair(f, fptr, evar, voff, vstates, vallow, tab, toff)
+    n_e = evar.size
+    target = np.empty(eoff[n_e])
+    work = np.empty(eoff[n_e])
+    p_old = np.empty(p.size)
+    # isolated variables: decided alone
+    for i in range(n_vars):
+        if deg[i] == 0:
+            best = -1
+            for s in range(voff[i + 1] - voff[i]):
+                p[voff[i] + s] = 0.0
+                if vallow[voff[i] + s] and (best < 0 or uz[voff[i] + s] > uz[voff[i] + best]):
+                    best = s
+            if best >= 0:
+                p[voff[i] + best] = 1.0
+    eta = scal[S_ETA]
+    status = RUNNING
+    for it in range(n_iter):
+        # 1. local QPs, targets a_iα = p_i + (θ_i/deg_i + λ_iα)/η
+        for f in range(n_f):
+            for e in range(fptr[f], fptr[f + 1]):
+                i = evar[e]
+                for s in range(vstates[i]):
+                    t = eoff[e] + s
+                    target[t] = p[voff[i] + s] + (uz[voff[i] + s] / deg[i] + lam[t]) / eta
+            local_qp(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
+                     acfg, aw, aoff, acount, qe, qt, max_inner, pair_fast)
+        # 2. consensus (λ sums to zero per variable, so it drops out) and 3. multipliers
+        r_d = 0.0
+        r_p = 0.0
+        p_old[:] = p
+        for i in range(n_vars):
+            d = deg[i]
+            if d == 0:
+                continue
+            for s in range(vstates[i]):
+                acc = 0.0
+                for r in range(vptr[i], vptr[i + 1]):
+                    acc += qe[eoff[vedge[r]] + s]
+                new = acc / d
+                diff = new - p_old[voff[i] + s]
+                r_d += d * diff * diff
+                p[voff[i] + s] = new
+            for r in range(vptr[i], vptr[i + 1]):
+                e = vedge[r]
+                for s in range(vstates[i]):
+                    t = eoff[e] + s
+                    gap = qe[t] - p[voff[i] + s]
+                    r_p += gap * gap
+                    lam[t] -= tau_step * eta * gap
+        r_d *= eta * eta
+        scal[S_RP] = r_p
+        scal[S_RD] = r_d
+        scal[S_ITER] += 1
+        last = it == n_iter - 1
+        if (int(scal[S_ITER]) % bound_every == 0) or last:
+            g = dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, evar, eoff, vstates,
+                           tab, toff, lam, work)
+            if g < scal[S_UPPER]:
+                scal[S_UPPER] = g
+            for rounding in range(2):
+                if rounding == 0:
+                    round_and_repair(p, n_vars, voff, vallow, fkind, fparam, fptr, evar, y_work)
+                else:
+                    round_sequential(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, vallow, fkind, fparam,
+                                     fptr, evar, toff, y_work)
+                local_search(y_work, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, fptr, evar, tab,
+                             toff, 20)
+                val = score_labels(y_work, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, toff)
+                if val > scal[S_LOWER]:
+                    scal[S_LOWER] = val
+                    best_y[:] = y_work
+            # primal objective of the factor copies (the LP value at convergence)
+            prim = 0.0
+            for i in range(n_vars):
+                if deg[i] == 0:
+                    for s in range(vstates[i]):
+                        prim += uz[voff[i] + s] * p[voff[i] + s]
+            for e in range(n_e):
+                i = evar[e]
+                for s in range(vstates[i]):
+                    prim += uz[voff[i] + s] / deg[i] * qe[eoff[e] + s]
+            for f in range(n_f):
+                if fkind[f] == DENSE:
+                    for c in range(toff[f], toff[f + 1]):
+                        if qt[c] != 0.0 and np.isfinite(tab[c]):
+                            prim += tab[c] * qt[c]
+            scal[S_PRIMAL] = prim
+            upper = scal[S_UPPER]
+            if upper == NEG:
+                status = INFEASIBLE
+                break
+            tol = tol_gap * (1.0 + abs(upper))
+            if scal[S_LOWER] >= upper - tol:
+                status = GAP_CLOSED
+                break
+            # a converged LP with a tiny open gap usually means the bound still lags a tied integral
+            # optimum: keep going then (the gap closes), stop only when rounding is genuinely worse
+            if (r_p < tol_res and r_d < tol_res and abs(upper - prim) <= tol_lp * (1.0 + abs(upper))
+                    and upper - scal[S_LOWER] > 1e-6 * (1.0 + abs(upper))):
+                status = LP_CONVERGED
+                break
+            if adapt:
+                # residual balancing (Boyd et al. 2011, §3.4.1): a large disagreement asks for a larger η
+                if r_p > 10.0 * r_d and eta < 1e8:
+                    eta *= 2.0
+                elif r_d > 10.0 * r_p and eta > 1e-8:
+                    eta *= 0.5
+                scal[S_ETA] = eta
+    scal[S_ETA] = eta
+    return status

@@ -1,0 +1,1005 @@
+"""Factor graphs over discrete variables, with MAP by AD3 (LP-MAP with certificates) and exact MAP.
+
+A :class:`FactorGraph` holds discrete variables (any number of states each) and factors over
+subsets of them:
+
+- dense tables over 1-3 variables (``add_table``), scored by a table per factor;
+- logic factors on binary variables (``add_logic``/``add_budget``): ``"xor"`` (exactly one on),
+  ``"atmost1"``, ``"or"`` (at least one on) and budgets (at most k on). They are hard constraints
+  with no score.
+
+Potentials and statistics share :class:`FactorGraphPotentials`: ``unary`` holds every variable's
+per-state scores (variable i at ``unary_slice(i)``), ``factors`` every dense table's entries
+(factor f at ``table_slice(f)``, row-major with the last scope variable changing fastest; logic
+factors hold no entries). ``-inf`` entries forbid a state or a configuration (NaN and +inf are
+refused). The statistics of a labeling are one-hot indicators; those of a relaxed answer are the
+variables' and tables' marginals. The polytope is the *local* polytope (simplex per variable,
+marginalisation constraints per table, ``lo <= Σ μ_i(1) <= hi`` per logic factor, which describes
+each logic factor's own marginal polytope exactly); for graphs with cycles it is an outer
+relaxation of the marginal polytope.
+
+MAP (:meth:`FactorGraph.map`):
+
+- ``"ad3"``: AD3 (Martins et al., JMLR 2015) in numba (:mod:`._ad3_kernels`): the LP-MAP optimum with
+  a certified upper bound (the best dual value g(λ)) and the best rounded labeling (lower bound);
+  ``optimal`` when the two meet. On a tree of tables the relaxation is tight.
+- ``"bnb"``: exact, branch-and-bound over AD3 (bound by the dual, branch on the most fractional
+  variable, prune by the incumbent).
+- ``"cpsat"``: exact, OR-Tools CP-SAT on the same model with integer-scaled scores (stated
+  resolution), the answer re-scored exactly.
+- ``"lp"``: HiGHS on the local polytope; the LP value is the upper bound, rounding gives labels.
+
+As a :class:`~structopt.structures.base.Structure`, ``argmax`` is the *relaxed* oracle by default:
+it returns the statistics of the LP-MAP point found by AD3 (a fractional vertex of the local
+polytope in general, approximate to AD3's tolerance), or the labeling when AD3 certifies it
+optimal; ``FactorGraph(..., exact=True)`` makes it return the exact MAP labeling
+(branch-and-bound).
+
+Duplicate tables over the same set of variables are refused (add the tables yourself); logic
+factors may repeat.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import numbers
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.structures import _ad3_kernels as K
+from structopt.structures.base import Polytope, Structure
+
+_LOGIC_KINDS = {"xor": K.XOR, "atmost1": K.ATMOST1, "or": K.OR}
+_KIND_NAMES = {K.DENSE: "table", K.XOR: "xor", K.ATMOST1: "atmost1", K.OR: "or", K.BUDGET: "budget"}
+MAX_TABLE_ARITY = 3
+
+
+class FactorGraphPotentials(NamedTuple):
+    """Scores (or statistics) of a factor graph: per-variable states, then dense tables' entries."""
+
+    unary: np.ndarray
+    factors: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Flat:
+    """The factor graph as flat arrays for the kernels (built once per graph)."""
+
+    vstates: np.ndarray
+    voff: np.ndarray
+    deg: np.ndarray
+    vptr: np.ndarray
+    vedge: np.ndarray
+    fkind: np.ndarray
+    fparam: np.ndarray
+    fptr: np.ndarray
+    evar: np.ndarray
+    eoff: np.ndarray
+    toff: np.ndarray
+    aoff: np.ndarray
+    efac: np.ndarray
+    order: np.ndarray
+
+    @property
+    def n_vars(self) -> int:
+        return int(self.vstates.size)
+
+
+@dataclass
+class AD3State:
+    """AD3's iterate (warm start for a later run): marginals, multipliers, factor copies, active sets, η."""
+
+    p: np.ndarray
+    lam: np.ndarray
+    qe: np.ndarray
+    qt: np.ndarray
+    acfg: np.ndarray
+    aw: np.ndarray
+    acount: np.ndarray
+    scal: np.ndarray
+
+
+@dataclass
+class MAPSolution:
+    """The answer of a MAP method on a factor graph.
+
+    Attributes
+    ----------
+    labels : ndarray of int64 or None
+        Best labeling found (None when none satisfying the hard factors was found).
+    score : float
+        Its exact score (``-inf`` when ``labels`` is None); a lower bound on the MAP value.
+    upper_bound : float
+        Certified upper bound on the MAP value (AD3: the best dual value; bnb: the largest open
+        bound; cpsat: CP-SAT's bound plus the rounding slack; lp: the LP value).
+    optimal : bool
+        ``score >= upper_bound - tol``: the labeling is proven optimal (cpsat: optimal for the
+        integer-scaled scores, see ``resolution``).
+    status : str
+        ``"optimal"``, ``"lp_converged"``, ``"infeasible"``, ``"max_iter"``, ``"time_limit"``,
+        ``"node_limit"`` (bnb) or the solver's own status.
+    method : str
+    time : float
+        Wall seconds.
+    iterations : int
+        AD3 iterations (summed over nodes for bnb), or 0.
+    lp_value : float or None
+        AD3's primal objective at the end (the LP-MAP value at convergence), or the HiGHS LP value.
+    marginals : FactorGraphPotentials or None
+        The relaxed point (AD3 / lp).
+    nodes : int
+        Branch-and-bound nodes solved.
+    resolution : float or None
+        CP-SAT: the score unit of the integer scaling (each coefficient is rounded to a multiple).
+    """
+
+    labels: np.ndarray | None
+    score: float
+    upper_bound: float
+    optimal: bool
+    status: str
+    method: str
+    time: float = 0.0
+    iterations: int = 0
+    lp_value: float | None = None
+    marginals: FactorGraphPotentials | None = None
+    nodes: int = 0
+    resolution: float | None = None
+    trace: list[dict] = field(default_factory=list)
+
+
+def _as_index(value: Any, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise InvalidInputError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
+class FactorGraph(Structure):
+    """Discrete variables and factors over them (dense tables, logic factors); MAP by AD3.
+
+    Parameters
+    ----------
+    n_states : sequence of int
+        Number of states of each variable (each >= 1).
+    exact : bool
+        When True, :meth:`argmax` returns the exact MAP labeling (branch-and-bound over AD3)
+        instead of the LP-MAP point.
+    time_limit : float, optional
+        Seconds allowed to :meth:`argmax` (None: no limit).
+
+    Examples
+    --------
+    >>> fg = FactorGraph(n_states=[2, 3, 2])
+    >>> f = fg.add_table([0, 1], np.zeros((2, 3)))
+    >>> g = fg.add_logic("xor", [0, 2])
+    >>> theta = fg.potentials(unary=[[0, 1], [0, 0, 2], [1, 0]])
+    >>> fg.map(theta).labels                          # doctest: +SKIP
+    array([1, 2, 0])
+    """
+
+    name = "FactorGraph"
+    Potentials = FactorGraphPotentials
+
+    def __init__(self, n_states: Sequence[int], exact: bool = False, time_limit: float | None = None):
+        try:
+            states = [_as_index(s, "a state count") for s in n_states]
+        except TypeError:
+            raise InvalidInputError(f"n_states must be a sequence of integers, got {n_states!r}") from None
+        if not states:
+            raise InvalidInputError("a FactorGraph needs at least one variable")
+        for i, s in enumerate(states):
+            if s < 1:
+                raise InvalidInputError(f"variable {i} has {s} states; each variable needs at least 1")
+        self.n_states = np.array(states, dtype=np.int64)
+        self.exact = bool(exact)
+        if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit > 0):
+            raise InvalidInputError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+        self.time_limit = None if time_limit is None else float(time_limit)
+        self._kinds: list[int] = []
+        self._scopes: list[tuple[int, ...]] = []
+        self._params: list[int] = []
+        self._tables: list[np.ndarray | None] = []
+        self._table_scopes: dict[frozenset[int], int] = {}
+        self._unary = [np.zeros(s) for s in states]
+        self._flat: _Flat | None = None
+
+    def __repr__(self) -> str:
+        return f"FactorGraph(n_vars={self.n_vars}, n_factors={self.n_factors}, exact={self.exact})"
+
+    # ------------------------------------------------------------------ building
+    @property
+    def n_vars(self) -> int:
+        """Number of variables."""
+        return int(self.n_states.size)
+
+    @property
+    def n_factors(self) -> int:
+        """Number of factors (tables and logic factors)."""
+        return len(self._kinds)
+
+    def _scope(self, variables: Sequence[int], what: str) -> tuple[int, ...]:
+        try:
+            scope = tuple(_as_index(v, f"{what}: a variable") for v in variables)
+        except TypeError:
+            raise InvalidInputError(f"{what}: variables must be a sequence of integers, got {variables!r}") from None
+        if not scope:
+            raise InvalidInputError(f"{what}: a factor needs at least one variable")
+        for v in scope:
+            if not 0 <= v < self.n_vars:
+                raise InvalidInputError(f"{what}: variable {v} is out of range 0..{self.n_vars - 1}")
+        if len(set(scope)) != len(scope):
+            raise InvalidInputError(f"{what}: variable repeated in the scope {list(scope)}")
+        return scope
+
+    def add_table(self, variables: Sequence[int], table: Any = None) -> int:
+        """Add a dense table factor over 1-3 distinct variables; return its index.
+
+        Parameters
+        ----------
+        variables : sequence of int
+            The scope, in the order of the table's axes.
+        table : array_like, optional
+            Scores, shape ``(n_states[v] for v in variables)`` (default zeros), used by
+            :meth:`potentials`; ``-inf`` forbids a configuration, NaN and +inf are refused.
+
+        Raises
+        ------
+        InvalidInputError
+            Out-of-range or repeated variables, more than 3 variables, a second table over the same
+            set of variables (refused rather than merged: add the tables yourself), a shape that does
+            not match the state counts, NaN or +inf entries.
+        """
+        what = f"table factor {self.n_factors}"
+        scope = self._scope(variables, what)
+        if len(scope) > MAX_TABLE_ARITY:
+            raise InvalidInputError(f"{what}: tables cover at most {MAX_TABLE_ARITY} variables, got {len(scope)}")
+        key = frozenset(scope)
+        if key in self._table_scopes:
+            raise InvalidInputError(f"{what}: duplicate table over variables {sorted(scope)} (factor "
+                                    f"{self._table_scopes[key]} already covers them; add the tables into one)")
+        shape = tuple(int(self.n_states[v]) for v in scope)
+        values = np.zeros(shape) if table is None else self._check_table(table, shape, what)
+        self._table_scopes[key] = self.n_factors
+        return self._append(K.DENSE, scope, 0, values)
+
+    @staticmethod
+    def _check_table(table: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        try:
+            values = np.array(table, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"{what}: the table is not a numeric array") from None
+        if values.shape != shape:
+            raise InvalidInputError(f"{what}: table shape {values.shape} does not match the variables' state "
+                                    f"counts {shape}")
+        if np.isnan(values).any():
+            raise InvalidInputError(f"{what}: the table contains NaN")
+        if np.isposinf(values).any():
+            raise InvalidInputError(f"{what}: the table contains +inf")
+        return values
+
+    def _binary_scope(self, variables: Sequence[int], what: str) -> tuple[int, ...]:
+        scope = self._scope(variables, what)
+        bad = [v for v in scope if self.n_states[v] != 2]
+        if bad:
+            raise InvalidInputError(f"{what}: logic factors need binary variables; variable {bad[0]} has "
+                                    f"{int(self.n_states[bad[0]])} states")
+        return scope
+
+    def add_logic(self, kind: str, variables: Sequence[int]) -> int:
+        """Add a hard logic factor on binary variables: ``"xor"`` (exactly one is 1), ``"atmost1"`` or ``"or"``."""
+        if kind not in _LOGIC_KINDS:
+            raise InvalidInputError(f"unknown logic factor {kind!r}; use one of {sorted(_LOGIC_KINDS)} "
+                                    f"(or add_budget)")
+        scope = self._binary_scope(variables, f"{kind} factor {self.n_factors}")
+        return self._append(_LOGIC_KINDS[kind], scope, 0, None)
+
+    def add_budget(self, variables: Sequence[int], k: int) -> int:
+        """Add a hard budget factor on binary variables: at most ``k`` of them are 1."""
+        what = f"budget factor {self.n_factors}"
+        scope = self._binary_scope(variables, what)
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
+            raise InvalidInputError(f"{what}: the budget must be an integer, got {k!r}")
+        if not 0 <= int(k) <= len(scope):
+            raise InvalidInputError(f"{what}: budget {int(k)} is outside 0..{len(scope)} (the scope's size)")
+        return self._append(K.BUDGET, scope, int(k), None)
+
+    def set_unary(self, variable: int, scores: Any) -> None:
+        """Set the default unary scores of ``variable`` (used by :meth:`potentials`)."""
+        i = _as_index(variable, "variable")
+        if not 0 <= i < self.n_vars:
+            raise InvalidInputError(f"variable {i} is out of range 0..{self.n_vars - 1}")
+        self._unary[i] = self._check_table(scores, (int(self.n_states[i]),), f"unary scores of variable {i}")
+
+    def _append(self, kind: int, scope: tuple[int, ...], param: int, table: np.ndarray | None) -> int:
+        self._kinds.append(kind)
+        self._scopes.append(scope)
+        self._params.append(param)
+        self._tables.append(table)
+        self._flat = None
+        return len(self._kinds) - 1
+
+    def factor(self, f: int) -> tuple[str, tuple[int, ...], int]:
+        """``(kind, scope, budget)`` of factor ``f`` (kind: "table", "xor", "atmost1", "or", "budget")."""
+        return _KIND_NAMES[self._kinds[f]], self._scopes[f], self._params[f]
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def flat(self) -> _Flat:
+        """The flat arrays the kernels run on (rebuilt after the graph changes)."""
+        if self._flat is None:
+            self._flat = self._build_flat()
+        return self._flat
+
+    def _build_flat(self) -> _Flat:
+        vstates = self.n_states
+        n = vstates.size
+        voff = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(vstates, out=voff[1:])
+        fkind = np.array(self._kinds, dtype=np.int64)
+        fparam = np.array(self._params, dtype=np.int64)
+        sizes = np.array([len(s) for s in self._scopes], dtype=np.int64)
+        fptr = np.zeros(fkind.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=fptr[1:])
+        evar = np.array([v for s in self._scopes for v in s], dtype=np.int64)
+        eoff = np.zeros(evar.size + 1, dtype=np.int64)
+        np.cumsum(vstates[evar], out=eoff[1:])
+        dense = fkind == K.DENSE
+        tsize = np.array([int(np.prod(vstates[list(s)])) if d else 0 for s, d in zip(self._scopes, dense)],
+                         dtype=np.int64)
+        toff = np.zeros(fkind.size + 1, dtype=np.int64)
+        np.cumsum(tsize, out=toff[1:])
+        # an affinely independent active set has at most Σ S_j - k + 1 members
+        cap = np.zeros(fkind.size, dtype=np.int64)
+        if evar.size:
+            cap = np.where(dense, np.add.reduceat(vstates[evar], fptr[:-1]) - sizes + 1, 0)
+        aoff = np.zeros(fkind.size + 1, dtype=np.int64)
+        np.cumsum(cap, out=aoff[1:])
+        deg = np.bincount(evar, minlength=n).astype(np.int64)
+        vptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(deg, out=vptr[1:])
+        vedge = np.argsort(evar, kind="stable").astype(np.int64)
+        efac = np.repeat(np.arange(fkind.size, dtype=np.int64), sizes)
+        return _Flat(vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac,
+                     self._bfs_order(n, fptr, evar, vptr, vedge, efac))
+
+    @staticmethod
+    def _bfs_order(n: int, fptr: np.ndarray, evar: np.ndarray, vptr: np.ndarray, vedge: np.ndarray,
+                   efac: np.ndarray) -> np.ndarray:
+        # breadth-first over variables (neighbours through shared factors), for sequential rounding
+        import collections
+
+        seen = np.zeros(n, dtype=bool)
+        order = []
+        for root in range(n):
+            if seen[root]:
+                continue
+            seen[root] = True
+            queue = collections.deque([root])
+            while queue:
+                i = queue.popleft()
+                order.append(i)
+                for e in vedge[vptr[i]:vptr[i + 1]]:
+                    f = efac[e]
+                    for v in evar[fptr[f]:fptr[f + 1]]:
+                        if not seen[v]:
+                            seen[v] = True
+                            queue.append(int(v))
+        return np.array(order, dtype=np.int64)
+
+    def unary_slice(self, i: int) -> slice:
+        """Entries of variable ``i`` in ``unary``."""
+        return slice(int(self.flat.voff[i]), int(self.flat.voff[i + 1]))
+
+    def table_slice(self, f: int) -> slice:
+        """Entries of dense factor ``f`` in ``factors`` (empty for logic factors)."""
+        return slice(int(self.flat.toff[f]), int(self.flat.toff[f + 1]))
+
+    def potentials(self, unary: Sequence[Any] | None = None, tables: dict[int, Any] | None = None
+                   ) -> FactorGraphPotentials:
+        """Assemble potentials from the tables given to :meth:`add_table` and the unary scores.
+
+        Parameters
+        ----------
+        unary : sequence of arrays, optional
+            Per-variable scores (default: those set by :meth:`set_unary`, else zeros).
+        tables : dict, optional
+            Factor index -> table, overriding the tables given to :meth:`add_table`.
+        """
+        fl = self.flat
+        if unary is not None:
+            if len(unary) != self.n_vars:
+                raise InvalidInputError(f"unary: {len(unary)} arrays for {self.n_vars} variables")
+            us = [self._check_table(u, (int(self.n_states[i]),), f"unary scores of variable {i}")
+                  for i, u in enumerate(unary)]
+        else:
+            us = self._unary
+        out = np.zeros(int(fl.toff[-1]))
+        tables = tables or {}
+        for f, table in enumerate(self._tables):
+            if self._kinds[f] != K.DENSE:
+                continue
+            if f in tables:
+                shape = tuple(int(self.n_states[v]) for v in self._scopes[f])
+                table = self._check_table(tables[f], shape, f"table factor {f}")
+            out[fl.toff[f]:fl.toff[f + 1]] = table.ravel()
+        return FactorGraphPotentials(np.concatenate(us).astype(np.float64), out)
+
+    def check_theta(self, theta: Any, index: int | None = None) -> FactorGraphPotentials:
+        """``theta`` as float arrays of the right sizes; NaN / +inf refused, -inf (forbidden) kept."""
+        if not isinstance(theta, tuple) or len(theta) != 2:
+            raise example_error(index, f"FactorGraph potentials must be FactorGraphPotentials(unary, factors), got "
+                                       f"{type(theta).__name__}")
+        fl = self.flat
+        fields = []
+        for name, arr, size in (("unary", theta[0], int(fl.voff[-1])), ("factors", theta[1], int(fl.toff[-1]))):
+            try:
+                arr = np.asarray(arr, dtype=np.float64).ravel()
+            except (TypeError, ValueError):
+                raise example_error(index, f"FactorGraph potentials: {name} is not numeric") from None
+            if arr.size != size:
+                raise example_error(index, f"FactorGraph potentials: {name} has {arr.size} entries, expected {size}")
+            if np.isnan(arr).any() or np.isposinf(arr).any():
+                bad = int(np.flatnonzero(np.isnan(arr) | np.isposinf(arr))[0])
+                raise example_error(index, f"FactorGraph potentials: {name}[{bad}] is {arr[bad]} (NaN and +inf are "
+                                           f"refused; -inf forbids an entry)")
+            fields.append(arr)
+        return FactorGraphPotentials(*fields)
+
+    # ------------------------------------------------------------------ scoring
+    def score_labels(self, theta: FactorGraphPotentials, y: np.ndarray) -> float:
+        """Exact score of labeling ``y`` (-inf when it breaks a logic factor or hits a -inf entry)."""
+        fl = self.flat
+        theta = self.check_theta(theta)
+        y = self.validate_output(y)
+        return float(K.score_labels(y, fl.n_vars, fl.voff, theta.unary, fl.fkind, fl.fparam, fl.fptr, fl.evar,
+                                    fl.vstates, theta.factors, fl.toff))
+
+    # ------------------------------------------------------------------ AD3
+    def new_state(self, theta: FactorGraphPotentials, eta: float | None = None) -> AD3State:
+        """A fresh AD3 iterate: uniform marginals over allowed states, λ = 0, empty active sets."""
+        fl = self.flat
+        allowed = np.isfinite(theta.unary)
+        counts = np.add.reduceat(allowed.astype(float), fl.voff[:-1])
+        p = np.where(allowed, 1.0 / np.maximum(np.repeat(counts, fl.vstates), 1.0), 0.0)
+        n_e = int(fl.eoff[-1])
+        if eta is None:
+            # η has the units of a score: start near the scores' spread (residual balancing adapts it)
+            vals = np.concatenate([theta.unary[allowed], theta.factors[np.isfinite(theta.factors)]])
+            spread = float(np.mean(np.abs(vals - np.median(vals)))) if vals.size else 1.0
+            eta = 0.1 * spread if spread > 0 else 0.1
+        scal = np.zeros(K.N_SCAL)
+        scal[K.S_ETA] = eta
+        scal[K.S_UPPER] = np.inf
+        scal[K.S_LOWER] = -np.inf
+        return AD3State(p, np.zeros(n_e), np.zeros(n_e), np.zeros(int(fl.toff[-1])),
+                        np.zeros(int(fl.aoff[-1]), dtype=np.int64), np.zeros(int(fl.aoff[-1])),
+                        np.zeros(fl.fkind.size, dtype=np.int64), scal)
+
+    def ad3(self, theta: FactorGraphPotentials, *, max_iter: int = 100_000, time_limit: float | None = None,
+            tol_gap: float = 1e-9, tol_lp: float = 1e-9, tol_res: float | None = None, bound_every: int = 10,
+            max_inner: int = 50, tau: float = 1.0, adapt_eta: bool = True, state: AD3State | None = None,
+            chunk_seconds: float = 0.1) -> tuple[MAPSolution, AD3State]:
+        """Run AD3; return the solution and the final iterate (a warm start for another run).
+
+        Parameters
+        ----------
+        theta : FactorGraphPotentials
+        max_iter : int
+            Iteration cap (this call).
+        time_limit : float, optional
+            Seconds; checked between chunks of iterations.
+        tol_gap : float
+            ``optimal`` when the best labeling's score >= upper bound - tol_gap·(1 + |upper|).
+        tol_lp : float
+            LP convergence: residuals below ``tol_res`` and |g(λ) - primal| <= tol_lp·(1 + |g|).
+        tol_res : float, optional
+            Residual tolerance (sums of squares); default 1e-14 per agreement entry.
+        bound_every : int
+            Iterations between evaluations of g(λ) and of the rounded labeling.
+        max_inner : int
+            Cap on active-set iterations per dense factor per AD3 iteration.
+        tau : float
+            Multiplier step factor in (0, (1+√5)/2).
+        adapt_eta : bool
+            Residual balancing of η.
+        state : AD3State, optional
+            Warm start (its bounds are reset: they belong to the problem it came from).
+        chunk_seconds : float
+            Target seconds per compiled chunk (the loop returns to Python between chunks, so Ctrl-C
+            and time limits are honoured within about this long).
+        """
+        t0 = time.perf_counter()
+        theta = self.check_theta(theta)
+        fl = self.flat
+        if state is None:
+            state = self.new_state(theta)
+        else:
+            state.scal[K.S_UPPER], state.scal[K.S_LOWER], state.scal[K.S_ITER] = np.inf, -np.inf, 0.0
+        n_entries = max(int(fl.eoff[-1]), 1)
+        tol_res = 1e-14 * n_entries if tol_res is None else float(tol_res)
+        best_y = np.zeros(fl.n_vars, dtype=np.int64)
+        y_work = np.zeros(fl.n_vars, dtype=np.int64)
+        chunk = 20
+        done = 0
+        status = K.RUNNING
+        trace = []
+        while True:
+            n_iter = int(min(chunk, max_iter - done))
+            if n_iter <= 0:
+                break
+            c0 = time.perf_counter()
+            status = K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam,
+                                 fl.fptr, fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac,
+                                 theta.unary, theta.factors,
+                                 state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
+                                 state.scal, best_y, y_work, n_iter, int(bound_every), float(tau), tol_res,
+                                 float(tol_gap), float(tol_lp), int(max_inner), bool(adapt_eta))
+            spent = time.perf_counter() - c0
+            done = int(state.scal[K.S_ITER])
+            trace.append({"iteration": done, "time": time.perf_counter() - t0, "upper": float(state.scal[K.S_UPPER]),
+                          "lower": float(state.scal[K.S_LOWER]), "primal": float(state.scal[K.S_PRIMAL]),
+                          "eta": float(state.scal[K.S_ETA])})
+            if status != K.RUNNING:
+                break
+            if time_limit is not None and time.perf_counter() - t0 >= time_limit:
+                break
+            # size the next chunk to about chunk_seconds (bounded growth)
+            per_iter = spent / max(n_iter, 1)
+            chunk = int(min(max(chunk_seconds / max(per_iter, 1e-9), 10), 4 * chunk + 10))
+        upper = float(state.scal[K.S_UPPER])
+        lower = float(state.scal[K.S_LOWER])
+        if status == K.INFEASIBLE:
+            name = "infeasible"
+        elif status == K.GAP_CLOSED:
+            name = "optimal"
+        elif status == K.LP_CONVERGED:
+            name = "lp_converged"
+        elif done >= max_iter:
+            name = "max_iter"
+        else:
+            name = "time_limit"
+        labels = best_y.copy() if np.isfinite(lower) else None
+        optimal = bool(np.isfinite(lower) and lower >= upper - tol_gap * (1.0 + abs(upper)))
+        marg = FactorGraphPotentials(state.p.copy(), state.qt.copy())
+        sol = MAPSolution(labels, lower, upper, optimal, name, "ad3", time.perf_counter() - t0, done,
+                          float(state.scal[K.S_PRIMAL]), marg, trace=trace)
+        return sol, state
+
+    # ------------------------------------------------------------------ branch and bound
+    def bnb(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, node_iter: int = 3000,
+            max_nodes: int = 100_000, tol: float = 1e-9) -> MAPSolution:
+        """Exact MAP by branch-and-bound over AD3.
+
+        Each node runs AD3 (warm-started from its parent) on the graph with some states forbidden
+        (-inf unaries); its bound is the best dual value (capped by the parent's, valid since the
+        child's labelings are a subset). A node closes when its rounded labeling meets its bound or
+        the bound does not beat the incumbent. Otherwise it branches on the most fractional variable
+        i with its likeliest state s: ``y_i = s`` versus ``y_i != s``. Best-bound order.
+        ``optimal`` is True when every node closed (within ``tol``·(1+|bound|)).
+        """
+        t0 = time.perf_counter()
+        theta = self.check_theta(theta)
+        fl = self.flat
+        counter = itertools.count()
+        best_y: np.ndarray | None = None
+        best = -np.inf
+        iterations = 0
+        nodes = 0
+
+        def remaining() -> float | None:
+            return None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 0.0)
+
+        def run(unary: np.ndarray, parent: AD3State | None, cap: float):
+            nonlocal best, best_y, iterations, nodes
+            th = FactorGraphPotentials(unary, theta.factors)
+            warm = None
+            if parent is not None:
+                warm = AD3State(parent.p.copy(), parent.lam.copy(), parent.qe.copy(), parent.qt.copy(),
+                                parent.acfg.copy(), parent.aw.copy(), np.zeros_like(parent.acount),
+                                parent.scal.copy())
+            sol, st = self.ad3(th, max_iter=node_iter, time_limit=remaining(), tol_gap=tol, tol_lp=1e-7, state=warm)
+            iterations += sol.iterations
+            nodes += 1
+            if sol.labels is not None and sol.score > best:
+                best, best_y = sol.score, sol.labels
+            return min(sol.upper_bound, cap), sol, st
+
+        open_nodes: list = []
+        bound, sol, st = run(theta.unary.copy(), None, np.inf)
+        heapq.heappush(open_nodes, (-bound, next(counter), theta.unary.copy(), st, sol))
+        status = "optimal"
+        while open_nodes:
+            neg_bound, _, unary, st, sol = open_nodes[0]
+            bound = -neg_bound
+            if bound <= best + tol * (1.0 + abs(bound)):
+                open_nodes.clear()  # best-bound order: every open node is pruned
+                break
+            heapq.heappop(open_nodes)
+            if time_limit is not None and time.perf_counter() - t0 >= time_limit:
+                heapq.heappush(open_nodes, (neg_bound, next(counter), unary, st, sol))
+                status = "time_limit"
+                break
+            if nodes >= max_nodes:
+                heapq.heappush(open_nodes, (neg_bound, next(counter), unary, st, sol))
+                status = "node_limit"
+                break
+            p = st.p
+            allowed = np.isfinite(unary)
+            pm = np.where(allowed, p, -1.0)
+            top = np.maximum.reduceat(pm, fl.voff[:-1])
+            n_allowed = np.add.reduceat(allowed.astype(np.int64), fl.voff[:-1])
+            frac = np.where(n_allowed > 1, 1.0 - top, -1.0)
+            i = int(np.argmax(frac))
+            if frac[i] < 0:
+                continue  # every variable is clamped: the node's bound is its only labeling's score
+            block = pm[fl.voff[i]:fl.voff[i + 1]]
+            s = int(np.argmax(block))
+            fix = unary.copy()
+            keep = fix[fl.voff[i] + s]
+            fix[fl.voff[i]:fl.voff[i + 1]] = -np.inf
+            fix[fl.voff[i] + s] = keep
+            drop = unary.copy()
+            drop[fl.voff[i] + s] = -np.inf
+            for child in (fix, drop):
+                c_bound, c_sol, c_st = run(child, st, bound)
+                if c_bound == -np.inf or c_bound <= best + tol * (1.0 + abs(c_bound)):
+                    continue
+                if c_sol.labels is not None and c_sol.score >= c_bound - tol * (1.0 + abs(c_bound)):
+                    continue
+                heapq.heappush(open_nodes, (-c_bound, next(counter), child, c_st, c_sol))
+        upper = max([best] + [-n[0] for n in open_nodes]) if open_nodes else best
+        if not open_nodes and status == "optimal" and best_y is None:
+            status, upper = "infeasible", -np.inf
+        optimal = status == "optimal" and best_y is not None
+        if optimal:
+            upper = max(upper, best)
+        return MAPSolution(best_y, best, float(upper), optimal, status, "bnb", time.perf_counter() - t0,
+                           iterations, nodes=nodes)
+
+    # ------------------------------------------------------------------ CP-SAT
+    def cpsat(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, resolution_bits: int = 30,
+              num_workers: int = 1, tol: float = 1e-9) -> MAPSolution:
+        """Exact MAP with OR-Tools CP-SAT on the same model, scores scaled to integers.
+
+        Every score coefficient is rounded to a multiple of ``resolution = max|coef| / 2**resolution_bits``
+        (scores are first shifted so that each block's best entry is 0). The answer is re-scored
+        exactly in float; the upper bound is CP-SAT's bound over the rounded scores plus the largest
+        total rounding error (half a unit per term). ``optimal`` means CP-SAT proved the rounded
+        problem optimal and the exact score meets that bound within ``tol``·(1+|bound|) plus the
+        rounding slack. Ctrl-C stops the search and raises KeyboardInterrupt.
+        """
+        from ortools.sat.python import cp_model
+
+        from structopt.interrupt import interruptible
+
+        t0 = time.perf_counter()
+        theta = self.check_theta(theta)
+        fl = self.flat
+        n = fl.n_vars
+        model = cp_model.CpModel()
+        # literals: binary variables get one Boolean x (state 1 = x); others one Boolean per state
+        lits: list[list[Any]] = []
+        for i in range(n):
+            S = int(fl.vstates[i])
+            if S == 2:
+                x = model.new_bool_var(f"x{i}")
+                lits.append([x.Not(), x])
+            else:
+                bs = [model.new_bool_var(f"x{i}_{s}") for s in range(S)]
+                model.add_exactly_one(bs)
+                lits.append(bs)
+        terms: list[tuple[float, Any]] = []  # (coefficient, literal or Boolean)
+        const = 0.0
+        u = theta.unary
+        for i in range(n):
+            block = u[fl.voff[i]:fl.voff[i + 1]]
+            if not np.isfinite(block).any():
+                return MAPSolution(None, -np.inf, -np.inf, False, "infeasible", "cpsat", time.perf_counter() - t0)
+            top = float(block[np.isfinite(block)].max())
+            const += top
+            for s, val in enumerate(block):
+                if not np.isfinite(val):
+                    model.add_bool_and([lits[i][s].Not()])
+                elif val != top:
+                    terms.append((val - top, lits[i][s]))
+        for f in range(fl.fkind.size):
+            scope = fl.evar[fl.fptr[f]:fl.fptr[f + 1]]
+            kind = int(fl.fkind[f])
+            if kind != K.DENSE:
+                lo, hi = {K.XOR: (1, 1), K.ATMOST1: (0, 1), K.OR: (1, scope.size),
+                          K.BUDGET: (0, int(fl.fparam[f]))}[kind]
+                model.add_linear_constraint(sum(lits[int(v)][1] for v in scope), lo, hi)
+                continue
+            table = theta.factors[fl.toff[f]:fl.toff[f + 1]]
+            finite = np.isfinite(table)
+            if not finite.any():
+                return MAPSolution(None, -np.inf, -np.inf, False, "infeasible", "cpsat", time.perf_counter() - t0)
+            top = float(table[finite].max())
+            const += top
+            shape = tuple(int(fl.vstates[v]) for v in scope)
+            if shape == (2, 2) and finite.all():
+                # θ(y) - top = a + b·x1 + c·x2 + d·x1x2 with one product Boolean
+                t00, t01, t10, t11 = (table - top).tolist()
+                x1, x2 = lits[int(scope[0])][1], lits[int(scope[1])][1]
+                if t00:
+                    const += t00
+                if t10 - t00:
+                    terms.append((t10 - t00, x1))
+                if t01 - t00:
+                    terms.append((t01 - t00, x2))
+                d = t00 - t01 - t10 + t11
+                if d:
+                    prod = model.new_bool_var(f"p{f}")
+                    if d > 0:  # maximisation pushes the product up: prod <= x1, prod <= x2 suffice
+                        model.add_implication(prod, x1)
+                        model.add_implication(prod, x2)
+                    else:  # prod >= x1 + x2 - 1
+                        model.add_bool_or([x1.Not(), x2.Not(), prod])
+                    terms.append((d, prod))
+                continue
+            zs = []
+            for c, states in enumerate(itertools.product(*(range(S) for S in shape))):
+                z = model.new_bool_var(f"z{f}_{c}")
+                if not finite[c]:
+                    model.add_bool_and([z.Not()])
+                else:
+                    if table[c] != top:
+                        terms.append((float(table[c]) - top, z))
+                zs.append((z, states))
+            model.add_exactly_one([z for z, _ in zs])
+            for j, v in enumerate(scope):
+                for s in range(shape[j]):
+                    model.add(sum(z for z, st in zs if st[j] == s) == lits[int(v)][s])
+        coefs = np.array([c for c, _ in terms])
+        top = float(np.abs(coefs).max()) if coefs.size else 0.0
+        scale = float(2.0 ** resolution_bits / top) if top > 0 else 1.0
+        icoef = np.rint(coefs * scale).astype(np.int64)
+        model.maximize(sum(int(c) * v for c, (_, v) in zip(icoef, terms) if c != 0))
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = int(num_workers)
+        solver.parameters.catch_sigint_signal = False
+        # the LP relaxation inside the search is what makes frustrated grids and Potts models tractable
+        solver.parameters.linearization_level = 2
+        if time_limit is not None:
+            solver.parameters.max_time_in_seconds = float(time_limit)
+        with interruptible(solver.stop_search):
+            code = solver.solve(model)
+        elapsed = time.perf_counter() - t0
+        slack = 0.5 * len(terms) / scale
+        if code == cp_model.INFEASIBLE:
+            return MAPSolution(None, -np.inf, -np.inf, True, "infeasible", "cpsat", elapsed, resolution=1.0 / scale)
+        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return MAPSolution(None, -np.inf, np.inf, False, solver.status_name(code).lower(), "cpsat", elapsed,
+                               resolution=1.0 / scale)
+        y = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            y[i] = int(np.argmax([solver.boolean_value(lit) for lit in lits[i]]))
+        score = self.score_labels(theta, y)
+        upper = const + solver.best_objective_bound / scale + slack
+        optimal = code == cp_model.OPTIMAL and score >= upper - 2 * slack - tol * (1.0 + abs(upper))
+        return MAPSolution(y, score, float(max(upper, score)), bool(optimal),
+                           "optimal" if code == cp_model.OPTIMAL else "time_limit", "cpsat", elapsed,
+                           resolution=1.0 / scale)
+
+    # ------------------------------------------------------------------ LP (HiGHS)
+    def local_polytope(self, theta: FactorGraphPotentials | None = None) -> tuple[Any, np.ndarray, np.ndarray]:
+        """Rows ``lower <= A z <= upper`` of the local polytope in the flat statistics layout (z >= 0).
+
+        Variables' simplices, marginalisation of every table onto each of its variables, and
+        ``lo <= Σ z_i(1) <= hi`` per logic factor; with ``theta``, rows fixing the statistics of
+        -inf entries at 0.
+        """
+        fl = self.flat
+        nu, nt = int(fl.voff[-1]), int(fl.toff[-1])
+        rows, cols, vals, lower, upper = [], [], [], [], []
+        r = 0
+        # simplex per variable
+        for i in range(fl.n_vars):
+            idx = np.arange(fl.voff[i], fl.voff[i + 1])
+            rows.append(np.full(idx.size, r))
+            cols.append(idx)
+            vals.append(np.ones(idx.size))
+            lower.append(1.0)
+            upper.append(1.0)
+            r += 1
+        for f in range(fl.fkind.size):
+            scope = fl.evar[fl.fptr[f]:fl.fptr[f + 1]]
+            kind = int(fl.fkind[f])
+            if kind != K.DENSE:
+                lo, hi = {K.XOR: (1, 1), K.ATMOST1: (0, 1), K.OR: (1, scope.size),
+                          K.BUDGET: (0, int(fl.fparam[f]))}[kind]
+                rows.append(np.full(scope.size, r))
+                cols.append(fl.voff[scope] + 1)
+                vals.append(np.ones(scope.size))
+                lower.append(float(lo))
+                upper.append(float(hi))
+                r += 1
+                continue
+            shape = tuple(int(fl.vstates[v]) for v in scope)
+            grid = np.indices(shape).reshape(len(shape), -1)
+            base = nu + int(fl.toff[f])
+            for j, v in enumerate(scope):
+                # Σ_{c: y_j = s} z_α(c) - z_v(s) = 0
+                rr = r + grid[j]
+                rows += [rr, r + np.arange(shape[j])]
+                cols += [base + np.arange(grid.shape[1]), fl.voff[v] + np.arange(shape[j])]
+                vals += [np.ones(grid.shape[1]), -np.ones(shape[j])]
+                lower += [0.0] * shape[j]
+                upper += [0.0] * shape[j]
+                r += shape[j]
+        if theta is not None:
+            forbidden = np.flatnonzero(~np.isfinite(np.concatenate([theta.unary, theta.factors])))
+            rows.append(r + np.arange(forbidden.size))
+            cols.append(forbidden)
+            vals.append(np.ones(forbidden.size))
+            lower += [0.0] * forbidden.size
+            upper += [0.0] * forbidden.size
+            r += forbidden.size
+        A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, nu + nt))
+        return A, np.array(lower), np.array(upper)
+
+    def lp(self, theta: FactorGraphPotentials) -> MAPSolution:
+        """The local-polytope LP with HiGHS (interruptible); rounding of its optimum gives the labels.
+
+        The LP value is an upper bound on the MAP value (to HiGHS' feasibility/optimality tolerances,
+        about 1e-7); ``optimal`` when the rounded labeling's exact score meets it.
+        """
+        from structopt.structures._ilp import highs_solve
+
+        t0 = time.perf_counter()
+        theta = self.check_theta(theta)
+        A, lo, hi = self.local_polytope(theta)
+        c = -np.where(np.isfinite(np.concatenate([theta.unary, theta.factors])),
+                      np.concatenate([theta.unary, theta.factors]), 0.0)
+        status, x, obj = highs_solve(c, A, lo, hi, False, {})
+        if status == "infeasible":
+            return MAPSolution(None, -np.inf, -np.inf, True, "infeasible", "lp", time.perf_counter() - t0)
+        if status != "optimal":
+            raise RuntimeError(f"HiGHS failed on the local polytope: {status}")
+        value = -float(obj)
+        fl = self.flat
+        nu = int(fl.voff[-1])
+        p = np.clip(x[:nu], 0.0, 1.0)
+        y = np.zeros(fl.n_vars, dtype=np.int64)
+        K.round_and_repair(p, fl.n_vars, fl.voff, np.isfinite(theta.unary), fl.fkind, fl.fparam, fl.fptr, fl.evar, y)
+        score = self.score_labels(theta, y)
+        labels = y if np.isfinite(score) else None
+        optimal = bool(np.isfinite(score) and score >= value - 1e-7 * (1.0 + abs(value)))
+        return MAPSolution(labels, score, value, optimal, "optimal" if optimal else "lp_solved", "lp",
+                           time.perf_counter() - t0, lp_value=value,
+                           marginals=FactorGraphPotentials(x[:nu], x[nu:]))
+
+    # ------------------------------------------------------------------ one entry point
+    def map(self, theta: FactorGraphPotentials | None = None, method: str = "ad3", time_limit: float | None = None,
+            **options: Any) -> MAPSolution:
+        """MAP of the factor graph by ``method`` in {"ad3", "bnb", "cpsat", "lp"} (see the module docstring).
+
+        ``theta`` defaults to :meth:`potentials`; ``options`` go to the method (:meth:`ad3`,
+        :meth:`bnb`, :meth:`cpsat`).
+        """
+        theta = self.potentials() if theta is None else theta
+        if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit > 0):
+            raise InvalidInputError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+        if method == "ad3":
+            return self.ad3(theta, time_limit=time_limit, **options)[0]
+        if method == "bnb":
+            return self.bnb(theta, time_limit=time_limit, **options)
+        if method == "cpsat":
+            return self.cpsat(theta, time_limit=time_limit, **options)
+        if method == "lp":
+            if options:
+                raise InvalidInputError(f"method 'lp' takes no options, got {sorted(options)}")
+            return self.lp(theta)
+        raise InvalidInputError(f"unknown MAP method {method!r}; use 'ad3', 'bnb', 'cpsat' or 'lp'")
+
+    # ------------------------------------------------------------------ Structure interface
+    def argmax(self, theta: FactorGraphPotentials) -> Any:
+        """The relaxed oracle by default: AD3's LP-MAP point (statistics, fractional in general).
+
+        Returns the labeling (int64 array) when AD3 certifies it optimal, else the relaxed point as
+        :class:`FactorGraphPotentials` (marginals, feasible up to AD3's residual tolerance). With
+        ``exact=True``: the exact MAP labeling by branch-and-bound (within ``time_limit``).
+        """
+        if self.exact:
+            sol = self.bnb(theta, time_limit=self.time_limit)
+            if sol.labels is None:
+                raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output)")
+            return sol.labels
+        sol, _ = self.ad3(theta, time_limit=self.time_limit)
+        if sol.status == "infeasible":
+            raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output)")
+        if sol.optimal:
+            return sol.labels
+        return sol.marginals
+
+    def stats(self, y: Any, like: FactorGraphPotentials | None = None) -> FactorGraphPotentials:
+        """One-hot statistics of a labeling, or a relaxed point (FactorGraphPotentials) unchanged."""
+        fl = self.flat
+        if isinstance(y, tuple) and len(y) == 2:
+            return self.check_theta(y)
+        y = self.validate_output(y)
+        unary = np.zeros(int(fl.voff[-1]))
+        unary[fl.voff[:-1] + y] = 1.0
+        factors = np.zeros(int(fl.toff[-1]))
+        dense = np.flatnonzero(fl.fkind == K.DENSE)
+        for f in dense:
+            scope = fl.evar[fl.fptr[f]:fl.fptr[f + 1]]
+            factors[fl.toff[f] + np.ravel_multi_index(tuple(y[scope]), tuple(fl.vstates[scope]))] = 1.0
+        return FactorGraphPotentials(unary, factors)
+
+    def _logic_ok(self, y: np.ndarray) -> bool:
+        for kind, scope, k in zip(self._kinds, self._scopes, self._params):
+            if kind == K.DENSE:
+                continue
+            ones = int(y[list(scope)].sum())
+            lo, hi = {K.XOR: (1, 1), K.ATMOST1: (0, 1), K.OR: (1, len(scope)), K.BUDGET: (0, k)}[kind]
+            if not lo <= ones <= hi:
+                return False
+        return True
+
+    def outputs(self, theta: FactorGraphPotentials) -> Iterator[np.ndarray]:
+        """Every labeling that satisfies the logic factors and avoids -inf entries (tiny graphs only)."""
+        theta = self.check_theta(theta)
+        for labels in itertools.product(*(range(int(s)) for s in self.n_states)):
+            y = np.array(labels, dtype=np.int64)
+            if self._logic_ok(y) and np.isfinite(self.score_labels(theta, y)):
+                yield y
+
+    def polytope(self, theta: FactorGraphPotentials) -> Polytope:
+        """The local polytope (see :meth:`local_polytope`) as equality and inequality rows."""
+        theta = self.check_theta(theta)
+        A, lo, hi = self.local_polytope()
+        eq = lo == hi
+        A_eq, b_eq = A[eq], lo[eq]
+        ineq = np.flatnonzero(~eq)
+        up = A[ineq]
+        A_ub = sp.vstack([up, -up]).tocsr() if ineq.size else None
+        b_ub = np.concatenate([hi[ineq], -lo[ineq]]) if ineq.size else None
+        like = FactorGraphPotentials(np.zeros_like(theta.unary), np.zeros_like(theta.factors))
+        return Polytope(A_eq, b_eq, A_ub, b_ub, like)
+
+    def expand(self, theta: FactorGraphPotentials) -> FactorGraphPotentials:
+        return self.check_theta(theta)
+
+    def validate_output(self, y: Any, like: Any = None, index: int | None = None) -> np.ndarray:
+        arr = np.asarray(y)
+        if arr.shape != (self.n_vars,) or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+            raise example_error(index, f"a FactorGraph labeling must be an integer array of shape ({self.n_vars},), "
+                                       f"got {arr.dtype} {arr.shape}")
+        arr = arr.astype(np.int64)
+        bad = np.flatnonzero((arr < 0) | (arr >= self.n_states))
+        if bad.size:
+            i = int(bad[0])
+            raise example_error(index, f"labeling: variable {i} has state {int(arr[i])}, outside 0.."
+                                       f"{int(self.n_states[i]) - 1}")
+        return arr
+
+    def topk(self, theta: FactorGraphPotentials, k: int) -> tuple[list[Any], np.ndarray]:
+        raise NotSupportedError("FactorGraph has no top-K oracle: MAP on a general factor graph is NP-hard, and "
+                                "the K best labelings would need branch-and-bound with no-good constraints "
+                                "(not implemented)")
+
+    def marginals(self, theta: FactorGraphPotentials) -> tuple[float, FactorGraphPotentials]:
+        raise NotSupportedError("FactorGraph has no exact marginals: the log-partition of a loopy factor graph is "
+                                "#P-hard; structopt.marginals (TRW, Barrier Frank-Wolfe, BP) serves approximate "
+                                "ones for pairwise models")
+
+
+def brute_force_map(fg: FactorGraph, theta: FactorGraphPotentials) -> tuple[float, list[np.ndarray]]:
+    """Best score and every labeling reaching it, by enumeration (tests only; -inf and [] if none)."""
+    best, arg = -math.inf, []
+    for y in fg.outputs(theta):
+        s = fg.score_labels(theta, y)
+        if s > best + 1e-12:
+            best, arg = s, [y]
+        elif abs(s - best) <= 1e-12:
+            arg.append(y)
+    return best, arg

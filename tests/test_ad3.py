@@ -1,0 +1,325 @@
+"""AD3 on factor graphs: brute force on random graphs, local QPs against cvxpy, LP against HiGHS, UAI MAP."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from structopt.structures import _ad3_kernels as K
+from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials, brute_force_map
+from tests._shared_data import SHARED_DATA, needs_data
+
+TOL = 1e-7
+
+
+def random_graph(rng: np.random.Generator, *, tree: bool, ties: bool, logic: bool = True,
+                 max_vars: int = 6, max_states: int = 3) -> tuple[FactorGraph, FactorGraphPotentials]:
+    """A random small factor graph: a tree of pairwise tables, or a loopy mix of pairwise tables, an
+    occasional 3-variable table and logic factors (xor / atmost1 / or / budget) on the binary variables.
+    ``ties``: small integer scores (many tied optima)."""
+    n = int(rng.integers(2, max_vars + 1))
+    states = [2 if (logic and rng.random() < 0.6) else int(rng.integers(2, max_states + 1)) for _ in range(n)]
+    fg = FactorGraph(states)
+
+    def scores(shape):
+        return rng.integers(-2, 3, size=shape).astype(float) if ties else rng.normal(size=shape)
+
+    if tree:
+        for v in range(1, n):
+            u = int(rng.integers(0, v))
+            fg.add_table([u, v], scores((states[u], states[v])))
+    else:
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        rng.shuffle(pairs)
+        for i, j in pairs[:int(rng.integers(1, len(pairs) + 1))]:
+            fg.add_table([i, j], scores((states[i], states[j])))
+        if n >= 3 and rng.random() < 0.3:
+            scope = rng.choice(n, 3, replace=False).tolist()
+            if frozenset(scope) not in fg._table_scopes:
+                fg.add_table(scope, scores(tuple(states[v] for v in scope)))
+        binary = [i for i in range(n) if states[i] == 2]
+        if logic:
+            for _ in range(int(rng.integers(0, 3))):
+                if len(binary) < 2:
+                    break
+                scope = rng.choice(binary, int(rng.integers(2, len(binary) + 1)), replace=False).tolist()
+                kind = str(rng.choice(["xor", "atmost1", "or", "budget"]))
+                if kind == "budget":
+                    fg.add_budget(scope, int(rng.integers(0, len(scope) + 1)))
+                else:
+                    fg.add_logic(kind, scope)
+    return fg, fg.potentials(unary=[scores(s) for s in states])
+
+
+def check_against_brute_force(seed: int, count: int, bnb_every: int, cpsat_every: int) -> dict:
+    rng = np.random.default_rng(seed)
+    tally = {"instances": 0, "claimed_optimal": 0, "trees": 0, "lp_checked": 0, "lp_max_diff": 0.0,
+             "bnb": 0, "cpsat": 0, "infeasible": 0}
+    for k in range(count):
+        tree = k % 3 == 0
+        fg, theta = random_graph(rng, tree=tree, ties=k % 2 == 1)
+        best, _ = brute_force_map(fg, theta)
+        sol, _ = fg.ad3(theta, max_iter=20_000)
+        tally["instances"] += 1
+        tally["infeasible"] += best == -np.inf
+        # the certified bound is never below the true max
+        assert sol.upper_bound >= best - TOL * (1 + abs(best)), (seed, k, sol.upper_bound, best)
+        if sol.optimal:
+            tally["claimed_optimal"] += 1
+            assert sol.score == pytest.approx(best, abs=TOL), (seed, k)
+            assert fg.score_labels(theta, sol.labels) == pytest.approx(sol.score, abs=1e-12)
+        if tree:
+            tally["trees"] += 1
+            assert sol.optimal and sol.score == pytest.approx(best, abs=TOL), (seed, k, sol.status)
+        if sol.status in ("lp_converged", "optimal"):
+            lp = fg.lp(theta)
+            tally["lp_checked"] += 1
+            diff = abs(sol.upper_bound - lp.upper_bound)
+            tally["lp_max_diff"] = max(tally["lp_max_diff"], diff)
+            assert diff <= 1e-6 * (1 + abs(lp.upper_bound)), (seed, k, sol.upper_bound, lp.upper_bound)
+        if k % bnb_every == 0:
+            tally["bnb"] += 1
+            b = fg.bnb(theta, time_limit=20)
+            if best == -np.inf:
+                assert b.status == "infeasible" and b.labels is None
+            else:
+                assert b.optimal and b.score == pytest.approx(best, abs=TOL), (seed, k, b.status)
+        if k % cpsat_every == 0:
+            tally["cpsat"] += 1
+            c = fg.cpsat(theta, time_limit=20)
+            if best == -np.inf:
+                assert c.status == "infeasible"
+            else:
+                assert c.optimal and c.score == pytest.approx(best, abs=TOL), (seed, k, c.status)
+                assert c.upper_bound >= best - TOL
+    return tally
+
+
+def test_brute_force_random_factor_graphs():
+    tally = check_against_brute_force(seed=2024, count=1000, bnb_every=3, cpsat_every=10)
+    assert tally["instances"] == 1000 and tally["claimed_optimal"] > 800 and tally["lp_checked"] > 800
+    print(tally)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(5))
+def test_brute_force_random_factor_graphs_thorough(seed):
+    tally = check_against_brute_force(seed=seed, count=1000, bnb_every=1, cpsat_every=4)
+    assert tally["instances"] == 1000
+    print(tally)
+
+
+def test_exact_structure_argmax_equals_brute_force():
+    rng = np.random.default_rng(7)
+    for k in range(40):
+        fg, theta = random_graph(rng, tree=False, ties=k % 2 == 0)
+        fg.exact = True
+        best, maximisers = brute_force_map(fg, theta)
+        if best == -np.inf:
+            continue
+        y = fg.argmax(theta)
+        assert any((y == m).all() for m in maximisers)
+
+
+# --------------------------------------------------------------------------- local QPs against cvxpy
+def cvxpy_box_sum(c: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    import cvxpy as cp
+
+    z = cp.Variable(c.size)
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(z - c)), [z >= 0, z <= 1, cp.sum(z) >= lo, cp.sum(z) <= hi])
+    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11)
+    return np.asarray(z.value)
+
+
+@pytest.mark.parametrize("kind", ["xor", "atmost1", "or", "budget"])
+def test_logic_projection_against_cvxpy(kind):
+    rng = np.random.default_rng({"xor": 0, "atmost1": 1, "or": 2, "budget": 3}[kind])
+    for _ in range(40):
+        n = int(rng.integers(1, 9))
+        c = rng.normal(scale=rng.choice([0.3, 1.0, 3.0]), size=n) + rng.choice([-1.0, 0.0, 0.5, 1.0])
+        if kind == "xor":
+            lo, hi = 1.0, 1.0
+        elif kind == "atmost1":
+            lo, hi = 0.0, 1.0
+        elif kind == "or":
+            lo, hi = 1.0, float(n)
+        else:
+            lo, hi = 0.0, float(rng.integers(0, n + 1))
+        out = np.empty(n)
+        K.project_box_sum(c, lo, hi, out)
+        assert np.allclose(out, cvxpy_box_sum(c, lo, hi), atol=1e-6)
+        assert lo - 1e-12 <= out.sum() <= hi + 1e-12 and (out >= 0).all() and (out <= 1).all()
+
+
+def test_binary_pairwise_closed_form_against_cvxpy():
+    import cvxpy as cp
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        c1, c2 = rng.normal(0.5, 1.0, size=2)
+        c12 = rng.normal(scale=rng.choice([0.1, 1.0, 3.0]))
+        z = cp.Variable(3)  # z1, z2, z12
+        constraints = [z[2] >= 0, z[2] <= z[0], z[2] <= z[1], z[2] >= z[0] + z[1] - 1, z[0] <= 1, z[1] <= 1]
+        objective = cp.Minimize(0.5 * cp.square(z[0] - c1) + 0.5 * cp.square(z[1] - c2) - c12 * z[2])
+        cp.Problem(objective, constraints).solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11)
+        got = np.array(K.pair_closed_form(c1, c2, c12))
+        value = 0.5 * (got[0] - c1) ** 2 + 0.5 * (got[1] - c2) ** 2 - c12 * got[2]
+        assert value <= objective.value + 1e-7
+        assert np.allclose(got[:2], z.value[:2], atol=1e-5)
+
+
+def dense_qp_reference(states: list[int], table: np.ndarray, targets: list[np.ndarray], eta: float) -> np.ndarray:
+    """argmax θ·q - (η/2) Σ_i ‖M_i q - a_i‖² over the simplex of configurations (cvxpy)."""
+    import cvxpy as cp
+
+    grid = np.indices(states).reshape(len(states), -1)
+    q = cp.Variable(grid.shape[1])
+    terms = []
+    for j, S in enumerate(states):
+        M = (grid[j][None, :] == np.arange(S)[:, None]).astype(float)
+        terms.append(cp.sum_squares(M @ q - targets[j]))
+    problem = cp.Problem(cp.Maximize(table.ravel() @ q - eta / 2 * sum(terms)), [q >= 0, cp.sum(q) == 1])
+    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11)
+    marginals = [((grid[j][None, :] == np.arange(S)[:, None]).astype(float) @ q.value) for j, S in enumerate(states)]
+    return np.concatenate(marginals), float(problem.value)
+
+
+@pytest.mark.parametrize("states", [[3, 2], [2, 2, 2], [3, 3], [2, 3, 4]])
+def test_dense_active_set_qp_against_cvxpy(states):
+    rng = np.random.default_rng(sum(states) * 10 + len(states))
+    fg = FactorGraph(states)
+    fg.add_table(list(range(len(states))))
+    fl = fg.flat
+    vallow = np.ones(int(fl.voff[-1]), dtype=bool)
+    pair_fast = np.zeros(1, dtype=bool)
+    acfg = np.zeros(int(fl.aoff[-1]), dtype=np.int64)
+    aw = np.zeros(int(fl.aoff[-1]))
+    acount = np.zeros(1, dtype=np.int64)
+    for trial in range(25):  # successive calls warm-start from the previous active set, as in AD3
+        table = rng.normal(scale=rng.choice([0.2, 1.0, 4.0]), size=states)
+        eta = float(rng.choice([0.1, 1.0, 10.0]))
+        targets = [rng.normal(0.3, 0.8, size=S) for S in states]
+        target = np.concatenate(targets)
+        qe = np.zeros(int(fl.eoff[-1]))
+        qt = np.zeros(int(fl.toff[-1]))
+        K.local_qp(0, fl.fkind, fl.fparam, fl.fptr, fl.evar, fl.eoff, fl.voff, fl.vstates, vallow, table.ravel(),
+                   fl.toff, target, eta, acfg, aw, fl.aoff, acount, qe, qt, 500, pair_fast)
+        ref_marg, ref_value = dense_qp_reference(states, table, targets, eta)
+        value = table.ravel() @ qt - eta / 2 * np.sum((qe - target) ** 2)
+        assert value >= ref_value - 1e-6 * (1 + abs(ref_value)), (trial, value, ref_value)
+        assert np.allclose(qe, ref_marg, atol=1e-4), trial
+        assert qt.min() >= 0 and qt.sum() == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- certificates and chunks
+def test_lp_value_matches_highs_on_loopy_multistate_graphs():
+    rng = np.random.default_rng(11)
+    checked = 0
+    for _ in range(30):
+        fg, theta = random_graph(rng, tree=False, ties=False, logic=False, max_vars=7, max_states=4)
+        sol, _ = fg.ad3(theta, max_iter=50_000, tol_lp=1e-10)
+        lp = fg.lp(theta)
+        assert sol.upper_bound >= lp.upper_bound - 1e-7 * (1 + abs(lp.upper_bound))
+        if sol.status in ("lp_converged", "optimal"):  # optimal: the bound met an integral point
+            checked += 1
+            assert sol.upper_bound == pytest.approx(lp.upper_bound, abs=1e-6)
+    assert checked >= 20
+
+
+def test_infeasible_hard_factors_are_reported():
+    # contradictory logic factors: each is satisfiable alone, the local polytope is empty. AD3's dual
+    # then decreases without bound (no finite certificate): it finds no labeling and claims nothing;
+    # branch-and-bound (clamped leaves have bound -inf) and CP-SAT prove infeasibility
+    fg = FactorGraph([2, 2])
+    fg.add_logic("xor", [0, 1])
+    fg.add_budget([0, 1], 0)
+    theta = fg.potentials()
+    sol, _ = fg.ad3(theta, max_iter=2000)
+    assert sol.labels is None and not sol.optimal and sol.status == "max_iter"
+    assert fg.bnb(theta).status == "infeasible"
+    assert fg.cpsat(theta).status == "infeasible"
+    # a variable with every state forbidden: g(λ) = -inf certifies it at once
+    theta = FactorGraphPotentials(np.array([-np.inf, -np.inf, 0.0, 0.0]), theta.factors)
+    sol, _ = fg.ad3(theta)
+    assert sol.status == "infeasible" and sol.upper_bound == -np.inf
+
+
+def test_forbidden_entries_are_respected():
+    fg = FactorGraph([3, 3])
+    fg.add_table([0, 1], np.where(np.eye(3) > 0, -np.inf, 0.0))  # the two variables must differ
+    theta = fg.potentials(unary=[[5.0, 0.0, 0.0], [5.0, 0.0, 1.0]])
+    for method in ("ad3", "bnb", "cpsat", "lp"):
+        sol = fg.map(theta, method=method)
+        assert sol.labels[0] != sol.labels[1] and sol.score == pytest.approx(6.0), method
+
+
+def big_grid(n: int, rng: np.random.Generator) -> tuple[FactorGraph, FactorGraphPotentials]:
+    fg = FactorGraph([2] * (n * n))
+    for r in range(n):
+        for c in range(n):
+            v = r * n + c
+            if c + 1 < n:
+                fg.add_table([v, v + 1], rng.normal(size=(2, 2)) * 2)
+            if r + 1 < n:
+                fg.add_table([v, v + n], rng.normal(size=(2, 2)) * 2)
+    return fg, fg.potentials(unary=[rng.normal(size=2) for _ in range(n * n)])
+
+
+def test_ad3_returns_to_python_in_chunks_and_honours_time_limits():
+    fg, theta = big_grid(30, np.random.default_rng(0))
+    start = time.perf_counter()
+    sol, _ = fg.ad3(theta, time_limit=0.6, tol_gap=0.0, tol_lp=0.0)
+    elapsed = time.perf_counter() - start
+    assert sol.status == "time_limit" and elapsed < 1.5
+    times = [0.0] + [t["time"] for t in sol.trace]
+    assert max(np.diff(times)) < 0.5  # the compiled loop came back at least every half second
+
+
+def test_ctrl_c_during_ad3_raises_promptly():
+    fg, theta = big_grid(30, np.random.default_rng(1))
+    fg.ad3(theta, max_iter=20)  # compiled already; now interrupt a long run
+    main = threading.get_ident()
+    timer = threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT))
+    start = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        fg.ad3(theta, time_limit=30, tol_gap=0.0, tol_lp=0.0)
+    assert time.perf_counter() - start < 1.5
+    timer.join()
+
+
+# --------------------------------------------------------------------------- UAI
+@needs_data("uai")
+def test_map_inference_methods_agree_within_certificates_on_uai():
+    from structopt.marginals import read_uai
+    from structopt.marginals.map import map_inference
+
+    mrf = read_uai(SHARED_DATA / "uai" / "Segmentation_12.uai")
+    results = {m: map_inference(mrf, m, time_limit=20) for m in ("ad3", "bnb", "lp", "cpsat")}
+    for m, r in results.items():
+        assert r.log_score == pytest.approx(mrf.score(r.labels)), m
+        assert r.upper_bound >= r.log_score - 1e-6, m
+    best = max(r.log_score for r in results.values())
+    for m, r in results.items():
+        assert r.upper_bound >= best - 1e-6, m  # every bound covers every labeling found
+        if r.optimal:
+            assert r.log_score == pytest.approx(best, abs=1e-6), m
+    assert results["bnb"].optimal and results["cpsat"].optimal
+    # AD3's dual bound and HiGHS' LP value are the same LP optimum
+    assert results["ad3"].upper_bound == pytest.approx(results["lp"].upper_bound, abs=1e-5)
+
+
+@needs_data("uai")
+def test_map_inference_on_a_frustrated_grid_gives_valid_bounds():
+    from structopt.marginals import read_uai
+    from structopt.marginals.map import map_inference
+
+    mrf = read_uai(SHARED_DATA / "uai" / "Grids_12.uai")
+    exact = map_inference(mrf, "cpsat", time_limit=20)
+    ad3 = map_inference(mrf, "ad3", time_limit=10)
+    assert exact.optimal
+    assert ad3.upper_bound >= exact.log_score - 1e-6 and ad3.log_score <= exact.log_score + 1e-6
