@@ -28,7 +28,7 @@ S_ETA, S_UPPER, S_LOWER, S_RP, S_RD, S_PRIMAL, S_ITER = 0, 1, 2, 3, 4, 5, 6
 N_SCAL = 7
 
 # status codes returned by ad3_chunk
-RUNNING, GAP_CLOSED, LP_CONVERGED, INFEASIBLE = 0, 1, 2, 3
+RUNNING, GAP_CLOSED, LP_CONVERGED, INFEASIBLE, BELOW_TARGET = 0, 1, 2, 3, 4
 
 NEG = -np.inf
 
@@ -542,7 +542,7 @@ def factor_max(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, t
 
 @njit(cache=True)
 def dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, evar, eoff, vstates, tab, toff,
-               lam, work):
+               lam, work, pair_fast):
     """g(λ) of the note's §3 with λ re-centred per variable (so Σ_α λ_iα = 0 holds exactly)."""
     total = 0.0
     for i in range(n_vars):
@@ -565,7 +565,17 @@ def dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, 
                 t = eoff[vedge[r]] + s
                 work[t] = share + lam[t] - mean
     for f in range(fkind.size):
-        total += factor_max(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, toff, work)
+        if pair_fast[f]:
+            ta, tb = eoff[fptr[f]], eoff[fptr[f] + 1]
+            t0 = toff[f]
+            best = NEG
+            for c in range(4):
+                val = tab[t0 + c] + work[ta + (c >> 1)] + work[tb + (c & 1)]
+                if val > best:
+                    best = val
+            total += best
+        else:
+            total += factor_max(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, toff, work)
     return total
 
 
@@ -775,7 +785,7 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
 @njit(cache=True)
 def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff,
               order, efac, u, tab, p, lam, qe, qt, acfg, aw, acount, scal, best_y, y_work,
-              n_iter, bound_every, tau_step, tol_res, tol_gap, tol_lp, max_inner, adapt):
+              n_iter, bound_every, tau_step, tol_res, tol_gap, tol_lp, max_inner, adapt, stop_upper):
     """Run up to ``n_iter`` AD3 iterations in place; return a status code.
 
     State (``p, lam, qe, qt``, active sets, ``scal``, ``best_y``) persists across calls, so the
@@ -785,7 +795,8 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     scored exactly (the best kept in ``scal[S_LOWER]`` / ``best_y``), η rebalanced when ``adapt``.
     Returns GAP_CLOSED when lower >= upper - tol_gap·(1+|upper|), LP_CONVERGED when both residuals
     are below ``tol_res`` and the bound meets the primal objective to ``tol_lp·(1+|upper|)``,
-    INFEASIBLE when g = -inf (no labeling satisfies the clamps and hard factors), else RUNNING.
+    INFEASIBLE when g = -inf (no labeling satisfies the clamps and hard factors), BELOW_TARGET when
+    the bound reaches ``stop_upper`` (branch-and-bound pruning, time-to-precision benchmarks), else RUNNING.
     """
     n_f = fkind.size
     vallow = np.isfinite(u)
@@ -813,6 +824,30 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     for it in range(n_iter):
         # 1. local QPs, targets a_iα = p_i + (θ_i/deg_i + λ_iα)/η
         for f in range(n_f):
+            if pair_fast[f]:
+                # binary pairwise table: the closed form inline (the commonest factor; a call with
+                # every array argument costs more than the arithmetic)
+                ea = fptr[f]
+                ia, ib = evar[ea], evar[ea + 1]
+                ta, tb = eoff[ea], eoff[ea + 1]
+                va, vb = voff[ia], voff[ib]
+                a0 = p[va] + (uz[va] / deg[ia] + lam[ta]) / eta
+                a1 = p[va + 1] + (uz[va + 1] / deg[ia] + lam[ta + 1]) / eta
+                b0 = p[vb] + (uz[vb] / deg[ib] + lam[tb]) / eta
+                b1 = p[vb + 1] + (uz[vb + 1] / deg[ib] + lam[tb + 1]) / eta
+                t0 = toff[f]
+                th00, th01, th10, th11 = tab[t0], tab[t0 + 1], tab[t0 + 2], tab[t0 + 3]
+                c1 = 0.5 * (1.0 - a0 + a1) + (th10 - th00) / (2.0 * eta)
+                c2 = 0.5 * (1.0 - b0 + b1) + (th01 - th00) / (2.0 * eta)
+                c12 = (th00 - th01 - th10 + th11) / (2.0 * eta)
+                z1, z2, z12 = pair_closed_form(c1, c2, c12)
+                qt[t0] = 1.0 - z1 - z2 + z12
+                qt[t0 + 1] = z2 - z12
+                qt[t0 + 2] = z1 - z12
+                qt[t0 + 3] = z12
+                qe[ta], qe[ta + 1] = 1.0 - z1, z1
+                qe[tb], qe[tb + 1] = 1.0 - z2, z2
+                continue
             for e in range(fptr[f], fptr[f + 1]):
                 i = evar[e]
                 for s in range(vstates[i]):
@@ -850,7 +885,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
         last = it == n_iter - 1
         if (int(scal[S_ITER]) % bound_every == 0) or last:
             g = dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, evar, eoff, vstates,
-                           tab, toff, lam, work)
+                           tab, toff, lam, work, pair_fast)
             if g < scal[S_UPPER]:
                 scal[S_UPPER] = g
             for rounding in range(2):
@@ -886,6 +921,9 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 status = INFEASIBLE
                 break
             tol = tol_gap * (1.0 + abs(upper))
+            if upper <= stop_upper:
+                status = BELOW_TARGET
+                break
             if scal[S_LOWER] >= upper - tol:
                 status = GAP_CLOSED
                 break

@@ -486,7 +486,7 @@ class FactorGraph(Structure):
     def ad3(self, theta: FactorGraphPotentials, *, max_iter: int = 100_000, time_limit: float | None = None,
             tol_gap: float = 1e-9, tol_lp: float = 1e-9, tol_res: float | None = None, bound_every: int = 10,
             max_inner: int = 50, tau: float = 1.0, adapt_eta: bool = True, state: AD3State | None = None,
-            chunk_seconds: float = 0.1) -> tuple[MAPSolution, AD3State]:
+            chunk_seconds: float = 0.1, stop_upper: float = -np.inf) -> tuple[MAPSolution, AD3State]:
         """Run AD3; return the solution and the final iterate (a warm start for another run).
 
         Parameters
@@ -515,6 +515,8 @@ class FactorGraph(Structure):
         chunk_seconds : float
             Target seconds per compiled chunk (the loop returns to Python between chunks, so Ctrl-C
             and time limits are honoured within about this long).
+        stop_upper : float
+            Stop (status ``"below_target"``) once the certified bound is <= this value.
         """
         t0 = time.perf_counter()
         theta = self.check_theta(theta)
@@ -541,7 +543,8 @@ class FactorGraph(Structure):
                                  theta.unary, theta.factors,
                                  state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
                                  state.scal, best_y, y_work, n_iter, int(bound_every), float(tau), tol_res,
-                                 float(tol_gap), float(tol_lp), int(max_inner), bool(adapt_eta))
+                                 float(tol_gap), float(tol_lp), int(max_inner), bool(adapt_eta),
+                                 float(stop_upper))
             spent = time.perf_counter() - c0
             done = int(state.scal[K.S_ITER])
             trace.append({"iteration": done, "time": time.perf_counter() - t0, "upper": float(state.scal[K.S_UPPER]),
@@ -562,6 +565,8 @@ class FactorGraph(Structure):
             name = "optimal"
         elif status == K.LP_CONVERGED:
             name = "lp_converged"
+        elif status == K.BELOW_TARGET:
+            name = "below_target"
         elif done >= max_iter:
             name = "max_iter"
         else:
@@ -605,7 +610,10 @@ class FactorGraph(Structure):
                 warm = AD3State(parent.p.copy(), parent.lam.copy(), parent.qe.copy(), parent.qt.copy(),
                                 parent.acfg.copy(), parent.aw.copy(), np.zeros_like(parent.acount),
                                 parent.scal.copy())
-            sol, st = self.ad3(th, max_iter=node_iter, time_limit=remaining(), tol_gap=tol, tol_lp=1e-7, state=warm)
+            # the node ends as soon as its bound cannot beat the incumbent
+            prune = best + tol * (1.0 + abs(best)) if np.isfinite(best) else -np.inf
+            sol, st = self.ad3(th, max_iter=node_iter, time_limit=remaining(), tol_gap=tol, tol_lp=1e-7, state=warm,
+                               stop_upper=prune)
             iterations += sol.iterations
             nodes += 1
             if sol.labels is not None and sol.score > best:
@@ -666,7 +674,7 @@ class FactorGraph(Structure):
 
     # ------------------------------------------------------------------ CP-SAT
     def cpsat(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, resolution_bits: int = 30,
-              num_workers: int = 1, tol: float = 1e-9) -> MAPSolution:
+              num_workers: int = 1, tol: float = 1e-9, relative_gap: float | None = None) -> MAPSolution:
         """Exact MAP with OR-Tools CP-SAT on the same model, scores scaled to integers.
 
         Every score coefficient is rounded to a multiple of ``resolution = max|coef| / 2**resolution_bits``
@@ -674,7 +682,8 @@ class FactorGraph(Structure):
         exactly in float; the upper bound is CP-SAT's bound over the rounded scores plus the largest
         total rounding error (half a unit per term). ``optimal`` means CP-SAT proved the rounded
         problem optimal and the exact score meets that bound within ``tol``·(1+|bound|) plus the
-        rounding slack. Ctrl-C stops the search and raises KeyboardInterrupt.
+        rounding slack. ``relative_gap`` stops the search once CP-SAT's own relative gap is below it
+        (``status`` is then ``"gap_limit"``). Ctrl-C stops the search and raises KeyboardInterrupt.
         """
         from ortools.sat.python import cp_model
 
@@ -770,6 +779,8 @@ class FactorGraph(Structure):
         solver.parameters.linearization_level = 2
         if time_limit is not None:
             solver.parameters.max_time_in_seconds = float(time_limit)
+        if relative_gap is not None:
+            solver.parameters.relative_gap_limit = float(relative_gap)
         with interruptible(solver.stop_search):
             code = solver.solve(model)
         elapsed = time.perf_counter() - t0
@@ -785,8 +796,11 @@ class FactorGraph(Structure):
         score = self.score_labels(theta, y)
         upper = const + solver.best_objective_bound / scale + slack
         optimal = code == cp_model.OPTIMAL and score >= upper - 2 * slack - tol * (1.0 + abs(upper))
-        return MAPSolution(y, score, float(max(upper, score)), bool(optimal),
-                           "optimal" if code == cp_model.OPTIMAL else "time_limit", "cpsat", elapsed,
+        if code == cp_model.OPTIMAL:
+            status = "gap_limit" if relative_gap and score < upper - 2 * slack - tol * (1.0 + abs(upper)) else "optimal"
+        else:
+            status = "time_limit"
+        return MAPSolution(y, score, float(max(upper, score)), bool(optimal), status, "cpsat", elapsed,
                            resolution=1.0 / scale)
 
     # ------------------------------------------------------------------ LP (HiGHS)
