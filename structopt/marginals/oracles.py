@@ -29,11 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
-from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
 from structopt.errors import InvalidInputError
+from structopt.interrupt import interruptible
 from structopt.marginals.mrf import PairwiseMRF
+from structopt.structures._ilp import highs_solve
 
 
 @dataclass
@@ -173,7 +174,11 @@ class _CpSatMap:
         solver.parameters.linearization_level = 2
         if self.time_limit is not None:
             solver.parameters.max_time_in_seconds = float(self.time_limit)
-        status = solver.solve(model)
+        # Ctrl-C: stop the search and raise KeyboardInterrupt (CP-SAT's own handler would only cut this
+        # call short, and the run would go on with the hint as if out of time)
+        solver.parameters.catch_sigint_signal = False
+        with interruptible(solver.stop_search):
+            status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if status == cp_model.UNKNOWN and self.hint is not None:  # out of time: keep the last vertex, no bound
                 return self.hint.copy(), 0.0, np.inf
@@ -277,7 +282,7 @@ class MarginalPolytopeOracle:
 
 
 class LocalPolytopeOracle:
-    """argmax of ⟨θ̃, μ⟩ over the local polytope 𝕃 by an LP (scipy ``linprog``, HiGHS).
+    """argmax of ⟨θ̃, μ⟩ over the local polytope 𝕃 by an LP (scipy's HiGHS, interruptible by Ctrl-C).
 
     𝕃: μ ≥ 0, each node block sums to one, each edge block's row and column sums equal its two
     node blocks.
@@ -295,14 +300,15 @@ class LocalPolytopeOracle:
         theta = np.asarray(theta, dtype=np.float64)
         if theta.shape != (self.mrf.dim,) or not np.isfinite(theta).all():
             raise InvalidInputError(f"LP potentials must be finite with shape ({self.mrf.dim},)")
-        res = linprog(-theta, A_eq=self.a_eq, b_eq=self.b_eq, bounds=(0, None), method="highs")
-        if res.status != 0:
-            raise RuntimeError(f"local-polytope LP failed: {res.message}")
-        vertex = np.clip(res.x, 0.0, 1.0)
+        # HiGHS through scipy, stopped by Ctrl-C (a plain linprog call would ignore it until it returned)
+        status, x, fun = highs_solve(-theta, self.a_eq, self.b_eq, self.b_eq, False, {})
+        if x is None:
+            raise RuntimeError(f"local-polytope LP failed: {status}")
+        vertex = np.clip(x, 0.0, 1.0)
         self.calls["lp"] += 1
         value = float(theta @ vertex)
         # HiGHS' default feasibility and optimality tolerances are 1e-7
-        bound = max(value, -float(res.fun)) + 1e-7 * (1.0 + np.abs(theta).sum() / max(self.mrf.dim, 1))
+        bound = max(value, -float(fun)) + 1e-7 * (1.0 + np.abs(theta).sum() / max(self.mrf.dim, 1))
         return OracleResult(vertex, value, bound, None, "lp")
 
 

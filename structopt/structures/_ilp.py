@@ -4,8 +4,8 @@ Every backend solves ``max <c, x>`` over ``x in {0, 1}^n`` with ``A_eq x = b_eq`
 ``A_ub x <= b_ub`` to proven optimality (relative and absolute gaps set to zero where the solver
 exposes them) and returns the 0/1 point, or None when the program is infeasible.
 
-- ``"highs"``: scipy's ``milp`` (HiGHS inside scipy; never cvxpy's ``highspy``, which clashes with
-  the HiGHS bundled in OR-Tools).
+- ``"highs"``: HiGHS inside scipy (its ``milp``'s solver, driven directly so that a callback can stop
+  it on Ctrl-C; never cvxpy's ``highspy``, which clashes with the HiGHS bundled in OR-Tools).
 - ``"scip"``: OR-Tools' ``pywraplp`` with SCIP.
 - ``"cpsat"``: OR-Tools' CP-SAT, which takes integers only: each constraint row is scaled to integers
   exactly (or refused); an integral objective is used as is, any other is rounded at resolution
@@ -15,6 +15,9 @@ exposes them) and returns the 0/1 point, or None when the program is infeasible.
 ``benchmarks/lp_structure.py`` measures the three on the same programs: CP-SAT is fastest or close to
 it on every family measured (k-of-n, windows, knapsack rows, independent sets), so ``"auto"`` (the
 default) uses CP-SAT whenever the rows scale to integers exactly and HiGHS otherwise.
+
+Every backend answers Ctrl-C within milliseconds: the solve runs inside
+:func:`structopt.interrupt.interruptible`, which stops the solver and raises ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.interrupt import interruptible
 
 #: integer resolution of CP-SAT objectives: max |c| is mapped to this many units
 OBJECTIVE_RESOLUTION = 1e9
@@ -78,22 +82,111 @@ class ILP:
 
 
 # --------------------------------------------------------------------------- scipy / HiGHS
-def solve_highs(ilp: ILP, c: np.ndarray) -> np.ndarray | None:
-    """``max <c, x>`` with scipy's ``milp`` (HiGHS branch-and-cut)."""
+def _highs_core():
+    """scipy's own HiGHS binding when it offers callbacks (scipy >= 1.15), else None."""
+    try:
+        import scipy.optimize._highspy._core as core
+    except ImportError:  # pragma: no cover - older scipy
+        return None
+    if not all(hasattr(core, name) for name in ("_Highs", "HighsLp", "cb")):  # pragma: no cover
+        return None
+    return core
+
+
+def highs_solve(c: np.ndarray, A, lower: np.ndarray, upper: np.ndarray, integral: bool,
+                options: dict[str, object]) -> tuple[str, np.ndarray | None, float | None]:
+    """``min <c, x>`` s.t. ``lower <= A x <= upper``, ``0 <= x`` (``<= 1`` and integral if ``integral``).
+
+    HiGHS through scipy, interruptible: a SIGINT stops HiGHS from its interrupt callback and becomes a
+    :class:`KeyboardInterrupt` (HiGHS releases the GIL but has no SIGINT handling of its own, so a plain
+    ``milp``/``linprog`` call ignored Ctrl-C until it finished). Falls back to scipy's ``milp`` /
+    ``linprog`` (not interruptible) when scipy's binding lacks callbacks.
+
+    Returns
+    -------
+    status : {"optimal", "infeasible", ...}
+        ``"optimal"``, ``"infeasible"``, or HiGHS' description of another outcome.
+    x : ndarray or None
+        The solution when optimal.
+    objective : float or None
+        ``<c, x>`` when optimal.
+    """
+    c = np.asarray(c, dtype=float)
+    n = c.size
+    A = sp.csc_matrix(A, dtype=float) if A is not None else sp.csc_matrix((0, n))
+    core = _highs_core()
+    if core is None:  # pragma: no cover - older scipy
+        return _highs_fallback(c, A, lower, upper, integral, options)
+    lp = core.HighsLp()
+    lp.num_col_, lp.num_row_ = n, A.shape[0]
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, A.shape[0]
+    lp.a_matrix_.format_ = core.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
+    lp.col_cost_ = c
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.ones(n) if integral else np.full(n, np.inf)
+    lp.row_lower_ = np.asarray(lower, dtype=float)
+    lp.row_upper_ = np.asarray(upper, dtype=float)
+    if integral:
+        lp.integrality_ = [core.HighsVarType.kInteger] * n
+    highs = core._Highs()
+    highs.setOptionValue("output_flag", False)
+    for key, value in options.items():
+        highs.setOptionValue(key, value)
+    if highs.passModel(lp) == core.HighsStatus.kError:
+        raise RuntimeError("HiGHS refused the model")
+    with interruptible() as interrupt:
+        def on_interrupt_check(kind, message, data_out, data_in, user_data) -> None:
+            if interrupt.requested:
+                data_in.user_interrupt = True
+
+        highs.setCallback(on_interrupt_check, None)
+        for kind in (core.cb.HighsCallbackType.kCallbackMipInterrupt,
+                     core.cb.HighsCallbackType.kCallbackSimplexInterrupt,
+                     core.cb.HighsCallbackType.kCallbackIpmInterrupt):
+            highs.startCallback(kind)
+        highs.run()
+    status = highs.getModelStatus()
+    if status == core.HighsModelStatus.kOptimal:
+        x = np.asarray(highs.getSolution().col_value, dtype=float)
+        return "optimal", x, float(c @ x)
+    if status == core.HighsModelStatus.kInfeasible:
+        return "infeasible", None, None
+    return highs.modelStatusToString(status), None, None
+
+
+def _highs_fallback(c, A, lower, upper, integral, options):  # pragma: no cover - older scipy
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    constraints = []
+    constraints = [LinearConstraint(A, lower, upper)] if A.shape[0] else []
+    res = milp(c, integrality=np.full(c.size, int(integral)), bounds=Bounds(0, 1 if integral else np.inf),
+               constraints=constraints, options={k: v for k, v in options.items() if k == "mip_rel_gap"})
+    if res.status == 0 and res.x is not None:
+        return "optimal", res.x, float(c @ res.x)
+    return ("infeasible" if res.status == 2 else res.message), None, None
+
+
+def solve_highs(ilp: ILP, c: np.ndarray) -> np.ndarray | None:
+    """``max <c, x>`` with HiGHS branch-and-cut (scipy's HiGHS; interruptible, see :func:`highs_solve`)."""
+    rows, lower, upper = [], [], []
     if ilp.A_eq is not None:
-        constraints.append(LinearConstraint(ilp.A_eq, ilp.b_eq, ilp.b_eq))
+        rows.append(ilp.A_eq)
+        lower.append(ilp.b_eq)
+        upper.append(ilp.b_eq)
     if ilp.A_ub is not None:
-        constraints.append(LinearConstraint(ilp.A_ub, -np.inf, ilp.b_ub))
-    res = milp(-np.asarray(c, dtype=float), integrality=np.ones(ilp.n), bounds=Bounds(0, 1),
-               constraints=constraints, options={"mip_rel_gap": 0.0, "presolve": True})
-    if res.status == 2:  # infeasible
+        rows.append(ilp.A_ub)
+        lower.append(np.full(ilp.b_ub.size, -np.inf))
+        upper.append(ilp.b_ub)
+    A = sp.vstack(rows, format="csc") if rows else None
+    status, x, _ = highs_solve(-np.asarray(c, dtype=float), A,
+                               np.concatenate(lower) if lower else np.zeros(0),
+                               np.concatenate(upper) if upper else np.zeros(0), True,
+                               {"mip_rel_gap": 0.0, "presolve": "on"})
+    if status == "infeasible":
         return None
-    if res.status != 0 or res.x is None:
-        raise RuntimeError(f"HiGHS milp failed: {res.message}")
-    return np.rint(res.x).astype(np.int64)
+    if x is None:
+        raise RuntimeError(f"HiGHS milp failed: {status}")
+    return np.rint(x).astype(np.int64)
 
 
 # --------------------------------------------------------------------------- OR-Tools SCIP
@@ -119,7 +212,8 @@ def solve_scip(ilp: ILP, c: np.ndarray) -> np.ndarray | None:
     objective.SetMaximization()
     params = pywraplp.MPSolverParameters()
     params.SetDoubleParam(params.RELATIVE_MIP_GAP, 0.0)
-    status = solver.Solve(params)
+    with interruptible(solver.InterruptSolve):  # Solve releases the GIL; InterruptSolve stops SCIP
+        status = solver.Solve(params)
     if status == pywraplp.Solver.INFEASIBLE:
         return None
     if status != pywraplp.Solver.OPTIMAL:
@@ -189,7 +283,11 @@ def solve_cpsat(ilp: ILP, c: np.ndarray) -> np.ndarray | None:
     model.Maximize(sum(int(a) * x[j] for j, a in enumerate(obj) if a != 0))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1  # deterministic, and the machine's cores belong to the caller
-    status = solver.Solve(model)
+    # CP-SAT's own SIGINT handler only stops the search (the run then went on, or failed on status
+    # UNKNOWN); ours stops it and raises KeyboardInterrupt
+    solver.parameters.catch_sigint_signal = False
+    with interruptible(solver.stop_search):
+        status = solver.Solve(model)
     if status == cp_model.INFEASIBLE:
         return None
     if status != cp_model.OPTIMAL:
