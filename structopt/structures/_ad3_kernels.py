@@ -819,6 +819,8 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                     best = s
             if best >= 0:
                 p[voff[i] + best] = 1.0
+    y_prev = np.zeros((2, n_vars), dtype=np.int64)
+    have_prev = np.zeros(2, dtype=np.bool_)
     eta = scal[S_ETA]
     status = RUNNING
     for it in range(n_iter):
@@ -894,6 +896,16 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 else:
                     round_sequential(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, vallow, fkind, fparam,
                                      fptr, evar, toff, y_work)
+                # the roundings settle long before the bound does: skip the local search and the
+                # scoring when this rounding repeats its previous labeling
+                same = have_prev[rounding]
+                for i in range(n_vars):
+                    if y_prev[rounding, i] != y_work[i]:
+                        same = False
+                        y_prev[rounding, i] = y_work[i]
+                have_prev[rounding] = True
+                if same:
+                    continue
                 local_search(y_work, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, fptr, evar, tab,
                              toff, 20)
                 val = score_labels(y_work, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, toff)
