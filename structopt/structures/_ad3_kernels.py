@@ -676,10 +676,11 @@ def round_sequential(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, val
     """
     decided = np.zeros(n_vars, dtype=np.bool_)
     sub = np.empty(8, dtype=np.int64)
+    mass = np.empty(vstates.max())
     for r in range(n_vars):
         i = order[r]
         S = vstates[i]
-        mass = np.zeros(S)
+        mass[:S] = 0.0
         for q in range(vptr[i], vptr[i + 1]):
             e = vedge[q]
             f = efac[e]
@@ -803,8 +804,13 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     uz = np.where(vallow, u, 0.0)
     pair_fast = np.zeros(n_f, dtype=np.bool_)
     for f in range(n_f):
-        if fkind[f] == DENSE:
+        if fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
             pair_fast[f] = _is_binary_pair(f, fptr, evar, voff, vstates, vallow, tab, toff)
+    # each factor's share of the unary scores, θ_i / deg(i), per state
+    share = np.empty(p.size)
+    for i in range(n_vars):
+        for s in range(voff[i], voff[i + 1]):
+            share[s] = uz[s] / deg[i] if deg[i] > 0 else uz[s]
     n_e = evar.size
     target = np.empty(eoff[n_e])
     work = np.empty(eoff[n_e])
@@ -824,6 +830,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     eta = scal[S_ETA]
     status = RUNNING
     for it in range(n_iter):
+        half_inv = 0.5 / eta
         # 1. local QPs, targets a_iα = p_i + (θ_i/deg_i + λ_iα)/η
         for f in range(n_f):
             if pair_fast[f]:
@@ -833,15 +840,14 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 ia, ib = evar[ea], evar[ea + 1]
                 ta, tb = eoff[ea], eoff[ea + 1]
                 va, vb = voff[ia], voff[ib]
-                a0 = p[va] + (uz[va] / deg[ia] + lam[ta]) / eta
-                a1 = p[va + 1] + (uz[va + 1] / deg[ia] + lam[ta + 1]) / eta
-                b0 = p[vb] + (uz[vb] / deg[ib] + lam[tb]) / eta
-                b1 = p[vb + 1] + (uz[vb + 1] / deg[ib] + lam[tb + 1]) / eta
                 t0 = toff[f]
                 th00, th01, th10, th11 = tab[t0], tab[t0 + 1], tab[t0 + 2], tab[t0 + 3]
-                c1 = 0.5 * (1.0 - a0 + a1) + (th10 - th00) / (2.0 * eta)
-                c2 = 0.5 * (1.0 - b0 + b1) + (th01 - th00) / (2.0 * eta)
-                c12 = (th00 - th01 - th10 + th11) / (2.0 * eta)
+                # c = ½(1 - a(0) + a(1)) with a = p + (θ_i/deg + λ)/η, plus the table's own linear part
+                c1 = 0.5 * (1.0 - p[va] + p[va + 1]) + half_inv * (share[va + 1] - share[va] + lam[ta + 1] - lam[ta]
+                                                                   + th10 - th00)
+                c2 = 0.5 * (1.0 - p[vb] + p[vb + 1]) + half_inv * (share[vb + 1] - share[vb] + lam[tb + 1] - lam[tb]
+                                                                   + th01 - th00)
+                c12 = half_inv * (th00 - th01 - th10 + th11)
                 z1, z2, z12 = pair_closed_form(c1, c2, c12)
                 qt[t0] = 1.0 - z1 - z2 + z12
                 qt[t0 + 1] = z2 - z12
@@ -854,7 +860,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 i = evar[e]
                 for s in range(vstates[i]):
                     t = eoff[e] + s
-                    target[t] = p[voff[i] + s] + (uz[voff[i] + s] / deg[i] + lam[t]) / eta
+                    target[t] = p[voff[i] + s] + (share[voff[i] + s] + lam[t]) / eta
             local_qp(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
                      acfg, aw, aoff, acount, qe, qt, max_inner, pair_fast)
         # 2. consensus (λ sums to zero per variable, so it drops out) and 3. multipliers

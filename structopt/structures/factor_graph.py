@@ -473,7 +473,7 @@ class FactorGraph(Structure):
         if eta is None:
             # η has the units of a score: start near the scores' spread (residual balancing adapts it)
             vals = np.concatenate([theta.unary[allowed], theta.factors[np.isfinite(theta.factors)]])
-            spread = float(np.mean(np.abs(vals - np.median(vals)))) if vals.size else 1.0
+            spread = float(np.mean(np.abs(vals - vals.mean()))) if vals.size else 1.0
             eta = 0.1 * spread if spread > 0 else 0.1
         scal = np.zeros(K.N_SCAL)
         scal[K.S_ETA] = eta
