@@ -292,6 +292,30 @@ def test_ctrl_c_during_ad3_raises_promptly():
     timer.join()
 
 
+def test_a_graph_without_factors():
+    fg = FactorGraph([3, 2])
+    theta = fg.potentials(unary=[[0.0, 2.0, 1.0], [1.0, -np.inf]])
+    for method in ("ad3", "bnb", "cpsat", "lp"):
+        sol = fg.map(theta, method=method)
+        assert list(sol.labels) == [1, 0] and sol.score == 3.0 and sol.optimal, method
+
+
+def test_map_inference_refuses_bad_input():
+    from structopt.errors import InvalidInputError
+    from structopt.marginals.map import map_inference
+    from structopt.marginals.mrf import PairwiseMRF
+
+    mrf = PairwiseMRF.from_potentials([np.zeros(2), np.zeros(3)], [(0, 1)], [np.ones((2, 3))])
+    with pytest.raises(InvalidInputError, match="unknown MAP method 'icm'"):
+        map_inference(mrf, "icm")
+    with pytest.raises(InvalidInputError, match="time_limit"):
+        map_inference(mrf, "ad3", time_limit=-1)
+    with pytest.raises(InvalidInputError, match="needs a PairwiseMRF"):
+        map_inference(np.zeros(3))
+    result = map_inference(mrf, "ad3")
+    assert result.optimal and result.log_score == pytest.approx(1.0) and result.gap == pytest.approx(0, abs=1e-8)
+
+
 # --------------------------------------------------------------------------- UAI
 @needs_data("uai")
 def test_map_inference_methods_agree_within_certificates_on_uai():
