@@ -27,6 +27,8 @@ from structopt.structures import (
     BoxPotentials,
     Chain,
     ChainPotentials,
+    FactorGraph,
+    FactorGraphPotentials,
     GridPotentials,
     LPStructure,
     MatchingPotentials,
@@ -47,6 +49,10 @@ def __getattr__(name: str):
         from structopt.estimator import StructuredSVM
 
         return StructuredSVM
+    if name in ("map_inference", "MAPResult"):  # MAP for UAI models lives with marginal inference
+        from structopt.marginals import map as map_module
+
+        return getattr(map_module, name)
     raise AttributeError(f"module 'structopt' has no attribute {name!r}")
 
 __all__ = [
@@ -59,6 +65,8 @@ __all__ = [
     "Chain",
     "ChainModel",
     "ChainPotentials",
+    "FactorGraph",
+    "FactorGraphPotentials",
     "FeatureModel",
     "GridInput",
     "GridModel",
@@ -67,6 +75,7 @@ __all__ = [
     "InvalidInputError",
     "LPStructure",
     "Loss",
+    "MAPResult",
     "MatchingHamming",
     "MatchingModel",
     "MatchingPotentials",
@@ -88,4 +97,5 @@ __all__ = [
     "WeightedHamming",
     "__version__",
     "get_solver",
+    "map_inference",
 ]

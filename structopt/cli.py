@@ -488,11 +488,43 @@ def _json_number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
+MARGINAL_METHODS = ("bfw", "trbp", "bp", "mf", "exact")
+MAP_METHODS = ("ad3", "bnb", "lp", "cpsat")
+
+
+def _infer_map(args: argparse.Namespace) -> int:
+    from structopt.marginals.map import map_inference
+    from structopt.marginals.uai import read_uai
+
+    method = args.method or "ad3"
+    if method not in MAP_METHODS:
+        raise InvalidInputError(f"--task map takes --method {', '.join(MAP_METHODS)}, got {method}")
+    for flag, value in (("--max-iter", args.max_iter), ("--tol", args.tol)):
+        if value is not None:
+            raise InvalidInputError(f"{flag} does not apply to --task map")
+    out = Path(args.out or f"{Path(args.file).name}.{method}.MPE")
+    _check_writable_file(out, "--out")
+    mrf = read_uai(args.file)
+    limit = args.time_limit if args.time_limit is not None else INFER_TIME_LIMIT
+    result = map_inference(mrf, method, time_limit=limit)
+    _make_dir(out.parent, "--out")
+    _write_atomic(out, lambda path: path.write_text(f"MPE\n{mrf.n_nodes} {' '.join(map(str, result.labels))}\n"))
+    state = "proven optimal" if result.optimal else f"not proven optimal: gap {result.gap:.6g} ({result.status})"
+    print(f"{Path(args.file).name} map {method}: log-score {result.log_score:.6f} | upper bound "
+          f"{result.upper_bound:.6f} | {state} | {result.time:.2f}s | labels in {out}", flush=True)
+    return 0
+
+
 def _infer(args: argparse.Namespace) -> int:
     from structopt.marginals.infer import infer
     from structopt.marginals.mrf import InferenceInterrupted
     from structopt.marginals.uai import read_pr, read_uai, write_mar
 
+    if args.task == "map":
+        return _infer_map(args)
+    args.method = args.method or "bfw"
+    if args.method in MAP_METHODS:
+        raise InvalidInputError(f"--method {args.method} is a MAP method: add --task map")
     iterative = args.method in _ITERATION
     if not iterative:  # refused rather than ignored
         for flag, value in (("--time-limit", args.time_limit), ("--max-iter", args.max_iter), ("--tol", args.tol)):
@@ -634,16 +666,21 @@ def build_parser() -> argparse.ArgumentParser:
                                        "stops before converging (time limit, iteration budget, Ctrl-C) writes its "
                                        "current iterate, marked partial, and says so.")
     infer.add_argument("file", help="the .uai file")
-    infer.add_argument("--method", default="bfw", choices=["bfw", "trbp", "bp", "mf", "exact"],
-                       help="bfw: Barrier Frank-Wolfe over the marginal polytope (default); trbp, bp, mf: "
-                            "message passing; exact: variable elimination (small treewidth only)")
+    infer.add_argument("--task", default="marginals", choices=["marginals", "map"],
+                       help="marginals: log Z and single-node marginals (default); map: the MAP labeling with a "
+                            "certified upper bound, written in the UAI .MPE layout")
+    infer.add_argument("--method", default=None, choices=[*MARGINAL_METHODS, *MAP_METHODS],
+                       help="--task marginals: bfw, Barrier Frank-Wolfe over the marginal polytope (default); "
+                            "trbp, bp, mf: message passing; exact: variable elimination (small treewidth only). "
+                            "--task map: ad3, dual decomposition with a certified bound (default); bnb, exact "
+                            "branch-and-bound over AD3; lp, HiGHS on the local polytope; cpsat, exact CP-SAT")
     infer.add_argument("--out", default=None, metavar="FILE",
                        help="marginals file (default FILE.METHOD.MAR in the current directory), checked before "
                             "inference starts; a JSON summary (log Z, status, iterations) goes to FILE.json beside it")
     infer.add_argument("--time-limit", type=_number(float, 0.0, False, "a finite number > 0"), default=None,
                        metavar="SECONDS",
-                       help=f"stop bfw, trbp, bp or mf after this long (default {INFER_TIME_LIMIT:g}); the current "
-                            "iterate is then written, marked partial (as after Ctrl-C)")
+                       help=f"stop bfw, trbp, bp, mf or a MAP method after this long (default {INFER_TIME_LIMIT:g}); "
+                            "the current iterate (best labeling) is then written, marked partial (as after Ctrl-C)")
     infer.add_argument("--max-iter", type=_number(int, 1, True, "an integer >= 1"), default=None, metavar="N",
                        help="iteration budget: MAP calls for bfw (default 2000), sweeps for trbp, bp and mf "
                             "(default 1000)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import math
 import signal
@@ -297,3 +298,32 @@ def test_sigint_to_infer_exits_130_with_one_line_and_the_partial_result(tmp_path
                                    f"{out}.json"]
     assert "PARTIAL (interrupted)" in stdout and waited < 10, waited
     assert json.loads((tmp_path / "m.MAR.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("method", ["ad3", "bnb", "lp", "cpsat"])
+def test_infer_map_writes_the_labels_and_a_certified_bound(model_file, tmp_path, capsys, method):
+    path, _ = model_file
+    mrf = read_uai(path)
+    best = max(itertools.product(*(range(k) for k in mrf.cards)), key=lambda y: mrf.score(np.array(y)))
+    out = tmp_path / f"{method}.MPE"
+    assert main(["infer", str(path), "--task", "map", "--method", method, "--out", str(out)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"cycle.uai map {method}: log-score ")
+    log_score, bound = float(line.split("log-score ")[1].split()[0]), float(line.split("upper bound ")[1].split()[0])
+    assert bound >= mrf.score(np.array(best)) - 1e-6 >= log_score - 1e-6
+    header, body = out.read_text().splitlines()
+    labels = np.array(body.split()[1:], dtype=int)
+    assert header == "MPE" and int(body.split()[0]) == 4
+    assert mrf.score(labels) == pytest.approx(log_score, abs=1e-6)  # printed to 6 decimals
+    if method in ("bnb", "cpsat"):  # exact methods
+        assert "proven optimal" in line and log_score == pytest.approx(mrf.score(np.array(best)), abs=1e-6)
+
+
+def test_infer_map_and_marginal_methods_are_not_mixed(model_file, tmp_path, capsys):
+    path, _ = model_file
+    assert main(["infer", str(path), "--method", "ad3", "--out", str(tmp_path / "x")]) == 2
+    assert "add --task map" in capsys.readouterr().err
+    assert main(["infer", str(path), "--task", "map", "--method", "trbp", "--out", str(tmp_path / "x")]) == 2
+    assert "--task map takes --method ad3" in capsys.readouterr().err
+    assert main(["infer", str(path), "--task", "map", "--tol", "0.1", "--out", str(tmp_path / "x")]) == 2
+    assert "--tol does not apply to --task map" in capsys.readouterr().err
