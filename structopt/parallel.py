@@ -25,6 +25,12 @@ Faults: a pass is a pure function of the weights, so a pass that loses a worker 
 dask does that itself (a chunk lost with its worker is rebuilt from its task); a dead local
 process is replaced (with its chunk) and the pass rerun once. A pass that still cannot complete raises
 :class:`ParallelError`; no partial sum is ever returned.
+
+Ctrl-C: waiting for a pass wakes up on SIGINT. The pass is abandoned (its futures cancelled) and the
+workers this executor started are killed rather than waited for (their oracle calls may run for
+long and their answers are no longer wanted), so the :class:`KeyboardInterrupt` reaches the caller
+within a second or two; a later pass on the same executor starts fresh workers. Workers of a
+cluster the caller owns are left alone (a running task finishes there; its result is dropped).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ import itertools
 import multiprocessing
 import numbers
 import os
+import pickle
+import signal
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -48,6 +56,8 @@ from structopt.problem import SSVMProblem
 from structopt.structures.base import Potentials
 
 EXECUTORS = ("processes", "dask")
+#: seconds to wait for dask workers to be running (a loaded machine starts worker processes slowly)
+WORKER_WAIT_TIMEOUT = 120.0
 
 
 class ParallelError(StructoptError):
@@ -82,6 +92,58 @@ def chunk_specs(problem: SSVMProblem, n_chunks: int) -> list[ChunkSpec]:
     bounds = chunk_bounds(problem.n, n_chunks)
     return [ChunkSpec(problem.model, problem.X[a:b], problem.Y[a:b], problem.loss, problem.lam, int(a), int(b))
             for a, b in itertools.pairwise(bounds)]
+
+
+def _unpicklable(obj: Any, path: str, depth: int = 4) -> tuple[str, Any] | None:
+    """The innermost attribute (path, value) under ``obj`` that pickle refuses, or None if it pickles."""
+    try:
+        pickle.dumps(obj)
+        return None
+    except Exception:  # pickle raises PicklingError, AttributeError or TypeError: look inside
+        pass
+    if depth > 0:
+        items = list(vars(obj).items()) if hasattr(obj, "__dict__") and not callable(obj) else []
+        if isinstance(obj, dict):
+            items = [(f"[{key!r}]", value) for key, value in obj.items()]
+        elif isinstance(obj, (list, tuple)):
+            items = [(f"[{i}]", value) for i, value in enumerate(obj)]
+        for name, value in items:
+            inner = _unpicklable(value, f"{path}.{name}" if not name.startswith("[") else f"{path}{name}",
+                                 depth - 1)
+            if inner is not None:
+                return inner
+    return path, obj
+
+
+def check_picklable(problem: SSVMProblem, executor: str = "processes") -> None:
+    """Refuse, naming the culprit, a model or loss that cannot be sent to worker processes by pickle.
+
+    Raises
+    ------
+    InvalidInputError
+        E.g. for ``LPStructure.from_builder(lambda n: ...)``: a lambda (or a function defined inside
+        another function) pickles by name only, which worker processes cannot look up.
+    """
+    for root, obj in (("model", problem.model), ("loss", problem.loss)):
+        found = _unpicklable(obj, root)
+        if found is None:
+            continue
+        path, value = found
+        reason = "pickle refuses it"
+        try:
+            pickle.dumps(value)
+        except Exception as error:  # any pickling failure is reported the same way
+            reason = f"{type(error).__name__}: {error}"
+        name = getattr(value, "__qualname__", "")
+        if name.endswith("<lambda>") or "<locals>" in name:
+            what = "a lambda" if name.endswith("<lambda>") else "a function defined inside another function"
+            hint = (f"{path} is {what} ({name}), which cannot be sent to worker processes; define it with def "
+                    f"at module level, or use executor=None or 'dask' (dask sends functions with cloudpickle)")
+        else:
+            hint = (f"{path} ({type(value).__name__}) cannot be pickled ({reason}); executor={executor!r} sends "
+                    "the model and the loss to worker processes with pickle (executor=None runs in this "
+                    "process; 'dask' uses cloudpickle)")
+        raise InvalidInputError(f"executor={executor!r}: {hint}")
 
 
 def _run_on_chunk(chunk: SSVMProblem, name: str, args: tuple) -> Any:
@@ -250,6 +312,7 @@ class ProcessExecutor(Executor):
     """
 
     def __init__(self, problem: SSVMProblem, n_workers: int):
+        check_picklable(problem, "processes")
         specs = chunk_specs(problem, n_workers)
         super().__init__(problem, np.array([s.start for s in specs] + [specs[-1].stop], dtype=np.int64))
         self._specs = specs
@@ -265,16 +328,23 @@ class ProcessExecutor(Executor):
 
     def _submit_all(self, submit: Callable[[], list[tuple[int, concurrent.futures.Future]]]) -> list[Any]:
         # a pass is pure: if a worker dies, replace it and run the pass once more
+        for c, pool in enumerate(self._pools):
+            if pool is None:  # abandoned after an interrupt: fresh workers
+                self._start(c)
         for attempt in (1, 2):
             futures = submit()
             broken = set()
             results = []
-            for c, future in futures:
-                try:
-                    results.append(future.result())
-                except concurrent.futures.process.BrokenProcessPool as error:
-                    broken.add(c)
-                    failure = error
+            try:
+                for c, future in futures:
+                    try:
+                        results.append(future.result())  # interruptible: a SIGINT raises KeyboardInterrupt here
+                    except concurrent.futures.process.BrokenProcessPool as error:
+                        broken.add(c)
+                        failure = error
+            except KeyboardInterrupt:
+                self._abandon()
+                raise
             if not broken:
                 return results
             for c in broken:
@@ -284,6 +354,17 @@ class ProcessExecutor(Executor):
                 raise ParallelError(f"a worker process died twice during one batch pass ({failure}); the pass "
                                     "was abandoned (no partial result is used)")
         raise AssertionError("unreachable")
+
+    def _abandon(self) -> None:
+        # Ctrl-C during a pass: kill the workers instead of waiting for their (possibly hours-long) tasks
+        for c, pool in enumerate(self._pools):
+            if pool is None:
+                continue
+            for process in list(getattr(pool, "_processes", {}).values()):
+                with contextlib.suppress(OSError, AttributeError):
+                    process.kill()
+            pool.shutdown(wait=True, cancel_futures=True)
+            self._pools[c] = None
 
     def _map_subset(self, name: str, chunks: list[int], args: list[tuple]) -> list[Any]:
         return self._submit_all(lambda: [(c, self._pools[c].submit(_pool_task, name, a))
@@ -372,12 +453,13 @@ class DaskExecutor(Executor):
             except OSError as error:
                 raise ParallelError(f"executor: cannot reach the dask scheduler at {target!r} ({error})") from None
         try:
-            workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
-        except TypeError:  # older distributed: no n_workers argument
-            workers = sorted(self.client.scheduler_info()["workers"])
-        if not workers:
+            self._start_chunks(problem, n_workers, distributed)
+        except BaseException:  # including KeyboardInterrupt while waiting: release what was started
             self.close()
-            raise ParallelError("executor: the dask cluster has no workers")
+            raise
+
+    def _start_chunks(self, problem: SSVMProblem, n_workers: int | None, distributed: Any) -> None:
+        workers = self._wait_for_workers(n_workers if self._cluster is not None else 1)
         specs = chunk_specs(problem, n_workers or len(workers))
         super().__init__(problem, np.array([s.start for s in specs] + [specs[-1].stop], dtype=np.int64))
         self._killed = distributed.KilledWorker
@@ -392,19 +474,63 @@ class DaskExecutor(Executor):
                             for c, spec in enumerate(specs)]
         self._gather(self._chunks)  # fail now, not in the first pass, if a chunk cannot be built
 
-    def _gather(self, futures: list) -> list[Any]:
+    def _wait_for_workers(self, count: int | None) -> list[str]:
+        """Addresses of the cluster's workers, once ``count`` (at least one) are running.
+
+        A loaded machine starts worker processes slowly, and a worker may be briefly away (restarted
+        by its nanny, reconnecting): wait for them, generously, instead of failing at once.
+        """
+        count = max(1, count or 1)
         try:
-            return self.client.gather(futures)
+            self.client.wait_for_workers(count, timeout=WORKER_WAIT_TIMEOUT)
+        except (TimeoutError, OSError) as error:
+            raise ParallelError(f"executor: the dask cluster did not have {count} running worker(s) within "
+                                f"{WORKER_WAIT_TIMEOUT:g} s ({type(error).__name__}: {error})") from None
+        try:
+            workers = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        except TypeError:  # older distributed: no n_workers argument
+            workers = sorted(self.client.scheduler_info()["workers"])
+        if not workers:  # left again in between: extremely unlikely; say so rather than divide by zero
+            raise ParallelError("executor: the dask cluster has no workers")
+        return workers
+
+    def _gather(self, futures: list) -> list[Any]:
+        if self.client is None:
+            raise ParallelError("executor: this DaskExecutor is closed (it was closed, or interrupted by Ctrl-C)")
+        try:
+            return self.client.gather(futures)  # waits in short interruptible steps
         except self._killed as error:
             raise ParallelError(f"dask workers died repeatedly while running a batch pass ({error}); "
                                 "the pass was abandoned (no partial result is used)") from error
+        except KeyboardInterrupt:
+            self._abandon(futures)
+            raise
+
+    def _abandon(self, futures: list) -> None:
+        # Ctrl-C during a pass: cancel it; a cluster we started is killed and closed (its workers may be
+        # inside hours-long oracle calls, which a graceful close would wait for)
+        with contextlib.suppress(Exception):
+            self.client.cancel(futures, force=True)
+        if self._cluster is not None:
+            for worker in list(getattr(self._cluster, "workers", {}).values()):
+                process = getattr(getattr(worker, "process", None), "process", None)  # a Nanny's worker process
+                if process is None or getattr(process, "pid", None) is None:
+                    continue
+                worker.auto_restart = False
+                with contextlib.suppress(OSError):
+                    os.kill(process.pid, signal.SIGKILL)
+            self.close()
 
     def _map_subset(self, name: str, chunks: list[int], args: list[tuple]) -> list[Any]:
+        if self.client is None:
+            return self._gather([])
         futures = [self.client.submit(_dask_chunk_task, self._chunks[c], name, a, pure=False)
                    for c, a in zip(chunks, args, strict=True)]
         return self._gather(futures)
 
     def _map_inputs(self, name: str, args_per_chunk: Sequence[tuple]) -> list[Any]:
+        if self.client is None:
+            return self._gather([])
         model = self.problem.model
         futures = [self.client.submit(_inputs_task, model, name, a, pure=False) for a in args_per_chunk]
         return self._gather(futures)

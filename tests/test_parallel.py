@@ -3,12 +3,14 @@ mini-batch BCFW; option validation; checkpoints across executors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -237,76 +239,142 @@ def test_cli_refuses_bad_worker_counts(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- faults
-class SlowHamming(so.Hamming):
-    """Hamming loss whose evaluation sleeps: makes an oracle pass last long enough to kill a worker in it."""
+class GateHamming(so.Hamming):
+    """Hamming loss that waits while the file ``gate`` exists (announcing itself in ``<pid>.waiting``
+    beside it): a test can kill a worker in the middle of a pass, whatever the machine's load."""
+
+    def __init__(self, gate: Path):
+        super().__init__()
+        self.gate = Path(gate)
 
     def __call__(self, y_true, y_pred) -> float:
-        time.sleep(0.03)
+        if self.gate.exists():
+            (self.gate.parent / f"{os.getpid()}.waiting").touch()
+            deadline = time.monotonic() + 120.0
+            while self.gate.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
         return super().__call__(y_true, y_pred)
 
 
-def slow_problem() -> so.SSVMProblem:
+def gated_problem(gate: Path) -> so.SSVMProblem:
     fast = random_chain_problem(4, n=24, max_len=4)
-    return so.SSVMProblem(fast.model, fast.X, fast.Y, SlowHamming(), fast.lam)
+    return so.SSVMProblem(fast.model, fast.X, fast.Y, GateHamming(gate), fast.lam)
 
 
-def kill_during_second_pass(pids: list[int], victims: list[int]):
-    """A callback that, at the first evaluation, schedules a SIGKILL of ``pids[0]`` 0.2 s into the next pass."""
+def kill_in_next_pass(gate: Path, victim: int, killed: list[int]):
+    """A callback that, at the first evaluation, closes the gate and SIGKILLs ``victim`` once it waits there
+    (inside a task of the next pass), then opens the gate again for the others."""
+    def kill() -> None:
+        marker = gate.parent / f"{victim}.waiting"
+        deadline = time.monotonic() + 120.0
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGKILL)
+        gate.unlink()
+
     def callback(w):
-        if not victims:
-            victims.append(pids[0])
-            threading.Timer(0.2, os.kill, (pids[0], signal.SIGKILL)).start()
+        if not killed:
+            killed.append(victim)
+            gate.touch()
+            threading.Thread(target=kill, daemon=True).start()
         return {}
     return callback
 
 
 def assert_dead(pid: int) -> None:
-    time.sleep(0.5)
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    deadline = time.monotonic() + 60.0  # a killed process is gone at once; its parent may reap it late
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as fh:
+            if fh.read().split(")")[-1].split()[0] == "Z":  # killed, not yet reaped
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} is still alive")
 
 
 @pytest.mark.slow
-def test_killed_dask_worker_mid_pass_gives_the_serial_trace():
-    problem = slow_problem()
+def test_killed_dask_worker_mid_pass_gives_the_serial_trace(tmp_path):
+    gate = tmp_path / "gate"
+    problem = gated_problem(gate)
     serial = frank_wolfe(problem, max_passes=3, fused=False)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=50) as cluster, distributed.Client(cluster, set_as_default=False) as c:
-        victims: list[int] = []
+        c.wait_for_workers(2, timeout=120)
+        killed: list[int] = []
         pids = list(c.run(os.getpid).values())
         result = frank_wolfe(problem, max_passes=3, fused=False, executor=c,
-                             callback=kill_during_second_pass(pids, victims))
-        assert_dead(victims[0])
+                             callback=kill_in_next_pass(gate, pids[0], killed))
+        assert_dead(killed[0])
     assert_same_trace(serial.trace, result.trace)  # the lost chunk was rebuilt and its task rerun
 
 
 @pytest.mark.slow
-def test_killed_process_worker_mid_pass_gives_the_serial_trace():
-    problem = slow_problem()
+def test_killed_process_worker_mid_pass_gives_the_serial_trace(tmp_path):
+    gate = tmp_path / "gate"
+    problem = gated_problem(gate)
     serial = frank_wolfe(problem, max_passes=3, fused=False)
-    victims: list[int] = []
+    killed: list[int] = []
     with ProcessExecutor(problem, 2) as pool:
         pool.mean_hinge(problem.model.zeros())  # workers up
         result = frank_wolfe(problem, max_passes=3, fused=False, executor=pool,
-                             callback=kill_during_second_pass(pool.worker_pids(), victims))
-        assert victims[0] not in pool.worker_pids(), "the broken pool was replaced"
-    assert_dead(victims[0])
+                             callback=kill_in_next_pass(gate, pool.worker_pids()[0], killed))
+        assert killed[0] not in pool.worker_pids(), "the broken pool was replaced"
+    assert_dead(killed[0])
     assert_same_trace(serial.trace, result.trace)
 
 
 @pytest.mark.slow
 def test_worker_loss_beyond_retries_fails_clearly_and_the_checkpoint_resumes(tmp_path):
-    problem = slow_problem()
+    gate = tmp_path / "gate"
+    problem = gated_problem(gate)
     serial = frank_wolfe(problem, max_passes=3, fused=False)
     path = tmp_path / "fw.ckpt"
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
             distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                      silence_logs=50) as cluster, \
             distributed.Client(cluster, set_as_default=False) as c:
-        victims: list[int] = []
+        c.wait_for_workers(2, timeout=120)
+        killed: list[int] = []
         pids = list(c.run(os.getpid).values())
         with pytest.raises(ParallelError, match="died"):
             frank_wolfe(problem, max_passes=3, fused=False, executor=c, checkpoint=path,
-                        callback=kill_during_second_pass(pids, victims))
+                        callback=kill_in_next_pass(gate, pids[0], killed))
     resumed = frank_wolfe(problem, max_passes=3, fused=False, resume=path)
     assert_same_trace(serial.trace, resumed.trace)
+
+
+# --------------------------------------------------------------------------- sending problems to workers
+def test_processes_refuse_a_lambda_builder_naming_the_cause():
+    import cvxpy as cp
+
+    def declare(n):  # a def inside a function pickles by name only, like a lambda
+        z = cp.Variable(n, boolean=True)
+        return z, [cp.sum(z) <= 2]
+
+    rng = np.random.default_rng(0)
+    X = [rng.normal(size=(k, 2)) for k in (3, 4)]
+    Y = [np.zeros(k, dtype=np.int64) for k in (3, 4)]
+    for builder, what in ((lambda n: declare(n), "is a lambda"), (declare, "is a function defined inside")):
+        structure = so.LPStructure.from_builder(builder)
+        problem = so.SSVMProblem(so.FeatureModel(structure, n_features=2), X, Y, so.Hamming(), lam=0.1)
+        with pytest.raises(InvalidInputError, match=rf"model\.structure\._builder {what}.*def at module level"):
+            frank_wolfe(problem, max_passes=1, executor="processes", n_workers=2)
+        # dask sends functions with cloudpickle; serial needs no pickling
+        assert frank_wolfe(problem, max_passes=1).trace
+
+
+def test_executor_waits_for_workers_that_start_late():
+    problem = random_multiclass_problem(1, n=6)
+    with distributed.LocalCluster(n_workers=0, threads_per_worker=1, processes=False, dashboard_address=":0",
+                                  silence_logs=40) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as c:
+        timer = threading.Timer(0.5, cluster.scale, (1,))  # the cluster has no worker when the run starts
+        timer.start()
+        try:
+            result = frank_wolfe(problem, max_passes=2, executor=c)
+        finally:
+            timer.cancel()
+    assert_same_trace(frank_wolfe(problem, max_passes=2).trace, result.trace)

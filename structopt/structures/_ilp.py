@@ -212,6 +212,9 @@ def solve_scip(ilp: ILP, c: np.ndarray) -> np.ndarray | None:
     objective.SetMaximization()
     params = pywraplp.MPSolverParameters()
     params.SetDoubleParam(params.RELATIVE_MIP_GAP, 0.0)
+    # SCIP's own SIGINT handler would only end this solve early (then "status FEASIBLE" errors); ours stops
+    # it and raises KeyboardInterrupt
+    solver.SetSolverSpecificParametersAsString("misc/catchctrlc = FALSE\n")
     with interruptible(solver.InterruptSolve):  # Solve releases the GIL; InterruptSolve stops SCIP
         status = solver.Solve(params)
     if status == pywraplp.Solver.INFEASIBLE:
