@@ -602,7 +602,7 @@ def _number(kind: Callable[[str], Any], low: float, inclusive: bool, what: str) 
 def build_parser() -> argparse.ArgumentParser:
     """The ``structopt`` argument parser (``train`` and ``check`` subcommands)."""
     from structopt import __version__
-    from structopt.validate import BUILTIN_STRUCTURES
+    from structopt.structures.registry import registered_structures
 
     debug = _Parser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -656,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", parents=[debug], help="validate built-in structures against enumeration and LP")
     check.add_argument("structures", nargs="*", metavar="STRUCTURE",
-                       help=f"structure names: {', '.join(BUILTIN_STRUCTURES)} (default: all)")
+                       help=f"structure names: {', '.join(registered_structures())} (default: all)")
     check.add_argument("--seed", type=_number(int, 0, True, "an integer >= 0"), default=0)
     check.set_defaults(run=_check)
 

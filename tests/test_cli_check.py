@@ -26,7 +26,8 @@ def test_check_all_structures(capsys):
         assert "NO" not in cells[3:5], cells
         unsupported = {"matching": ("marginals", "prox_entropy"), "lp": ("marginals", "prox_entropy"),
                        "grid": ("marginals", "prox_entropy"),
-                       "box": ("lp_relaxation", "project", "prox_entropy")}
+                       "box": ("lp_relaxation", "project", "prox_entropy"),
+                       "factor_graph": ("topk", "marginals", "max_marginals", "prox_entropy")}
         if oracle not in unsupported.get(structure, ()):
             assert cells[3] == "yes", cells  # every supported oracle was compared with enumeration
     assert rows[("matching", "marginals")][3:5] == ["-", "-"]

@@ -1,18 +1,26 @@
-"""Output structures: finite output sets with their marginal polytopes and oracles."""
+"""Output structures: finite output sets with their marginal polytopes and oracles.
 
+Importing a structure module registers its structure (:mod:`structopt.structures.registry`); the
+imports below are in registration order, which is the order ``structopt check`` runs them in.
+"""
+
+# isort: off
 from structopt.structures.base import Polytope, Structure, add, flatten, inner, scale, unflatten
-from structopt.structures.box import BoundingBox, BoxPotentials
+from structopt.structures.registry import register_structure, registered_structures, structure_class
 from structopt.structures.chain import Chain, ChainPotentials
-from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
-from structopt.structures.grid import BinaryGrid, GridPotentials
-from structopt.structures.lp import LPStructure, VectorPotentials
-from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 from structopt.structures.multiclass import MultiClass, MultiClassPotentials
+from structopt.structures.matching import BipartiteMatching, MatchingPotentials
+from structopt.structures.grid import BinaryGrid, GridPotentials
+from structopt.structures.box import BoundingBox, BoxPotentials
+from structopt.structures.lp import LPStructure, VectorPotentials
 from structopt.structures.tree import TreePotentials, TreeStructure
+from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
+# isort: on
 
 __all__ = [
     "BinaryGrid", "BipartiteMatching", "BoundingBox", "BoxPotentials", "Chain", "ChainPotentials", "FactorGraph",
     "FactorGraphPotentials", "GridPotentials",
     "LPStructure", "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Polytope", "Structure",
-    "TreePotentials", "TreeStructure", "VectorPotentials", "add", "flatten", "inner", "scale", "unflatten",
+    "TreePotentials", "TreeStructure", "VectorPotentials", "add", "flatten", "inner", "register_structure",
+    "registered_structures", "scale", "structure_class", "unflatten",
 ]

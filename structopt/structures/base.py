@@ -102,27 +102,124 @@ def unflatten(vector: np.ndarray, like: Potentials) -> Potentials:
     return type(like)(*fields)
 
 
+def random_like(like: Potentials, rng: np.random.Generator, integer: bool = False,
+                low: float = -3.0, high: float = 3.0) -> Potentials:
+    """Random potentials with the fields' shapes of ``like``.
+
+    Parameters
+    ----------
+    integer : bool
+        Draw integers in ``[low, high]`` (many ties), else uniform floats.
+    """
+    fields = []
+    for x in like:
+        shape = np.shape(x)
+        if integer:
+            fields.append(rng.integers(int(low), int(high) + 1, size=shape).astype(float))
+        else:
+            fields.append(rng.uniform(low, high, size=shape))
+    return type(like)(*fields)
+
+
 class Polytope(NamedTuple):
-    """A linear description ``{z : A_eq z = b_eq, A_ub z <= b_ub, 0 <= z <= 1}`` in the flat
-    statistics layout of one instance (``flatten(stats(y))`` are its integral points)."""
+    """A linear description of the marginal polytope in the flat statistics layout of one instance.
+
+    ``{z : exists u, A_eq [z; u] = b_eq, A_ub [z; u] <= b_ub, 0 <= z <= 1, aux_bounds on u}``, where
+    ``flatten(stats(y))`` are the integral points ``z``. The ``n_aux`` auxiliary columns ``u`` (flows,
+    cumulative sums, ...) let a polytope with an exponential description in ``z`` alone have a compact
+    extended one; with ``n_aux = 0`` (the default) the matrices have one column per statistic.
+    """
 
     A_eq: Any  # scipy.sparse matrix or None
     b_eq: np.ndarray | None
     A_ub: Any
     b_ub: np.ndarray | None
     like: Potentials  # statistics-shaped template for unflatten
+    n_aux: int = 0
+    #: (n_aux, 2) lower and upper bounds of the auxiliary variables (±inf allowed); None: u >= 0
+    aux_bounds: np.ndarray | None = None
+
+    @property
+    def n_stats(self) -> int:
+        """Number of statistics columns (the size of ``flatten(like)``)."""
+        return sum(int(np.size(x)) for x in self.like)
+
+    def bounds(self, stats_upper: np.ndarray | None = None) -> np.ndarray:
+        """(n_stats + n_aux, 2) variable bounds: ``[0, 1]`` per statistic (``stats_upper`` overrides the
+        upper ones), then the auxiliary bounds."""
+        stats = np.column_stack([np.zeros(self.n_stats), np.ones(self.n_stats) if stats_upper is None
+                                 else stats_upper])
+        if self.aux_bounds is None:
+            aux = np.column_stack([np.zeros(self.n_aux), np.full(self.n_aux, np.inf)])
+        else:
+            aux = np.asarray(self.aux_bounds, dtype=float).reshape(self.n_aux, 2)
+        return np.vstack([stats, aux])
 
     def cvxpy(self):
-        """Return ``(z, constraints)`` as a cvxpy variable and constraint list."""
+        """Return ``(z, constraints)``: the statistics variable and the constraint list (auxiliary
+        variables, if any, live inside the constraints)."""
         import cvxpy as cp
 
-        z = cp.Variable(sum(int(np.size(x)) for x in self.like))
+        z = cp.Variable(self.n_stats)
         constraints = [z >= 0, z <= 1]
+        x = z
+        if self.n_aux:
+            u = cp.Variable(self.n_aux)
+            x = cp.hstack([z, u])
+            lower, upper = self.bounds()[self.n_stats:].T
+            if np.isfinite(lower).any():
+                constraints.append(u[np.flatnonzero(np.isfinite(lower))] >= lower[np.isfinite(lower)])
+            if np.isfinite(upper).any():
+                constraints.append(u[np.flatnonzero(np.isfinite(upper))] <= upper[np.isfinite(upper)])
         if self.A_eq is not None:
-            constraints.append(self.A_eq @ z == self.b_eq)
+            constraints.append(self.A_eq @ x == self.b_eq)
         if self.A_ub is not None:
-            constraints.append(self.A_ub @ z <= self.b_ub)
+            constraints.append(self.A_ub @ x <= self.b_ub)
         return z, constraints
+
+    def violation(self, z: np.ndarray) -> float:
+        """Largest violation of the description at the flat statistics point ``z``.
+
+        Without auxiliary variables this is the worst residual of ``0 <= z <= 1`` and each row; with
+        them, the smallest such worst residual over ``u`` (one LP).
+        """
+        z = np.asarray(z, dtype=float)
+        worst = max(0.0, float(np.max(-z, initial=0.0)), float(np.max(z - 1.0, initial=0.0)))
+        if not self.n_aux:
+            if self.A_eq is not None:
+                worst = max(worst, float(np.max(np.abs(self.A_eq @ z - self.b_eq), initial=0.0)))
+            if self.A_ub is not None:
+                worst = max(worst, float(np.max(self.A_ub @ z - self.b_ub, initial=0.0)))
+            return worst
+        return max(worst, self._aux_violation(z))
+
+    def _aux_violation(self, z: np.ndarray) -> float:
+        # min t over (u, t) with |A_eq [z; u] - b_eq| <= t and A_ub [z; u] - b_ub <= t: the columns of z
+        # move to the right-hand side
+        import scipy.sparse as sp
+        from scipy.optimize import linprog
+
+        n, rows, rhs = self.n_stats, [], []
+        for A, b, both_sides in ((self.A_eq, self.b_eq, True), (self.A_ub, self.b_ub, False)):
+            if A is None:
+                continue
+            A = sp.csr_matrix(A)
+            rest = np.asarray(b, dtype=float) - A[:, :n] @ z
+            ones = sp.csr_matrix(np.ones((A.shape[0], 1)))
+            rows.append(sp.hstack([A[:, n:], -ones]))
+            rhs.append(rest)
+            if both_sides:
+                rows.append(sp.hstack([-A[:, n:], -ones]))
+                rhs.append(-rest)
+        if not rows:
+            return 0.0
+        cost = np.zeros(self.n_aux + 1)
+        cost[-1] = 1.0
+        bounds = np.vstack([self.bounds()[n:], [[0.0, np.inf]]])
+        res = linprog(cost, A_ub=sp.vstack(rows).tocsr(), b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"polytope membership LP failed: {res.message}")
+        return float(res.fun)
 
 
 # --------------------------------------------------------------------------- interface
@@ -136,6 +233,20 @@ class Structure(ABC):
 
     #: human-readable name used in error messages and reports
     name: str = "structure"
+
+    #: size keyword arguments of :meth:`example`, one dict per instance shape that
+    #: :func:`structopt.validate.check_builtin_structures` checks (edge cases first)
+    example_variants: tuple[dict[str, Any], ...] = ({},)
+
+    @classmethod
+    def example(cls, rng: np.random.Generator, *, integer: bool = True, **size: Any) -> tuple[Structure, Potentials]:
+        """A random small instance ``(structure, theta)``, small enough to enumerate (for validation).
+
+        Registered structures (:func:`~structopt.structures.registry.register_structure`) implement it;
+        ``size`` takes the structure's own size keywords (documented on each override) and ``integer``
+        draws integer potentials in [-3, 3] (many ties) instead of uniform floats.
+        """
+        raise NotSupportedError(f"{cls.__name__} has no random example instance")
 
     # ----- required
     @abstractmethod
@@ -196,8 +307,9 @@ class Structure(ABC):
         cost = -flatten(full)
         # a -inf potential (a forbidden entry, where the structure accepts it) fixes its statistic at 0
         forbidden = np.isposinf(cost)
-        bounds = np.column_stack([np.zeros(cost.size), np.where(forbidden, 0.0, 1.0)])
+        bounds = poly.bounds(np.where(forbidden, 0.0, 1.0))
         cost[forbidden] = 0.0
+        cost = np.concatenate([cost, np.zeros(poly.n_aux)])  # auxiliary columns carry no score
         res = linprog(cost, A_ub=poly.A_ub, b_ub=poly.b_ub, A_eq=poly.A_eq, b_eq=poly.b_eq,
                       bounds=bounds, method="highs")
         if res.status == 2:  # an empty polytope: no output exists (-inf entries, masks or constraints)
@@ -205,7 +317,7 @@ class Structure(ABC):
                                     f"point{' avoiding the -inf entries' if forbidden.any() else ''}")
         if res.status != 0:
             raise RuntimeError(f"LP relaxation of {self.name} failed: {res.message}")
-        return -float(res.fun), unflatten(res.x, poly.like)
+        return -float(res.fun), unflatten(res.x[:poly.n_stats], poly.like)
 
     def project_qp(self, v: Potentials) -> Potentials:
         """Euclidean projection of ``v`` onto the polytope with a cvxpy QP (reference method)."""

@@ -19,7 +19,8 @@ import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _box_kernels as kern
-from structopt.structures.base import Polytope, Structure, refuse_nonfinite
+from structopt.structures.base import Polytope, Structure, random_like, refuse_nonfinite
+from structopt.structures.registry import register_structure
 
 Box = tuple[int, int, int, int]
 
@@ -40,6 +41,7 @@ def iou(a: Sequence[int], b: Sequence[int]) -> float:
     return inter / union
 
 
+@register_structure("box")
 class BoundingBox(Structure):
     """Axis-aligned boxes on a grid of cells; the grid size is read off each instance's potentials.
 
@@ -61,6 +63,18 @@ class BoundingBox(Structure):
 
     name = "BoundingBox"
     Potentials = BoxPotentials
+
+    example_variants = ({"height": 1, "width": 1}, {"height": 1, "width": 4}, {"height": 3, "width": 2},
+                        {"height": 4, "width": 4})
+
+    @classmethod
+    def example(cls, rng: np.random.Generator, *, integer: bool = True, height: int = 3,
+                width: int = 3) -> tuple[BoundingBox, BoxPotentials]:
+        """Random cell scores on a ``height`` x ``width`` image."""
+        H, W = int(height), int(width)
+        if H < 1 or W < 1:
+            raise InvalidInputError(f"a box grid needs height, width >= 1, got {H} x {W}")
+        return cls(), random_like(BoxPotentials(np.zeros((H, W))), rng, integer=integer)
 
     def __init__(self, search: str = "bnb"):
         if search not in SEARCHES:

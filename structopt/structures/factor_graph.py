@@ -55,7 +55,8 @@ import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError, example_error
 from structopt.structures import _ad3_kernels as K
-from structopt.structures.base import Polytope, Structure
+from structopt.structures.base import Polytope, Structure, random_like
+from structopt.structures.registry import register_structure
 
 _LOGIC_KINDS = {"xor": K.XOR, "atmost1": K.ATMOST1, "or": K.OR}
 _KIND_NAMES = {K.DENSE: "table", K.XOR: "xor", K.ATMOST1: "atmost1", K.OR: "or", K.BUDGET: "budget"}
@@ -162,6 +163,7 @@ def _as_index(value: Any, what: str) -> int:
     return int(value)
 
 
+@register_structure("factor_graph")
 class FactorGraph(Structure):
     """Discrete variables and factors over them (dense tables, logic factors); MAP by AD3.
 
@@ -187,6 +189,20 @@ class FactorGraph(Structure):
 
     name = "FactorGraph"
     Potentials = FactorGraphPotentials
+
+    example_variants = ({"n_vars": 1, "n_states": 3}, {"n_vars": 3, "n_states": 2}, {"n_vars": 4, "n_states": 3})
+
+    @classmethod
+    def example(cls, rng: np.random.Generator, *, integer: bool = True, n_vars: int = 4, n_states: int = 2,
+                exact: bool | None = None) -> tuple[FactorGraph, FactorGraphPotentials]:
+        """A random forest of dense pairwise tables (its local polytope is exact) over ``n_vars``
+        variables of ``n_states`` states. ``exact`` defaults to ``integer``: ties make the LP-MAP
+        optimum a face, whose interior point the relaxed argmax would return instead of a labeling."""
+        fg = cls([int(n_states)] * int(n_vars), exact=integer if exact is None else exact)
+        for v in range(1, fg.n_vars):
+            if rng.random() < 0.8:
+                fg.add_table([int(rng.integers(0, v)), v])
+        return fg, random_like(fg.potentials(), rng, integer=integer)
 
     def __init__(self, n_states: Sequence[int], exact: bool = False, time_limit: float | None = None):
         try:

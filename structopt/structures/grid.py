@@ -23,7 +23,8 @@ import scipy.sparse as sp
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _grid_kernels as kern
 from structopt.structures import _mincut
-from structopt.structures.base import Polytope, Structure, product_outputs, refuse_nonfinite
+from structopt.structures.base import Polytope, Structure, product_outputs, random_like, refuse_nonfinite
+from structopt.structures.registry import register_structure
 
 
 class GridPotentials(NamedTuple):
@@ -45,6 +46,19 @@ class GridPotentials(NamedTuple):
     vertical: np.ndarray
 
 
+
+def _supermodular(theta: GridPotentials) -> GridPotentials:
+    # raise theta(0, 0) of every edge table just enough for theta00 + theta11 >= theta01 + theta10
+    fields = [theta[0]]
+    for table in theta[1:]:
+        table = np.array(table, dtype=float)
+        w = table[..., 0, 0] + table[..., 1, 1] - table[..., 0, 1] - table[..., 1, 0]
+        table[..., 0, 0] += np.maximum(-w, 0.0)
+        fields.append(table)
+    return type(theta)(*fields)
+
+
+@register_structure("grid")
 class BinaryGrid(Structure):
     """Binary labellings of an H x W 4-connected grid; the size is read off the potentials.
 
@@ -61,6 +75,25 @@ class BinaryGrid(Structure):
 
     name = "BinaryGrid"
     Potentials = GridPotentials
+
+    example_variants = (
+        {"height": 1, "width": 1},
+        {"height": 1, "width": 4},
+        {"height": 2, "width": 2, "shared": True},
+        {"height": 2, "width": 3},
+        {"height": 3, "width": 3, "shared": True},
+        {"height": 3, "width": 4},
+    )
+
+    @classmethod
+    def example(cls, rng: np.random.Generator, *, integer: bool = True, height: int = 2, width: int = 3,
+                shared: bool = False) -> tuple[BinaryGrid, GridPotentials]:
+        """A random ``height`` x ``width`` grid (``shared``: one (2, 2) table per direction, else one per
+        edge); every edge is made supermodular by raising theta(0, 0) where needed."""
+        H, W = int(height), int(width)
+        like = GridPotentials(np.zeros((H, W, 2)), np.zeros((2, 2) if shared else (H, W - 1, 2, 2)),
+                              np.zeros((2, 2) if shared else (H - 1, W, 2, 2)))
+        return cls(), _supermodular(random_like(like, rng, integer=integer))
 
     def __init__(self, backend: str = "pymaxflow"):
         if backend not in _mincut.BACKENDS:

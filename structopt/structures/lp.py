@@ -28,7 +28,8 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError, example_error
 from structopt.structures._ilp import ILP, get_backend
 from structopt.structures._minnorm import project_hull
-from structopt.structures.base import Polytope, Structure
+from structopt.structures.base import Polytope, Structure, random_like
+from structopt.structures.registry import register_structure
 
 #: largest instance :meth:`LPStructure.outputs` enumerates (2**n candidate points)
 MAX_ENUMERATION_SIZE = 20
@@ -90,6 +91,7 @@ def compile_constraints(z: Any, constraints: list[Any]) -> ILP:
     return ILP(n, data["A"], data["b"], G[keep], h[keep])
 
 
+@register_structure("lp")
 class LPStructure(Structure):
     """0/1 vectors satisfying linear constraints declared with cvxpy.
 
@@ -119,6 +121,27 @@ class LPStructure(Structure):
 
     name = "LPStructure"
     Potentials = VectorPotentials
+
+    example_variants = ({"n": 1}, {"n": 4}, {"n": 7})
+
+    @classmethod
+    def example(cls, rng: np.random.Generator, *, integer: bool = True, n: int = 5) -> tuple[LPStructure,
+                                                                                           VectorPotentials]:
+        """Select between lo and hi of ``n`` entries with at most a cap in a random window: interval
+        constraint rows are totally unimodular, so the LP description is exact."""
+        import cvxpy as cp
+
+        n = int(n)
+        if n < 1:
+            raise InvalidInputError(f"an lp instance needs n >= 1, got {n}")
+        z = cp.Variable(n, boolean=True)
+        lo = int(rng.integers(0, n + 1))
+        hi = int(rng.integers(lo, n + 1))
+        start = int(rng.integers(0, n))
+        stop = int(rng.integers(start + 1, n + 1))
+        cap = int(rng.integers(max(0, lo - (n - (stop - start))), stop - start + 1))
+        structure = cls(z, [cp.sum(z) >= lo, cp.sum(z) <= hi, cp.sum(z[start:stop]) <= cap])
+        return structure, random_like(VectorPotentials(np.zeros(structure.size)), rng, integer=integer)
     #: the per-node loss hook: every entry of z is a node with values 0 and 1
     states_per_node = 2
 

@@ -30,7 +30,8 @@ from scipy.optimize import linear_sum_assignment
 
 from structopt.errors import NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _matching_kernels as kern
-from structopt.structures.base import Polytope, Structure, check_flag, refuse_nonfinite
+from structopt.structures.base import Polytope, Structure, check_flag, random_like, refuse_nonfinite
+from structopt.structures.registry import register_structure
 
 NEG_INF = -np.inf
 
@@ -61,6 +62,7 @@ class ProjectionInfo(NamedTuple):
     certified: bool
 
 
+@register_structure("matching")
 class BipartiteMatching(Structure):
     """Matchings between L left and R right nodes; outputs are int64 arrays (L,) with -1 = unmatched.
 
@@ -82,6 +84,27 @@ class BipartiteMatching(Structure):
 
     name = "BipartiteMatching"
     Potentials = MatchingPotentials
+
+    example_variants = (
+        {"n_left": 1, "n_right": 1, "allow_unmatched": False},
+        {"n_left": 3, "n_right": 3, "allow_unmatched": False},
+        {"n_left": 2, "n_right": 4, "allow_unmatched": False},
+        {"n_left": 3, "n_right": 5, "allow_unmatched": False},
+        {"n_left": 0, "n_right": 2, "allow_unmatched": True},
+        {"n_left": 3, "n_right": 3, "allow_unmatched": True},
+        {"n_left": 2, "n_right": 4, "allow_unmatched": True},
+        {"n_left": 4, "n_right": 2, "allow_unmatched": True},
+    )
+
+    @classmethod
+    def example(cls, rng: np.random.Generator, *, integer: bool = True, n_left: int = 3, n_right: int = 3,
+                allow_unmatched: bool = False) -> tuple[BipartiteMatching, MatchingPotentials]:
+        """A random matching of ``n_left`` x ``n_right`` nodes (the unmatched-score fields are empty
+        unless ``allow_unmatched``)."""
+        L, R, allow = int(n_left), int(n_right), bool(allow_unmatched)
+        structure = cls(L, R, allow_unmatched=allow)  # validates the sides
+        like = MatchingPotentials(np.zeros((L, R)), np.zeros(L if allow else 0), np.zeros(R if allow else 0))
+        return structure, random_like(like, rng, integer=integer)
 
     def __init__(self, n_left: int | None = None, n_right: int | None = None, allow_unmatched: bool = False):
         self.n_left = None if n_left is None else check_count(n_left, "n_left", "BipartiteMatching", 0)

@@ -10,7 +10,8 @@ import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, check_count, example_error, numeric_array
 from structopt.smoothing import logsumexp, project_simplex
-from structopt.structures.base import Polytope, Structure, check_eta, refuse_nonfinite
+from structopt.structures.base import Polytope, Structure, check_eta, random_like, refuse_nonfinite
+from structopt.structures.registry import register_structure
 
 
 class MultiClassPotentials(NamedTuple):
@@ -19,11 +20,21 @@ class MultiClassPotentials(NamedTuple):
     scores: np.ndarray
 
 
+@register_structure("multiclass")
 class MultiClass(Structure):
     """One label in ``{0..S-1}``; outputs are Python ints. Its polytope is the simplex."""
 
     name = "MultiClass"
     Potentials = MultiClassPotentials
+
+    example_variants = ({"n_classes": 1}, {"n_classes": 2}, {"n_classes": 5})
+
+    @classmethod
+    def example(cls, rng: np.random.Generator, *, integer: bool = True,
+                n_classes: int = 4) -> tuple[MultiClass, MultiClassPotentials]:
+        """A random instance over ``n_classes`` classes."""
+        S = int(n_classes)
+        return cls(S), random_like(MultiClassPotentials(np.zeros(S)), rng, integer=integer)
 
     def __init__(self, n_classes: int):
         self.n_classes = check_count(n_classes, "n_classes", "MultiClass")

@@ -16,7 +16,8 @@ import scipy.sparse as sp
 from structopt.errors import InvalidInputError, check_count, example_error, numeric_array
 from structopt.structures import _tree_kernels as kern
 from structopt.structures._minnorm import project_hull
-from structopt.structures.base import Polytope, Structure, check_eta, product_outputs, refuse_nonfinite
+from structopt.structures.base import Polytope, Structure, check_eta, product_outputs, random_like, refuse_nonfinite
+from structopt.structures.registry import register_structure
 
 
 class TreePotentials(NamedTuple):
@@ -91,6 +92,7 @@ def forest_schedule(n_nodes: int, edges: np.ndarray) -> Schedule:
     return Schedule(np.array(order, dtype=np.int64), parent, pedge, forward)
 
 
+@register_structure("tree")
 class TreeStructure(Structure):
     """Labellings ``y in {0..S-1}^n`` of the nodes of a forest; outputs are int64 arrays (n,).
 
@@ -111,6 +113,29 @@ class TreeStructure(Structure):
 
     name = "TreeStructure"
     Potentials = TreePotentials
+
+    example_variants = (
+        {"n_nodes": 1, "n_states": 3},
+        {"n_nodes": 4, "n_states": 2},
+        {"n_nodes": 5, "n_states": 2, "shared": True},
+        {"n_nodes": 4, "n_states": 3},
+    )
+
+    @classmethod
+    def example(cls, rng: np.random.Generator, *, integer: bool = True, n_nodes: int = 4, n_states: int = 2,
+                shared: bool = False) -> tuple[TreeStructure, TreePotentials]:
+        """A random forest (isolated nodes likely): each node after the first joins a random earlier
+        node with probability 0.8, else starts a new tree; edges in random orientation."""
+        n_nodes = int(n_nodes)
+        edges = []
+        for v in range(1, n_nodes):
+            if rng.random() < 0.8:
+                u = int(rng.integers(0, v))
+                edges.append((u, v) if rng.random() < 0.5 else (v, u))
+        structure = cls(edges, int(n_states), n_nodes=n_nodes)
+        S, m = structure.n_states, structure.n_edges
+        like = TreePotentials(np.zeros((structure.n_nodes, S)), np.zeros((S, S) if shared else (m, S, S)))
+        return structure, random_like(like, rng, integer=integer)
 
     def __init__(self, edges, n_states: int, n_nodes: int | None = None):
         raw = numeric_array(edges, "TreeStructure edges") if np.size(edges) else np.zeros((0, 2))
