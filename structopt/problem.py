@@ -355,7 +355,9 @@ class SSVMProblem:
         on ``executor`` when one is given (an open :class:`structopt.parallel.Executor` of this problem)."""
         if executor is not None:
             return executor.mean_hinge(w)
-        fast = self.fused()
+        from structopt.fused import select
+
+        fast = select(self)
         return fast.mean_hinge(np.asarray(w, dtype=float)) if fast is not None else float(np.mean(self.hinge_losses(w)))
 
     def primal(self, w: np.ndarray, executor: Any = None) -> float:
@@ -365,13 +367,13 @@ class SSVMProblem:
         return 0.5 * self.lam * float(w @ w) + self.mean_hinge(w, executor)
 
     def fused(self):
-        """The fused view (:class:`structopt.fused.FusedProblem`) when the model has kernels that
-        compute exactly this problem's oracles, else None. Built once."""
+        """The fused view (:class:`structopt.fused.FusedProblem`) when a registered kernel family computes
+        exactly this problem's oracles, else None (the reason in ``fused_refusal``). Built once; solvers
+        choose through :func:`structopt.fused.select`."""
         if not hasattr(self, "_fused"):
-            from structopt.fused import FusedProblem
+            from structopt.fused import build
 
-            kernels = None if self.constrained else self.model.fused_kernels(self)
-            self._fused = None if kernels is None else FusedProblem(self, kernels)
+            self._fused, self.fused_refusal = build(self)
         return self._fused
 
     def fingerprint(self) -> dict[str, str]:

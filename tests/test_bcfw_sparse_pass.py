@@ -12,9 +12,9 @@ import scipy.sparse as sp
 
 import structopt as so
 from structopt.archive import decode, encode
+from structopt.fused._chain_passes import block_index
 from structopt.parallel import SerialExecutor
 from structopt.solvers._blocks import BlockState, FusedBlockUpdater, PythonBlockUpdater
-from structopt.solvers._chain_passes import block_index
 from structopt.solvers._minibatch import MiniBatchUpdater
 from structopt.solvers.base import load_checkpoint
 from structopt.solvers.bcfw import bcfw

@@ -1,5 +1,5 @@
 """Which projection the dual extragradient runs: the chain kernels only where they compute the
-structure's own oracle (``_eg_geometry.chain_kernels_serve``), never because a structure lists
+structure's own oracle (``structures.chain.chain_kernels_serve``), never because a structure lists
 ``"project"`` in ``kernel_oracles()``."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from test_grid_model import small_problem
 
 from structopt.problem import SSVMProblem
 from structopt.solvers import dual_extragradient
-from structopt.solvers._eg_geometry import chain_kernels_serve
-from structopt.structures.chain import Chain
+from structopt.structures.chain import Chain, chain_kernels_serve
 from structopt.structures.grid import BinaryGrid
 
 

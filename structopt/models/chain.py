@@ -8,16 +8,10 @@ import scipy.sparse as sp
 from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
 from structopt.models._kernels import csr_add_outer
 from structopt.models.base import Model
-from structopt.structures.base import check_flag, unchanged_methods
+from structopt.structures.base import check_flag
 from structopt.structures.chain import Chain, ChainPotentials
 
 ChainInput = np.ndarray | sp.csr_matrix
-
-
-#: what the fused kernels reproduce: the model's methods and the structure's oracles
-_KERNEL_METHODS = ("potentials", "add_features", "reduce_stats", "features_sqnorm", "unpack", "blocks")
-_KERNEL_ORACLES = frozenset({"argmax", "stats", "score", "expand", "masked_potentials", "transition_bias",
-                             "boundary_bias"})
 
 
 class ChainModel(Model):
@@ -36,6 +30,8 @@ class ChainModel(Model):
     allowed, allowed_start, allowed_end : bool arrays, optional
         Forbidden transitions / first / last labels of the chain (see :class:`Chain`); honoured by
         every oracle and by the fused kernels.
+
+    Fused passes over a whole problem are the chain kernel family's (:mod:`structopt.fused.chain`).
     """
 
     def __init__(self, n_features: int, n_states: int, start_end: bool = False, bias: bool = False,
@@ -98,30 +94,6 @@ class ChainModel(Model):
         """Sum per-position edge statistics into the shared (S, S) block the weights see."""
         edge = np.asarray(mu.pairwise)
         return ChainPotentials(mu.unary, edge.sum(axis=0) if edge.ndim == 3 else edge)
-
-    def fused_kernels(self, problem):
-        """Fused numba kernels (:mod:`structopt.models._chain_fused`) when they compute exactly this
-        problem's oracles: the model's own potentials/adjoint, a structure whose ``kernel_oracles``
-        cover Viterbi under its masks, and a decomposable loss that only scores nodes."""
-        from structopt.fused import FusedKernels
-        from structopt.models._chain_fused import pack_chain_problem
-        from structopt.solvers import _chain_passes
-
-        own = unchanged_methods(self, ChainModel, _KERNEL_METHODS)
-        if len(own) < len(_KERNEL_METHODS) or not _KERNEL_ORACLES <= self.structure.kernel_oracles():
-            return None
-        if not problem.loss.decomposable:
-            return None
-        costs, consts = [], []
-        for i in range(problem.n):
-            c, const = problem.loss_terms(i)
-            if np.any(np.asarray(c.pairwise) != 0):
-                return None
-            costs.append(np.asarray(c.unary, dtype=float))
-            consts.append(const)
-        pack = pack_chain_problem(self, problem.X, costs, np.array(consts))
-        sizes = np.diff(pack.tok) * self.n_states + self.n_states ** 2
-        return FusedKernels(_chain_passes.FAMILY, pack, sizes, _chain_passes)
 
     def features_sqnorm(self, x: ChainInput, mu: ChainPotentials) -> float:
         """``||A_x^T mu||^2`` through the token Gram matrix ``x x^T`` (no weight-sized vector)."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from structopt.archive import state_type
+from structopt.fused import FusedProblem, select
 from structopt.problem import SSVMProblem
 from structopt.structures.base import flatten, unflatten
 
@@ -158,7 +159,7 @@ class FusedBlockUpdater:
 
     compiled = True
 
-    def __init__(self, problem: SSVMProblem, state: BlockState, fused):
+    def __init__(self, problem: SSVMProblem, state: BlockState, fused: FusedProblem):
         self.problem = problem
         self.state = state
         self.fused = fused
@@ -168,13 +169,11 @@ class FusedBlockUpdater:
     def run(self, order: np.ndarray, line_search: bool, averaging: bool = True, stages: int = 5) -> None:
         """BCFW steps on ``order`` (see ``PythonBlockUpdater.run``); ``stages < 5`` runs only the first
         parts of each step, for timing breakdowns (see the family's ``bcfw_steps``)."""
-        st, fp = self.state, self.fused
+        st = self.state
         scalars = np.array([st.ell, st.v, float(st.k)])
         if st.fused_index is None:
-            st.fused_index = fp.passes.block_index(st.m, st.offsets, fp.pack)
-        fp.passes.bcfw_steps(np.asarray(order, dtype=np.int64), line_search, averaging, self.problem.n,
-                             self.problem.lam, st.w, st.m, st.r, st.offsets, st.ell_i, scalars, fp.pack,
-                             fp.theta_buf, fp.stats_buf, fp.direction_buf, *st.fused_index, stages)
+            st.fused_index = self.fused.block_index(st.m)
+        self.fused.bcfw_steps(np.asarray(order, dtype=np.int64), line_search, averaging, st, scalars, stages)
         st.ell, st.v, st.k = float(scalars[0]), float(scalars[1]), round(scalars[2])
 
     def mean_hinge(self, w: np.ndarray) -> float:
@@ -193,7 +192,5 @@ class FusedBlockUpdater:
 
 def make_block_updater(problem: SSVMProblem, state: BlockState, fused: bool | None):
     """The fused updater when available (or demanded), else the Python one."""
-    from structopt.fused import select_fused
-
-    view = select_fused(problem, fused)
+    view = select(problem, fused)
     return PythonBlockUpdater(problem, state) if view is None else FusedBlockUpdater(problem, state, view)

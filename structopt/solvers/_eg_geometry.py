@@ -21,29 +21,13 @@ from structopt.solvers import _eg_operator as op
 from structopt.structures.base import Potentials, Structure, add, flatten, inner, scale, unflatten
 
 
-def chain_kernels_serve(structure, oracles: tuple[str, ...] | frozenset[str]) -> bool:
-    """Whether the chain kernels compute ``oracles`` of ``structure`` exactly.
-
-    The chain projection and prox kernels (:func:`structopt.structures._chain_projection.project_chain`,
-    :mod:`structopt.models._chain_extragradient`) reproduce the chain's own methods
-    (:class:`~structopt.structures.chain.Chain`'s ``project``, ``prox_entropy``, ``marginals``). They
-    serve a structure that has those very methods (not overrides, not another structure's) and
-    declares, through ``kernel_oracles()``, that the library's kernels reproduce them there (an
-    unconstrained chain; a subclass that overrides one drops out). Listing the names alone is not
-    enough: a grid's ``project`` is not the chain's.
-    """
-    from structopt.structures.chain import Chain
-
-    return (frozenset(oracles) <= structure.kernel_oracles()
-            and all(getattr(type(structure), name, None) is getattr(Chain, name) for name in oracles))
-
-
 class EuclideanBlocks:
     """Euclidean projections ``Pi(centre + s / beta)`` and ``Pi(v + eta g / beta)``.
 
-    Where the chain projection kernel serves the structure (:func:`chain_kernels_serve`) it is
-    called with per-example warm-started multipliers (two sets per example: look-ahead and step),
-    which is what makes it cheap; other structures use their own ``project``.
+    A structure that owns a warm-started projector (``structure.projector(tol, warm)``, e.g. an
+    unconstrained :class:`~structopt.structures.chain.Chain`) is projected through it with two
+    multiplier sets per example (look-ahead and step), which is what makes the projections cheap;
+    other structures (and a chain whose ``project`` is overridden) use their own ``project``.
     """
 
     name = "euclidean"
@@ -51,10 +35,13 @@ class EuclideanBlocks:
     def __init__(self, structure, beta: float, warm: bool = True, tol: float = 1e-8):
         self.structure = structure
         self.beta = float(beta)
-        self.tol = float(tol)
-        self._fast = chain_kernels_serve(structure, ("project",))
-        self._warm: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = {} if warm else None
-        self.max_residual = 0.0
+        self._warm = warm
+        make = getattr(structure, "projector", None)
+        self._projector = None if make is None else make(tol=float(tol), warm=warm)
+
+    @property
+    def max_residual(self) -> float:
+        return 0.0 if self._projector is None else self._projector.max_residual
 
     def centre(self, like: Potentials) -> Potentials:
         zero = scale(like, 0.0)
@@ -64,34 +51,23 @@ class EuclideanBlocks:
             return self._project(zero, None)
 
     def _project(self, point: Potentials, key: tuple[int, int] | None) -> Potentials:
-        if not self._fast:
+        if self._projector is None:
             return self.structure.project(point)
-        from structopt.structures._chain_projection import project_chain
-
-        warm = None
-        if self._warm is not None and key is not None:
-            T, S = np.shape(point.unary)
-            warm = self._warm.setdefault(key, (np.zeros((max(T - 1, 0), S)), np.zeros((max(T - 1, 0), S))))
-        node, edge, residual, _ = project_chain(point.unary, point.pairwise, tol=self.tol, warm=warm)
-        if not residual <= self.tol:  # the fast method stalled: use the reference QP
-            return self.structure.project_qp(point)
-        self.max_residual = max(self.max_residual, float(residual))
-        return type(point)(node, edge)
+        return self._projector.project(point, key)
 
     def lookahead(self, i: int, centre: Potentials, s: Potentials) -> Potentials:
         return self._project(add(centre, s, 1.0 / self.beta), (i, 0))
 
     def state(self) -> dict:
-        """The warm-start multipliers (they decide the projections' last bits) and the residual."""
-        warm = None if self._warm is None else {f"{i},{j}": list(pair) for (i, j), pair in self._warm.items()}
-        return {"warm": warm, "max_residual": self.max_residual}
+        """The projector's warm-start multipliers (they decide the projections' last bits) and residual."""
+        if self._projector is None:
+            return {"warm": {} if self._warm else None, "max_residual": 0.0}
+        return self._projector.state()
 
     def load_state(self, state: dict) -> None:
         """Inverse of :meth:`state`."""
-        if self._warm is not None and state["warm"] is not None:
-            self._warm = {tuple(int(k) for k in key.split(",")): (np.array(lo, dtype=float), np.array(hi, dtype=float))
-                          for key, (lo, hi) in state["warm"].items()}
-        self.max_residual = float(state["max_residual"])
+        if self._projector is not None:
+            self._projector.load_state(state)
 
     def step(self, i: int, v: Potentials, s: Potentials, eta_g: Potentials) -> Potentials:
         return self._project(add(v, eta_g, 1.0 / self.beta), (i, 1))
@@ -240,79 +216,3 @@ class PythonZPass:
 
     def operator_norm(self, n_iter: int, rng) -> float:
         return op.operator_norm(self.problem, n_iter, rng)
-
-
-class ChainZPass:
-    """z-side of one iteration in one numba call over all examples (chain models with packed data)."""
-
-    compiled = True
-
-    def __init__(self, problem, fused, geometry: str, beta: float, sigma: float, tol: float, centre: str = "gold",
-                 kappa: float = 0.0, max_iter: int = 200):
-        if geometry not in ("euclidean", "entropic"):
-            raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
-        from structopt.models import _chain_extragradient
-
-        self._k = _chain_extragradient
-        self.beta = float(beta)
-        self.problem = problem
-        self.data = fused.pack
-        self.entropic = geometry == "entropic"
-        self.sigma = float(sigma)
-        tok, S = self.data.tok, int(self.data.n_states)
-        edges = int(tok[-1] - tok[0]) - problem.n
-        self.warm = np.zeros((2, 2, max(edges, 0), S))
-        self.tol, self.max_iter = float(tol), int(max_iter)
-        self.stats = np.zeros(4)
-        self.max_residual = 0.0
-        self.projection_iterations = 0.0
-        self.kappa = float(kappa)
-        self.labels = (np.concatenate([np.asarray(y, dtype=np.int64) for y in problem.Y]) if centre == "gold"
-                       else np.zeros(0, dtype=np.int64))
-
-    def run(self, W: np.ndarray, lam_acc: float, v_w: np.ndarray, eta: float):
-        r = np.empty(self.problem.n_params)
-        q = np.empty(self.problem.n_params)
-        self._k.chain_z_pass(self.data, W, float(lam_acc), v_w, float(eta), self.beta, 1.0 / self.problem.n,
-                             self.entropic, self.labels, self.kappa, self.warm, self.tol, self.max_iter, r, q,
-                             self.stats)
-        if not self.entropic and self.stats[2] > 100.0 * self.tol:  # stalls just above tol are round-off
-            raise RuntimeError(f"chain projection not certified: residual {self.stats[2]:.2e} > 100 x {self.tol:.1e}")
-        self.max_residual = max(self.max_residual, float(self.stats[2]))
-        self.projection_iterations += float(self.stats[3])
-        return r, q, float(self.stats[0]), float(self.stats[1])
-
-    def commit(self, u_w: np.ndarray, eta: float) -> None:
-        pass
-
-    def state(self) -> dict:
-        """The projections' warm-start multipliers (they decide the last bits of every projection)
-        and the run's projection statistics."""
-        return {"warm": self.warm, "max_residual": self.max_residual,
-                "projection_iterations": self.projection_iterations}
-
-    def load_state(self, state: dict) -> None:
-        """Inverse of :meth:`state`."""
-        warm = np.asarray(state["warm"], dtype=float)
-        if warm.shape != self.warm.shape:
-            raise InvalidInputError(f"checkpoint's extragradient warm starts have shape {warm.shape}, "
-                                    f"this problem's {self.warm.shape}")
-        self.warm = np.array(warm, dtype=float)  # a fresh, writable, contiguous copy
-        self.max_residual = float(state["max_residual"])
-        self.projection_iterations = float(state["projection_iterations"])
-
-    def sum_sq_theta(self, x: np.ndarray) -> float:
-        return float(self._k.chain_sum_sq_theta(self.data, np.ascontiguousarray(x, dtype=np.float64)))
-
-    def operator_norm(self, n_iter: int, rng) -> float:
-        x = rng.normal(size=self.problem.n_params)
-        x /= np.linalg.norm(x)
-        y = np.empty_like(x)
-        estimate = 0.0
-        for _ in range(int(n_iter)):
-            estimate = self._k.chain_normal_product(self.data, x, y)  # = x^T (B B^T) x for unit x
-            norm = np.linalg.norm(y)
-            if norm == 0.0:
-                return 0.0
-            x = y / norm
-        return float(np.sqrt(max(estimate, 0.0)))

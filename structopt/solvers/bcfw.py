@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from structopt.errors import NotSupportedError
-from structopt.fused import select_fused
+from structopt.fused import select
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
 from structopt.solvers._minibatch import MiniBatchUpdater
@@ -158,7 +158,7 @@ def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50, line_search: bo
     """
     options = dict(locals())
     lam = problem.lam
-    fast = select_fused(problem, fused)
+    fast = select(problem, fused)
     if fast is not None:  # load the kernels before the clock starts
         fast.warm_up("fw_pass", verbose=progress)
     w_hat, ell, k = problem.model.zeros(), 0.0, 0
@@ -220,7 +220,7 @@ def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: str = "none"
     options = dict(locals())
     refuse_tol("ssg", tol)
     n = problem.n
-    fast = select_fused(problem, fused)
+    fast = select(problem, fused)
     rng = make_rng(random_state)
     w, w_avg, k = problem.model.zeros(), problem.model.zeros(), 0
     monitor = Monitor(problem, "ssg", options)
@@ -232,14 +232,12 @@ def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: str = "none"
     averaged = averaging == "weighted"
     if fast is not None:  # load the kernels before the clock starts
         fast.warm_up("hinge_terms", verbose=progress)
-        fast.passes.ssg_steps(np.zeros(0, dtype=np.int64), problem.lam, w, w_avg, k, averaged, fast.gold,
-                              fast.offsets, fast.pack, fast.theta_buf, fast.stats_buf)
+        fast.ssg_steps(np.zeros(0, dtype=np.int64), w, w_avg, k, averaged)
     while True:
         monitor.restart()
         order = rng.integers(0, n, size=max(0, min(steps_per_eval, budget - k)))
         if fast is not None:
-            k = fast.passes.ssg_steps(order, problem.lam, w, w_avg, k, averaged, fast.gold, fast.offsets, fast.pack,
-                                      fast.theta_buf, fast.stats_buf)
+            k = fast.ssg_steps(order, w, w_avg, k, averaged)
         else:
             k = _ssg_steps_python(problem, order, w, w_avg, k, averaged)
         monitor.pause()

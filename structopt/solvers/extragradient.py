@@ -29,10 +29,11 @@ Defaults:
 * ``w_block="exact"`` replaces the w-player by its best response ``w(z)`` (extrapolation on the
   concave dual alone).
 
-Fused path: for chain models whose structure declares the projection (or prox) as its own
-(``kernel_oracles``), each iteration is one numba call over all examples
-(:func:`structopt.models._chain_extragradient.chain_z_pass`), memory-light; other structures use a
-per-example Python loop around ``structure.project``.
+Fused path: where the problem's kernel family has a z-pass for its structure (chain models whose
+structure declares the projection, or prox, as its own: ``kernel_oracles``), each iteration is one
+numba call over all examples (:mod:`structopt.fused.chain`), memory-light; other structures use a
+per-example Python loop around ``structure.project`` (or the structure's warm-started
+``projector``).
 """
 
 from __future__ import annotations
@@ -44,15 +45,10 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.fused import select
 from structopt.problem import SSVMProblem
 from structopt.solvers import _eg_operator as op
-from structopt.solvers._eg_geometry import (
-    ChainZPass,
-    PythonZPass,
-    chain_kernels_serve,
-    entropic_sigma,
-    gold_node_potentials,
-)
+from structopt.solvers._eg_geometry import PythonZPass, entropic_sigma, gold_node_potentials
 from structopt.solvers.base import (
     Monitor,
     Result,
@@ -115,24 +111,13 @@ def default_z_weight(problem: SSVMProblem, geometry: str, radius_sq: float, cent
     return max(0.5 * radius_sq, 1e-12) / max(float(per_example.sum()), 1e-12)
 
 
-#: structure oracles the fused chain z-pass reproduces, per geometry
-_ZPASS_ORACLES = {"euclidean": frozenset({"project"}), "entropic": frozenset({"prox_entropy", "marginals"})}
-
-
 def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, fused, keep_z, centre, kappa):
-    view = None
-    if fused is not False and not keep_z:
-        view = problem.fused()
-        # the fused z-pass computes the chain's own projection / prox: only where they are the structure's
-        if view is not None and (view.kernels.family != "chain"
-                                 or not chain_kernels_serve(problem.structure, _ZPASS_ORACLES[geometry])):
-            view = None
+    if keep_z and fused:
+        raise NotSupportedError("dual_extragradient: keep_z keeps per-example z averages, which only the "
+                                "per-example Python path has; fused=True cannot be honoured")
+    view = None if keep_z else select(problem, fused, zpass=geometry)
     if view is not None:
-        return ChainZPass(problem, view, geometry, beta, sigma, tol, centre, kappa)
-    if fused:
-        raise NotSupportedError(f"{problem.model!r} with {problem.loss!r} has no fused extragradient pass (it needs "
-                                f"chain kernels and a structure whose kernel_oracles() include "
-                                f"{sorted(_ZPASS_ORACLES[geometry])})")
+        return view.zpass(geometry, beta=beta, sigma=sigma, tol=tol, centre=centre, kappa=kappa)
     return PythonZPass(problem, geometry, beta, sigma, memory_light, warm, tol, keep_z, centre, kappa)
 
 

@@ -1,6 +1,6 @@
 """Fused numba z-side pass of the dual extragradient for chain models (no per-example Python loop).
 
-Works on the :class:`~structopt.models._chain_fused.ChainPack` of a problem (``problem.fused().pack``).
+Works on the :class:`~structopt.fused._chain_pack.ChainPack` of a problem (``problem.fused().pack``).
 Statistics of example i are in the *full* layout: unary (T, S) and one (S, S) block per edge.
 Weights are laid out as the chain model's: the (F, S) unary table, the shared (S, S) transition
 block, then start/end (2S) and bias (S) if present.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from structopt.models._chain_fused import chain_axpy, chain_unary_scores
+from structopt.fused._chain_pack import chain_axpy, chain_unary_scores
 from structopt.structures._chain_kernels import forward_backward
 from structopt.structures._chain_projection import project_local_polytope
 

@@ -1,4 +1,4 @@
-"""Fused numba kernels of a ChainModel over a whole problem (dense or CSR token features).
+"""The chain family's packing and model kernels: a ChainModel over a whole problem (dense or CSR tokens).
 
 The kernels work on a :class:`ChainPack`: the token features of all examples concatenated as one
 CSR matrix (dense inputs too: the products then skip zero features), token offsets, the per-node
@@ -17,7 +17,7 @@ whose statistics they read).
     ``out += scale A_i^T d``, touching only the weights of features present in example i
     (``chain_node_axpy``: the same without the transition block, for ``d`` sparse per token).
 
-Solver loops over these kernels are in :mod:`structopt.solvers._chain_passes`.
+Solver loops over these kernels are in :mod:`structopt.fused._chain_passes`.
 """
 
 from __future__ import annotations
@@ -238,8 +238,8 @@ def chain_axpy(i, d, scale, out, pack):
     chain_node_axpy(i, d, labels, n_labels, scale, out, pack)
 
 
-def pack_chain_problem(model, X: list, node_costs: list[np.ndarray], consts: np.ndarray) -> ChainPack:
-    """Pack a problem's examples (dense or CSR token features) and the model's masks for the kernels."""
+def pack_chain_problem(model, structure, X: list, node_costs: list[np.ndarray], consts: np.ndarray) -> ChainPack:
+    """Pack a problem's examples (dense or CSR token features) and the structure's masks for the kernels."""
     S, F = model.n_states, model.n_features
     lengths = np.array([x.shape[0] for x in X], dtype=np.int64)
     tok = np.zeros(len(X) + 1, dtype=np.int64)
@@ -252,12 +252,12 @@ def pack_chain_problem(model, X: list, node_costs: list[np.ndarray], consts: np.
     grams = [np.asarray((x @ x.T).todense() if sp.issparse(x) else x @ x.T).ravel() for x in X]
     gram_off = np.zeros(len(X) + 1, dtype=np.int64)
     gram_off[1:] = np.cumsum(lengths * lengths)
-    start, end = model.structure.boundary_bias()
+    start, end = structure.boundary_bias()
     return ChainPack(
         indptr=stacked.indptr.astype(np.int64), indices=stacked.indices.astype(np.int64),
         values=stacked.data.astype(np.float64), tok=tok,
         costs=np.ascontiguousarray(np.concatenate(node_costs), dtype=np.float64),
         const=np.asarray(consts, dtype=np.float64), n_states=S, n_features=F, start_end=bool(model.start_end),
         bias=bool(model.bias), gram=np.concatenate(grams), gram_off=gram_off,
-        transition_bias=np.ascontiguousarray(model.structure.transition_bias(), dtype=np.float64),
+        transition_bias=np.ascontiguousarray(structure.transition_bias(), dtype=np.float64),
         start_bias=np.ascontiguousarray(start, dtype=np.float64), end_bias=np.ascontiguousarray(end, dtype=np.float64))

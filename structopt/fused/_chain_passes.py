@@ -1,7 +1,7 @@
 """Solver loops fused with the chain kernels: whole passes in one numba call, cached on disk.
 
 Each loop performs exactly the arithmetic of the solver's Python path (the tests compare them
-iterate by iterate) but calls :mod:`structopt.models._chain_fused`'s kernels directly, so that
+iterate by iterate) but calls :mod:`structopt.fused._chain_pack`'s kernels directly, so that
 numba compiles it once and loads it from its disk cache in later processes. Flat compact
 statistics of example i live at ``offsets[i]:offsets[i+1]`` of concatenated arrays (the layout of
 ``SSVMProblem.compact_gold_stats``).
@@ -12,10 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from structopt._prefetch import prefetch
-from structopt.models._chain_fused import chain_axpy, chain_node_axpy, chain_node_sqnorm, chain_oracle
-
-FAMILY = "chain"
+from structopt.fused._chain_pack import chain_axpy, chain_node_axpy, chain_node_sqnorm, chain_oracle
+from structopt.fused._prefetch import prefetch
 
 
 @njit(cache=True)

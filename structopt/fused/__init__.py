@@ -1,0 +1,240 @@
+"""Fused passes: whole passes over a dataset in one numba call, one home per kernel family.
+
+A *kernel family* (:class:`KernelFamily`) is everything a model class needs for fused passes: the
+packing of a problem's data into arrays, the kernels, and the solver loops over them (BCFW block
+steps, FW and SSG passes, the hinge / gap evaluation pass, the extragradient z-pass). Families are
+registered by exact model type (:func:`register_family`): a subclass of a registered model gets the
+generic path unless it is registered itself (and then the family's capability checks still apply).
+
+The fused-or-generic choice is made here only, by :func:`select`, for every solver: a family serves
+a problem when it says so (:meth:`KernelFamily.refusal` is None: the model's and the structure's
+methods are the ones its kernels reproduce, the loss is one it packs) and the weights are
+unconstrained. :class:`FusedProblem` is the problem's view: the packed data, gold statistics and
+scratch buffers, and the family's passes.
+
+A fused path is an optimisation of the generic one: both compute the same iterates.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from structopt.errors import NotSupportedError
+
+
+class FusedInputs(NamedTuple):
+    """The public pieces of a problem a family packs (never the problem itself).
+
+    Attributes
+    ----------
+    model, structure, loss
+        As in :class:`~structopt.problem.SSVMProblem`.
+    X, Y : list
+        Validated inputs and gold outputs.
+    terms : list of (Potentials, float), or None
+        ``(c_i, const_i)`` of a decomposable loss per example (``SSVMProblem.loss_terms``), None for
+        other losses.
+    """
+
+    model: Any
+    structure: Any
+    loss: Any
+    X: list
+    Y: list
+    terms: list | None
+
+
+class KernelFamily:
+    """What a kernel family provides; subclass it and :func:`register_family` the model type.
+
+    Numba solver loops are attributes (plain functions), called with the view's arrays:
+    ``hinge_terms``, ``adjoint_sum``, ``fw_pass``, ``oracle_steps``, ``block_index``, ``bcfw_steps``,
+    ``ssg_steps`` (signatures: :mod:`structopt.fused._chain_passes`).
+    """
+
+    name = "family"
+
+    def refusal(self, model: Any, structure: Any, loss: Any) -> str | None:
+        """Why the kernels do not compute this model's, structure's and loss's oracles exactly, or None."""
+        raise NotImplementedError
+
+    def pack(self, inputs: FusedInputs) -> tuple[Any, np.ndarray] | str:
+        """``(pack, sizes)``: the data packed for the kernels and the flat size of each example's
+        potentials (= its compact statistics); or a string saying why the data cannot be packed."""
+        raise NotImplementedError
+
+    def zpass_refusal(self, structure: Any, geometry: str) -> str | None:
+        """Why the family has no extragradient z-pass for ``structure`` in ``geometry``, or None."""
+        return f"the {self.name} kernel family has no extragradient z-pass"
+
+    def zpass(self, view: FusedProblem, geometry: str, **options: Any) -> Any:
+        """The extragradient z-pass on ``view`` (an object with ``run``/``commit``/``state``/...)."""
+        raise NotSupportedError(self.zpass_refusal(view.problem.structure, geometry))
+
+
+_families: dict[type, KernelFamily] = {}
+_builtins_loaded = False
+
+
+def register_family(model_type: type, family: KernelFamily) -> None:
+    """Serve problems whose model is exactly of ``model_type`` with ``family`` (subclasses: register them)."""
+    if not isinstance(model_type, type) or not isinstance(family, KernelFamily):
+        raise TypeError("register_family(model_type, family) takes a class and a KernelFamily")
+    _families[model_type] = family
+
+
+def family_of(model: Any) -> KernelFamily | None:
+    """The family registered for ``type(model)`` exactly, or None."""
+    global _builtins_loaded
+    if not _builtins_loaded:  # the built-in families register themselves on import
+        _builtins_loaded = True
+        import structopt.fused.chain  # noqa: F401
+    return _families.get(type(model))
+
+
+_announced: set[str] = set()
+
+
+class FusedProblem:
+    """A problem with its family's packed data, gold statistics, scratch buffers and passes.
+
+    Flat compact statistics of example i live at ``offsets[i]:offsets[i+1]`` of concatenated arrays
+    (the layout of ``SSVMProblem.compact_gold_stats``). ``passes`` is the family (its solver loops).
+    """
+
+    def __init__(self, problem: Any, family: KernelFamily, pack: Any, sizes: np.ndarray):
+        self.problem = problem
+        self.family = self.passes = family
+        self.pack = pack
+        self.gold, self.offsets = problem.compact_gold_stats()
+        if not np.array_equal(np.diff(self.offsets), sizes):
+            raise RuntimeError("fused kernels and the problem disagree on the statistics layout")
+        width = int(sizes.max())
+        self.theta_buf = np.empty(width)
+        self.stats_buf = np.empty(width)
+        self.direction_buf = np.empty(width)
+        self._hinges = np.empty(2 * problem.n)
+
+    def warm_up(self, *passes: str, verbose: bool = False) -> None:
+        """Load (or, the first time on this machine, compile) the named passes now, so that the cost
+        is not charged to the first iteration; says so once per process when ``verbose``.
+
+        ``passes`` among ``"hinge_terms"``, ``"adjoint_sum"``, ``"fw_pass"``, ``"oracle_steps"``
+        (each called on zero examples, with the argument types of the real calls).
+        """
+        if verbose and self.family.name not in _announced:
+            print(f"structopt: loading {self.family.name} kernels (compiled once per machine, then cached)…",
+                  file=sys.stderr, flush=True)
+        _announced.add(self.family.name)
+        w = np.zeros(self.problem.n_params)
+        none = self.offsets[:1]  # zero examples
+        calls = {
+            "hinge_terms": lambda: self.family.hinge_terms(w, self.pack, none, self.gold, self.theta_buf,
+                                                           self.stats_buf, self._hinges),
+            "adjoint_sum": lambda: self.family.adjoint_sum(self.gold, none, 1.0, w, self.pack),
+            "fw_pass": lambda: self.fw_pass(w, self.problem.n, w, none),
+            "oracle_steps": lambda: self.oracle_only(np.zeros(0, dtype=np.int64), w),
+        }
+        for name in passes:
+            calls[name]()
+
+    def hinge_terms(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(H_i(w), Delta(y_i, y_i*))`` for every example, in one fused pass (views of a buffer)."""
+        self.family.hinge_terms(np.ascontiguousarray(w, dtype=np.float64), self.pack, self.offsets, self.gold,
+                                self.theta_buf, self.stats_buf, self._hinges)
+        n = self.problem.n
+        return self._hinges[:n], self._hinges[n:]
+
+    def mean_hinge(self, w: np.ndarray) -> float:
+        """``mean_i H_i(w)`` in one fused pass."""
+        return float(np.mean(self.hinge_terms(w)[0]))
+
+    def oracle_only(self, order: np.ndarray, w: np.ndarray) -> float:
+        """The oracle calls of a pass over ``order`` at fixed ``w``, nothing else (timing baseline)."""
+        return self.family.oracle_steps(np.asarray(order, dtype=np.int64), w, self.pack, self.offsets,
+                                        self.theta_buf, self.stats_buf)
+
+    def add_adjoint(self, blocks: np.ndarray, scale: float, out: np.ndarray) -> None:
+        """``out += scale * sum_i A_i^T blocks_i`` for concatenated compact statistics ``blocks``."""
+        self.family.adjoint_sum(blocks, self.offsets, scale, out, self.pack)
+
+    def fw_pass(self, w: np.ndarray, n_total: int, w_s: np.ndarray, offsets: np.ndarray | None = None
+                ) -> tuple[float, float]:
+        """One oracle pass at ``w`` adding ``sum_i A_i^T (gold_i - stats_i*) / (lam n_total)`` to ``w_s``;
+        returns ``(sum of losses, sum of hinges)`` (``offsets``: a prefix of the examples)."""
+        return self.family.fw_pass(w, self.problem.lam, n_total, self.gold,
+                                   self.offsets if offsets is None else offsets, self.pack, w_s, self.theta_buf,
+                                   self.stats_buf)
+
+    def ssg_steps(self, order: np.ndarray, w: np.ndarray, w_avg: np.ndarray, k: int, averaging: bool) -> int:
+        """Pegasos steps on ``order`` (in place on ``w``, ``w_avg``); returns the step count."""
+        return self.family.ssg_steps(order, self.problem.lam, w, w_avg, k, averaging, self.gold, self.offsets,
+                                     self.pack, self.theta_buf, self.stats_buf)
+
+    def block_index(self, m: np.ndarray) -> tuple:
+        """The index the family's ``bcfw_steps`` keeps beside the block statistics ``m``."""
+        return self.family.block_index(m, self.offsets, self.pack)
+
+    def bcfw_steps(self, order: np.ndarray, line_search: bool, averaging: bool, state: Any, scalars: np.ndarray,
+                   stages: int = 5) -> None:
+        """BCFW block steps on ``order`` over a ``BlockState`` (``scalars = [ell, v, k]`` in and out)."""
+        p = self.problem
+        self.family.bcfw_steps(order, line_search, averaging, p.n, p.lam, state.w, state.m, state.r, state.offsets,
+                               state.ell_i, scalars, self.pack, self.theta_buf, self.stats_buf, self.direction_buf,
+                               *state.fused_index, stages)
+
+    def zpass(self, geometry: str, **options: Any) -> Any:
+        """The family's extragradient z-pass (see :meth:`KernelFamily.zpass`)."""
+        return self.family.zpass(self, geometry, **options)
+
+
+def build(problem: Any) -> tuple[FusedProblem | None, str]:
+    """``(view, "")`` when a family serves ``problem``, else ``(None, reason)``. Use :func:`select`."""
+    family = family_of(problem.model)
+    if family is None:
+        return None, f"no kernel family is registered for {type(problem.model).__name__}"
+    if problem.constrained:
+        return None, "the fused kernels do not project constrained weights"
+    reason = family.refusal(problem.model, problem.structure, problem.loss)
+    if reason is None:
+        terms = [problem.loss_terms(i) for i in range(problem.n)] if problem.loss.decomposable else None
+        packed = family.pack(FusedInputs(problem.model, problem.structure, problem.loss, problem.X, problem.Y, terms))
+        if not isinstance(packed, str):
+            return FusedProblem(problem, family, *packed), ""
+        reason = packed
+    return None, reason
+
+
+def select(problem: Any, requested: bool | None = None, *, zpass: str | None = None) -> FusedProblem | None:
+    """The fused view of ``problem`` for a solver, or None for the generic path: the one place where
+    the choice is made.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+    requested : bool, optional
+        None uses the fused path when available, False never, True demands it (raising
+        :class:`NotSupportedError` with the reason when it is not available).
+    zpass : str, optional
+        The extragradient geometry: the family must also have a z-pass for the structure in it.
+    """
+    if requested is False:
+        return None
+    view = problem.fused()
+    reason = getattr(problem, "fused_refusal", "the problem has no fused view")
+    if view is not None and zpass is not None:
+        reason = view.family.zpass_refusal(problem.structure, zpass)
+        view = None if reason is not None else view
+    if view is None and requested:
+        raise NotSupportedError(f"{problem.model!r} with {problem.loss!r} has no fused "
+                                f"{'extragradient pass' if zpass else 'kernels'}: {reason}")
+    return view
+
+
+#: the former name of :func:`select`
+select_fused = select
+
+__all__ = ["FusedInputs", "FusedProblem", "KernelFamily", "build", "family_of", "register_family", "select"]
