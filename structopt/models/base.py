@@ -18,6 +18,24 @@ from structopt.errors import InvalidInputError, example_error, numeric_array
 from structopt.structures.base import Potentials, Structure
 
 
+def model_structure(owner: str, kind: type[Structure], structure: Structure | None, default: Any,
+                    **expected: Any) -> Structure:
+    """The structure a model runs on: ``default()`` when ``structure`` is None, else ``structure``
+    checked to be a ``kind`` instance (a subclass or a configured instance is fine) whose attributes
+    ``expected`` agree with the model's own arguments (those given explicitly); a wrong type or
+    size is an :class:`InvalidInputError` naming ``owner``'s argument."""
+    if structure is None:
+        return default()
+    if not isinstance(structure, kind):
+        raise InvalidInputError(f"{owner} needs structure= to be a {kind.__name__} instance (or a subclass's), got "
+                                f"{structure!r}")
+    for name, value in expected.items():
+        if getattr(structure, name, None) != value:
+            raise InvalidInputError(f"{owner}: structure.{name} is {getattr(structure, name, None)!r} but the model "
+                                    f"was given {name}={value!r}")
+    return structure
+
+
 class Model(ABC):
     """A linear model ``theta = A_x w`` over a structure.
 

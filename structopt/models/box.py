@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from structopt.errors import InvalidInputError, check_count
-from structopt.models.base import Model, cell_features
+from structopt.models.base import Model, cell_features, model_structure
 from structopt.structures.box import BoundingBox, BoxPotentials
 
 
@@ -21,12 +21,16 @@ class BoxModel(Model):
     n_features : int
         Cell feature dimension F (exactly F weights).
     search : {"bnb", "exhaustive"}, default "bnb"
-        Search of the :class:`BoundingBox` structure.
+        Search of the :class:`BoundingBox` structure; with ``structure``, that structure's search is
+        used and another value than the default must agree with it.
+    structure : BoundingBox, optional
+        The structure to run on (a subclass or a configured instance); default ``BoundingBox(search)``.
     """
 
-    def __init__(self, n_features: int, search: str = "bnb"):
+    def __init__(self, n_features: int, search: str = "bnb", *, structure: BoundingBox | None = None):
         self.n_features = check_count(n_features, "n_features", "BoxModel")
-        self.structure = BoundingBox(search)
+        self.structure = model_structure("BoxModel", BoundingBox, structure, lambda: BoundingBox(search),
+                                         **({} if search == "bnb" else {"search": search}))
 
     def __repr__(self) -> str:
         return f"BoxModel(n_features={self.n_features}, search={self.structure.search!r})"

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from structopt.errors import InvalidInputError, check_count, example_error
-from structopt.models.base import Model
+from structopt.models.base import Model, model_structure
 from structopt.structures.base import check_flag
 from structopt.structures.grid import BinaryGrid, GridPotentials
 
@@ -42,6 +42,9 @@ class GridModel(Model):
     pairwise : bool, default True
         False gives the unary-only model on the same inputs: pixels are labelled independently,
         edge features are validated but unused, and there is no ``pairwise`` block.
+    structure : BinaryGrid, optional
+        The structure to run on (a subclass, or one configured with another min-cut backend);
+        default ``BinaryGrid()``.
 
     Notes
     -----
@@ -54,11 +57,12 @@ class GridModel(Model):
 
     nonnegative_blocks = ("pairwise",)
 
-    def __init__(self, n_features: int, n_edge_features: int, pairwise: bool = True):
+    def __init__(self, n_features: int, n_edge_features: int, pairwise: bool = True, *,
+                 structure: BinaryGrid | None = None):
         self.n_features = check_count(n_features, "n_features", "GridModel")
         self.n_edge_features = check_count(n_edge_features, "n_edge_features", "GridModel", 0)
         self.pairwise = check_flag(pairwise, "pairwise", "GridModel") and self.n_edge_features > 0
-        self.structure = BinaryGrid()
+        self.structure = model_structure("GridModel", BinaryGrid, structure, BinaryGrid)
         if not self.pairwise:
             self.nonnegative_blocks = ()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
-from structopt.models.base import Model
+from structopt.models.base import Model, model_structure
 from structopt.structures.base import check_flag
 from structopt.structures.matching import BipartiteMatching, MatchingPotentials
 
@@ -22,7 +22,11 @@ class MatchingModel(Model):
         then has a second block ``unmatched`` of two weights: the score of leaving a left node
         unmatched and that of leaving a right node unmatched (the same for every node). They act
         as a learned threshold on edge scores: a matching with m edges gains
-        ``(L - m) w_left + (R - m) w_right`` from them.
+        ``(L - m) w_left + (R - m) w_right`` from them. With ``structure``, that structure's setting is
+        used and True must agree with it.
+    structure : BipartiteMatching, optional
+        The structure to run on (a subclass, or one with fixed sides); default
+        ``BipartiteMatching(allow_unmatched=allow_unmatched)``.
 
     Notes
     -----
@@ -30,10 +34,14 @@ class MatchingModel(Model):
     Inputs are dense float arrays; sentences of any size share one model.
     """
 
-    def __init__(self, n_features: int, allow_unmatched: bool = False):
+    def __init__(self, n_features: int, allow_unmatched: bool = False, *,
+                 structure: BipartiteMatching | None = None):
         self.n_features = check_count(n_features, "n_features", "MatchingModel")
-        self.allow_unmatched = check_flag(allow_unmatched, "allow_unmatched", "MatchingModel")
-        self.structure = BipartiteMatching(allow_unmatched=self.allow_unmatched)
+        allow = check_flag(allow_unmatched, "allow_unmatched", "MatchingModel")
+        self.structure = model_structure("MatchingModel", BipartiteMatching, structure,
+                                         lambda: BipartiteMatching(allow_unmatched=allow),
+                                         **({"allow_unmatched": True} if allow else {}))
+        self.allow_unmatched = self.structure.allow_unmatched
 
     def __repr__(self) -> str:
         return f"MatchingModel(n_features={self.n_features}, allow_unmatched={self.allow_unmatched})"

@@ -5,17 +5,31 @@ from __future__ import annotations
 import numpy as np
 
 from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
-from structopt.models.base import Model
+from structopt.models.base import Model, model_structure
 from structopt.structures.multiclass import MultiClass, MultiClassPotentials
 
 
 class MultiClassModel(Model):
-    """``theta(s) = <x, W[:, s]>`` for a feature vector ``x`` of length F."""
+    """``theta(s) = <x, W[:, s]>`` for a feature vector ``x`` of length F.
 
-    def __init__(self, n_features: int, n_classes: int):
+    Parameters
+    ----------
+    n_features : int
+        F.
+    n_classes : int, optional
+        S (required unless ``structure`` is given, which it must then match).
+    structure : MultiClass, optional
+        The structure to run on (a subclass or a configured instance); default ``MultiClass(n_classes)``.
+    """
+
+    def __init__(self, n_features: int, n_classes: int | None = None, *, structure: MultiClass | None = None):
         self.n_features = check_count(n_features, "n_features", "MultiClassModel")
-        self.n_classes = check_count(n_classes, "n_classes", "MultiClassModel")
-        self.structure = MultiClass(self.n_classes)
+        if n_classes is None and structure is None:
+            raise InvalidInputError("MultiClassModel needs n_classes (or a MultiClass structure=)")
+        S = None if n_classes is None else check_count(n_classes, "n_classes", "MultiClassModel")
+        self.structure = model_structure("MultiClassModel", MultiClass, structure, lambda: MultiClass(S),
+                                         **({} if S is None else {"n_classes": S}))
+        self.n_classes = self.structure.n_classes
 
     def __repr__(self) -> str:
         return f"MultiClassModel(n_features={self.n_features}, n_classes={self.n_classes})"
