@@ -8,11 +8,30 @@
   ``topk`` (top-K smoothing, Casimir), ``marginals`` (entropy smoothing, entropic extragradient),
   ``max_marginals``, ``project`` (Euclidean extragradient; defaults to a cvxpy QP),
   ``prox_entropy``;
-- per-node labels (for :class:`~structopt.losses.Hamming` and ``WeightedHamming``):
-  ``states_per_node`` (values each node variable takes) and ``node_potentials(costs, like)``,
-  where ``costs`` has shape ``y.shape + (states_per_node,)``, plus ``node_constant(costs)`` when the
-  encoding has no statistic per (node, value) (``LPStructure``'s 0/1 vector: the loss is
-  ``<node_potentials(costs), stats> + node_constant(costs)``);
+- optional *hooks* (attributes that losses, models and tools look up by name; the table
+  :data:`HOOKS` lists each with its signature and callers, and :func:`check_hooks` checks the ones
+  an object declares):
+
+  - ``Potentials`` (class attribute): the NamedTuple type of the potentials and statistics; read by
+    :class:`~structopt.models.feature.FeatureModel` (one field required) and
+    :func:`~structopt.validate.check_model` (the potentials type);
+  - ``states_per_node`` (int) and ``node_potentials(costs, like) -> Potentials``: per-node labels, for
+    :class:`~structopt.losses.Hamming` and ``WeightedHamming`` (``costs`` has shape
+    ``y.shape + (states_per_node,)``) and the estimator's per-position accuracy;
+  - ``node_constant(costs) -> float``: with the per-node hooks, when the encoding has no statistic
+    per (node, value) (``LPStructure``'s 0/1 vector: the loss is
+    ``<node_potentials(costs), stats> + node_constant(costs)``);
+  - ``edge_potentials(costs, like) -> Potentials`` (and an ``edge`` field in the statistics):
+    per-edge costs, for :class:`~structopt.losses.MatchingHamming`;
+  - ``topk_iou(theta, y_true, k) -> (outputs, scores)`` and
+    ``marginals_iou(theta, y_true, temperature) -> (log_z, marginals, expected_loss)``: decoding
+    augmented by ``1 - IoU``, for :class:`~structopt.losses.BoxLoss`;
+  - ``projector(tol, warm)``: a stateful, warm-started Euclidean projector (``project(point, key)``,
+    ``state()``, ``load_state(state)``, ``max_residual``) or None, for the dual extragradient
+    (an unconstrained ``Chain``'s); without it the extragradient calls ``project``;
+  - ``example(rng, *, integer, **size) -> (structure, theta)`` (classmethod) and
+    ``example_variants``: random small instances, required by
+    :func:`~structopt.structures.registry.register_structure` (``structopt check``);
 - ``kernel_oracles()``: the oracles that the library's fused kernels reproduce exactly for this
   object (empty by default). Fast paths are taken only for those.
 - bad potentials: NaN is refused by every oracle with :class:`~structopt.errors.InvalidInputError`.
@@ -29,8 +48,9 @@
 - ``reduce_stats(mu)``: statistics in the layout of the potentials the model produces (default:
   unchanged), so that ``flatten(reduce_stats(stats(y)))`` pairs entry by entry with
   ``flatten(potentials(x, w))``;
-- optional: ``features_sqnorm`` (speed), ``nonnegative_blocks`` (weight constraints),
-  ``fused_kernels(problem)`` (fused passes; see :mod:`structopt.fused`).
+- optional hooks: ``features_sqnorm(x, mu)`` (speed; BCFW's line search and the smoothing
+  solvers' curvature), ``nonnegative_blocks`` (weight constraints; :func:`nonnegative_indices`,
+  the problem's ``project_weights``).
 
 **Loss** (subclass :class:`~structopt.losses.Loss`): ``__call__``; either ``decomposable = True``
 with ``linear_terms``, or the ``augmented_argmax`` (and for smoothing ``augmented_topk`` /
@@ -42,6 +62,7 @@ implementation numerically.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,6 +72,93 @@ from structopt.structures.base import Structure, flatten
 
 _STRUCTURE_REQUIRED = ("argmax", "stats", "outputs", "polytope", "expand", "validate_output")
 _MODEL_REQUIRED = ("blocks", "validate_input", "potentials", "add_features", "reduce_stats", "zeros")
+
+
+@dataclass(frozen=True)
+class Hook:
+    """An optional attribute looked up by name (``hasattr``) on a structure or a model.
+
+    Attributes
+    ----------
+    owner : {"structure", "model"}
+    name : str
+    signature : str
+        How it is called (or, for a plain attribute, what it holds).
+    called_by : str
+        Who looks it up.
+    requires : tuple of str
+        Hooks that must come with it.
+    """
+
+    owner: str
+    name: str
+    signature: str
+    called_by: str
+    requires: tuple[str, ...] = ()
+
+    @property
+    def is_method(self) -> bool:
+        """Whether the hook is called (its signature has an argument list)."""
+        return "(" in self.signature
+
+
+#: every hook structopt looks up by name; a ``hasattr`` on a structure or model elsewhere names one of these
+HOOKS: tuple[Hook, ...] = (
+    Hook("structure", "Potentials", "Potentials: a NamedTuple type", "FeatureModel, validate.check_model"),
+    Hook("structure", "states_per_node", "states_per_node: int >= 1", "Hamming, WeightedHamming, estimator.score"),
+    Hook("structure", "node_potentials", "node_potentials(costs, like) -> Potentials", "Hamming, WeightedHamming",
+         ("states_per_node",)),
+    Hook("structure", "node_constant", "node_constant(costs) -> float", "Hamming, WeightedHamming",
+         ("states_per_node", "node_potentials")),
+    Hook("structure", "projector", "projector(tol, warm) -> None or an object with project(point, key), state(), "
+         "load_state(state), max_residual", "dual extragradient (solvers/_eg_geometry.EuclideanBlocks)"),
+    Hook("structure", "edge_potentials", "edge_potentials(costs, like) -> Potentials", "MatchingHamming"),
+    Hook("structure", "topk_iou", "topk_iou(theta, y_true, k) -> (outputs, scores)", "BoxLoss",
+         ("marginals_iou",)),
+    Hook("structure", "marginals_iou", "marginals_iou(theta, y_true, temperature) -> (log_z, marginals, loss)",
+         "BoxLoss", ("topk_iou",)),
+    Hook("model", "features_sqnorm", "features_sqnorm(x, mu) -> float", "BCFW line search, smoothing solvers"),
+    Hook("model", "nonnegative_blocks", "nonnegative_blocks: tuple of block names",
+         "SSVMProblem.project_weights, every solver"),
+)
+
+
+def hook(name: str, owner: str = "structure") -> Hook:
+    """The documented hook ``name`` of ``owner`` (KeyError for an undocumented one)."""
+    for h in HOOKS:
+        if h.owner == owner and h.name == name:
+            return h
+    raise KeyError(f"{name!r} is not a documented {owner} hook (see structopt.contract.HOOKS)")
+
+
+def has_hook(obj: Any, name: str, owner: str = "structure") -> bool:
+    """Whether ``obj`` declares the documented hook ``name`` (the lookup losses and tools use)."""
+    hook(name, owner)
+    return hasattr(obj, name)
+
+
+def check_hooks(obj: Any, owner: str) -> None:
+    """Raise :class:`InvalidInputError` if a hook ``obj`` declares is malformed or lacks a companion.
+
+    Methods must be callable, ``states_per_node`` a positive integer, ``Potentials`` a NamedTuple type.
+    """
+    kind = type(obj).__name__
+    for h in HOOKS:
+        if h.owner != owner or not hasattr(obj, h.name):
+            continue
+        value = getattr(obj, h.name)
+        missing = [r for r in h.requires if not hasattr(obj, r)]
+        if missing:
+            raise InvalidInputError(f"{kind} declares the hook {h.name} but not {', '.join(missing)}, which must "
+                                    "come with it (see structopt.contract.HOOKS)")
+        if h.is_method and not callable(value):
+            raise InvalidInputError(f"{kind}.{h.name} must be a method {h.signature}, got {type(value).__name__}")
+        if h.name == "states_per_node" and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                           or value < 1):
+            raise InvalidInputError(f"{kind}.states_per_node must be an integer >= 1, got {value!r}")
+        if h.name == "Potentials" and not (isinstance(value, type) and issubclass(value, tuple)
+                                           and hasattr(value, "_fields")):
+            raise InvalidInputError(f"{kind}.Potentials must be a NamedTuple type, got {value!r}")
 
 
 def check_contract(model: Any, loss: Any) -> None:
@@ -68,6 +176,8 @@ def check_contract(model: Any, loss: Any) -> None:
     missing = [name for name in _STRUCTURE_REQUIRED if not callable(getattr(structure, name, None))]
     if missing:
         raise InvalidInputError(f"{type(structure).__name__} lacks {', '.join(missing)} (see structopt.contract)")
+    check_hooks(structure, "structure")
+    check_hooks(model, "model")
     if not isinstance(loss, Loss):
         raise InvalidInputError(f"loss must be a structopt Loss (e.g. structopt.Hamming()), got {type(loss).__name__}")
     for name in getattr(model, "nonnegative_blocks", ()):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from structopt.contract import has_hook
 from structopt.errors import InvalidInputError, NotSupportedError, numeric_array
 from structopt.structures.base import Potentials, Structure, add, check_flag, inner, scale
 
@@ -70,12 +71,13 @@ class Loss(ABC):
 
 def _node_terms(loss: Loss, structure: Structure, node_costs: np.ndarray, like: Potentials) -> tuple[Potentials, float]:
     # (c, const) of a per-node loss in the structure's potentials layout; the constant is nonzero for
-    # encodings without a statistic per (node, value), e.g. a 0/1 vector (optional hook `node_constant`)
-    if not (hasattr(structure, "states_per_node") and hasattr(structure, "node_potentials")):
+    # encodings without a statistic per (node, value), e.g. a 0/1 vector (optional hook `node_constant`;
+    # every hook is documented in structopt.contract.HOOKS)
+    if not (has_hook(structure, "states_per_node") and has_hook(structure, "node_potentials")):
         raise NotSupportedError(
             f"{type(loss).__name__} is a per-node loss: it needs a structure with per-node labels, i.e. one "
             f"that defines `states_per_node` and `node_potentials(costs, like)`; {structure.name} does not")
-    const = float(structure.node_constant(node_costs)) if hasattr(structure, "node_constant") else 0.0
+    const = float(structure.node_constant(node_costs)) if has_hook(structure, "node_constant") else 0.0
     return structure.node_potentials(node_costs, like), const
 
 
@@ -115,7 +117,7 @@ class Hamming(Loss):
         return value / y_true.size if self.normalize else value
 
     def linear_terms(self, structure: Structure, y_true, like: Potentials) -> tuple[Potentials, float]:
-        if not hasattr(structure, "states_per_node"):
+        if not has_hook(structure, "states_per_node"):
             return _node_terms(self, structure, np.zeros(0), like)  # raises the contract error
         labels = _node_labels(structure, y_true)
         c = np.ones((*labels.shape, structure.states_per_node))
@@ -158,7 +160,7 @@ class WeightedHamming(Loss):
         return value / y_true.size if self.normalize else value
 
     def linear_terms(self, structure: Structure, y_true, like: Potentials) -> tuple[Potentials, float]:
-        if not hasattr(structure, "states_per_node"):
+        if not has_hook(structure, "states_per_node"):
             return _node_terms(self, structure, np.zeros(0), like)  # raises the contract error
         if self.cost.shape[0] != structure.states_per_node:
             raise InvalidInputError(f"cost matrix is {self.cost.shape[0]}x{self.cost.shape[0]} but the "
@@ -209,7 +211,7 @@ class MatchingHamming(Loss):
         return self.fp_cost * false_pos + self.fn_cost * false_neg
 
     def linear_terms(self, structure: Structure, y_true, like: Potentials) -> tuple[Potentials, float]:
-        if not hasattr(structure, "edge_potentials"):
+        if not has_hook(structure, "edge_potentials"):
             raise NotSupportedError(f"MatchingHamming needs a matching structure, not {structure.name}")
         gold = np.asarray(structure.stats(y_true, like).edge, dtype=float)
         c = self.fp_cost * (1.0 - gold) - self.fn_cost * gold
@@ -236,7 +238,7 @@ class BoxLoss(Loss):
 
     @staticmethod
     def _structure(structure: Structure):
-        if not hasattr(structure, "topk_iou"):
+        if not has_hook(structure, "topk_iou"):
             raise NotSupportedError(f"BoxLoss needs a BoundingBox structure (IoU-bounding oracles), "
                                     f"not {structure.name}")
         return structure
