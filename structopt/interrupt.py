@@ -18,10 +18,14 @@ installed, it
   a SIGINT arrived (replacing the error a stopped solver may have caused).
 
 Solvers without a stop function can poll :attr:`Interrupt.requested` from their own callbacks
-(HiGHS). Elsewhere (another thread, or SIGINT handled by someone else: ignored, the OS default, or a
-custom handler) the block changes nothing and ``requested`` stays False. Calls that hold the GIL
-and cannot be stopped (PyMaxflow, numba kernels) are kept short instead; the recorded interrupt is
-raised when they return.
+(HiGHS). Elsewhere (another thread, Windows, or SIGINT handled by someone else: ignored, the OS
+default, or a custom handler) the block changes nothing and ``requested`` stays False.
+
+Calls that hold the GIL and cannot be stopped are not wrapped; they are short, and Python raises
+the interrupt when they return. Measured on the real tasks: PyMaxflow under 1 ms per horse image,
+OR-Tools max-flow and HiGHS LPs of the UAI models under 50 ms, the fused chain passes at most
+0.36 s per call on CoNLL-2000 (whole-dataset BCFW/FW/hinge passes) except the SSG pass, 1.4 s.
+Waiting for executor passes (:mod:`structopt.parallel`) is interruptible by itself.
 """
 
 from __future__ import annotations
@@ -111,7 +115,8 @@ def _record(signum: int, frame: object) -> None:
 
 
 def _can_activate() -> bool:
-    return (threading.current_thread() is threading.main_thread()
+    # POSIX only (Windows has no pthread_kill, and its wakeup fd must be a socket)
+    return (hasattr(signal, "pthread_kill") and threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
 
 
@@ -183,8 +188,8 @@ def interruptible(stop: Callable[[], None] | None = None) -> Iterator[Interrupt]
             if outermost:
                 # no more wakeups into our pipe; what is already in it belongs to this session
                 signal.set_wakeup_fd(state.previous_fd, warn_on_full_buffer=False)
-                state.previous_fd = -1
                 state._drain_locked(state.read_fd)
+                state.previous_fd = -1
             if stop is not None:
                 state.stops.remove(stop)
             state.depth -= 1

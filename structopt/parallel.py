@@ -413,6 +413,25 @@ def _build_chunk(spec: ChunkSpec) -> SSVMProblem:
     return spec.build()
 
 
+def start_local_cluster(attempts: int = 3, **options: Any) -> Any:
+    """A :class:`distributed.LocalCluster`, retried when its start fails on a loaded machine.
+
+    dask gives its IO-loop thread and its workers fixed start-up deadlines (10 s for the loop);
+    with many busy processes per core those can pass before the cluster is up, which fails the
+    start with an AssertionError or a TimeoutError although nothing is wrong. A pass is pure, so
+    starting again is safe.
+    """
+    distributed = _import_distributed()
+    for attempt in range(1, attempts + 1):
+        try:
+            return distributed.LocalCluster(**options)
+        except (AssertionError, TimeoutError, RuntimeError, OSError) as error:
+            if attempt == attempts:
+                raise ParallelError(f"executor: a local dask cluster failed to start {attempts} times "
+                                    f"({type(error).__name__}: {error})") from error
+    raise AssertionError("unreachable")
+
+
 class DaskExecutor(Executor):
     """Passes on a dask.distributed cluster: chunks built on the workers once, weights sent per round.
 
@@ -443,9 +462,8 @@ class DaskExecutor(Executor):
             # and the horse-segmentation oracles ran 45% slower. Our workers keep their data for the
             # whole run and allocate the same temporaries each round, so glibc's default suits them.
             with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-                self._cluster = distributed.LocalCluster(n_workers=n_workers or 1, threads_per_worker=1,
-                                                         processes=processes, dashboard_address=":0",
-                                                         silence_logs=40)
+                self._cluster = start_local_cluster(n_workers=n_workers or 1, threads_per_worker=1,
+                                                    processes=processes, dashboard_address=":0", silence_logs=40)
             self.client = distributed.Client(self._cluster, set_as_default=False)
         else:
             try:
@@ -615,4 +633,5 @@ def executor_scope(problem: SSVMProblem, executor: Any = None, n_workers: int | 
 
 
 __all__ = ["EXECUTORS", "ChunkSpec", "DaskExecutor", "Executor", "ParallelError", "ProcessExecutor",
-           "SerialExecutor", "chunk_bounds", "executor_scope", "open_executor"]
+           "SerialExecutor", "check_picklable", "chunk_bounds", "executor_scope", "open_executor",
+           "start_local_cluster"]

@@ -21,7 +21,7 @@ from structopt.cli import main
 from structopt.errors import InvalidInputError
 from structopt.losses import MatchingHamming
 from structopt.models.matching import MatchingModel
-from structopt.parallel import ParallelError, ProcessExecutor, chunk_bounds, open_executor
+from structopt.parallel import ParallelError, ProcessExecutor, chunk_bounds, open_executor, start_local_cluster
 from structopt.solvers import bcfw, casimir_svrg, dual_extragradient, frank_wolfe, sgd, ssg, svrg
 from structopt.solvers._blocks import BlockState, PythonBlockUpdater
 from structopt.solvers._minibatch import MiniBatchUpdater
@@ -71,7 +71,7 @@ def assert_same_trace(a: list[dict], b: list[dict]) -> None:
 @pytest.fixture(scope="module")
 def client():
     """Two single-threaded dask workers in this process (cheap to start; processes are the slow tests')."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+    with start_local_cluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
                                   silence_logs=40) as cluster, distributed.Client(cluster, set_as_default=False) as c:
         yield c
 
@@ -300,7 +300,7 @@ def test_killed_dask_worker_mid_pass_gives_the_serial_trace(tmp_path):
     gate = tmp_path / "gate"
     problem = gated_problem(gate)
     serial = frank_wolfe(problem, max_passes=3, fused=False)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+    with start_local_cluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=50) as cluster, distributed.Client(cluster, set_as_default=False) as c:
         c.wait_for_workers(2, timeout=120)
         killed: list[int] = []
@@ -333,7 +333,7 @@ def test_worker_loss_beyond_retries_fails_clearly_and_the_checkpoint_resumes(tmp
     serial = frank_wolfe(problem, max_passes=3, fused=False)
     path = tmp_path / "fw.ckpt"
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
-            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+            start_local_cluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                      silence_logs=50) as cluster, \
             distributed.Client(cluster, set_as_default=False) as c:
         c.wait_for_workers(2, timeout=120)
@@ -368,7 +368,7 @@ def test_processes_refuse_a_lambda_builder_naming_the_cause():
 
 def test_executor_waits_for_workers_that_start_late():
     problem = random_multiclass_problem(1, n=6)
-    with distributed.LocalCluster(n_workers=0, threads_per_worker=1, processes=False, dashboard_address=":0",
+    with start_local_cluster(n_workers=0, threads_per_worker=1, processes=False, dashboard_address=":0",
                                   silence_logs=40) as cluster, \
             distributed.Client(cluster, set_as_default=False) as c:
         timer = threading.Timer(0.5, cluster.scale, (1,))  # the cluster has no worker when the run starts
