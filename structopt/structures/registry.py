@@ -2,9 +2,10 @@
 
 A structure class joins with :func:`register_structure` and brings its own random small instances
 (:meth:`~structopt.structures.base.Structure.example` and ``example_variants``), so validation and
-the CLI iterate the registry instead of naming structures. Registration order is the order of
-``structopt check`` (and of the seeded random instances it draws): the built-ins register when
-:mod:`structopt.structures` imports them, in the order of its imports.
+the CLI iterate the registry instead of naming structures. Every public module of
+:mod:`structopt.structures` is imported before the registry is read, so a new built-in only needs
+its decorator. Registration order is the order of ``structopt check`` (and of the seeded random
+instances it draws): the order of the imports in :mod:`structopt.structures`, then module names.
 """
 
 from __future__ import annotations
@@ -51,10 +52,29 @@ def register_structure(name: str) -> Callable[[T], T]:
     return decorate
 
 
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    # import every public module of structopt.structures: a new built-in registers by existing, with no
+    # list to edit (those structopt.structures imports come first, in its order; others follow by name)
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    import importlib
+    import pkgutil
+
+    import structopt.structures as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{info.name}")
+    _builtins_loaded = True
+
+
 def registered_structures() -> dict[str, type]:
     """Name → class of every registered structure, in registration order (built-ins first)."""
-    import structopt.structures  # noqa: F401  (registers the built-ins)
-
+    _load_builtins()
     return dict(_REGISTRY)
 
 
