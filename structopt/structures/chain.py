@@ -395,12 +395,6 @@ class Chain(Structure):
         callers then use :meth:`project`."""
         return ChainProjector(self, tol, warm) if chain_kernels_serve(self, ("project",)) else None
 
-    def projector(self, tol: float = 1e-8, warm: bool = True) -> ChainProjector | None:
-        """A stateful Euclidean projector with warm-started multipliers (:class:`ChainProjector`), or None
-        where the chain kernels do not compute this structure's :meth:`project` (masks, an override):
-        callers then use :meth:`project`."""
-        return ChainProjector(self, tol, warm) if chain_kernels_serve(self, ("project",)) else None
-
     def prox_entropy(self, mu: ChainPotentials, step: ChainPotentials, eta: float) -> ChainPotentials:
         """Entropic (KL) prox on the chain's marginal polytope.
 
@@ -431,71 +425,6 @@ class Chain(Structure):
         step = self.expand(step)
         theta = ChainPotentials(log_unary + eta * step.unary, log_edge + eta * step.pairwise)
         return self.marginals(theta)[1]
-
-
-def chain_kernels_serve(structure, oracles: tuple[str, ...] | frozenset[str]) -> bool:
-    """Whether the chain kernels compute ``oracles`` of ``structure`` exactly.
-
-    The projection and prox kernels (:mod:`structopt.structures._chain_projection`, the fused
-    z-pass) reproduce :class:`Chain`'s own ``project``, ``prox_entropy`` and ``marginals``. They
-    serve a structure that has those very methods (not overrides, not another structure's) and
-    declares, through ``kernel_oracles()``, that the kernels reproduce them there (an unconstrained
-    chain). Listing the names alone is not enough: a grid's ``project`` is not the chain's.
-    """
-    return (frozenset(oracles) <= structure.kernel_oracles()
-            and all(getattr(type(structure), name, None) is getattr(Chain, name) for name in oracles))
-
-
-class ChainProjector:
-    """Euclidean projections onto a chain's marginal polytope, warm-started per slot.
-
-    Each slot (a hashable key, e.g. ``(example, phase)``) keeps the dual multipliers of its last
-    projection, which makes the next nearby projection cheap. The multipliers decide the last bits
-    of every projection, so :meth:`state` / :meth:`load_state` carry them through checkpoints.
-
-    Parameters
-    ----------
-    structure : Chain
-        An unconstrained chain (see :meth:`Chain.projector`).
-    tol : float
-        Marginalisation residual certified by each projection; the cvxpy reference QP
-        (``structure.project_qp``) answers when the fast method stalls above it.
-    warm : bool
-        Keep the multipliers per slot (otherwise every projection starts from zero).
-    """
-
-    def __init__(self, structure: Chain, tol: float = 1e-8, warm: bool = True):
-        self.structure = structure
-        self.tol = float(tol)
-        self._warm: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] | None = {} if warm else None
-        self.max_residual = 0.0
-
-    def project(self, point: ChainPotentials, key: tuple[int, ...] | None = None) -> ChainPotentials:
-        """Projection of ``point`` (full statistics layout), warm-started from slot ``key`` (None: cold)."""
-        from structopt.structures._chain_projection import project_chain
-
-        warm = None
-        if self._warm is not None and key is not None:
-            T, S = np.shape(point.unary)
-            warm = self._warm.setdefault(key, (np.zeros((max(T - 1, 0), S)), np.zeros((max(T - 1, 0), S))))
-        node, edge, residual, _ = project_chain(point.unary, point.pairwise, tol=self.tol, warm=warm)
-        if not residual <= self.tol:  # the fast method stalled: use the reference QP
-            return self.structure.project_qp(point)
-        self.max_residual = max(self.max_residual, float(residual))
-        return type(point)(node, edge)
-
-    def state(self) -> dict:
-        """The warm-start multipliers per slot (``"i,j"`` keys) and the largest residual so far."""
-        warm = None if self._warm is None else {",".join(map(str, key)): list(pair)
-                                                for key, pair in self._warm.items()}
-        return {"warm": warm, "max_residual": self.max_residual}
-
-    def load_state(self, state: dict) -> None:
-        """Inverse of :meth:`state`."""
-        if self._warm is not None and state["warm"] is not None:
-            self._warm = {tuple(int(k) for k in key.split(",")): (np.array(lo, dtype=float), np.array(hi, dtype=float))
-                          for key, (lo, hi) in state["warm"].items()}
-        self.max_residual = float(state["max_residual"])
 
 
 def chain_kernels_serve(structure, oracles: tuple[str, ...] | frozenset[str]) -> bool:
