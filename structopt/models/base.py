@@ -103,14 +103,6 @@ class Model(ABC):
         g = self.features(x, mu)
         return float(g @ g)
 
-    def fused_kernels(self, problem: Any) -> Any:
-        """Fused numba kernels over a whole problem (:class:`structopt.fused.FusedKernels`), or None.
-
-        A model returns them only when they compute exactly its own and its structure's oracles for
-        ``problem`` (see ``Structure.kernel_oracles``); the default, None, means the generic path.
-        """
-        return None
-
     def features(self, x: Any, mu: Potentials) -> np.ndarray:
         """``A_x^T mu`` as a dense weight vector; ``features(x, stats(y))`` is ``Phi(x, y)``."""
         out = np.zeros(self.n_params)
