@@ -423,48 +423,7 @@ def all_cases() -> list[tuple[str, Callable]]:
 
 
 #: failing cases in files this suite's author does not own, left out until their owners fix them
-LEFT_OUT: dict[str, str] = {
-    "new-LPStructure-constraints-bool": "structures/lp.py (interrupt-handling engineer)",
-    "new-LPStructure-constraints-nan": "structures/lp.py (interrupt-handling engineer)",
-    "new-LPStructure-constraints-obj": "structures/lp.py (interrupt-handling engineer)",
-    "new-LPStructure-constraints-zero": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-argmax-obj": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-argmax-str": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-argmax-strings": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-argmax-wrong_tuple": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-expand-obj": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-expand-str": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-expand-strings": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-expand-wrong_tuple": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-lp_relaxation-obj": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-lp_relaxation-str": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-lp_relaxation-strings": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-lp_relaxation-wrong_tuple": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-max_marginals-obj": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-max_marginals-str": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-max_marginals-strings": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-max_marginals-wrong_tuple": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-project-obj": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-project-str": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-project-strings": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-project-wrong_tuple": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-score-obj": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-score-str": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-score-strings": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-score-wrong_tuple": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-k-bool": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-k-frac": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-k-inf": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-k-list": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-k-nan": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-k-none": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-k-obj": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-k-str": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-obj": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-str": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-strings": "structures/lp.py (interrupt-handling engineer)",
-    "oracle-lp-topk-wrong_tuple": "structures/lp.py (interrupt-handling engineer)",
-}
+LEFT_OUT: dict[str, str] = {}  # none today
 
 
 def outcome(call: Callable, seconds: float = 10.0) -> str:

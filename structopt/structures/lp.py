@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures._ilp import ILP, get_backend
 from structopt.structures._minnorm import project_hull
 from structopt.structures.base import Polytope, Structure, random_like
@@ -59,7 +59,13 @@ def compile_constraints(z: Any, constraints: list[Any]) -> ILP:
         raise InvalidInputError(f"LPStructure needs a 1-D cvxpy Variable of length >= 1, got {z!r}")
     if not z.attributes.get("boolean"):
         raise InvalidInputError("LPStructure needs a boolean variable: cvxpy.Variable(n, boolean=True)")
-    constraints = [constraints] if isinstance(constraints, cp.constraints.constraint.Constraint) else list(constraints)
+    if isinstance(constraints, cp.constraints.constraint.Constraint):
+        constraints = [constraints]
+    elif isinstance(constraints, (list, tuple)):
+        constraints = list(constraints)
+    else:
+        raise InvalidInputError(f"LPStructure constraints must be a list of cvxpy constraints, got "
+                                f"{type(constraints).__name__}")
     for j, con in enumerate(constraints):
         if not isinstance(con, cp.constraints.Equality | cp.constraints.Inequality | cp.constraints.Zero
                           | cp.constraints.NonPos | cp.constraints.NonNeg):
@@ -197,11 +203,13 @@ class LPStructure(Structure):
         return self._cache[n]
 
     def _values(self, theta: VectorPotentials, index: int | None = None) -> np.ndarray:
-        values = np.asarray(theta.values if isinstance(theta, tuple) else theta, dtype=float)
+        if isinstance(theta, tuple) and not isinstance(theta, VectorPotentials):
+            raise example_error(index, f"LPStructure potentials must be VectorPotentials or a 1-D vector, got a "
+                                       f"{type(theta).__name__}")
+        values = numeric_array(theta.values if isinstance(theta, VectorPotentials) else theta,
+                               "LPStructure potentials", index)
         if values.ndim != 1:
             raise example_error(index, f"LPStructure potentials must be a 1-D vector, got shape {values.shape}")
-        if not np.all(np.isfinite(values)):
-            raise example_error(index, "LPStructure potentials contain NaN or infinite values")
         self._instance(values.size, index)
         return values
 
@@ -271,8 +279,7 @@ class LPStructure(Structure):
         outputs : int64 array (k', n), sorted by decreasing score
         scores : float array (k',)
         """
-        if int(k) < 1:
-            raise InvalidInputError(f"topk needs k >= 1, got {k}")
+        k = check_count(k, "k", "LPStructure.topk")
         values = self._values(theta)
         ilp = self._instance(values.size)
         found: list[np.ndarray] = []
