@@ -27,7 +27,7 @@ import numpy as np
 from structopt.losses import MatchingHamming
 from structopt.models.matching import MatchingModel
 from structopt.problem import SSVMProblem
-from structopt.problems.alignment import dice_baseline, load_alignment
+from structopt.tasks.alignment import dice_baseline, load_alignment
 
 
 def time_assignment(n: int = 30, trials: int = 200, resolution: float = 1e-6, seed: int = 0) -> dict:
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _names() -> list[str]:
-    from structopt.problems.alignment import FEATURE_NAMES
+    from structopt.tasks.alignment import FEATURE_NAMES
 
     return FEATURE_NAMES
 

@@ -125,12 +125,12 @@ import numpy as np
 from structopt.errors import InvalidInputError
 from structopt.losses import Hamming
 from structopt.problem import SSVMProblem
-from structopt.problems.conll import chunk_f1, load_conll2000, load_conll2002
 from structopt.solvers.base import load_checkpoint
 from structopt.solvers.bcfw import bcfw
 from structopt.solvers.casimir import casimir_svrg
 from structopt.solvers.sgd import sgd
 from structopt.solvers.svrg import svrg
+from structopt.tasks.conll import chunk_f1, load_conll2000, load_conll2002
 
 HERE = Path(__file__).resolve().parent
 PAPER_CS = (0.01, 0.1, 1.0, 10.0)

@@ -40,8 +40,8 @@ def run(data: dict, model_name: str, solver: str, args: argparse.Namespace) -> d
     from structopt.errors import NotSupportedError
     from structopt.losses import Hamming
     from structopt.problem import SSVMProblem
-    from structopt.problems.horses import segmentation_scores
     from structopt.solvers import get_solver
+    from structopt.tasks.horses import segmentation_scores
 
     train, test = data["train"], data["test"]
     X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
@@ -77,7 +77,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from mincut_backends import bench, horse_instances
 
-    from structopt.problems.horses import load_horses
+    from structopt.tasks.horses import load_horses
 
     data = load_horses(args.data)
     rows = []

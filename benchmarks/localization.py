@@ -1,7 +1,7 @@
 """Object localization in miniature (Casimir paper, Sec. 7.1.2): solvers and box oracles.
 
 Data: ``load_boxes(dataset=...)`` (horses or raccoon; bag-of-words cells, see
-``structopt.problems.localization``), BoxModel + BoxLoss (1 - IoU), lambda = ``--lam``.
+``structopt.tasks.localization``), BoxModel + BoxLoss (1 - IoU), lambda = ``--lam``.
 
 1. Oracles at task size: on every test image, with the weights after 10 BCFW passes, the time of
    the plain and the loss-augmented (1 - IoU) argmax by branch-and-bound and by the compiled
@@ -79,19 +79,19 @@ import numpy as np
 
 from structopt.losses import BoxLoss
 from structopt.problem import SSVMProblem
-from structopt.problems.localization import (
-    detection_rate,
-    foreground_features,
-    load_boxes,
-    mean_box_prior,
-    mean_iou,
-)
 from structopt.solvers.bcfw import bcfw
 from structopt.solvers.casimir import casimir_svrg
 from structopt.solvers.sgd import sgd
 from structopt.solvers.svrg import svrg
 from structopt.structures import BoundingBox
 from structopt.structures import _box_kernels as kern
+from structopt.tasks.localization import (
+    detection_rate,
+    foreground_features,
+    load_boxes,
+    mean_box_prior,
+    mean_iou,
+)
 
 
 def _best_time(fn, repeats: int) -> float:

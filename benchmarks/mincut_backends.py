@@ -48,9 +48,9 @@ def per_call(fn: Callable[[], object], min_time: float = 0.05) -> float:
 def horse_instances(data_path: str | None, n: int) -> list:
     from structopt.losses import Hamming
     from structopt.problem import SSVMProblem
-    from structopt.problems.horses import load_horses
     from structopt.solvers.bcfw import bcfw
     from structopt.structures.base import add
+    from structopt.tasks.horses import load_horses
 
     data = load_horses(data_path)
     problem = SSVMProblem(data["model"], data["train"]["X"], data["train"]["y"], Hamming(normalize=True), lam=1e-3)
@@ -114,7 +114,7 @@ def bench(name: str, thetas: list) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=None, help="horses data directory (default: see structopt.problems.horses)")
+    parser.add_argument("--data", default=None, help="horses data directory (default: see structopt.tasks.horses)")
     parser.add_argument("--n", type=int, default=40, help="instances per family")
     parser.add_argument("--out", default="benchmarks/results/mincut_backends.json")
     args = parser.parse_args()

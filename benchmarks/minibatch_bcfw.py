@@ -31,7 +31,7 @@ from structopt.solvers import bcfw
 
 
 def ocr_problem(n_train: int | None) -> SSVMProblem:
-    from structopt.problems.ocr import load_ocr, paper_model_and_loss, split
+    from structopt.tasks.ocr import load_ocr, paper_model_and_loss, split
 
     train, _ = split(load_ocr(None), "bcfw")
     model, loss = paper_model_and_loss()

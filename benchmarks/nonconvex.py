@@ -9,7 +9,7 @@ Two tasks (``--task``):
     (``NonlinearChainModel``, tanh, ``--hidden`` units) over the hashed sparse token features, a
     linear transition block, Hamming loss; metric: test chunk F1 (conlleval).
 ``localization``
-    The paper's task in miniature: Weizmann horses (``structopt.problems.localization``,
+    The paper's task in miniature: Weizmann horses (``structopt.tasks.localization``,
     bag-of-words cells), cell scores from a two-layer network (``NonlinearBoxModel``, ELU as the
     paper) over the cell features, 1 - IoU loss; metric: test detection rate (IoU >= 0.5).
 
@@ -53,12 +53,12 @@ from structopt.losses import BoxLoss, Hamming, Loss
 from structopt.models.nonlinear import NonlinearBoxModel, NonlinearChainModel, NonlinearModel
 from structopt.nonconvex import NonconvexProblem
 from structopt.problem import SSVMProblem
-from structopt.problems.conll import chunk_f1, load_conll2000
-from structopt.problems.localization import detection_rate, load_boxes
 from structopt.solvers.bcfw import bcfw
 from structopt.solvers.casimir import casimir_svrg
 from structopt.solvers.prox_linear import prox_linear
 from structopt.solvers.sgd_nonconvex import sgd_nonconvex
+from structopt.tasks.conll import chunk_f1, load_conll2000
+from structopt.tasks.localization import detection_rate, load_boxes
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -35,10 +35,10 @@ import numpy as np
 from numba import njit
 
 import structopt as so
-from structopt.problems.ocr import letter_error, load_ocr, paper_model_and_loss, split
 from structopt.solvers._blocks import BlockState, FusedBlockUpdater
 from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
 from structopt.structures._chain_kernels import viterbi
+from structopt.tasks.ocr import letter_error, load_ocr, paper_model_and_loss, split
 
 METHODS = {
     "BCFW": lambda p, passes, seed, cb: bcfw(p, max_passes=passes, averaging="none", random_state=seed, callback=cb),

@@ -26,9 +26,9 @@ import numpy as np
 from structopt.losses import Hamming, MatchingHamming
 from structopt.models.chain import ChainModel
 from structopt.problem import SSVMProblem
-from structopt.problems.ocr import load_ocr, split
 from structopt.solvers.bcfw import bcfw, frank_wolfe
 from structopt.solvers.extragradient import dual_extragradient
+from structopt.tasks.ocr import load_ocr, split
 
 
 def _runs(problem, passes: int, skip: set[str], eg_passes: int | None = None, entropic_passes: int | None = None):
@@ -117,7 +117,7 @@ def main(argv=None) -> None:
     _plot(report["ocr"], f"OCR, {len(X)} words, lambda={lam:.3g}", out.with_name(out.name + "_ocr.png"))
     if not args.no_alignment:
         from structopt.models.matching import MatchingModel
-        from structopt.problems.alignment import load_alignment
+        from structopt.tasks.alignment import load_alignment
 
         task = load_alignment(n_heldout=200, random_state=0)
         model = MatchingModel(task.n_features, allow_unmatched=True)

@@ -73,7 +73,7 @@ from structopt.problem import SSVMProblem
 
 # --------------------------------------------------------------------------- tasks
 def task_ocr(args) -> tuple[SSVMProblem, bool | None]:
-    from structopt.problems.ocr import load_ocr, paper_model_and_loss, split
+    from structopt.tasks.ocr import load_ocr, paper_model_and_loss, split
 
     train, _ = split(load_ocr(None), "bcfw")
     model, loss = paper_model_and_loss()
@@ -89,7 +89,7 @@ def task_ocr_generic(args) -> tuple[SSVMProblem, bool | None]:
 def task_alignment(args) -> tuple[SSVMProblem, bool | None]:
     from structopt.losses import MatchingHamming
     from structopt.models.matching import MatchingModel
-    from structopt.problems.alignment import load_alignment
+    from structopt.tasks.alignment import load_alignment
 
     task = load_alignment(args.data)
     n = args.n_train or len(task.X_train)
@@ -99,7 +99,7 @@ def task_alignment(args) -> tuple[SSVMProblem, bool | None]:
 
 def task_grid(args) -> tuple[SSVMProblem, bool | None]:
     from structopt.losses import Hamming
-    from structopt.problems.horses import load_horses
+    from structopt.tasks.horses import load_horses
 
     data = load_horses(args.data)
     n = args.n_train or len(data["train"]["X"])
@@ -109,7 +109,7 @@ def task_grid(args) -> tuple[SSVMProblem, bool | None]:
 
 def task_box(args) -> tuple[SSVMProblem, bool | None]:
     from structopt.losses import BoxLoss
-    from structopt.problems.localization import load_boxes
+    from structopt.tasks.localization import load_boxes
 
     data = load_boxes(args.data, dataset="raccoon")
     n = args.n_train or len(data["train"]["X"])

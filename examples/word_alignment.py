@@ -4,8 +4,8 @@ Run: python examples/word_alignment.py
 """
 
 import structopt as so
-from structopt.problems.alignment import load_alignment
 from structopt.solvers.bcfw import bcfw
+from structopt.tasks.alignment import load_alignment
 
 task = load_alignment(n_heldout=200)  # features are computed from the sentence pairs themselves
 model = so.MatchingModel(task.n_features, allow_unmatched=True)

@@ -110,7 +110,7 @@ class Task(NamedTuple):
 
 def _task_ocr(args: argparse.Namespace) -> Task:
     from structopt.problem import SSVMProblem
-    from structopt.problems.ocr import letter_error, load_ocr, paper_model_and_loss, split
+    from structopt.tasks.ocr import letter_error, load_ocr, paper_model_and_loss, split
 
     if args.data is not None and not Path(args.data).is_file():
         raise DataNotFoundError(f"OCR data not found: --data {args.data} is no file (OCR reads a letters.npz; "
@@ -126,7 +126,7 @@ def _task_ocr(args: argparse.Namespace) -> Task:
 def _task_conll(args: argparse.Namespace) -> Task:
     from structopt.losses import Hamming
     from structopt.problem import SSVMProblem
-    from structopt.problems.conll import chunk_f1, load_conll2000
+    from structopt.tasks.conll import chunk_f1, load_conll2000
 
     data = load_conll2000(args.data)
     train, test = data["train"], data["test"]
@@ -143,7 +143,7 @@ def _task_alignment(args: argparse.Namespace) -> Task:
     from structopt.losses import MatchingHamming
     from structopt.models.matching import MatchingModel
     from structopt.problem import SSVMProblem
-    from structopt.problems.alignment import load_alignment
+    from structopt.tasks.alignment import load_alignment
 
     task = load_alignment(args.data)
     model = MatchingModel(task.n_features, allow_unmatched=True)
@@ -201,7 +201,7 @@ def _plot_boxes(path: Path, images: list[np.ndarray], gold: list, predicted: lis
 def _task_localization(args: argparse.Namespace) -> Task:
     from structopt.losses import BoxLoss
     from structopt.problem import SSVMProblem
-    from structopt.problems.localization import (
+    from structopt.tasks.localization import (
         detection_rate,
         image_path,
         load_boxes,
@@ -235,7 +235,7 @@ def _task_localization(args: argparse.Namespace) -> Task:
 def _task_horses(args: argparse.Namespace) -> Task:
     from structopt.losses import Hamming
     from structopt.problem import SSVMProblem
-    from structopt.problems.horses import load_horses, segmentation_scores
+    from structopt.tasks.horses import load_horses, segmentation_scores
 
     data = load_horses(args.data)
     train, test = data["train"], data["test"]

@@ -1,1 +1,1 @@
-"""Real tasks built on structopt (installed as ``structopt.problems``)."""
+"""Real tasks built on structopt (installed as ``structopt.tasks``)."""

@@ -17,7 +17,7 @@ def find_data_dir(corpus: str, path: str | os.PathLike | None = None, required: 
 
     ``path`` if given; else ``$STRUCTOPT_DATA/<corpus>`` if that variable is set; else
     ``../shared/data/<corpus>`` relative to the current directory, then relative to the repository
-    root (the directory above the installed ``problems/`` package). A candidate counts only if every
+    root (the directory above the installed ``tasks/`` package). A candidate counts only if every
     name in ``required`` (files or folders, relative to it) exists.
 
     Raises

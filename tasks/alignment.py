@@ -24,8 +24,8 @@ import scipy.sparse as sp
 from numba import njit
 
 from structopt.errors import InvalidInputError
-from structopt.problems._data import find_data_dir, read_text_lines
 from structopt.structures.matching import BipartiteMatching, MatchingPotentials
+from structopt.tasks._data import find_data_dir, read_text_lines
 
 SOURCE = ("the HLT-NAACL 2003 shared-task English-French Hansards word-alignment gold "
           "(trial.en-fr.* and test.en-fr.*: .en, .fr and .naacl files; Mihalcea & Pedersen 2003)")

@@ -33,7 +33,7 @@ from numba import njit
 
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models import ChainModel
-from structopt.problems._data import find_data_dir, read_text_lines
+from structopt.tasks._data import find_data_dir, read_text_lines
 
 __all__ = [
     "Corpus", "chunk_f1", "decode_tags", "featurize", "load_conll2000", "load_conll2002",
@@ -57,7 +57,7 @@ _BOS, _EOS = "\x02" * 4, "\x03" * 4
 # --------------------------------------------------------------------------------------------
 
 def resolve_data_dir(corpus: str, path: str | os.PathLike | None = None) -> Path:
-    """Directory holding ``corpus`` (``"conll2000"`` or ``"conll2002"``); see :func:`problems._data.find_data_dir`."""
+    """Directory holding ``corpus`` (``"conll2000"`` or ``"conll2002"``); see :func:`tasks._data.find_data_dir`."""
     return find_data_dir(corpus, path, source=_SOURCES.get(corpus, "its distributor"))
 
 

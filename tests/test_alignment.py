@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from _shared_data import SHARED_DATA, needs_data
 
-from structopt.problems.alignment import (
+from structopt.structures.matching import BipartiteMatching
+from structopt.tasks.alignment import (
     FEATURE_NAMES,
     SentencePair,
     aer,
@@ -18,7 +19,6 @@ from structopt.problems.alignment import (
     load_hansards,
     resolve_data_dir,
 )
-from structopt.structures.matching import BipartiteMatching
 
 DATA = SHARED_DATA / "hansards"
 pytestmark = needs_data("hansards")

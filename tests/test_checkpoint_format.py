@@ -183,7 +183,7 @@ def test_archive_errors_name_the_file(tmp_path):
 
 @pytest.mark.slow
 def test_a_sample_of_byte_corruptions_of_an_ocr_checkpoint_is_refused(tmp_path):
-    from structopt.problems.ocr import load_ocr, paper_model_and_loss, split
+    from structopt.tasks.ocr import load_ocr, paper_model_and_loss, split
 
     train, _ = split(load_ocr(None), "bcfw")
     model, loss = paper_model_and_loss()

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from _shared_data import SHARED_DATA, needs_data
 
 from structopt import ChainModel, Hamming, InvalidInputError, SSVMProblem
-from structopt.problems import conll
+from structopt.tasks import conll
 
 DATA = SHARED_DATA
 
@@ -229,7 +229,7 @@ def test_features_depend_on_context(tmp_path):
 
 def test_hashing_is_deterministic_across_processes(tmp_path):
     path = write(tmp_path / "toy", TOY.replace("\n.\n", "\n. . O\n"))
-    code = ("import hashlib,sys,numpy as np; from structopt.problems import conll; "
+    code = ("import hashlib,sys,numpy as np; from structopt.tasks import conll; "
             f"X=conll.featurize([conll.read_conll({str(path)!r})], n_features=1000)[0]; "
             "print(hashlib.sha1(np.concatenate([m.indices for m in X]).tobytes()).hexdigest())")
     # a child process with another string-hash salt than this one must produce the same columns

@@ -9,8 +9,8 @@ from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.losses import Hamming
 from structopt.models.grid import GridInput
 from structopt.problem import SSVMProblem
-from structopt.problems.horses import FEATURE_NAMES, load_horses, segmentation_scores
 from structopt.solvers.bcfw import bcfw
+from structopt.tasks.horses import FEATURE_NAMES, load_horses, segmentation_scores
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_grid_beats_unary_only_by_two_iou_points():
 def test_cli_train_horses_writes_masks_png(horses, tmp_path, capsys, monkeypatch):
     import json
 
-    import structopt.problems.horses as module
+    import structopt.tasks.horses as module
     from structopt.cli import main
 
     monkeypatch.setattr(module, "load_horses", lambda path=None: horses)  # the 12-image subset

@@ -17,12 +17,12 @@ from PIL import Image
 
 from structopt.errors import DataNotFoundError, InvalidInputError, NotSupportedError
 from structopt.marginals.uai import read_mar, read_pr, read_uai, write_mar
-from structopt.problems import localization as loc
-from structopt.problems._data import read_image
-from structopt.problems.alignment import load_hansards
-from structopt.problems.conll import read_conll
-from structopt.problems.horses import load_horses
-from structopt.problems.ocr import load_ocr
+from structopt.tasks import localization as loc
+from structopt.tasks._data import read_image
+from structopt.tasks.alignment import load_hansards
+from structopt.tasks.conll import read_conll
+from structopt.tasks.horses import load_horses
+from structopt.tasks.ocr import load_ocr
 
 
 def _raises(error: type[Exception], call, *texts: str) -> str:

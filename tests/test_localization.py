@@ -10,8 +10,8 @@ import pytest
 
 import structopt as so
 from structopt.errors import DataNotFoundError, InvalidInputError
-from structopt.problems import _bow
-from structopt.problems import localization as loc
+from structopt.tasks import _bow
+from structopt.tasks import localization as loc
 
 DATA = Path(__file__).resolve().parent.parent / ".." / "shared" / "data"
 HORSES = DATA / "horses"

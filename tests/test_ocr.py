@@ -9,8 +9,8 @@ import pytest
 
 import structopt as so
 from structopt.cli import main
-from structopt.problems.ocr import letter_error, load_ocr, split
 from structopt.solvers.bcfw import bcfw
+from structopt.tasks.ocr import letter_error, load_ocr, split
 
 
 @pytest.fixture(scope="module")
