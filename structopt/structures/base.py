@@ -1,4 +1,4 @@
-"""The Structure interface and generic operations on potentials.
+"""The Structure interface and its helpers (the potentials arithmetic is :mod:`structopt.potentials`).
 
 A structure is a finite output set together with its marginal polytope. Each output ``y`` has
 sufficient statistics ``stats(y)``; a score is linear in them, ``score(theta, y) = <theta, stats(y)>``.
@@ -21,7 +21,8 @@ import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError, example_error
 
-Potentials = Any  # a NamedTuple of numpy arrays; each structure defines its own type
+# the potentials arithmetic lives on the ground floor; re-exported here for compatibility
+from structopt.potentials import Potentials, add, flatten, inner, scale, unflatten
 
 
 def refuse_nonfinite(fields: Any, what: str, index: int | None = None) -> None:
@@ -67,39 +68,6 @@ def check_eta(eta: Any, owner: str) -> float:
     if isinstance(eta, (bool, np.bool_)) or not isinstance(eta, numbers.Real) or not np.isfinite(eta):
         raise InvalidInputError(f"{owner} needs a finite real step eta, got {eta!r}")
     return float(eta)
-
-
-# --------------------------------------------------------------------------- generic field ops
-def inner(a: Potentials, b: Potentials) -> float:
-    """Inner product ``<a, b>`` summed over fields (fields broadcast against each other)."""
-    return float(sum(np.sum(x * y) for x, y in zip(a, b, strict=True)))
-
-
-def add(a: Potentials, b: Potentials, scale: float = 1.0) -> Potentials:
-    """Field-wise ``a + scale * b``."""
-    return type(a)(*(x + scale * y for x, y in zip(a, b, strict=True)))
-
-
-def scale(a: Potentials, factor: float) -> Potentials:
-    """Field-wise ``factor * a``."""
-    return type(a)(*(factor * x for x in a))
-
-
-def flatten(p: Potentials) -> np.ndarray:
-    """Concatenate the raveled fields into one float vector."""
-    return np.concatenate([np.asarray(x, dtype=float).ravel() for x in p])
-
-
-def unflatten(vector: np.ndarray, like: Potentials) -> Potentials:
-    """Inverse of :func:`flatten`, taking the field shapes from ``like``."""
-    fields, start = [], 0
-    for x in like:
-        size = int(np.size(x))
-        fields.append(np.asarray(vector[start:start + size], dtype=float).reshape(np.shape(x)))
-        start += size
-    if start != len(vector):
-        raise InvalidInputError(f"vector of length {len(vector)} does not match layout of size {start}")
-    return type(like)(*fields)
 
 
 def random_like(like: Potentials, rng: np.random.Generator, integer: bool = False,
