@@ -93,7 +93,7 @@ def overhead(problem: so.SSVMProblem, n_passes: int, seed: int) -> dict:
     fast.warm_up("oracle_steps", "adjoint_sum")
     rng = np.random.default_rng(seed)
     state = BlockState.initial(problem)
-    state.fused_index = fast.passes.block_index(state.m, state.offsets, fast.pack)  # kept up to date by the passes
+    state.fused_index = fast.block_index(state.m)  # kept up to date by the passes
     warm = rng.integers(0, problem.n, size=10)
     for stages in STAGES:
         for avg in (True, False):

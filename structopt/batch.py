@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from structopt.fused import select_fused
+from structopt.fused import select
+from structopt.potentials import Potentials, flatten
 from structopt.problem import SSVMProblem
-from structopt.structures.base import Potentials, flatten
 
 
 def hinge_values(problem: SSVMProblem, w: np.ndarray) -> np.ndarray:
     """``H_i(w)`` of every example (fused pass when the problem has one)."""
-    fast = problem.fused()
+    fast = select(problem)
     if fast is not None:
         return fast.hinge_terms(np.asarray(w, dtype=float))[0].copy()
     return problem.hinge_losses(w)
@@ -43,20 +43,19 @@ def fw_corner(problem: SSVMProblem, w: np.ndarray, fused: bool | None, n_total: 
     """
     w = np.ascontiguousarray(w, dtype=np.float64)
     w_s = np.zeros_like(w)
-    fast = select_fused(problem, fused)
+    fast = select(problem, fused)
     if fast is not None:
-        loss_sum, hinge_sum = fast.passes.fw_pass(w, problem.lam, n_total, fast.gold, fast.offsets, fast.pack, w_s,
-                                                  fast.theta_buf, fast.stats_buf)
+        loss_sum, hinge_sum = fast.fw_pass(w, n_total, w_s)
         return w_s, float(loss_sum), float(hinge_sum)
-    model, scale = problem.model, 1.0 / (problem.lam * n_total)
+    scale = 1.0 / (problem.lam * n_total)
     loss_sum = hinge_sum = 0.0
     for i in range(problem.n):
         d = problem.decode(i, w)
         hinge_sum += problem.hinge(i, d)
         loss_sum += d.loss
         stats = problem.compact_stats(d.y, d.theta)
-        model.add_features(problem.X[i], problem.gold_stats(i, d.theta), w_s, scale)
-        model.add_features(problem.X[i], stats, w_s, -scale)
+        problem.adjoint(i, problem.gold_stats(i, d.theta), w_s, scale)
+        problem.adjoint(i, stats, w_s, -scale)
     return w_s, loss_sum, hinge_sum
 
 
@@ -80,7 +79,7 @@ def smooth_snapshot(problem: SSVMProblem, w: np.ndarray, mu: float, kind: str, k
     for i in range(problem.n):
         res = problem.smooth_stats(i, problem.theta(i, w), mu, kind, k)
         diffs.append(res.diff)
-        problem.model.add_features(problem.X[i], res.diff, grad, 1.0 / n_total)
+        problem.adjoint(i, res.diff, grad, 1.0 / n_total)
         value += res.value / n_total
     return diffs, grad, value
 

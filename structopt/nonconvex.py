@@ -69,6 +69,24 @@ class NonconvexProblem(SSVMProblem):
     def features(self, i: int, mu: Potentials) -> np.ndarray:
         raise NotSupportedError("a non-linear model has no weight-independent adjoint; use gradient(i, w, mu)")
 
+    # ----- the score map's operators at a point (sgd_nonconvex)
+    def initial_weights(self, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+        """The model's random starting weights (:meth:`NonlinearModel.initial_weights`)."""
+        return self.model.initial_weights(random_state)
+
+    def tangent(self, i: int, w: np.ndarray, scale: float = 1.0) -> Any:
+        """The forward pass of example i at ``scale * w`` (cached activations), for
+        :meth:`tangent_potentials` and :meth:`tangent_adjoint`."""
+        return self.model.tangent(self.X[i], w, scale=scale)
+
+    def tangent_potentials(self, t: Any) -> Potentials:
+        """``psi(x_i; w)`` at the tangent's point."""
+        return self.model.tangent_potentials(t)
+
+    def tangent_adjoint(self, t: Any, stats: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
+        """In place ``out += scale * J^T stats``, the Jacobian at the tangent's point (a vector-Jacobian product)."""
+        self.model.tangent_vjp(t, stats, out, scale)
+
     def gradient(self, i: int, w: np.ndarray, mu: Potentials) -> np.ndarray:
         """``J_i(w)^T mu``: statistics mapped back to weights through the Jacobian at ``w``."""
         return self.model.vjp(self.X[i], w, mu)

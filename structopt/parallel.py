@@ -26,6 +26,11 @@ dask does that itself (a chunk lost with its worker is rebuilt from its task); a
 process is replaced (with its chunk) and the pass rerun once. A pass that still cannot complete raises
 :class:`ParallelError`; no partial sum is ever returned.
 
+Executors are the one place outside the problem that reads its pieces (``problem.model``, ``X``,
+``Y``, ``loss``, ``lam``): they ship them to the workers, which build the chunks' sub-problems
+(:class:`ChunkSpec`) and decode new inputs for ``predict``. The passes themselves use the
+problem's operators only.
+
 Ctrl-C: waiting for a pass wakes up on SIGINT. The pass is abandoned (its futures cancelled) and the
 workers this executor started are killed rather than waited for (their oracle calls may run for
 long and their answers are no longer wanted), so the :class:`KeyboardInterrupt` reaches the caller
@@ -52,8 +57,8 @@ import numpy as np
 
 from structopt import batch
 from structopt.errors import InvalidInputError, StructoptError
+from structopt.potentials import Potentials
 from structopt.problem import SSVMProblem
-from structopt.structures.base import Potentials
 
 EXECUTORS = ("processes", "dask")
 #: seconds to wait for dask workers to be running (a loaded machine starts worker processes slowly)

@@ -2,6 +2,13 @@
 
 ``F(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w)`` with the structured hinge
 ``H_i(w) = max_y Delta(y_i, y) + <w, Phi(x_i, y) - Phi(x_i, y_i)>``.
+
+Solvers reach the model and the structure only through the problem's per-example operators:
+``theta(i, w)`` (``A_i w``), ``adjoint(i, stats, out, scale)`` (``out += scale A_i^T stats``),
+``adjoint_sqnorm(i, stats)``, ``zeros()``, the statistics maps ``stats`` / ``reduce_stats`` /
+``expand``, and the polytope oracles ``marginals`` / ``project`` / ``projector``. A subclass that
+changes one of them (e.g. :class:`~structopt.nonconvex.LinearisedProblem`) changes it for every
+solver.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from structopt.contract import check_contract, check_layout, nonnegative_indices
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, numeric_array
 from structopt.losses import Loss
 from structopt.models.base import Model
+from structopt.potentials import Potentials, add, flatten, inner, scale
 from structopt.smoothing import l2_smoothed_max_sorted
-from structopt.structures.base import Potentials, add, flatten, inner, scale
+from structopt.structures.base import Structure
 
 
 class OracleResult(NamedTuple):
@@ -174,9 +182,70 @@ class SSVMProblem:
             raise NotSupportedError(f"{self.loss!r} is not decomposable (linear in the statistics)")
         return self._terms[i]
 
+    # ------------------------------------------------------------------ per-example operators (what solvers use)
+    def zeros(self) -> np.ndarray:
+        """A zero weight vector (length ``n_params``)."""
+        return self.model.zeros()
+
     def theta(self, i: int, w: np.ndarray) -> Potentials:
-        """Potentials ``A_i w`` of example i (without the loss)."""
+        """Potentials ``A_i w`` of example i (without the loss), in the model's compact layout."""
         return self.model.potentials(self.X[i], w)
+
+    def adjoint(self, i: int, stats: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
+        """In place ``out += scale * A_i^T stats`` for compact statistics ``stats`` of example i.
+
+        Parameters
+        ----------
+        i : int
+            Example index.
+        stats : Potentials
+            Statistics in the layout of :meth:`theta` (e.g. from :meth:`compact_stats` or a
+            :class:`SmoothStats` ``diff``); full-layout statistics broadcast where the model allows.
+        out : ndarray
+            Weight vector, updated in place (only the rows example i's features touch).
+        scale : float
+            Factor on the product.
+        """
+        self.model.add_features(self.X[i], stats, out, scale)
+
+    def adjoint_sqnorm(self, i: int, stats: Potentials) -> float:
+        """``||A_i^T stats||^2`` without a weight-sized vector where the model allows (BCFW's line search,
+        the smoothness estimates)."""
+        return self.model.features_sqnorm(self.X[i], stats)
+
+    def stats(self, y: Any, like: Potentials) -> Potentials:
+        """Statistics ``mu(y)`` of output ``y`` in the structure's full layout (shapes from ``like``)."""
+        return self.structure.stats(y, like)
+
+    def reduce_stats(self, mu: Potentials) -> Potentials:
+        """Full-layout statistics ``mu`` in the model's compact layout (``model.reduce_stats``, linear)."""
+        return self.model.reduce_stats(mu)
+
+    def expand(self, theta: Potentials) -> Potentials:
+        """Compact potentials (or statistics) in the structure's full layout (``structure.expand``)."""
+        return self.structure.expand(theta)
+
+    # ------------------------------------------------------------------ polytope oracles (full layout)
+    @property
+    def has_marginals(self) -> bool:
+        """Whether the structure has a tractable log-partition (:meth:`marginals`)."""
+        return type(self.structure).marginals is not Structure.marginals
+
+    def marginals(self, theta: Potentials) -> tuple[float, Potentials]:
+        """``(log Z(theta), E[mu])`` of the Gibbs distribution with full-layout potentials ``theta``
+        (raises :class:`NotSupportedError` where the structure has none, see :attr:`has_marginals`)."""
+        return self.structure.marginals(theta)
+
+    def project(self, v: Potentials) -> Potentials:
+        """Euclidean projection of full-layout ``v`` onto the marginal polytope."""
+        return self.structure.project(v)
+
+    def projector(self, tol: float, warm: bool) -> Any:
+        """The structure's warm-started projector (``projector(tol, warm)``: an object with
+        ``project(point, key)``, ``state()``, ``load_state(state)``, ``max_residual``), or None when the
+        structure has none; then :meth:`project` is the projection."""
+        make = getattr(self.structure, "projector", None)
+        return None if make is None else make(tol=float(tol), warm=warm)
 
     def gold_stats(self, i: int, like: Potentials) -> Potentials:
         """Statistics of the gold output of example i."""

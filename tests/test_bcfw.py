@@ -134,6 +134,21 @@ def test_compiled_and_python_paths_take_identical_steps(case):
             assert a["primal"] == pytest.approx(b["primal"], abs=1e-10)
 
 
+@pytest.mark.parametrize("averaging", ["weighted", "none"])
+def test_ssg_fused_steps_in_chunks_equal_one_call(monkeypatch, averaging):
+    # the fused SSG pass runs in chunks of SSG_CHUNK steps (Ctrl-C between them): same w to the bit
+    import importlib
+
+    module = importlib.import_module("structopt.solvers.bcfw")  # the package re-exports the function bcfw
+    problem = _chain_problem(seed=3, n=40)
+    whole = ssg(problem, max_passes=2.5, random_state=4, averaging=averaging, eval_every=2)
+    monkeypatch.setattr(module, "SSG_CHUNK", 7)
+    chunked = ssg(problem, max_passes=2.5, random_state=4, averaging=averaging, eval_every=2)
+    assert whole.info["fused"] and chunked.info["fused"]
+    assert np.array_equal(whole.w, chunked.w)
+    assert [r["primal"] for r in whole.trace] == [r["primal"] for r in chunked.trace]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_bcfw_reaches_the_exact_optimum(seed):
     # Frank-Wolfe methods converge sublinearly: lam = 1 keeps the curvature small enough for

@@ -102,12 +102,13 @@ class FusedProblem:
     """A problem with its family's packed data, gold statistics, scratch buffers and passes.
 
     Flat compact statistics of example i live at ``offsets[i]:offsets[i+1]`` of concatenated arrays
-    (the layout of ``SSVMProblem.compact_gold_stats``). ``passes`` is the family (its solver loops).
+    (the layout of ``SSVMProblem.compact_gold_stats``). ``family`` holds the solver loops; call them
+    through the view's methods, which pass its arrays.
     """
 
     def __init__(self, problem: Any, family: KernelFamily, pack: Any, sizes: np.ndarray):
         self.problem = problem
-        self.family = self.passes = family
+        self.family = family
         self.pack = pack
         self.gold, self.offsets = problem.compact_gold_stats()
         if not np.array_equal(np.diff(self.offsets), sizes):
@@ -233,8 +234,5 @@ def select(problem: Any, requested: bool | None = None, *, zpass: str | None = N
                                 f"{'extragradient pass' if zpass else 'kernels'}: {reason}")
     return view
 
-
-#: the former name of :func:`select`
-select_fused = select
 
 __all__ = ["FusedInputs", "FusedProblem", "KernelFamily", "build", "family_of", "register_family", "select"]

@@ -20,8 +20,8 @@ import numpy as np
 
 from structopt.archive import state_type
 from structopt.fused import FusedProblem, select
+from structopt.potentials import flatten, unflatten
 from structopt.problem import SSVMProblem
-from structopt.structures.base import flatten, unflatten
 
 
 @state_type
@@ -87,7 +87,7 @@ class BlockState:
     def initial(cls, problem: SSVMProblem) -> BlockState:
         """All blocks at their gold vertex: ``w = 0``, ``ell = 0``."""
         m, offsets = problem.compact_gold_stats()
-        return cls(w=problem.model.zeros(), ell=0.0, m=m.copy(), offsets=offsets, ell_i=np.zeros(problem.n),
+        return cls(w=problem.zeros(), ell=0.0, m=m.copy(), offsets=offsets, ell_i=np.zeros(problem.n),
                    r=np.zeros(m.shape), v=0.0)  # calloc: pages appear when first written
 
     def averaged(self, problem: SSVMProblem) -> tuple[np.ndarray, float]:
@@ -99,7 +99,7 @@ class BlockState:
         for i in range(problem.n):
             theta = problem.theta(i, self.w)
             block = unflatten(self.r[self.offsets[i]:self.offsets[i + 1]], theta)
-            problem.model.add_features(problem.X[i], block, w_bar, factor / (problem.lam * problem.n))
+            problem.adjoint(i, block, w_bar, factor / (problem.lam * problem.n))
         return w_bar, self.ell - factor * self.v
 
 
@@ -111,7 +111,7 @@ def gamma_line_search(numerator: float, denominator: float) -> float:
 
 
 class PythonBlockUpdater:
-    """Block steps through the model / structure / loss interfaces (works for everything)."""
+    """Block steps through the problem's per-example operators (works for everything)."""
 
     compiled = False
 
@@ -130,7 +130,6 @@ class PythonBlockUpdater:
     def run(self, order: np.ndarray, line_search: bool, averaging: bool = True) -> None:
         """Take one BCFW step on each example of ``order`` in turn (``u``, ``v`` kept if ``averaging``)."""
         p, st = self.problem, self.state
-        model = p.model
         n, lam = p.n, p.lam
         for i in order:
             i = int(i)
@@ -142,7 +141,7 @@ class PythonBlockUpdater:
             numerator = float(direction @ flatten(d.theta)) / n - st.ell_i[i] + loss_s
             direction_pot = unflatten(direction, d.theta)
             if line_search:
-                denominator = model.features_sqnorm(p.X[i], direction_pot) / (lam * n * n)
+                denominator = p.adjoint_sqnorm(i, direction_pot) / (lam * n * n)
                 gamma = gamma_line_search(numerator, denominator)
             else:
                 gamma = 2.0 * n / (st.k + 2.0 * n)
@@ -150,7 +149,7 @@ class PythonBlockUpdater:
             if gamma == 0.0:
                 continue
             weight = 0.5 * st.k * (st.k - 1.0) if averaging else 0.0
-            model.add_features(p.X[i], direction_pot, st.w, -gamma / (lam * n))
+            p.adjoint(i, direction_pot, st.w, -gamma / (lam * n))
             st.move_block(i, seg, direction, loss_s, gamma, weight)
 
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.potentials import Potentials, add, flatten, inner, scale, unflatten
 from structopt.solvers import _eg_operator as op
-from structopt.structures.base import Potentials, Structure, add, flatten, inner, scale, unflatten
 
 
 class EuclideanBlocks:
     """Euclidean projections ``Pi(centre + s / beta)`` and ``Pi(v + eta g / beta)``.
 
-    A structure that owns a warm-started projector (``structure.projector(tol, warm)``, e.g. an
+    A problem whose structure owns a warm-started projector (``SSVMProblem.projector``, e.g. an
     unconstrained :class:`~structopt.structures.chain.Chain`) is projected through it with two
     multiplier sets per example (look-ahead and step), which is what makes the projections cheap;
     other structures (and a chain whose ``project`` is overridden) use their own ``project``.
@@ -32,12 +32,11 @@ class EuclideanBlocks:
 
     name = "euclidean"
 
-    def __init__(self, structure, beta: float, warm: bool = True, tol: float = 1e-8):
-        self.structure = structure
+    def __init__(self, problem, beta: float, warm: bool = True, tol: float = 1e-8):
+        self.problem = problem
         self.beta = float(beta)
         self._warm = warm
-        make = getattr(structure, "projector", None)
-        self._projector = None if make is None else make(tol=float(tol), warm=warm)
+        self._projector = problem.projector(tol, warm)
 
     @property
     def max_residual(self) -> float:
@@ -46,13 +45,13 @@ class EuclideanBlocks:
     def centre(self, like: Potentials) -> Potentials:
         zero = scale(like, 0.0)
         try:
-            return self.structure.marginals(zero)[1]
+            return self.problem.marginals(zero)[1]
         except NotSupportedError:
             return self._project(zero, None)
 
     def _project(self, point: Potentials, key: tuple[int, int] | None) -> Potentials:
         if self._projector is None:
-            return self.structure.project(point)
+            return self.problem.project(point)
         return self._projector.project(point, key)
 
     def lookahead(self, i: int, centre: Potentials, s: Potentials) -> Potentials:
@@ -78,11 +77,11 @@ class EntropicBlocks:
 
     name = "entropic"
 
-    def __init__(self, structure, beta: float):
-        if type(structure).marginals is Structure.marginals:
+    def __init__(self, problem, beta: float):
+        if not problem.has_marginals:
             raise NotSupportedError(f"the entropic geometry needs marginals (a tractable log-partition), "
-                                    f"which {structure.name} does not have; use geometry='euclidean'")
-        self.structure = structure
+                                    f"which the structure of {problem!r} does not have; use geometry='euclidean'")
+        self.problem = problem
         self.beta = float(beta)
 
     def centre(self, like: Potentials) -> Potentials:
@@ -90,10 +89,10 @@ class EntropicBlocks:
 
     def lookahead(self, i: int, centre: Potentials, s: Potentials) -> Potentials:
         self._centre = centre
-        return self.structure.marginals(add(centre, s, 1.0 / self.beta))[1]
+        return self.problem.marginals(add(centre, s, 1.0 / self.beta))[1]
 
     def step(self, i: int, v: Potentials, s: Potentials, eta_g: Potentials) -> Potentials:
-        return self.structure.marginals(add(self._centre, add(s, eta_g), 1.0 / self.beta))[1]
+        return self.problem.marginals(add(self._centre, add(s, eta_g), 1.0 / self.beta))[1]
 
     def state(self) -> dict:
         return {}  # stateless between iterations
@@ -102,12 +101,12 @@ class EntropicBlocks:
         pass
 
 
-def make_blocks(geometry: str, structure, beta: float, warm: bool, tol: float):
-    """The z-block prox maps of a geometry name."""
+def make_blocks(geometry: str, problem, beta: float, warm: bool, tol: float):
+    """The z-block prox maps of a geometry name, through ``problem``'s polytope oracles."""
     if geometry == "euclidean":
-        return EuclideanBlocks(structure, beta, warm=warm, tol=tol)
+        return EuclideanBlocks(problem, beta, warm=warm, tol=tol)
     if geometry == "entropic":
-        return EntropicBlocks(structure, beta)
+        return EntropicBlocks(problem, beta)
     raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
 
 
@@ -138,7 +137,7 @@ class PythonZPass:
     def __init__(self, problem, geometry: str, beta: float, sigma: float, memory_light: bool, warm: bool,
                  tol: float, keep_z: bool = False, centre: str = "gold", kappa: float = 0.0):
         self.problem = problem
-        self.blocks = make_blocks(geometry, problem.structure, beta, warm, tol)
+        self.blocks = make_blocks(geometry, problem, beta, warm, tol)
         self.sigma = float(sigma)
         self.terms = [op.loss_vector(problem, i)[0] for i in range(problem.n)]
         if centre == "gold":  # Euclidean: the gold vertex; entropic: natural parameters kappa * stats(y_i)

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from structopt.structures.base import Potentials, add, inner
+from structopt.potentials import Potentials, add, sq_norm
 
 
 def block_theta(problem, i: int, w: np.ndarray) -> Potentials:
     """``A_i w`` in the full statistics layout (shared parameters expanded per part)."""
-    return problem.structure.expand(problem.theta(i, w))
+    return problem.expand(problem.theta(i, w))
 
 
 def loss_vector(problem, i: int) -> tuple[Potentials, float]:
     """``(c_i, d_i)`` of the linear loss, ``c_i`` in the full statistics layout."""
     c, d = problem.loss_terms(i)
-    return problem.structure.expand(c), float(d)
+    return problem.expand(c), float(d)
 
 
 def add_features(problem, i: int, z: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
     """In place ``out += scale * A_i^T z``."""
-    problem.model.add_features(problem.X[i], z, out, scale)
+    problem.adjoint(i, z, out, scale)
 
 
 def gold_mean(problem) -> np.ndarray:
@@ -52,11 +52,6 @@ def operator_norm(problem, n_iter: int = 30, rng: np.random.Generator | None = N
             return 0.0
         x = y / norm
     return float(np.sqrt(max(estimate, 0.0)))
-
-
-def sq_norm(z: Potentials) -> float:
-    """``||z||^2`` summed over fields."""
-    return inner(z, z)
 
 
 def diff_sq_norm(a: Potentials, b: Potentials) -> float:

@@ -5,7 +5,7 @@ constant ``c`` (SVRG's full gradient minus the prox term, zero for SGD) and a sp
 ``A_i^T d`` that touches only the weight rows of the features present in ``x_i``. Writing
 ``w = a v + b c`` turns the dense parts into scalar updates (``a <- rho a``, ``b <- rho b -
 gamma``) and the sparse part into ``v <- v - (gamma / a) A_i^T d``, applied in place with
-``model.add_features``. A weighted running sum of the iterates ``S = sum_t omega_t w_t`` is kept
+``SSVMProblem.adjoint``. A weighted running sum of the iterates ``S = sum_t omega_t w_t`` is kept
 as ``S = P + B v + C c``: when ``v`` moves by ``delta``, ``P <- P - B delta`` (same sparsity),
 then ``B += omega a`` and ``C += omega b``. So a step costs O(nnz(x_i) S) whatever the dimension.
 """
@@ -13,12 +13,11 @@ then ``B += omega a`` and ``C += omega b``. So a step costs O(nnz(x_i) S) whatev
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import numpy as np
 
 from structopt.archive import state_type
-from structopt.structures.base import Potentials, add, scale
+from structopt.potentials import Potentials, add, scale
 
 _TINY = 1e-12  # fold the scale into v below this, to keep ``gamma / a`` finite
 
@@ -29,16 +28,16 @@ class LazyIterate:
 
     Parameters
     ----------
-    model : Model
-        Supplies ``potentials`` and ``add_features``.
+    problem : SSVMProblem
+        Supplies the per-example operators ``theta`` and ``adjoint``.
     w0 : ndarray
         Starting point (copied).
     c : ndarray or None
         Dense constant direction (None: zero).
     """
 
-    def __init__(self, model, w0: np.ndarray, c: np.ndarray | None = None):
-        self.model = model
+    def __init__(self, problem, w0: np.ndarray, c: np.ndarray | None = None):
+        self.problem = problem
         self.v = np.array(w0, dtype=float, copy=True)
         self.a = 1.0
         self.b = 0.0
@@ -49,20 +48,20 @@ class LazyIterate:
         self.weight = 0.0  # sum of omega_t
 
     def __deepcopy__(self, memo: dict) -> LazyIterate:
-        # the model is shared, never copied: a copy is another iterate of the same model (and a
-        # checkpoint stores the model by reference to the problem's)
+        # the problem is shared, never copied: a copy is another iterate of the same problem (and a
+        # checkpoint stores the problem by reference)
         clone = LazyIterate.__new__(LazyIterate)
         memo[id(self)] = clone
-        clone.__dict__.update({key: value if key == "model" else copy.deepcopy(value, memo)
+        clone.__dict__.update({key: value if key == "problem" else copy.deepcopy(value, memo)
                                for key, value in self.__dict__.items()})
         return clone
 
     # ------------------------------------------------------------------ reading
-    def potentials(self, x: Any) -> Potentials:
-        """``A_x w`` without forming ``w`` (the model is linear in the weights)."""
-        theta = scale(self.model.potentials(x, self.v), self.a)
+    def potentials(self, i: int) -> Potentials:
+        """``A_i w`` of example i without forming ``w`` (the problem is linear in the weights)."""
+        theta = scale(self.problem.theta(i, self.v), self.a)
         if self.c is not None and self.b != 0.0:
-            theta = add(theta, self.model.potentials(x, self.c), self.b)
+            theta = add(theta, self.problem.theta(i, self.c), self.b)
         return theta
 
     def dense(self) -> np.ndarray:
@@ -90,9 +89,9 @@ class LazyIterate:
         self.v *= new_a
         self.a = 1.0
 
-    def step(self, rho: float, gamma: float, x: Any, d: Potentials | None, omega: float = 0.0,
+    def step(self, rho: float, gamma: float, i: int, d: Potentials | None, omega: float = 0.0,
              nonnegative: np.ndarray | None = None) -> None:
-        """``w <- rho w - gamma A_x^T d - gamma c``, clipped at 0 on the entries ``nonnegative`` (a
+        """``w <- rho w - gamma A_i^T d - gamma c`` (example i), clipped at 0 on the entries ``nonnegative`` (a
         projected step), then add ``omega w`` to the running sum."""
         new_a = rho * self.a
         if abs(new_a) < _TINY:
@@ -102,9 +101,9 @@ class LazyIterate:
         self.b = rho * self.b - (gamma if self.c is not None else 0.0)
         if d is not None:
             factor = gamma / self.a
-            self.model.add_features(x, d, self.v, -factor)  # v <- v + delta, delta = -factor A^T d
+            self.problem.adjoint(i, d, self.v, -factor)  # v <- v + delta, delta = -factor A^T d
             if self.B != 0.0:
-                self.model.add_features(x, d, self.P, self.B * factor)  # P <- P - B delta
+                self.problem.adjoint(i, d, self.P, self.B * factor)  # P <- P - B delta
         if nonnegative is not None:
             self.project_nonnegative(nonnegative)
         if omega:

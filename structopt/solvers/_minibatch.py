@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from structopt.potentials import unflatten
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search
-from structopt.structures.base import unflatten
 
 
 class MiniBatchUpdater:
@@ -73,7 +73,7 @@ class MiniBatchUpdater:
 
     def _step(self, batch: np.ndarray, line_search: bool, averaging: bool) -> None:
         p, st = self.problem, self.state
-        n, lam, model = p.n, p.lam, p.model
+        n, lam = p.n, p.lam
         blocks = list(dict.fromkeys(int(i) for i in batch))  # distinct, in drawing order
         answers = self.executor.block_oracles(p.project_weights(st.w), blocks)
         directions, slope = [], 0.0
@@ -82,7 +82,7 @@ class MiniBatchUpdater:
             seg = slice(st.offsets[i], st.offsets[i + 1])
             direction = stats - st.m[seg]
             slope += float(direction @ theta) / n - st.ell_i[i] + loss / n  # block gap g_i
-            model.add_features(p.X[i], unflatten(direction, p.like(i)), adjoint, 1.0)
+            p.adjoint(i, unflatten(direction, p.like(i)), adjoint, 1.0)
             directions.append((i, seg, direction, loss / n))
         if line_search:
             gamma = gamma_line_search(slope, float(adjoint @ adjoint) / (lam * n * n))

@@ -16,8 +16,8 @@ import numpy as np
 
 from structopt.archive import state_type
 from structopt.errors import InvalidInputError
+from structopt.potentials import Potentials, add
 from structopt.problem import SSVMProblem
-from structopt.structures.base import Potentials, add
 
 
 @state_type
@@ -95,11 +95,11 @@ def sgd_pass(problem: SSVMProblem, w: np.ndarray, *, gamma: float, mu: float, ki
     from structopt.solvers._lazy import LazyIterate
 
     n_steps = problem.n if n_steps is None else int(n_steps)
-    it = LazyIterate(problem.model, w)
+    it = LazyIterate(problem, w)
     rho = 1.0 - gamma * problem.lam
     for i in rng.integers(0, problem.n, size=n_steps):
-        x = problem.X[i]
-        it.step(rho, gamma, x, problem.smooth_stats(int(i), it.potentials(x), mu, kind, k).diff,
+        i = int(i)
+        it.step(rho, gamma, i, problem.smooth_stats(i, it.potentials(i), mu, kind, k).diff,
                 nonnegative=problem.nonnegative_indices)
     counters.steps += n_steps
     counters.oracle_calls += n_steps
@@ -125,12 +125,12 @@ def lipschitz_bound(problem: SSVMProblem, mu: float, sample: int = 256,
     """
     rng = np.random.default_rng(random_state)
     idx = rng.choice(problem.n, size=min(sample, problem.n), replace=False)
-    zero = problem.model.zeros()
+    zero = problem.zeros()
     best = 0.0
     for i in idx:
         d = problem.decode(int(i), zero)
         diff = problem.compact_diff(int(i), d.y, d.theta)
-        best = max(best, problem.model.features_sqnorm(problem.X[int(i)], diff))
+        best = max(best, problem.adjoint_sqnorm(int(i), diff))
     if best <= 0.0:  # every sampled example has a single output: any positive scale works
         best = 1.0
     return best / mu
@@ -154,12 +154,12 @@ def local_curvature(problem: SSVMProblem, i: int, w: np.ndarray, mu: float, k: i
     m = len(outputs)
     if m < 2:
         return 0.0
-    stats = [problem.structure.stats(y, theta) for y in outputs]
+    stats = [problem.stats(y, theta) for y in outputs]
     dist = np.zeros((m, m))
     for a in range(m):
         for b in range(a + 1, m):
-            diff = problem.model.reduce_stats(subtract(stats[a], stats[b]))
-            dist[a, b] = dist[b, a] = problem.model.features_sqnorm(problem.X[i], diff)
+            diff = problem.reduce_stats(subtract(stats[a], stats[b]))
+            dist[a, b] = dist[b, a] = problem.adjoint_sqnorm(i, diff)
     j = np.eye(m) - 1.0 / m
     gram = -0.5 * j @ dist @ j  # Gram matrix of the centred rows
     return float(np.linalg.eigvalsh(gram)[-1]) / mu
@@ -197,7 +197,7 @@ def estimate_lipschitz(problem: SSVMProblem, mu: float, sample: int = 64, k: int
         raise InvalidInputError(f"method must be 'local' or 'bound', got {method!r}")
     rng = np.random.default_rng(random_state)
     idx = rng.choice(problem.n, size=min(sample, problem.n), replace=False)
-    w = problem.model.zeros() if w is None else w
+    w = problem.zeros() if w is None else w
     best = max(local_curvature(problem, int(i), w, mu, max(int(k), 2)) for i in idx)
     if best <= 0.0:  # no example has two outputs: any positive scale works
         best = 1.0 / mu

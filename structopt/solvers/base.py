@@ -242,6 +242,7 @@ class Result:
 def _refs(problem) -> dict[str, Any]:
     """Objects a solver state may point at, stored by name (never by value) in checkpoints."""
     refs = {"problem": problem}
+    # checkpoint plumbing, not a solver step: states written before LazyIterate held the problem point at the model
     if getattr(problem, "model", None) is not None:
         refs["model"] = problem.model
     return refs
@@ -470,7 +471,7 @@ def make_rng(random_state: int | np.random.Generator | None) -> np.random.Genera
 def initial_weights(problem, w0: np.ndarray | None) -> np.ndarray:
     """A fresh copy of ``w0`` (checked against the model's layout and constraints) or zeros."""
     if w0 is None:
-        return problem.model.zeros()
+        return problem.zeros()
     w = np.array(w0, dtype=float, copy=True)
     if w.shape != (problem.n_params,):
         raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")

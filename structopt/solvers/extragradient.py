@@ -46,6 +46,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.fused import select
+from structopt.potentials import scale
 from structopt.problem import SSVMProblem
 from structopt.solvers import _eg_operator as op
 from structopt.solvers._eg_geometry import PythonZPass, entropic_sigma, gold_node_potentials
@@ -61,21 +62,20 @@ from structopt.solvers.base import (
     positive_int,
     solver,
 )
-from structopt.structures.base import scale
 
 KAPPA = 6.0
 
 
 def _output_sqnorms(problem: SSVMProblem) -> np.ndarray:
     """``||stats(y_i)||^2`` in the full layout (parts used by the gold output: 2T - 1 on a chain)."""
-    zero = problem.model.zeros()
+    zero = problem.zeros()
     return np.array([op.sq_norm(problem.gold_stats(i, op.block_theta(problem, i, zero))) for i in range(problem.n)])
 
 
 def _log_sizes(problem: SSVMProblem) -> np.ndarray:
     """``log |Y_i|`` = log-partition at zero potentials (the entropic prox-diameter of example i)."""
-    zero = problem.model.zeros()
-    return np.array([problem.structure.marginals(op.block_theta(problem, i, zero))[0] for i in range(problem.n)])
+    zero = problem.zeros()
+    return np.array([problem.marginals(op.block_theta(problem, i, zero))[0] for i in range(problem.n)])
 
 
 def _centre_diameters(problem: SSVMProblem, geometry: str, centre: str, kappa: float) -> np.ndarray:
@@ -90,11 +90,11 @@ def _centre_diameters(problem: SSVMProblem, geometry: str, centre: str, kappa: f
         return sq if centre == "gold" else 0.5 * sq
     if centre != "gold":
         return _log_sizes(problem)
-    zero = problem.model.zeros()
+    zero = problem.zeros()
     out = []
     for i in range(problem.n):
         gold = problem.gold_stats(i, op.block_theta(problem, i, zero))
-        out.append(problem.structure.marginals(gold_node_potentials(gold, kappa))[0])
+        out.append(problem.marginals(gold_node_potentials(gold, kappa))[0])
     return np.array(out)
 
 
@@ -215,7 +215,7 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     rng = make_rng(random_state)
     # strong convexity of the z-block prox function w.r.t. l2: 1 (Euclidean), 1 / max ||stats||^2 (entropic)
     sigma = 1.0 if geometry == "euclidean" else entropic_sigma(float(_output_sqnorms(problem).max()))
-    f0 = executor.primal(problem.model.zeros())
+    f0 = executor.primal(problem.zeros())
     kappa = float(KAPPA if kappa is None else kappa)
     beta = (float(z_weight) if z_weight is not None
             else default_z_weight(problem, geometry, 2.0 * f0 / lam, centre, kappa))

@@ -171,7 +171,7 @@ def prox_linear(problem: NonconvexProblem, *, inner: str = "casimir", eta: float
         L0, eps0, objective_passes = saved["L0"], saved["eps0"], saved["objective_passes"]
     else:
         rng = make_rng(random_state)
-        w = problem.model.initial_weights(rng) if w0 is None else initial_weights(problem, w0)
+        w = problem.initial_weights(rng) if w0 is None else initial_weights(problem, w0)
         F = problem.primal(w)
         it, counters, objective_passes = 0, Counters(), 1
         L0 = None if L is None else float(L)

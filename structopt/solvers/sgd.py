@@ -115,7 +115,7 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
         if gamma0 is None:
             gamma0 = 1.0 / (estimate_lipschitz(problem, 1.0 if mu is None else mu, k=k) + lam)
         t0 = float(n if t0 is None else t0)
-        iterate = LazyIterate(problem.model, initial_weights(problem, w0))
+        iterate = LazyIterate(problem, initial_weights(problem, w0))
         counters = Counters()
         monitor.pause()
         w = iterate.dense()
@@ -134,14 +134,13 @@ def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k:
             i = int(i)
             t = counters.steps
             gamma = gamma0 / (1.0 + np.floor(t / t0))
-            x = problem.X[i]
-            theta = iterate.potentials(x)
+            theta = iterate.potentials(i)
             if mu is None:
                 diff = _subgradient_stats(problem, i, theta)
             else:
                 diff = problem.smooth_stats(i, theta, mu, kind, k).diff
             omega = 0.0 if averaging == "none" else (1.0 if averaging == "uniform" else float(t + 1))
-            iterate.step(1.0 - gamma * lam, gamma, x, diff, omega=omega, nonnegative=problem.nonnegative_indices)
+            iterate.step(1.0 - gamma * lam, gamma, i, diff, omega=omega, nonnegative=problem.nonnegative_indices)
             counters.steps += 1
         counters.oracle_calls = counters.oracle_calls_made = counters.steps
         monitor.pause()

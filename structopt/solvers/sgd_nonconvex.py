@@ -83,14 +83,14 @@ def sgd_nonconvex(problem: NonconvexProblem, *, schedule: str = "sqrt", gamma0: 
     options = dict(locals())
     check_nonconvex("sgd_nonconvex", problem)
     refuse_tol("sgd_nonconvex", tol)
-    n, lam, model = problem.n, problem.lam, problem.model
+    n, lam = problem.n, problem.lam
     monitor = Monitor(problem, "sgd_nonconvex", options, label=f"sgd-nonconvex[{schedule}]")
     saved = monitor.load()
     if saved is not None:
         v, a, rng, counters, gamma0 = saved["v"], saved["a"], saved["rng"], saved["counters"], saved["gamma0"]
     else:
         rng = make_rng(random_state)
-        v = model.initial_weights(rng) if w0 is None else initial_weights(problem, w0)
+        v = problem.initial_weights(rng) if w0 is None else initial_weights(problem, w0)
         a = 1.0
         if gamma0 is None:
             gamma0 = 1.0 / (estimate_lipschitz(problem.linearize(v, 1.0), 1.0) + lam)
@@ -105,14 +105,14 @@ def sgd_nonconvex(problem: NonconvexProblem, *, schedule: str = "sqrt", gamma0: 
         for i in rng.integers(0, n, size=min(steps_per_eval, budget - counters.steps)):
             i = int(i)
             gamma = step_size(gamma0, counters.steps + 1, schedule)
-            tangent = model.tangent(problem.X[i], v, scale=a)
-            theta = model.tangent_potentials(tangent)
+            tangent = problem.tangent(i, v, scale=a)
+            theta = problem.tangent_potentials(tangent)
             y = problem.augmented_argmax(i, theta)
             diff = problem.compact_diff(i, y, theta)
             a *= 1.0 - gamma * lam
             if abs(a) < _TINY:  # rewrite w = a v with a = 1 (dense, rare)
                 v, a = a * v, 1.0
-            model.tangent_vjp(tangent, diff, v, -gamma / a)
+            problem.tangent_adjoint(tangent, diff, v, -gamma / a)
             counters.steps += 1
         counters.oracle_calls = counters.oracle_calls_made = counters.steps
         monitor.pause()

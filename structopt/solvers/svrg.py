@@ -96,11 +96,11 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
         diffs, gbar, _ = executor.smooth_snapshot(w_start, mu, kind, k)
     counters.full_grad_passes += 1
     c = gbar if (kappa == 0.0 or z is None) else gbar - kappa * z
-    it = LazyIterate(problem.model, w_start, c)
+    it = LazyIterate(problem, w_start, c)
     for i in rng.integers(0, n, size=n_steps):
-        x = problem.X[i]
-        res = problem.smooth_stats(int(i), it.potentials(x), mu, kind, k)
-        it.step(rho, gamma, x, subtract(res.diff, diffs[i]), omega=1.0, nonnegative=problem.nonnegative_indices)
+        i = int(i)
+        res = problem.smooth_stats(i, it.potentials(i), mu, kind, k)
+        it.step(rho, gamma, i, subtract(res.diff, diffs[i]), omega=1.0, nonnegative=problem.nonnegative_indices)
     counters.steps += n_steps
     counters.oracle_calls += 2 * n_steps
     counters.oracle_calls_made += n_steps
