@@ -1,5 +1,7 @@
-"""The layers of docs/ARCHITECTURE.md hold in the source: no import runs up the layers, and no private
-module is imported from another package except the structures' kernels by the fused families."""
+"""The layers of docs/ARCHITECTURE.md hold in the source: no import runs up the layers, no private
+module is imported from another package except the structures' kernels by the fused families, solvers
+see only the problem layer (its operators, never its model, inputs or structure), and the potentials
+arithmetic is a ground floor."""
 
 from __future__ import annotations
 
@@ -76,3 +78,58 @@ def test_private_modules_stay_in_their_package():
         crossing.add((module, private))
     assert crossing <= KNOWN, f"private modules imported from another package: {sorted(crossing - KNOWN)}"
 
+
+
+#: what solvers may import from structopt (ARCHITECTURE.md, "Solvers"): the problem layer (the
+#: non-convex one included), the potentials arithmetic, the fused layer, the executors and their
+#: passes, errors, checkpoints (archive, fingerprint), Ctrl-C handling, smoothing, and each other
+SOLVER_IMPORTS = ("structopt.problem", "structopt.nonconvex", "structopt.potentials", "structopt.fused",
+                  "structopt.parallel", "structopt.batch", "structopt.errors", "structopt.archive",
+                  "structopt.fingerprint", "structopt.interrupt", "structopt.smoothing", "structopt.solvers")
+#: the executors' passes (batch.py) and the executors (parallel.py): the same, minus the solvers
+PASS_IMPORTS = tuple(name for name in SOLVER_IMPORTS if name != "structopt.solvers")
+#: solver-side modules that read a problem's model, inputs, outputs or structure directly, and why
+#: (parallel.py is exempt as a whole: executors ship those pieces to the workers)
+REACH_EXCEPTIONS = {
+    ("structopt.solvers.base", "model"),  # checkpoint references: older states point at the model
+}
+
+
+def _allowed(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+def test_solvers_import_only_the_problem_layer():
+    bad = sorted((module, name) for module, _, name in _imports()
+                 if module.startswith("structopt.solvers") and name.startswith("structopt.")
+                 and not _allowed(name, SOLVER_IMPORTS))
+    assert not bad, f"solvers import beyond the problem layer (use SSVMProblem's operators): {bad}"
+    bad = sorted((module, name) for module, _, name in _imports()
+                 if module in ("structopt.batch", "structopt.parallel") and name.startswith("structopt.")
+                 and not _allowed(name, PASS_IMPORTS))
+    assert not bad, f"batch passes / executors import beyond the problem layer: {bad}"
+
+
+def test_potentials_arithmetic_is_a_ground_floor():
+    bad = sorted(name for module, _, name in _imports()
+                 if module == "structopt.potentials" and name.startswith("structopt.")
+                 and not _allowed(name, ("structopt.errors",)))
+    assert not bad, f"structopt.potentials imports {bad}"
+
+
+def test_solvers_reach_the_model_only_through_the_problem():
+    """No ``problem.model`` / ``problem.X`` / ``problem.Y`` / ``problem.structure`` (nor ``p.``,
+    ``self.problem.``) in solvers/ and batch.py: they call the problem's operators."""
+    found = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        module, _ = _module_names(path)
+        if not (module.startswith("structopt.solvers") or module == "structopt.batch"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Attribute) and node.attr in ("model", "X", "Y", "structure")):
+                continue
+            owner = node.value
+            if ((isinstance(owner, ast.Name) and owner.id in ("problem", "p"))
+                    or (isinstance(owner, ast.Attribute) and owner.attr == "problem")):
+                found.add((module, node.attr))
+    assert found <= REACH_EXCEPTIONS, f"solvers reach past the problem: {sorted(found - REACH_EXCEPTIONS)}"
