@@ -30,21 +30,39 @@ class ChainModel(Model):
     allowed, allowed_start, allowed_end : bool arrays, optional
         Forbidden transitions / first / last labels of the chain (see :class:`Chain`); honoured by
         every oracle and by the fused kernels.
+    structure : Chain, optional
+        The chain structure to use instead of ``Chain(n_states, allowed, allowed_start, allowed_end)``:
+        a configured :class:`Chain` or an instance of a subclass (e.g. one overriding an oracle, which
+        then takes the generic path: the fused kernels serve only what ``kernel_oracles()`` lists).
+        Its ``n_states`` must equal ``n_states``; masks then belong to it (not to this call).
 
     Fused passes over a whole problem are the chain kernel family's (:mod:`structopt.fused.chain`).
     """
 
     def __init__(self, n_features: int, n_states: int, start_end: bool = False, bias: bool = False,
                  allowed: np.ndarray | None = None, allowed_start: np.ndarray | None = None,
-                 allowed_end: np.ndarray | None = None):
+                 allowed_end: np.ndarray | None = None, structure: Chain | None = None):
         self.n_features = check_count(n_features, "n_features", "ChainModel")
         self.n_states = check_count(n_states, "n_states", "ChainModel")
         self.start_end = check_flag(start_end, "start_end", "ChainModel")
         self.bias = check_flag(bias, "bias", "ChainModel")
-        self.structure = Chain(self.n_states, allowed, allowed_start, allowed_end)
+        if structure is None:
+            self.structure = Chain(self.n_states, allowed, allowed_start, allowed_end)
+            return
+        if not isinstance(structure, Chain):
+            raise InvalidInputError(f"ChainModel needs structure to be a Chain instance (or of a Chain subclass), got "
+                                    f"{structure!r}")
+        if structure.n_states != self.n_states:
+            raise InvalidInputError(f"ChainModel has n_states={self.n_states} but its structure has "
+                                    f"n_states={structure.n_states}")
+        if allowed is not None or allowed_start is not None or allowed_end is not None:
+            raise InvalidInputError("ChainModel takes masks either as allowed/allowed_start/allowed_end or inside "
+                                    "structure, not both")
+        self.structure = structure
 
     def __repr__(self) -> str:
-        masks = "" if not self.structure.constrained else f", structure={self.structure!r}"
+        custom = self.structure.constrained or type(self.structure) is not Chain
+        masks = f", structure={self.structure!r}" if custom else ""
         return (f"ChainModel(n_features={self.n_features}, n_states={self.n_states}, "
                 f"start_end={self.start_end}, bias={self.bias}{masks})")
 

@@ -15,12 +15,13 @@ from structopt.structures.box import BoundingBox, BoxPotentials
 from structopt.structures.lp import LPStructure, VectorPotentials
 from structopt.structures.tree import TreePotentials, TreeStructure
 from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
+from structopt.structures.dp import DPPotentials, DPStructure, Hypergraph, LabelDP
 # isort: on
 
 __all__ = [
-    "BinaryGrid", "BipartiteMatching", "BoundingBox", "BoxPotentials", "Chain", "ChainPotentials", "FactorGraph",
-    "FactorGraphPotentials", "GridPotentials",
-    "LPStructure", "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Polytope", "Structure",
-    "TreePotentials", "TreeStructure", "VectorPotentials", "add", "flatten", "inner", "register_structure",
-    "registered_structures", "scale", "structure_class", "unflatten",
+    "BinaryGrid", "BipartiteMatching", "BoundingBox", "BoxPotentials", "Chain", "ChainPotentials", "DPPotentials",
+    "DPStructure", "FactorGraph", "FactorGraphPotentials", "GridPotentials", "Hypergraph", "LPStructure", "LabelDP",
+    "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Polytope", "Structure", "TreePotentials",
+    "TreeStructure", "VectorPotentials", "add", "flatten", "inner", "register_structure", "registered_structures",
+    "scale", "structure_class", "unflatten",
 ]

@@ -95,7 +95,7 @@ class Chain(Structure):
         masks = "".join(f", {name}=<{int(np.count_nonzero(~m))} forbidden>" for name, m in
                         (("allowed", self.allowed), ("allowed_start", self.allowed_start),
                          ("allowed_end", self.allowed_end)) if m is not None)
-        return f"Chain(n_states={self.n_states}{masks})"
+        return f"{type(self).__name__}(n_states={self.n_states}{masks})"
 
     def kernel_oracles(self) -> frozenset[str]:
         """Oracles the fused chain kernels reproduce: Viterbi and statistics always (masks included);
@@ -290,6 +290,24 @@ class Chain(Structure):
         A = sp.csr_matrix((vals, (rows, cols)), shape=(r, n_unary + (T - 1) * S * S))
         like = ChainPotentials(np.zeros((T, S)), np.zeros((T - 1, S, S)))
         return Polytope(A, np.array(b), None, None, like)
+
+    def as_dp(self, length: int):
+        """Chains of ``length`` positions as a :class:`~structopt.structures.dp.LabelDP` (the shared DP
+        recursion; masks drop hyperedges). Its potentials are ``DPPotentials(flatten(expand(theta)))``
+        and its oracles equal this chain's (tests hold them so); the Viterbi and forward-backward
+        kernels stay on the hot path."""
+        from structopt.structures.dp import LabelDP, path_schedule
+
+        T, S = check_count(length, "length", "Chain.as_dp"), self.n_states
+        if T < 1:
+            raise InvalidInputError("Chain.as_dp needs length >= 1")
+        unary = np.ones((T, S), dtype=bool)
+        start, end = self.boundary_bias()
+        unary[0] &= np.isfinite(start)
+        unary[-1] &= np.isfinite(end)
+        pair = np.broadcast_to(np.isfinite(self.transition_bias()), (T - 1, S, S))
+        edges = np.column_stack([np.arange(T - 1), np.arange(1, T)])
+        return LabelDP(edges, S, path_schedule(T), unary, pair)
 
     # ------------------------------------------------------------------ oracles
     def _refuse(self, theta: ChainPotentials, status: int, unary: np.ndarray, pairwise: np.ndarray) -> NoReturn:

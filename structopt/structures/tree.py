@@ -1,5 +1,9 @@
 """Discrete labels on a forest: max-product, sum-product, max-marginals, exact top-K.
 
+Every oracle runs on the shared dynamic-programming recursion (:mod:`structopt.structures.dp`): the
+forest's hypergraph (:class:`~structopt.structures.dp.LabelDP`) is built once per structure and
+the max-plus, log-sum-exp and k-best semirings give argmax, marginals and top-K.
+
 The statistics of a labelling y are node indicators (n, S) and, per edge (u, v), the indicators
 ``pairwise[e, y_u, y_v]`` (m, S, S). On a forest the local polytope (node simplices plus edge
 marginalisation) is the marginal polytope, so :meth:`TreeStructure.polytope` is exact.
@@ -14,9 +18,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, check_count, example_error, numeric_array
-from structopt.structures import _tree_kernels as kern
 from structopt.structures._minnorm import project_hull
 from structopt.structures.base import Polytope, Structure, check_eta, product_outputs, random_like, refuse_nonfinite
+from structopt.structures.dp import LabelDP, dp_argmax, dp_marginals, dp_max_marginals, dp_topk
 from structopt.structures.registry import register_structure
 
 
@@ -35,7 +39,9 @@ class TreePotentials(NamedTuple):
 
 
 class Schedule(NamedTuple):
-    """The message schedule of a forest (see :mod:`structopt.structures._tree_kernels`)."""
+    """The message schedule of a forest: ``order`` lists the nodes root first (breadth first within each
+    tree), ``parent[v]`` is v's parent (-1 for roots), ``pedge[v]`` the edge to it and ``forward[v]``
+    whether that edge is stored as (parent, v)."""
 
     order: np.ndarray
     parent: np.ndarray
@@ -156,6 +162,7 @@ class TreeStructure(Structure):
         self.n_states = int(n_states)
         self.n_nodes = n_nodes
         self.schedule = forest_schedule(n_nodes, edges)
+        self._dp: LabelDP | None = None  # the shared DP hypergraph, built on first use (as_dp)
 
     def __repr__(self) -> str:
         return f"TreeStructure(n_nodes={self.n_nodes}, n_edges={len(self.edges)}, n_states={self.n_states})"
@@ -261,15 +268,26 @@ class TreeStructure(Structure):
         return Polytope(A, b, None, None, TreePotentials(np.zeros((n, S)), np.zeros((m, S, S))))
 
     # ------------------------------------------------------------------ oracles
-    def argmax(self, theta: TreePotentials) -> np.ndarray:
-        """Max-product (ties go to the smallest state along the schedule)."""
+    def as_dp(self) -> LabelDP:
+        """This forest's labellings as a :class:`~structopt.structures.dp.LabelDP` (built once): its
+        potentials are ``DPPotentials(flatten(expand(theta)))`` and its oracles are this structure's."""
+        if getattr(self, "_dp", None) is None:
+            self._dp = LabelDP(self.edges, self.n_states, self.schedule)
+        return self._dp
+
+    def _scores(self, theta: TreePotentials) -> np.ndarray:
         unary, pairwise = self.check_potentials(theta)
-        allowed = np.ones(unary.shape, dtype=np.bool_)
-        y, _ = kern.map_assignment(unary, pairwise, *self.schedule, allowed)
-        return y
+        return np.concatenate((unary.ravel(), pairwise.ravel()))
+
+    def argmax(self, theta: TreePotentials) -> np.ndarray:
+        """Max-product (the max-plus recursion of :mod:`~structopt.structures.dp`; ties go to the
+        smallest state of each node given its parent's)."""
+        dp = self.as_dp()
+        edges, _ = dp_argmax(dp.graph, self._scores(theta), self.name)
+        return dp.labels(edges)
 
     def topk(self, theta: TreePotentials, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact k best labellings by best-first partitioning with masked max-product.
+        """Exact k best labellings (the k-best recursion of :mod:`~structopt.structures.dp`).
 
         Returns
         -------
@@ -277,17 +295,24 @@ class TreeStructure(Structure):
         scores : float array (k',)
         """
         k = check_count(k, "k", "TreeStructure.topk")
-        unary, pairwise = self.check_potentials(theta)
-        return kern.topk(unary, pairwise, *self.schedule, k)
+        dp = self.as_dp()
+        edges, offsets, scores = dp_topk(dp.graph, self._scores(theta), k, self.name)
+        rows = np.repeat(np.arange(scores.size), np.diff(offsets))
+        node = dp.edge_node[edges]
+        labels = np.zeros((scores.size, self.n_nodes), dtype=np.int64)
+        labels[rows[node >= 0], node[node >= 0]] = dp.edge_state[edges[node >= 0]]
+        return labels, scores
 
     def marginals(self, theta: TreePotentials) -> tuple[float, TreePotentials]:
-        """Sum-product in log space: ``(log Z, marginals)`` in the statistics layout."""
-        log_z, node, edge = kern.sum_product(*self.check_potentials(theta), *self.schedule)
-        return float(log_z), TreePotentials(node, edge)
+        """Sum-product in log space (inside-outside): ``(log Z, marginals)`` in the statistics layout."""
+        log_z, mu = dp_marginals(self.as_dp().graph, self._scores(theta), self.name)
+        n, m, S = self.n_nodes, self.n_edges, self.n_states
+        return log_z, TreePotentials(mu[:n * S].reshape(n, S), mu[n * S:].reshape(m, S, S))
 
     def max_marginals(self, theta: TreePotentials) -> np.ndarray:
         """(n, S) array: best score of a labelling with node v in state s."""
-        return kern.max_marginals(*self.check_potentials(theta), *self.schedule)
+        mm = dp_max_marginals(self.as_dp().graph, self._scores(theta), self.name)
+        return mm[:self.n_nodes * self.n_states].reshape(self.n_nodes, self.n_states)
 
     def project(self, v: TreePotentials, tol: float = 1e-13) -> TreePotentials:
         """Euclidean projection onto the marginal polytope by Wolfe's min-norm point on max-product.
