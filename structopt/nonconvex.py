@@ -132,6 +132,9 @@ class LinearisedProblem(SSVMProblem):
         ``o_i = psi_i(w_k) + J_i (c - w_k)``.
     """
 
+    chunk_refusal = ("the subproblem's offsets and oracles live in this process (workers would rebuild a plain "
+                     "SSVMProblem of the tangents); run it serially (executor=None)")
+
     def __init__(self, parent: NonconvexProblem, w_k: np.ndarray, eta: float):
         if not isinstance(parent, NonconvexProblem):
             raise InvalidInputError(f"LinearisedProblem needs a NonconvexProblem, got {type(parent).__name__}")

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from structopt import batch
-from structopt.errors import InvalidInputError, StructoptError
+from structopt.errors import InvalidInputError, NotSupportedError, StructoptError
 from structopt.potentials import Potentials
 from structopt.problem import SSVMProblem
 
@@ -94,6 +94,8 @@ def chunk_bounds(n: int, n_chunks: int) -> np.ndarray:
 
 def chunk_specs(problem: SSVMProblem, n_chunks: int) -> list[ChunkSpec]:
     """The problem split into contiguous chunks (inputs as the problem validated them)."""
+    if problem.chunk_refusal is not None:
+        raise NotSupportedError(f"parallel executors cannot run {problem!r}: {problem.chunk_refusal}")
     bounds = chunk_bounds(problem.n, n_chunks)
     return [ChunkSpec(problem.model, problem.X[a:b], problem.Y[a:b], problem.loss, problem.lam, int(a), int(b))
             for a, b in itertools.pairwise(bounds)]

@@ -102,6 +102,10 @@ class SSVMProblem:
         Regularisation strength lambda > 0.
     """
 
+    #: why a parallel executor cannot rebuild this problem's examples on its workers from
+    #: ``(model, X, Y, loss, lam)`` (a subclass whose oracles carry more than those), or None
+    chunk_refusal: str | None = None
+
     def __init__(self, model: Model, X: Sequence[Any], Y: Sequence[Any], loss: Loss, lam: float):
         check_contract(model, loss)
         for name, value in (("X", X), ("Y", Y)):
