@@ -260,3 +260,12 @@ def test_linearised_features_sqnorm_matches_the_dense_adjoint(make):
         mu = type(theta)(*(rng.normal(size=np.shape(f)) for f in theta))
         g = lin.features(t, mu)
         assert lin.features_sqnorm(t, mu) == pytest.approx(float(g @ g), rel=1e-10)
+
+
+@pytest.mark.parametrize("executor", ["processes", "dask"])
+def test_parallel_executors_refuse_a_linearised_subproblem_saying_why(executor):
+    # workers rebuild problems from their pieces, which would lose the linearisation
+    p = chain_problem(9, n=4, max_len=2)
+    sub = p.linearize(p.model.initial_weights(9), 1.0)
+    with pytest.raises(NotSupportedError, match="parallel executors cannot run"):
+        bcfw(sub, max_passes=1, executor=executor, n_workers=1)
