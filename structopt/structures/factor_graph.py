@@ -950,6 +950,41 @@ class FactorGraph(Structure):
             return sol.labels
         return sol.marginals
 
+    def map_labels(self, theta: FactorGraphPotentials, exact: bool = True, time_limit: float | None = None
+                   ) -> np.ndarray:
+        """A labeling for prediction, whatever :attr:`exact` says: the exact MAP labeling
+        (branch-and-bound) when ``exact``, else AD3's best rounded labeling (optimal when AD3 certifies
+        it, a heuristic otherwise). ``time_limit`` defaults to the graph's own.
+
+        Raises
+        ------
+        InvalidInputError
+            When the potentials and logic factors leave no feasible labeling (or none was found in time).
+        """
+        limit = self.time_limit if time_limit is None else time_limit
+        sol = self.bnb(theta, time_limit=limit) if exact else self.ad3(theta, time_limit=limit)[0]
+        if sol.labels is None:
+            raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output found)")
+        return sol.labels
+
+    # ----- per-node loss hooks (Hamming, WeightedHamming; see structopt.contract.HOOKS)
+    @property
+    def states_per_node(self) -> int:
+        """The largest state count of a variable: per-node costs are ``(n_vars, states_per_node)``
+        arrays, entries beyond a variable's own state count unused (the per-node loss hook)."""
+        return int(self.n_states.max())
+
+    def node_potentials(self, costs: np.ndarray, like: FactorGraphPotentials | None = None
+                        ) -> FactorGraphPotentials:
+        """Potentials with per-variable scores ``costs[i, :n_states[i]]`` and no table scores."""
+        costs = np.asarray(costs, dtype=np.float64)
+        if costs.shape != (self.n_vars, self.states_per_node):
+            raise InvalidInputError(f"FactorGraph node costs must have shape ({self.n_vars}, {self.states_per_node}),"
+                                    f" got {costs.shape}")
+        unary = costs.ravel() if (self.n_states == costs.shape[1]).all() else \
+            np.concatenate([costs[i, :s] for i, s in enumerate(self.n_states)])
+        return FactorGraphPotentials(unary, np.zeros(int(self.flat.toff[-1])))
+
     def stats(self, y: Any, like: FactorGraphPotentials | None = None) -> FactorGraphPotentials:
         """One-hot statistics of a labeling, or a relaxed point (FactorGraphPotentials) unchanged."""
         fl = self.flat
