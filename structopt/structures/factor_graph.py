@@ -33,7 +33,9 @@ As a :class:`~structopt.structures.base.Structure`, ``argmax`` is the *relaxed* 
 it returns the statistics of the LP-MAP point found by AD3 (a fractional vertex of the local
 polytope in general, approximate to AD3's tolerance), or the labeling when AD3 certifies it
 optimal; ``FactorGraph(..., exact=True)`` makes it return the exact MAP labeling
-(branch-and-bound).
+(branch-and-bound). :meth:`FactorGraph.map_labels` always returns a labeling (exact MAP, or
+AD3's rounding), whatever ``exact`` says. The per-node loss hooks ``states_per_node`` (the largest
+state count) and ``node_potentials(costs)`` serve Hamming losses (see ``structopt.contract.HOOKS``).
 
 Duplicate tables over the same set of variables are refused (add the tables yourself); logic
 factors may repeat.
