@@ -28,11 +28,24 @@ SOLVERS: dict[str, Callable[..., Result]] = {
 
 
 def get_solver(name: str) -> Callable[..., Result]:
-    """The solver function registered under ``name`` (see :data:`SOLVERS`)."""
+    """The solver function registered under ``name`` (see :data:`SOLVERS`).
+
+    Its ``options`` attribute maps each option name to its :class:`~structopt.solvers.base.Option`
+    (default, check, ``description``), and ``needs`` lists the oracles it needs from the problem.
+    """
     if not isinstance(name, str) or name not in SOLVERS:
         raise InvalidInputError(f"unknown solver {name!r}; choose from {', '.join(sorted(SOLVERS))}")
     return SOLVERS[name]
 
 
+def option_table() -> str:
+    """The README's table of each solver's own options (beyond :data:`COMMON_OPTIONS`), from the declarations."""
+    rows = ["| solver | its own options (default) |", "| --- | --- |"]
+    for function in dict.fromkeys(SOLVERS.values()):
+        own = [f"`{o.name}={o.default!r}`" for o in function.options.values() if not o.common]
+        rows.append(f"| `{function.solver_name}` | {', '.join(own)} |")
+    return "\n".join(rows)
+
+
 __all__ = ["COMMON_OPTIONS", "SOLVERS", "Result", "bcfw", "casimir_svrg", "dual_extragradient", "frank_wolfe",
-           "get_solver", "prox_linear", "sgd", "sgd_nonconvex", "ssg", "svrg"]
+           "get_solver", "option_table", "prox_linear", "sgd", "sgd_nonconvex", "ssg", "svrg"]

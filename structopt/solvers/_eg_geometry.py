@@ -110,9 +110,9 @@ def make_blocks(geometry: str, problem, beta: float, warm: bool, tol: float):
     raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
 
 
-def gold_node_potentials(gold: Potentials, kappa: float) -> Potentials:
-    """Entropic prox-centre in natural parameters: ``kappa`` on the gold output's first field (nodes)."""
-    return type(gold)(*([np.asarray(gold[0], dtype=float) * float(kappa)] + [scale(gold, 0.0)[k]
+def gold_node_potentials(gold: Potentials, centre_potential: float) -> Potentials:
+    """Entropic prox-centre in natural parameters: ``centre_potential`` on the gold output's first field (nodes)."""
+    return type(gold)(*([np.asarray(gold[0], dtype=float) * float(centre_potential)] + [scale(gold, 0.0)[k]
                                                                             for k in range(1, len(gold))]))
 
 
@@ -135,14 +135,15 @@ class PythonZPass:
     compiled = False
 
     def __init__(self, problem, geometry: str, beta: float, sigma: float, memory_light: bool, warm: bool,
-                 tol: float, keep_z: bool = False, centre: str = "gold", kappa: float = 0.0):
+                 tol: float, keep_z: bool = False, centre: str = "gold", centre_potential: float = 0.0):
         self.problem = problem
         self.blocks = make_blocks(geometry, problem, beta, warm, tol)
         self.sigma = float(sigma)
         self.terms = [op.loss_vector(problem, i)[0] for i in range(problem.n)]
-        if centre == "gold":  # Euclidean: the gold vertex; entropic: natural parameters kappa * stats(y_i)
+        if centre == "gold":  # Euclidean: the gold vertex; entropic: natural parameters centre_potential * stats(y_i)
             gold = [problem.gold_stats(i, t) for i, t in enumerate(self.terms)]
-            self.centres = gold if geometry == "euclidean" else [gold_node_potentials(z, kappa) for z in gold]
+            self.centres = (gold if geometry == "euclidean"
+                            else [gold_node_potentials(z, centre_potential) for z in gold])
         else:
             self.centres = [self.blocks.centre(t) for t in self.terms]
         self.s_z = None if memory_light else [scale(t, 0.0) for t in self.terms]

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from structopt.archive import state_type
-from structopt.errors import InvalidInputError
+from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.potentials import Potentials, add
 from structopt.problem import SSVMProblem
 
@@ -187,7 +187,9 @@ def estimate_lipschitz(problem: SSVMProblem, mu: float, sample: int = 64, k: int
         where the iterates are but not a global bound (the curvature grows a few-fold as ``w``
         trains on CoNLL NER; SVRG tolerates this, and the paper tunes L on a grid anyway).
         ``"bound"``: :func:`lipschitz_bound`, conservative, for steps that must be safe
-        (convergence tests, the ``"theory"`` schedule).
+        (convergence tests, the ``"theory"`` schedule). Where the structure has no top-K oracle,
+        ``"local"`` falls back to ``"bound"``, which needs only the max oracle (so SGD's and the
+        non-convex SGD's default steps, and the guards' shortened steps, work on any structure).
     random_state
         Seed of the sample.
     """
@@ -198,7 +200,10 @@ def estimate_lipschitz(problem: SSVMProblem, mu: float, sample: int = 64, k: int
     rng = np.random.default_rng(random_state)
     idx = rng.choice(problem.n, size=min(sample, problem.n), replace=False)
     w = problem.zeros() if w is None else w
-    best = max(local_curvature(problem, int(i), w, mu, max(int(k), 2)) for i in idx)
+    try:
+        best = max(local_curvature(problem, int(i), w, mu, max(int(k), 2)) for i in idx)
+    except NotSupportedError:  # no top-K oracle: the max-oracle bound (safe, if slow), not a refusal
+        return lipschitz_bound(problem, mu, sample=max(sample, 256), random_state=random_state)
     if best <= 0.0:  # no example has two outputs: any positive scale works
         best = 1.0 / mu
     return best

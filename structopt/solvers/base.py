@@ -44,7 +44,9 @@ import inspect
 import math
 import numbers
 import os
+import re
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,7 +112,10 @@ def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
     def run(name: str, value: Any) -> None:
         if value is not None:
             check(name, value)
-    run.__doc__ = f"None or {check.__doc__}"
+    doc = (check.__doc__ or "a valid value.").strip()
+    run.__doc__ = f"None or {doc[0].lower()}{doc[1:]}"
+    run.accepts_none = True
+    run.inner = check
     return run
 
 
@@ -131,6 +136,8 @@ def one_of(*choices: Any) -> Callable[[str, Any], None]:
     def run(name: str, value: Any) -> None:
         if not any(value == c and type(value) is type(c) for c in choices):
             raise InvalidInputError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    run.__doc__ = f"One of {', '.join(map(repr, choices))}."
+    run.choices = choices
     return run
 
 
@@ -176,39 +183,133 @@ COMMON_OPTIONS: dict[str, Callable[[str, Any], None]] = {
 }
 
 
-def solver(name: str, **constraints: Callable[[str, Any], None]) -> Callable:
-    """Declare a solver function: validate every option (common ones and ``constraints``) on each call.
+Check = Callable[[str, Any], None]
 
-    Unknown option names and bad values raise :class:`InvalidInputError` naming the option; the
-    function keeps its signature (``inspect.signature`` shows the real options). A solver that
-    accepts ``executor`` receives it opened (an :class:`~structopt.parallel.Executor`, serial by
-    default), closed again when the run ends.
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a solver, as declared: its name, default and check.
+
+    A solver's own options are declared once, in its signature, as ``name: Annotated[type, check] = default``;
+    the common ones (:data:`COMMON_OPTIONS`) take their check from there. ``description`` is the check's
+    one-line docstring (what values it accepts).
+    """
+
+    name: str
+    default: Any
+    check: Check
+    common: bool
+
+    @property
+    def description(self) -> str:
+        return " ".join((self.check.__doc__ or "").split())
+
+
+@dataclass(frozen=True)
+class Need:
+    """An oracle a solver needs from the problem, and (``because``) the options that make it needed.
+
+    ``when(options)`` says whether a call with these (defaulted, validated) options needs it; checked
+    before the run, so a structure lacking the oracle is refused naming the solver and the option.
+    """
+
+    oracle: str  # "max_oracle", "topk" or "marginals"
+    because: str
+    when: Callable[[dict[str, Any]], bool] = lambda options: True
+
+
+def smoothing_needs(condition: Callable[[dict[str, Any]], bool] = lambda options: True,
+                    prefix: str = "") -> tuple[Need, ...]:
+    """The oracle of the smoothing ``kind`` (top-K for "topk", marginals for "entropy"), when ``condition``."""
+    return (Need("topk", f"{prefix}kind='topk'", lambda o: condition(o) and o["kind"] == "topk"),
+            Need("marginals", f"{prefix}kind='entropy'", lambda o: condition(o) and o["kind"] == "entropy"))
+
+
+def _has_oracle(problem, oracle: str) -> bool | None:
+    """Whether ``problem`` has ``oracle`` (None when the problem does not say: the run finds out)."""
+    if oracle == "max_oracle":
+        return True  # every structure has argmax
+    return getattr(problem, f"has_{oracle}", None)
+
+
+def _docstring_options(doc: str) -> set[str]:
+    """Names listed in the Parameters section of a numpy docstring (``a, b : type`` or ``a`` lines)."""
+    match = re.search(r"\n([ ]*)Parameters\n[ ]*-+\n(.*?)(?:\n\s*\n[ ]*(?:Returns|Raises|Notes|Examples)\n|\Z)",
+                      doc, re.S)
+    if match is None:
+        return set()
+    indent = match.group(1)
+    names: set[str] = set()
+    for line in match.group(2).splitlines():
+        if line.startswith(indent) and not line[len(indent):].startswith(" ") and line.strip():
+            names.update(part.strip() for part in line.split(" : ")[0].split(","))
+    return names
+
+
+def _declared_options(name: str, function: Callable) -> dict[str, Option]:
+    """The options of a solver function: its signature, each with its check (declared or common)."""
+    hints = typing.get_type_hints(function, include_extras=True)
+    options: dict[str, Option] = {}
+    for key, parameter in inspect.signature(function).parameters.items():
+        if key == "problem":
+            continue
+        checks = [m for m in getattr(hints.get(key), "__metadata__", ()) if callable(m)]
+        if checks and key in COMMON_OPTIONS:
+            raise TypeError(f"{name}: {key} is a common option; its check is COMMON_OPTIONS'")
+        if not checks and key not in COMMON_OPTIONS:
+            raise TypeError(f"{name}: option {key} declares no check (annotate it Annotated[type, check])")
+        options[key] = Option(key, parameter.default, checks[0] if checks else COMMON_OPTIONS[key], not checks)
+    listed = _docstring_options(function.__doc__ or "")
+    missing = sorted(set(options) - listed)
+    if missing:
+        raise TypeError(f"{name}: the docstring's Parameters section does not list {', '.join(missing)}")
+    return options
+
+
+def solver(name: str, *, needs: tuple[Need, ...] = ()) -> Callable:
+    """Declare a solver function: its options are its signature, each checked on every call.
+
+    A solver's own options are annotated ``Annotated[type, check]`` (declared once: name, type,
+    default and check in one place); the common ones take their check from :data:`COMMON_OPTIONS`.
+    At import, an option without a check or missing from the docstring's Parameters section is a
+    ``TypeError``. On a call, unknown option names and bad values raise :class:`InvalidInputError`
+    naming the option, and an oracle of ``needs`` that the problem lacks raises
+    :class:`NotSupportedError` naming the solver, the option and the problem. The function keeps its
+    signature; ``function.options`` maps each name to its :class:`Option`, ``function.needs`` lists
+    the needs. A solver that accepts ``executor`` receives it opened (an
+    :class:`~structopt.parallel.Executor`, serial by default), closed again when the run ends.
     """
     def wrap(function: Callable) -> Callable:
         signature = inspect.signature(function)
-        accepted = [p for p in signature.parameters if p != "problem"]
-        checks = {key: check for key, check in {**COMMON_OPTIONS, **constraints}.items() if key in accepted}
+        options = _declared_options(name, function)
+        accepted = list(options)
 
         @functools.wraps(function)
-        def run(problem, **options):
-            unknown = sorted(set(options) - set(accepted))
+        def run(problem, **given):
+            unknown = sorted(set(given) - set(accepted))
             if unknown:
                 raise InvalidInputError(f"{name} got unknown option(s) {', '.join(unknown)}; it accepts "
                                         f"{', '.join(accepted)}")
-            bound = signature.bind(problem, **options)
+            bound = signature.bind(problem, **given)
             bound.apply_defaults()
-            for key, check in checks.items():
-                check(f"{name}: {key}", bound.arguments[key])
+            for key, option in options.items():
+                option.check(f"{name}: {key}", bound.arguments[key])
+            for need in needs:
+                if need.when(bound.arguments) and _has_oracle(problem, need.oracle) is False:
+                    raise NotSupportedError(f"{name} with {need.because} needs a {need.oracle} oracle, which "
+                                            f"the structure of {problem!r} does not have")
             try:
                 if "executor" not in accepted:
-                    return function(problem, **options)
+                    return function(problem, **given)
                 with executor_scope(problem, bound.arguments["executor"],
                                     bound.arguments.get("n_workers")) as executor:
-                    return function(problem, **{**options, "executor": executor})
+                    return function(problem, **{**given, "executor": executor})
             except FinishedRun as finished:  # resumed from a run that already met this call's budget
                 return finished.result
 
         run.solver_name = name
+        run.options = options
+        run.needs = needs
         return run
     return wrap
 

@@ -17,6 +17,7 @@ touches only the weights its example uses.
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 import numpy as np
 
@@ -25,7 +26,17 @@ from structopt.fused import select
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
 from structopt.solvers._minibatch import MiniBatchUpdater
-from structopt.solvers.base import Monitor, Result, make_rng, one_of, optional, positive_int, refuse_tol, solver
+from structopt.solvers.base import (
+    Monitor,
+    Need,
+    Result,
+    make_rng,
+    one_of,
+    optional,
+    positive_int,
+    refuse_tol,
+    solver,
+)
 
 #: fused SSG steps per numba call: Python (and so Ctrl-C) gets control back between calls; a whole
 #: pass in one call took 1.37 s on CoNLL-2000, 2,000 steps take about 0.1 s. The step counter is
@@ -57,13 +68,19 @@ def _permutation_steps(state: BlockState, rng: np.random.Generator, count: int) 
     return out
 
 
-@solver("bcfw", averaging=one_of("weighted", "none"), sampling=one_of("perm", "uniform"),
-        line_search=one_of(True, False), batch_size=positive_int, fused=optional(one_of(True, False)))
-def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = True, averaging: str = "weighted",
-         sampling: str = "perm", batch_size: int = 1, eval_every: float = 1, tol: float = 0.0,
+#: the ``fused`` option of the solvers with a fused pass
+FUSED = Annotated[bool | None, optional(one_of(True, False))]
+MAX_ORACLE = (Need("max_oracle", "any options"),)
+
+
+@solver("bcfw", needs=MAX_ORACLE)
+def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated[bool, one_of(True, False)] = True,
+         averaging: Annotated[str, one_of("weighted", "none")] = "weighted",
+         sampling: Annotated[str, one_of("perm", "uniform")] = "perm",
+         batch_size: Annotated[int, positive_int] = 1, eval_every: float = 1, tol: float = 0.0,
          time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
          progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-         resume: str | os.PathLike | None = None, callback=None, fused: bool | None = None,
+         resume: str | os.PathLike | None = None, callback=None, fused: FUSED = None,
          executor=None, n_workers: int | None = None) -> Result:
     """Block-coordinate Frank-Wolfe on the structural SVM dual (paper Alg. 3/4).
 
@@ -148,18 +165,31 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = Tr
                                                    "state": state})
 
 
-@solver("frank_wolfe", line_search=one_of(True, False), fused=optional(one_of(True, False)))
-def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50, line_search: bool = True, tol: float = 0.0,
+@solver("frank_wolfe", needs=MAX_ORACLE)
+def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50,
+                line_search: Annotated[bool, one_of(True, False)] = True, tol: float = 0.0,
                 time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
                 progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-                resume: str | os.PathLike | None = None, callback=None, fused: bool | None = None,
+                resume: str | os.PathLike | None = None, callback=None, fused: FUSED = None,
                 executor=None, n_workers: int | None = None) -> Result:
     """Batch Frank-Wolfe on the structural SVM dual (paper Alg. 2), one oracle pass per iteration.
 
     The pass at ``w`` yields both the corner ``(w_s, l_s)`` and the primal value, so primal, dual
     and gap of every iterate are free (every pass is an evaluation); it runs on ``executor``
     (:mod:`structopt.parallel`). The method is deterministic: ``random_state`` is accepted for a
-    uniform interface and unused. Other options as in :func:`bcfw`.
+    uniform interface and unused.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+    max_passes : float
+        Iterations (each one oracle pass).
+    line_search : bool
+        Exact line search (default) or the step ``2 / (k + 2)``.
+    tol, time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback, fused
+        As in :func:`bcfw`.
+    executor, n_workers
+        Where the oracle passes run (:mod:`structopt.parallel`).
     """
     options = dict(locals())
     lam = problem.lam
@@ -210,17 +240,33 @@ def _ssg_steps_python(problem: SSVMProblem, order: np.ndarray, w: np.ndarray, w_
     return k
 
 
-@solver("ssg", averaging=one_of("weighted", "none"), fused=optional(one_of(True, False)))
-def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: str = "none", eval_every: float = 1,
+@solver("ssg", needs=MAX_ORACLE)
+def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: Annotated[str, one_of("weighted", "none")] = "none",
+        eval_every: float = 1,
         tol: float = 0.0, time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
         progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-        resume: str | os.PathLike | None = None, callback=None, fused: bool | None = None,
+        resume: str | os.PathLike | None = None, callback=None, fused: FUSED = None,
         executor=None, n_workers: int | None = None) -> Result:
     """Pegasos stochastic subgradient: step ``1 / (lam (k + 1))`` on one uniformly drawn example.
 
     With ``averaging="weighted"`` the average ``2/(k(k+1)) sum_t t w_t`` is reported and returned.
-    Constrained weights get projected steps. The primal is evaluated every ``eval_every`` passes;
-    ``tol`` must be 0 (no duality gap). Other options as in :func:`bcfw`.
+    Constrained weights get projected steps.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+    max_passes : float
+        Exactly ``ceil(max_passes * n)`` steps.
+    averaging : {"none", "weighted"}
+        Report the last iterate (default) or the weighted average.
+    eval_every : float
+        Evaluate the primal every this many passes.
+    tol : float
+        Must be 0 (no duality gap).
+    time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback, fused
+        As in :func:`bcfw`.
+    executor, n_workers
+        Where the primal evaluations run (:mod:`structopt.parallel`).
     """
     options = dict(locals())
     refuse_tol("ssg", tol)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from typing import Annotated
 
 import numpy as np
 
@@ -52,6 +53,7 @@ from structopt.solvers.base import (
     positive,
     positive_int,
     refuse_tol,
+    smoothing_needs,
     solver,
 )
 from structopt.solvers.svrg import svrg_epoch
@@ -106,16 +108,20 @@ def _learning_rate_option(name: str, value) -> None:
         positive(name, value)
 
 
-@solver("casimir_svrg", schedule=one_of("const", "adapt"), mu=optional(positive), kind=one_of("topk", "entropy"),
-        k=positive_int, L=optional(positive), kappa=optional(positive), learning_rate=_learning_rate_option,
-        mu_min=non_negative, warm_start=optional(one_of(*WARM_STARTS)), inner_steps=optional(positive_int),
-        iterate=optional(one_of("average", "last")), sgd_init=optional(one_of(True, False)),
-        guard=one_of(True, False), alpha0=optional(open_unit))
-def casimir_svrg(problem: SSVMProblem, *, schedule: str = "const", mu: float | None = None, kind: str = "topk",
-                 k: int = 5, L: float | None = None, kappa: float | None = None,
-                 learning_rate: float | str | None = None, mu_min: float = 0.0, warm_start: str | None = None,
-                 alpha0: float | None = None, inner_steps: int | None = None, iterate: str | None = None,
-                 sgd_init: bool | None = None, guard: bool = True, max_passes: float = 50, tol: float = 0.0,
+@solver("casimir_svrg", needs=smoothing_needs())
+def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of("const", "adapt")] = "const",
+                 mu: Annotated[float | None, optional(positive)] = None,
+                 kind: Annotated[str, one_of("topk", "entropy")] = "topk", k: Annotated[int, positive_int] = 5,
+                 L: Annotated[float | None, optional(positive)] = None,
+                 kappa: Annotated[float | None, optional(positive)] = None,
+                 learning_rate: Annotated[float | str | None, _learning_rate_option] = None,
+                 mu_min: Annotated[float, non_negative] = 0.0,
+                 warm_start: Annotated[str | None, optional(one_of(*WARM_STARTS))] = None,
+                 alpha0: Annotated[float | None, optional(open_unit)] = None,
+                 inner_steps: Annotated[int | None, optional(positive_int)] = None,
+                 iterate: Annotated[str | None, optional(one_of("average", "last"))] = None,
+                 sgd_init: Annotated[bool | None, optional(one_of(True, False))] = None,
+                 guard: Annotated[bool, one_of(True, False)] = True, max_passes: float = 50, tol: float = 0.0,
                  w0: np.ndarray | None = None, time_limit: float | None = None,
                  random_state: int | np.random.Generator | None = None, progress: bool = False,
                  checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,

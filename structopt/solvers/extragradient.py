@@ -22,7 +22,7 @@ Defaults:
 * z prox-centre at the gold outputs (``centre="gold"``): the start ``(w, z) = (0, gold)`` is then
   BCFW's start (``w(z) = 0``, ``D = 0``), whereas from the uniform centre ``w(z_bar)`` is of order
   ``1/lam`` and the first duals are hugely negative. The entropic geometry cannot sit on a vertex:
-  its centre has node potentials ``kappa`` on the gold labels.
+  its centre has node potentials ``centre_potential`` on the gold labels.
 * ``beta`` balances the two prox-diameters (``default_z_weight``).
 * adaptive step (``backtracking=True``): grow by ``step_growth``, halve while the exact local
   Lipschitz test fails.
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from structopt.solvers import _eg_operator as op
 from structopt.solvers._eg_geometry import PythonZPass, entropic_sigma, gold_node_potentials
 from structopt.solvers.base import (
     Monitor,
+    Need,
     Result,
     at_least,
     make_rng,
@@ -63,7 +64,7 @@ from structopt.solvers.base import (
     solver,
 )
 
-KAPPA = 6.0
+CENTRE_POTENTIAL = 6.0
 
 
 def _output_sqnorms(problem: SSVMProblem) -> np.ndarray:
@@ -78,12 +79,12 @@ def _log_sizes(problem: SSVMProblem) -> np.ndarray:
     return np.array([problem.marginals(op.block_theta(problem, i, zero))[0] for i in range(problem.n)])
 
 
-def _centre_diameters(problem: SSVMProblem, geometry: str, centre: str, kappa: float) -> np.ndarray:
+def _centre_diameters(problem: SSVMProblem, geometry: str, centre: str, centre_potential: float) -> np.ndarray:
     """Per example, the largest prox-distance from the z prox-centre to a vertex (``D_z / beta``).
 
     Euclidean: ``||stats(y_i)||^2 / 2`` from the uniform centre (about T_i on a chain) and
     ``||stats(y_i)||^2`` from the gold vertex. Entropic: ``max_y KL(y || p_centre) = log Z(centre)``
-    (``T_i log S`` uniform, ``T_i log(e^kappa + S - 1)`` gold).
+    (``T_i log S`` uniform, ``T_i log(e^centre_potential + S - 1)`` gold).
     """
     sq = _output_sqnorms(problem)
     if geometry == "euclidean":
@@ -94,12 +95,12 @@ def _centre_diameters(problem: SSVMProblem, geometry: str, centre: str, kappa: f
     out = []
     for i in range(problem.n):
         gold = problem.gold_stats(i, op.block_theta(problem, i, zero))
-        out.append(problem.marginals(gold_node_potentials(gold, kappa))[0])
+        out.append(problem.marginals(gold_node_potentials(gold, centre_potential))[0])
     return np.array(out)
 
 
 def default_z_weight(problem: SSVMProblem, geometry: str, radius_sq: float, centre: str = "gold",
-                     kappa: float = 0.0) -> float:
+                     centre_potential: float = 0.0) -> float:
     """``beta`` balancing the two blocks' prox-diameters: ``D_w = radius_sq / 2`` against ``D_z / beta``.
 
     ``D_z / beta`` is the sum over examples of the distance from the prox-centre to a vertex:
@@ -107,33 +108,37 @@ def default_z_weight(problem: SSVMProblem, geometry: str, radius_sq: float, cent
     With ``beta = D_w / (D_z / beta)`` the two terms of the rate constant ``(D_w + D_z) L`` of
     dual extrapolation are equal, which minimises it over ``beta`` up to a factor 2.
     """
-    per_example = _centre_diameters(problem, geometry, centre, kappa)
+    per_example = _centre_diameters(problem, geometry, centre, centre_potential)
     return max(0.5 * radius_sq, 1e-12) / max(float(per_example.sum()), 1e-12)
 
 
-def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, fused, keep_z, centre, kappa):
+def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, fused, keep_z, centre, centre_potential):
     if keep_z and fused:
         raise NotSupportedError("dual_extragradient: keep_z keeps per-example z averages, which only the "
                                 "per-example Python path has; fused=True cannot be honoured")
     view = None if keep_z else select(problem, fused, zpass=geometry)
     if view is not None:
-        return view.zpass(geometry, beta=beta, sigma=sigma, tol=tol, centre=centre, kappa=kappa)
-    return PythonZPass(problem, geometry, beta, sigma, memory_light, warm, tol, keep_z, centre, kappa)
+        return view.zpass(geometry, beta=beta, sigma=sigma, tol=tol, centre=centre, kappa=centre_potential)
+    return PythonZPass(problem, geometry, beta, sigma, memory_light, warm, tol, keep_z, centre, centre_potential)
 
 
-@solver("dual_extragradient", geometry=one_of("euclidean", "entropic"), step=optional(positive),
-        z_weight=optional(positive), backtracking=one_of(True, False), memory_light=one_of(True, False),
-        power_iters=positive_int, lipschitz_margin=positive, projection_tol=positive,
-        warm_projections=one_of(True, False), keep_z=one_of(True, False), centre=one_of("gold", "uniform"),
-        kappa=optional(non_negative), w_block=one_of("saddle", "exact"), fused=optional(one_of(True, False)),
-        step_growth=at_least(1.0))
-def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max_passes: float = 50,
-                       step: float | None = None, z_weight: float | None = None, backtracking: bool = True,
-                       step_growth: float = 1.25, memory_light: bool = False, eval_every: float = 1,
-                       tol: float = 0.0, time_limit: float | None = None, power_iters: int = 30,
-                       lipschitz_margin: float = 1.05, projection_tol: float = 1e-8, warm_projections: bool = True,
-                       fused: bool | None = None, keep_z: bool = False, centre: str = "gold",
-                       kappa: float | None = None, w_block: str = "saddle",
+@solver("dual_extragradient", needs=(Need("marginals", "geometry='entropic'", lambda o: o["geometry"] == "entropic"),))
+def dual_extragradient(problem: SSVMProblem, *, geometry: Annotated[str, one_of("euclidean", "entropic")] = "euclidean",
+                       max_passes: float = 50, step: Annotated[float | None, optional(positive)] = None,
+                       z_weight: Annotated[float | None, optional(positive)] = None,
+                       backtracking: Annotated[bool, one_of(True, False)] = True,
+                       step_growth: Annotated[float, at_least(1.0)] = 1.25,
+                       memory_light: Annotated[bool, one_of(True, False)] = False, eval_every: float = 1,
+                       tol: float = 0.0, time_limit: float | None = None,
+                       power_iters: Annotated[int, positive_int] = 30,
+                       lipschitz_margin: Annotated[float, positive] = 1.05,
+                       projection_tol: Annotated[float, positive] = 1e-8,
+                       warm_projections: Annotated[bool, one_of(True, False)] = True,
+                       fused: Annotated[bool | None, optional(one_of(True, False))] = None,
+                       keep_z: Annotated[bool, one_of(True, False)] = False,
+                       centre: Annotated[str, one_of("gold", "uniform")] = "gold",
+                       centre_potential: Annotated[float | None, optional(non_negative)] = None,
+                       w_block: Annotated[str, one_of("saddle", "exact")] = "saddle",
                        random_state: int | np.random.Generator | None = None, progress: bool = False,
                        checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
                        resume: str | os.PathLike | None = None, callback=None, executor=None,
@@ -188,6 +193,14 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
         path (False).
     keep_z : bool
         Keep the averaged ``z_bar`` per example in ``info["z_bar"]`` (Python path; for tests).
+    centre : {"gold", "uniform"}
+        z prox-centre: the gold outputs (default; the start is then BCFW's) or the uniform point.
+    centre_potential : float, optional
+        Entropic geometry with ``centre="gold"``: the node potentials on the gold labels of the
+        prox-centre (default ``CENTRE_POTENTIAL`` = 6; a vertex is out of the entropic domain).
+        Called ``kappa`` up to 0.1.0 (Casimir's ``kappa`` is a prox weight).
+    w_block : {"saddle", "exact"}
+        Extrapolate on both players (default) or replace the w-player by its best response ``w(z)``.
     random_state, progress, checkpoint, checkpoint_every, resume, callback
         As in every structopt solver (see :mod:`structopt.solvers.base`). Weight constraints are
         honoured by projecting the w-side steps. ``random_state`` seeds the power iteration for
@@ -216,13 +229,13 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: str = "euclidean", max
     # strong convexity of the z-block prox function w.r.t. l2: 1 (Euclidean), 1 / max ||stats||^2 (entropic)
     sigma = 1.0 if geometry == "euclidean" else entropic_sigma(float(_output_sqnorms(problem).max()))
     f0 = executor.primal(problem.zeros())
-    kappa = float(KAPPA if kappa is None else kappa)
+    centre_potential = float(CENTRE_POTENTIAL if centre_potential is None else centre_potential)
     beta = (float(z_weight) if z_weight is not None
-            else default_z_weight(problem, geometry, 2.0 * f0 / lam, centre, kappa))
+            else default_z_weight(problem, geometry, 2.0 * f0 / lam, centre, centre_potential))
     if not beta > 0:
         raise InvalidInputError(f"z_weight must be > 0, got {z_weight}")
     zpass = _make_zpass(problem, geometry, beta, sigma, memory_light, warm_projections, projection_tol,
-                        fused, keep_z, centre, kappa)
+                        fused, keep_z, centre, centre_potential)
     monitor = Monitor(problem, "dual_extragradient", options, label=f"extragradient-{geometry}")
     saved = monitor.load()
     # ||B|| comes from a random start (random_state is run control): a resume keeps the run's own

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Annotated
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from structopt.nonconvex import LinearisedProblem, NonconvexProblem
 from structopt.solvers._smooth import Counters, estimate_lipschitz
 from structopt.solvers.base import (
     Monitor,
+    Need,
     Result,
     initial_weights,
     make_rng,
@@ -50,6 +52,7 @@ from structopt.solvers.base import (
     positive,
     positive_int,
     refuse_tol,
+    smoothing_needs,
     solver,
 )
 
@@ -97,13 +100,17 @@ def _inner_solve(sub: LinearisedProblem, inner: str, *, u0: np.ndarray, passes: 
     return bcfw(sub, tol=tol, max_passes=passes, random_state=rng, **extra)
 
 
-@solver("prox_linear", inner=one_of(*INNER_SOLVERS), eta=positive, inner_passes=positive, mu=positive,
-        smoothing=one_of("adaptive", "constant"), kind=one_of("topk", "entropy"), k=positive_int,
-        L=optional(positive), eps0=optional(positive), accept=one_of("descent", "always"),
-        inner_options=_inner_options_option)
-def prox_linear(problem: NonconvexProblem, *, inner: str = "casimir", eta: float = 1.0, inner_passes: float = 10.0,
-                mu: float = 1.0, smoothing: str = "adaptive", kind: str = "topk", k: int = 5, L: float | None = None,
-                eps0: float | None = None, accept: str = "descent", inner_options: dict | None = None,
+@solver("prox_linear", needs=(Need("max_oracle", "inner='bcfw'", lambda o: o["inner"] == "bcfw"),
+                             *smoothing_needs(lambda o: o["inner"] != "bcfw", "inner!='bcfw' and ")))
+def prox_linear(problem: NonconvexProblem, *, inner: Annotated[str, one_of(*INNER_SOLVERS)] = "casimir",
+                eta: Annotated[float, positive] = 1.0, inner_passes: Annotated[float, positive] = 10.0,
+                mu: Annotated[float, positive] = 1.0,
+                smoothing: Annotated[str, one_of("adaptive", "constant")] = "adaptive",
+                kind: Annotated[str, one_of("topk", "entropy")] = "topk", k: Annotated[int, positive_int] = 5,
+                L: Annotated[float | None, optional(positive)] = None,
+                eps0: Annotated[float | None, optional(positive)] = None,
+                accept: Annotated[str, one_of("descent", "always")] = "descent",
+                inner_options: Annotated[dict | None, _inner_options_option] = None,
                 max_passes: float = 50, tol: float = 0.0, w0: np.ndarray | None = None, time_limit: float | None = None,
                 random_state: int | np.random.Generator | None = None, progress: bool = False,
                 checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,

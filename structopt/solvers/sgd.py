@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable
+from typing import Annotated
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from structopt.solvers._lazy import LazyIterate
 from structopt.solvers._smooth import Counters, estimate_lipschitz, rose, shortened_step
 from structopt.solvers.base import (
     Monitor,
+    Need,
     Result,
     initial_weights,
     make_rng,
@@ -31,10 +33,11 @@ from structopt.solvers.base import (
     positive,
     positive_int,
     refuse_tol,
+    smoothing_needs,
     solver,
 )
 
-AVERAGING = ("none", "uniform", "weighted")
+AVERAGING = ("weighted", "uniform", "none")
 
 
 def _subgradient_stats(problem: SSVMProblem, i: int, theta):
@@ -43,10 +46,13 @@ def _subgradient_stats(problem: SSVMProblem, i: int, theta):
     return problem.compact_diff(i, y, theta)
 
 
-@solver("sgd", mu=optional(positive), kind=one_of("topk", "entropy"), k=positive_int, gamma0=optional(positive),
-        t0=optional(positive), averaging=one_of("weighted", "uniform", "none"), guard=one_of(True, False))
-def sgd(problem: SSVMProblem, *, mu: float | None = None, kind: str = "topk", k: int = 5,
-        gamma0: float | None = None, t0: float | None = None, averaging: str = "weighted", guard: bool = True,
+@solver("sgd", needs=(Need("max_oracle", "mu=None", lambda o: o["mu"] is None),
+                     *smoothing_needs(lambda o: o["mu"] is not None, "mu set and ")))
+def sgd(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)] = None,
+        kind: Annotated[str, one_of("topk", "entropy")] = "topk", k: Annotated[int, positive_int] = 5,
+        gamma0: Annotated[float | None, optional(positive)] = None,
+        t0: Annotated[float | None, optional(positive)] = None,
+        averaging: Annotated[str, one_of(*AVERAGING)] = "weighted", guard: Annotated[bool, one_of(True, False)] = True,
         max_passes: float = 50, eval_every: float = 1, tol: float = 0.0, w0: np.ndarray | None = None,
         time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
         progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,

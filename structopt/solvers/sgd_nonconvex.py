@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from typing import Annotated
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from structopt.nonconvex import NonconvexProblem
 from structopt.solvers._smooth import Counters, estimate_lipschitz
 from structopt.solvers.base import (
     Monitor,
+    Need,
     Result,
     initial_weights,
     make_rng,
@@ -45,8 +47,9 @@ def step_size(gamma0: float, t: int, schedule: str) -> float:
     return gamma0 / math.sqrt(t) if schedule == "sqrt" else gamma0 / t
 
 
-@solver("sgd_nonconvex", schedule=one_of(*SCHEDULES), gamma0=optional(positive))
-def sgd_nonconvex(problem: NonconvexProblem, *, schedule: str = "sqrt", gamma0: float | None = None,
+@solver("sgd_nonconvex", needs=(Need("max_oracle", "any options"),))
+def sgd_nonconvex(problem: NonconvexProblem, *, schedule: Annotated[str, one_of(*SCHEDULES)] = "sqrt",
+                  gamma0: Annotated[float | None, optional(positive)] = None,
                   max_passes: float = 50, eval_every: float = 1, tol: float = 0.0, w0: np.ndarray | None = None,
                   time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
                   progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Annotated
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from structopt.solvers.base import (
     positive,
     positive_int,
     refuse_tol,
+    smoothing_needs,
     solver,
 )
 
@@ -109,12 +111,14 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     return problem.project_weights(it.average() if iterate == "average" else it.dense()), memory
 
 
-@solver("svrg", mu=positive, kind=one_of("topk", "entropy"), k=positive_int, learning_rate=optional(positive),
-        L=optional(positive), iterate=one_of("average", "last"), sgd_init=one_of(True, False),
-        guard=one_of(True, False))
-def svrg(problem: SSVMProblem, *, mu: float = 0.1, kind: str = "topk", k: int = 5,
-         learning_rate: float | None = None, L: float | None = None, iterate: str = "average",
-         sgd_init: bool = True, guard: bool = True, max_passes: float = 50, tol: float = 0.0,
+@solver("svrg", needs=smoothing_needs())
+def svrg(problem: SSVMProblem, *, mu: Annotated[float, positive] = 0.1,
+         kind: Annotated[str, one_of("topk", "entropy")] = "topk", k: Annotated[int, positive_int] = 5,
+         learning_rate: Annotated[float | None, optional(positive)] = None,
+         L: Annotated[float | None, optional(positive)] = None,
+         iterate: Annotated[str, one_of("average", "last")] = "average",
+         sgd_init: Annotated[bool, one_of(True, False)] = True, guard: Annotated[bool, one_of(True, False)] = True,
+         max_passes: float = 50, tol: float = 0.0,
          w0: np.ndarray | None = None, time_limit: float | None = None,
          random_state: int | np.random.Generator | None = None, progress: bool = False,
          checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
