@@ -3,9 +3,9 @@ fertility. Each task is a few lines of user code over ``so.FactorGraph`` / ``so.
 
 (a) "At most 2 entities per sentence": a binary variable per token, chain tables between
     neighbours, one budget factor over all tokens; MAP by branch-and-bound over AD3 (exact).
-(b) A pairwise CRF on a user's graph: ``so.GraphModel`` trained by BCFW, predicted by exact MAP.
-    Here the model is built with ``exact=True`` (exact MAP as the training oracle, fine on small
-    graphs); the default, ``exact=False``, trains the relaxed SSVM on the local polytope (AD3).
+(b) A pairwise CRF on a user's graph: ``so.GraphModel`` trained by BCFW on the relaxed oracle
+    (AD3's LP-MAP point on the local polytope; the gap certifies the relaxed SSVM), predicted by
+    exact MAP.
 (c) Word alignment with fertility: a binary variable per (source, target) pair, budget factors
     "at most 2" on every row and column; MAP.
 
@@ -31,8 +31,7 @@ def budget_chain(entity_scores: np.ndarray, k: int = 2) -> np.ndarray:
 
 def graph_crf(X: list, Y: list, X_test: list) -> list:
     # ------------------------------------------------------------- (b) user code: 3 lines
-    model = so.GraphModel(n_node_features=X[0][0].shape[1], n_edge_features=1, n_states=2, symmetric=True,
-                          exact=True)
+    model = so.GraphModel(n_node_features=X[0][0].shape[1], n_edge_features=1, n_states=2, symmetric=True)
     w = get_solver("bcfw")(so.SSVMProblem(model, X, Y, so.Hamming(), lam=0.1), max_passes=30).w
     return [model.predict(x, w, exact=True) for x in X_test]
 

@@ -183,7 +183,7 @@ class LinearisedProblem(SSVMProblem):
         ``Delta(y_i, y) + <o_i, mu(y) - mu(y_i)>``."""
         theta = self.theta(i, w)
         y = self.augmented_argmax(i, theta)
-        return Decoded(y, self.loss(self.Y[i], y) + self._offset_score(i, y), theta)
+        return Decoded(y, self.loss_of(i, y, theta) + self._offset_score(i, y), theta)
 
     def augmented_topk(self, i: int, theta: Potentials, k: int) -> tuple[Any, np.ndarray]:
         """The ``k`` best outputs of ``Delta(y_i, y) + <o_i, mu(y) - mu(y_i)> + <theta, mu(y)>`` and those values."""

@@ -275,7 +275,16 @@ class SSVMProblem:
         """
         theta = self.theta(i, w)
         y = self.augmented_argmax(i, theta)
-        return Decoded(y, self.loss(self.Y[i], y), theta)
+        return Decoded(y, self.loss_of(i, y, theta), theta)
+
+    def loss_of(self, i: int, y: Any, theta: Potentials) -> float:
+        """``Delta(y_i, y)``; for a relaxed oracle's fractional point (statistics of ``theta``'s type,
+        e.g. a factor graph's LP-MAP vertex) a decomposable loss is valued linearly,
+        ``<c_i, y> + const_i``, which equals the loss at every integral output."""
+        if isinstance(y, type(theta)) and self._terms[i] is not None:
+            c, const = self._terms[i]
+            return inner(c, y) + const
+        return self.loss(self.Y[i], y)
 
     def augmented_argmax(self, i: int, theta: Potentials) -> Any:
         """``argmax_y Delta(y_i, y) + <theta, stats(y)>`` for example i's potentials ``theta``."""

@@ -9,27 +9,9 @@ import pytest
 
 import structopt as so
 from structopt.models import GraphPotentials
-from structopt.potentials import add, inner
-from structopt.problem import Decoded
+from structopt.potentials import add
 from structopt.solvers import get_solver
 from structopt.validate import check_model
-
-
-class RelaxedProblem(so.SSVMProblem):
-    """SSVMProblem whose decode values a relaxed (fractional) maximiser with the loss's linear terms.
-
-    ``SSVMProblem.decode`` calls ``loss(y_true, y)``, which a fractional LP-MAP point cannot go
-    through; the decomposable loss is ``<c_i, stats(y)> + const_i`` for every y, relaxed ones
-    included (requested change to problem.decode; this subclass goes once it lands).
-    """
-
-    def decode(self, i: int, w: np.ndarray) -> Decoded:
-        theta = self.theta(i, w)
-        y = self.augmented_argmax(i, theta)
-        if isinstance(y, tuple) and self._terms[i] is not None:
-            c, const = self._terms[i]
-            return Decoded(y, inner(c, self.structure.stats(y, theta)) + const, theta)
-        return Decoded(y, self.loss(self.Y[i], y), theta)
 
 
 def random_graph(rng: np.random.Generator, n: int, F: int, G: int, p: float = 0.4) -> tuple:
@@ -139,7 +121,7 @@ def test_bcfw_on_a_planted_potts_task_beats_the_unary_baseline():
     rng = np.random.default_rng(0)
     X, Y = planted_potts(rng, 20)
     model = so.GraphModel(4, 1, 3, symmetric=True)
-    result = get_solver("bcfw")(RelaxedProblem(model, X, Y, so.Hamming(), 1.0), max_passes=60, random_state=0)
+    result = get_solver("bcfw")(so.SSVMProblem(model, X, Y, so.Hamming(), 1.0), max_passes=60, random_state=0)
     last = result.trace[-1]
     assert last["gap"] <= 0.05 * last["primal"]
     X_unary = [(x[0], np.zeros((0, 2), dtype=np.int64), np.zeros((0, 0))) for x in X]
@@ -154,7 +136,7 @@ def test_bcfw_gap_on_trees_certifies_the_exact_ssvm():
     rng = np.random.default_rng(1)
     X, Y = planted_potts(rng, 10, tree=True)
     model = so.GraphModel(4, 1, 3, symmetric=True)
-    problem = RelaxedProblem(model, X, Y, so.Hamming(), 1.0)
+    problem = so.SSVMProblem(model, X, Y, so.Hamming(), 1.0)
     result = get_solver("bcfw")(problem, max_passes=20, random_state=0)
     # on trees the relaxed hinge is the exact one: the exact oracle gives the same primal value
     exact = so.SSVMProblem(so.GraphModel(4, 1, 3, symmetric=True, exact=True), X, Y, so.Hamming(), 1.0)
@@ -166,7 +148,7 @@ def test_bcfw_gap_on_trees_certifies_the_exact_ssvm():
 def test_other_max_oracle_solvers_train_it(name):
     rng = np.random.default_rng(4)
     X, Y = planted_potts(rng, 6)
-    result = get_solver(name)(RelaxedProblem(so.GraphModel(4, 1, 3), X, Y, so.Hamming(), 1.0), max_passes=3)
+    result = get_solver(name)(so.SSVMProblem(so.GraphModel(4, 1, 3), X, Y, so.Hamming(), 1.0), max_passes=3)
     assert np.isfinite(result.trace[-1]["primal"])
 
 
@@ -174,7 +156,7 @@ def test_other_max_oracle_solvers_train_it(name):
 def test_smoothing_solvers_refuse_with_the_reason(name, options):
     rng = np.random.default_rng(5)
     X, Y = planted_potts(rng, 3)
-    problem = RelaxedProblem(so.GraphModel(4, 1, 3), X, Y, so.Hamming(), 1.0)
+    problem = so.SSVMProblem(so.GraphModel(4, 1, 3), X, Y, so.Hamming(), 1.0)
     with pytest.raises(so.NotSupportedError, match="no top-K oracle: MAP on a graph with cycles is NP-hard"):
         get_solver(name)(problem, max_passes=1, **options)
 

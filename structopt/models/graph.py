@@ -251,11 +251,9 @@ class GraphModel(Model):
     ICML 2008: "relaxed" training), and the duality gap they report certifies *that* objective. It
     upper-bounds the exact SSVM objective; on forests, where the local polytope is the marginal
     polytope, the two coincide and the gap certifies the exact SSVM. The oracle is AD3 run to its
-    tolerance (about 1e-9 relative), so the gap is certified to that accuracy. (A fractional
-    maximiser needs its loss valued linearly, ``<c_i, mu> + const_i``; ``SSVMProblem.decode`` calls
-    ``loss(y_i, y)`` today, so relaxed training needs the subclass in ``tests/test_graph_model.py``
-    until decode does.) sgd, svrg and casimir
-    need top-K or marginals, which graphs with cycles do not have: they refuse (NotSupportedError).
+    tolerance (about 1e-9 relative), so the gap is certified to that accuracy; a fractional
+    maximiser's loss is the decomposable loss's linear form ``<c_i, mu> + const_i``
+    (``SSVMProblem.loss_of``). sgd, svrg and casimir need top-K or marginals, which graphs with cycles do not have: they refuse (NotSupportedError).
 
     **Prediction**: :meth:`predict` returns labels, by exact MAP by default (``exact=False``: AD3's
     rounded labeling). ``SSVMProblem.predict`` uses the model's oracle, so with ``exact=False`` it
