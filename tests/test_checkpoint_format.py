@@ -22,7 +22,7 @@ import structopt as so
 from structopt.archive import SEAL_PREFIX, decode, encode, read_archive, state_type, write_archive
 from structopt.errors import InvalidInputError, StructoptError
 from structopt.solvers import SOLVERS
-from structopt.solvers.base import load_checkpoint
+from structopt.solvers.base import CHECKPOINT_FORMAT, load_checkpoint
 
 
 def _problem(n: int = 6, seed: int = 0) -> so.SSVMProblem:
@@ -140,7 +140,7 @@ def test_a_sealed_file_smuggling_a_pickled_array_is_refused_without_running_it(t
     _RunsCode.marker = str(tmp_path / "executed")
     npy = io.BytesIO()
     np.save(npy, np.array([_RunsCode()], dtype=object), allow_pickle=True)
-    meta = {"format": 3, "kind": "structopt checkpoint", "solver": "bcfw", "fingerprint": {},
+    meta = {"format": CHECKPOINT_FORMAT, "kind": "structopt checkpoint", "solver": "bcfw", "fingerprint": {},
             "payload": {"$dict": {"state": {"$array": "a0"}, "trace": [], "w": {"$array": "a0"}}}}
     crafted = tmp_path / "smuggled.ckpt"
     crafted.write_bytes(_sealed_zip({"meta.json": json.dumps(meta).encode(), "a0.npy": npy.getvalue()}))
@@ -152,7 +152,7 @@ def test_a_sealed_file_smuggling_a_pickled_array_is_refused_without_running_it(t
 @pytest.mark.parametrize("payload", [{"$object": "os.system", "state": "echo"}, {"$ref": "os"}, {"$rng": {"$dict": {
     "bit_generator": "Evil", "state": {}}}}, {"$nope": 1}])
 def test_a_sealed_file_naming_an_unknown_type_is_refused(tmp_path, payload):
-    meta = {"format": 3, "kind": "structopt checkpoint", "solver": "bcfw", "fingerprint": {},
+    meta = {"format": CHECKPOINT_FORMAT, "kind": "structopt checkpoint", "solver": "bcfw", "fingerprint": {},
             "payload": {"$dict": {"state": payload, "trace": []}}}
     crafted = tmp_path / "forged.ckpt"
     crafted.write_bytes(_sealed_zip({"meta.json": json.dumps(meta).encode()}))

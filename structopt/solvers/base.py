@@ -59,7 +59,7 @@ from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.fingerprint import digest
 from structopt.parallel import executor_option, executor_scope, n_workers_option
 
-CHECKPOINT_FORMAT = 3
+CHECKPOINT_FORMAT = 4  # 4: the shared run loop checkpoints typed states (one dataclass per solver)
 
 #: options that do not decide where a resumed run's iterates go — how long it runs, what it reports,
 #: and the starting point and seed, whose effect the checkpoint's own state carries: a checkpoint
@@ -555,6 +555,64 @@ class Monitor:
         if self._bar is None:
             self._bar = tqdm(**self._bar_options)
         return self._bar
+
+
+class Method:
+    """One solver on the shared run loop (:func:`run`): how it starts, steps and evaluates.
+
+    A solver builds one from its (validated) options and calls ``run(problem, method, options)``.
+    Its state is a dataclass registered with :func:`~structopt.archive.state_type`: the whole of what a
+    resume needs, and the checkpoint's payload as it is.
+    """
+
+    #: written into checkpoints and checked on resume
+    name: str = ""
+    #: progress-bar label (default ``name``)
+    label: str | None = None
+
+    def init(self, monitor: Monitor) -> Any:
+        """A fresh state (the clock is running; a method that records its start point pauses it first)."""
+        raise NotImplementedError
+
+    def resume(self, state: Any) -> Any:
+        """The state to continue from, given the checkpoint's (default: as it is)."""
+        return state
+
+    def warm_up(self, state: Any) -> None:
+        """Work before the optimisation clock starts (loading compiled kernels)."""
+
+    def advance(self, state: Any, monitor: Monitor) -> None:
+        """Steps until the next evaluation point (``monitor.step_budget`` caps them)."""
+        raise NotImplementedError
+
+    def evaluate(self, state: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        """The reported weights and the trace record's fields (clock paused; may reject the last steps)."""
+        raise NotImplementedError
+
+    def result(self, state: Any, monitor: Monitor) -> Result:
+        """The run's result once it stopped."""
+        raise NotImplementedError
+
+
+def run(problem, method: Method, options: dict[str, Any]) -> Result:
+    """The run loop every migrated solver shares: init or resume, then {advance; evaluate; record} until stop.
+
+    ``record`` appends the trace, checkpoints ``state`` every ``checkpoint_every`` passes and when the
+    run stops, and applies the one stopping rule (:meth:`Monitor._stop_reason`). A resume from a run
+    that already met this call's rule raises :class:`FinishedRun` from :meth:`Monitor.load`.
+    """
+    monitor = Monitor(problem, method.name, options, label=method.label)
+    saved = monitor.load()
+    state = method.init(monitor) if saved is None else method.resume(saved)
+    method.warm_up(state)
+    while not monitor.stop_reason:
+        monitor.restart()
+        method.advance(state, monitor)
+        monitor.pause()
+        w, fields = method.evaluate(state)
+        monitor.record(w, state=state, **fields)
+    monitor.close()
+    return method.result(state, monitor)
 
 
 def refuse_tol(solver_name: str, tol: float) -> None:

@@ -17,16 +17,19 @@ touches only the weights its example uses.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.errors import NotSupportedError
 from structopt.fused import select
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
 from structopt.solvers._minibatch import MiniBatchUpdater
 from structopt.solvers.base import (
+    Method,
     Monitor,
     Need,
     Result,
@@ -35,6 +38,7 @@ from structopt.solvers.base import (
     optional,
     positive_int,
     refuse_tol,
+    run,
     solver,
 )
 
@@ -191,33 +195,55 @@ def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50,
     executor, n_workers
         Where the oracle passes run (:mod:`structopt.parallel`).
     """
-    options = dict(locals())
-    lam = problem.lam
-    fast = select(problem, fused)
-    if fast is not None:  # load the kernels before the clock starts
-        fast.warm_up("fw_pass", verbose=progress)
-    w_hat, ell, k = problem.zeros(), 0.0, 0
-    monitor = Monitor(problem, "frank_wolfe", options)
-    saved = monitor.load()
-    if saved is not None:
-        w_hat, ell, k = saved["w"], saved["ell"], saved["k"]
-    while True:
-        monitor.restart()
-        w = problem.project_weights(w_hat)
-        w_s, loss_s, mean_hinge = executor.fw_corner(w, fused)
+    return run(problem, _FrankWolfe(problem, executor, line_search, fused, progress), dict(locals()))
+
+
+@state_type
+@dataclass
+class FrankWolfeState:
+    """The dual iterate of batch Frank-Wolfe: ``w_hat = A alpha / (lam n)``, its loss ``ell``, iterations ``k``."""
+
+    w_hat: np.ndarray
+    ell: float
+    k: int
+
+
+class _FrankWolfe(Method):
+    """Each pass at ``w`` is both the step's oracle and the evaluation of ``w`` (primal, dual, gap)."""
+
+    name = "frank_wolfe"
+
+    def __init__(self, problem: SSVMProblem, executor, line_search: bool, fused: bool | None, progress: bool):
+        self.problem, self.executor, self.line_search, self.fused = problem, executor, line_search, fused
+        self.fast = select(problem, fused)
+        if self.fast is not None:  # load the kernels before the clock starts
+            self.fast.warm_up("fw_pass", verbose=progress)
+        self.evaluation: tuple[np.ndarray, dict] | None = None
+
+    def init(self, monitor: Monitor) -> FrankWolfeState:
+        return FrankWolfeState(self.problem.zeros(), 0.0, 0)
+
+    def advance(self, state: FrankWolfeState, monitor: Monitor) -> None:
+        lam, k = self.problem.lam, state.k
+        w = self.problem.project_weights(state.w_hat)
+        w_s, loss_s, mean_hinge = self.executor.fw_corner(w, self.fused)
         half_sq = 0.5 * lam * float(w @ w)
-        primal, dual = half_sq + mean_hinge, ell - half_sq
-        direction = w_hat - w_s
-        gap = lam * float(direction @ w) - ell + loss_s  # equals primal - dual (Moreau, see _blocks)
-        gamma = gamma_line_search(gap, lam * float(direction @ direction)) if line_search else 2.0 / (k + 2.0)
-        w_next, ell_next = w_hat - gamma * direction, (1.0 - gamma) * ell + gamma * loss_s
-        monitor.pause()
-        if monitor.record(w, passes=k + 1, oracle_calls=(k + 1) * problem.n, primal=primal, dual=dual,
-                          gap=primal - dual, state={"w": w_next, "ell": ell_next, "k": k + 1}):
-            break
-        w_hat, ell, k = w_next, ell_next, k + 1
-    monitor.close()
-    return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "fused": fast is not None})
+        primal, dual = half_sq + mean_hinge, state.ell - half_sq
+        direction = state.w_hat - w_s
+        gap = lam * float(direction @ w) - state.ell + loss_s  # equals primal - dual (Moreau, see _blocks)
+        gamma = gamma_line_search(gap, lam * float(direction @ direction)) if self.line_search else 2.0 / (k + 2.0)
+        # the record reports w; the checkpoint holds the state after the step
+        self.evaluation = (w, {"passes": k + 1, "oracle_calls": (k + 1) * self.problem.n, "primal": primal,
+                               "dual": dual, "gap": primal - dual})
+        state.w_hat, state.ell, state.k = (state.w_hat - gamma * direction, (1.0 - gamma) * state.ell + gamma * loss_s,
+                                           k + 1)
+
+    def evaluate(self, state: FrankWolfeState) -> tuple[np.ndarray, dict]:
+        return self.evaluation
+
+    def result(self, state: FrankWolfeState, monitor: Monitor) -> Result:
+        return Result(self.evaluation[0], monitor.trace, {"stop_reason": monitor.stop_reason,
+                                                          "fused": self.fast is not None})
 
 
 def _ssg_steps_python(problem: SSVMProblem, order: np.ndarray, w: np.ndarray, w_avg: np.ndarray, k: int,
@@ -268,38 +294,58 @@ def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: Annotated[st
     executor, n_workers
         Where the primal evaluations run (:mod:`structopt.parallel`).
     """
-    options = dict(locals())
     refuse_tol("ssg", tol)
-    n = problem.n
-    fast = select(problem, fused)
-    rng = make_rng(random_state)
-    w, w_avg, k = problem.zeros(), problem.zeros(), 0
-    monitor = Monitor(problem, "ssg", options)
-    saved = monitor.load()
-    if saved is not None:
-        w, w_avg, k, rng = saved["w"], saved["w_avg"], saved["k"], saved["rng"]
-    steps_per_eval = max(1, round(eval_every * n))
-    budget = monitor.step_budget(n)
-    averaged = averaging == "weighted"
-    if fast is not None:  # load the kernels before the clock starts
-        fast.warm_up("hinge_terms", verbose=progress)
-        fast.ssg_steps(np.zeros(0, dtype=np.int64), w, w_avg, k, averaged)
-    while True:
-        monitor.restart()
-        order = rng.integers(0, n, size=max(0, min(steps_per_eval, budget - k)))
-        if fast is not None:
+    return run(problem, _SSG(problem, executor, averaging, eval_every, fused, progress, random_state), dict(locals()))
+
+
+@state_type
+@dataclass
+class SSGState:
+    """Pegasos: the iterate, its weighted average, the step count and the sampler."""
+
+    w: np.ndarray
+    w_avg: np.ndarray
+    k: int
+    rng: np.random.Generator
+
+
+class _SSG(Method):
+    name = "ssg"
+
+    def __init__(self, problem: SSVMProblem, executor, averaging: str, eval_every: float, fused: bool | None,
+                 progress: bool, random_state):
+        self.problem, self.executor, self.progress, self.random_state = problem, executor, progress, random_state
+        self.averaged = averaging == "weighted"
+        self.fast = select(problem, fused)
+        self.steps_per_eval = max(1, round(eval_every * problem.n))
+
+    def init(self, monitor: Monitor) -> SSGState:
+        return SSGState(self.problem.zeros(), self.problem.zeros(), 0, make_rng(self.random_state))
+
+    def warm_up(self, state: SSGState) -> None:
+        if self.fast is not None:  # load the kernels before the clock starts
+            self.fast.warm_up("hinge_terms", verbose=self.progress)
+            self.fast.ssg_steps(np.zeros(0, dtype=np.int64), state.w, state.w_avg, state.k, self.averaged)
+
+    def advance(self, state: SSGState, monitor: Monitor) -> None:
+        n = self.problem.n
+        order = state.rng.integers(0, n, size=max(0, min(self.steps_per_eval, monitor.step_budget(n) - state.k)))
+        if self.fast is not None:
             for start in range(0, len(order), SSG_CHUNK):
-                k = fast.ssg_steps(order[start:start + SSG_CHUNK], w, w_avg, k, averaged)
+                state.k = self.fast.ssg_steps(order[start:start + SSG_CHUNK], state.w, state.w_avg, state.k,
+                                              self.averaged)
         else:
-            k = _ssg_steps_python(problem, order, w, w_avg, k, averaged)
-        monitor.pause()
-        w_report = w_avg if averaged else w
-        mean_hinge = executor.mean_hinge(w_report)
-        if monitor.record(w_report, passes=k / n, oracle_calls=k, state={"w": w, "w_avg": w_avg, "k": k, "rng": rng},
-                          primal=0.5 * problem.lam * float(w_report @ w_report) + mean_hinge):
-            break
-    monitor.close()
-    return Result(w_report.copy(), monitor.trace, {"stop_reason": monitor.stop_reason, "fused": fast is not None})
+            state.k = _ssg_steps_python(self.problem, order, state.w, state.w_avg, state.k, self.averaged)
+
+    def evaluate(self, state: SSGState) -> tuple[np.ndarray, dict]:
+        w = state.w_avg if self.averaged else state.w
+        mean_hinge = self.executor.mean_hinge(w)
+        return w, {"passes": state.k / self.problem.n, "oracle_calls": state.k,
+                   "primal": 0.5 * self.problem.lam * float(w @ w) + mean_hinge}
+
+    def result(self, state: SSGState, monitor: Monitor) -> Result:
+        w = state.w_avg if self.averaged else state.w
+        return Result(w.copy(), monitor.trace, {"stop_reason": monitor.stop_reason, "fused": self.fast is not None})
 
 
-__all__ = ["bcfw", "frank_wolfe", "ssg"]
+__all__ = ["FrankWolfeState", "SSGState", "bcfw", "frank_wolfe", "ssg"]

@@ -34,14 +34,17 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
 from structopt.solvers._smooth import Counters, backoff, estimate_lipschitz, larger_smoothness, rose, sgd_pass
 from structopt.solvers.base import (
+    Method,
     Monitor,
     Result,
     initial_weights,
@@ -53,6 +56,7 @@ from structopt.solvers.base import (
     positive,
     positive_int,
     refuse_tol,
+    run,
     smoothing_needs,
     solver,
 )
@@ -203,92 +207,128 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of("const
         ``oracle_calls_made``, ``full_grad_passes``, ``time``, ``primal`` (non-smooth F(w_k)),
         ``outer_iter``, ``mu``, ``kappa``, ``alpha``, ``beta``, ``learning_rate``.
     """
-    options = dict(locals())
+    options = dict(locals())  # as given: the defaults below follow from them
     refuse_tol("casimir_svrg", tol)
     defaults = SCHEDULE_DEFAULTS[schedule]
-    warm_start = defaults[0] if warm_start is None else warm_start
-    iterate = defaults[1] if iterate is None else iterate
-    sgd_init = defaults[2] if sgd_init is None else sgd_init
-    n, lam = problem.n, problem.lam
-    mu = (1.0 if schedule == "const" else 2.0) if mu is None else float(mu)
-    monitor = Monitor(problem, "casimir_svrg", options, label=f"casimir-{schedule}")
-    saved = monitor.load()
-    if saved is not None:
-        rng, counters, it = saved["rng"], saved["counters"], saved["k"]
-        w, w_prev, z, z_prev, alpha = saved["w"], saved["w_prev"], saved["z"], saved["z_prev"], saved["alpha"]
-        L, kappa, mu, memory = saved["L"], saved["kappa"], saved["mu"], saved["memory"]
-        primal = saved.get("primal", monitor.trace[-1]["primal"])
-        learning_rate = saved.get("learning_rate", learning_rate)
-    else:
-        rng = make_rng(random_state)
-        w = initial_weights(problem, w0)
-        L = estimate_lipschitz(problem, mu, k=k, w=w) if L is None else float(L)
-        kappa, alpha = catalyst_start(L, lam, n, schedule, kappa, alpha0)
-        counters, it, memory = Counters(), 0, {}
+    method = _Casimir(problem, executor, schedule=schedule, mu=(1.0 if schedule == "const" else 2.0) if mu is None
+                      else float(mu), kind=kind, k=k, L=L, kappa=kappa, learning_rate=learning_rate, mu_min=mu_min,
+                      warm_start=defaults[0] if warm_start is None else warm_start, alpha0=alpha0,
+                      inner_steps=inner_steps, iterate=defaults[1] if iterate is None else iterate,
+                      sgd_init=defaults[2] if sgd_init is None else sgd_init, guard=guard, w0=w0,
+                      random_state=random_state)
+    return run(problem, method, options)
+
+
+@state_type
+@dataclass
+class CasimirState:
+    """Outer iteration ``k``: iterates ``w_k, w_{k-1}``, prox centres ``z_k, z_{k-1}``, the Catalyst scalars,
+    the smoothness ``L`` (raised by the guard), the step option after backoffs and the last accepted primal."""
+
+    rng: np.random.Generator
+    counters: Counters
+    k: int
+    w: np.ndarray
+    w_prev: np.ndarray
+    z: np.ndarray
+    z_prev: np.ndarray
+    alpha: float
+    L: float
+    kappa: float
+    mu: float
+    memory: dict
+    primal: float
+    learning_rate: float | str | None
+
+
+class _Casimir(Method):
+    name = "casimir_svrg"
+
+    def __init__(self, problem: SSVMProblem, executor, **settings):
+        self.problem, self.executor = problem, executor
+        self.__dict__.update(settings)  # the options, defaults resolved (schedule, mu, warm_start, ...)
+        self.label = f"casimir-{self.schedule}"
+
+    def start(self, L: float) -> tuple[float, float]:
+        """``(kappa, alpha_0)`` that follow from L (or the given kappa / alpha0)."""
+        return catalyst_start(L, self.problem.lam, self.problem.n, self.schedule, self.kappa, self.alpha0)
+
+    def init(self, monitor: Monitor) -> CasimirState:
+        problem, n, lam, executor = self.problem, self.problem.n, self.problem.lam, self.executor
+        rng = make_rng(self.random_state)
+        w = initial_weights(problem, self.w0)
+        L = estimate_lipschitz(problem, self.mu, k=self.k, w=w) if self.L is None else float(self.L)
+        kappa, alpha = self.start(L)
+        counters = Counters()
         monitor.pause()
         primal = executor.primal(w)
         monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
-        if sgd_init:  # one call per step, shortened to a budget below one pass
+        if self.sgd_init:  # one call per step, shortened to a budget below one pass
             monitor.restart()
-            w_sgd = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=mu, kind=kind, k=k, rng=rng, counters=counters,
-                             n_steps=min(n, monitor.step_budget(n)))
+            w_sgd = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=self.mu, kind=self.kind, k=self.k, rng=rng,
+                             counters=counters, n_steps=min(n, monitor.step_budget(n)))
             monitor.pause()
             primal_sgd = executor.primal(w_sgd)
-            if guard and rose(primal, primal_sgd):  # keep w0, take the hint about L
-                L = larger_smoothness(problem, L, primal, primal_sgd, w_sgd, mu, k)
-                kappa, alpha = catalyst_start(L, lam, n, schedule, options["kappa"], options["alpha0"])
+            if self.guard and rose(primal, primal_sgd):  # keep w0, take the hint about L
+                L = larger_smoothness(problem, L, primal, primal_sgd, w_sgd, self.mu, self.k)
+                kappa, alpha = self.start(L)
                 monitor.record(w, primal=primal, outer_iter=0, rejected=primal_sgd, **counters.record(n))
             else:
                 w, primal = w_sgd, primal_sgd
                 monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
-        w_prev, z, z_prev = w, w.copy(), w.copy()
-    budget = monitor.step_budget(n)  # in paper-counted oracle calls
-    q = lam / (lam + kappa)
+        return CasimirState(rng, counters, 0, w, w, w.copy(), w.copy(), alpha, L, kappa, self.mu, {}, primal,
+                            self.learning_rate)
 
-    while not monitor.stop_reason:
-        monitor.restart()
-        it += 1
-        mu_k = mu if schedule == "const" else max(adapt_mu(mu, q, it), mu_min)
-        if learning_rate == "theory":
-            gamma = 1.0 / (L * mu / max(mu_k, mu_min) + lam + kappa)
+    def advance(self, state: CasimirState, monitor: Monitor) -> None:
+        problem, n, lam, kappa = self.problem, self.problem.n, self.problem.lam, state.kappa
+        state.k += 1
+        q = lam / (lam + kappa)
+        mu_k = state.mu if self.schedule == "const" else max(adapt_mu(state.mu, q, state.k), self.mu_min)
+        if state.learning_rate == "theory":
+            gamma = 1.0 / (state.L * state.mu / max(mu_k, self.mu_min) + lam + kappa)
         else:
-            gamma = 1.0 / (L + lam + kappa) if learning_rate is None else float(learning_rate)
-        if warm_start == "prox-center":
-            start = z
-        elif warm_start == "prev-iterate":
-            start = w
+            gamma = 1.0 / (state.L + lam + kappa) if state.learning_rate is None else float(state.learning_rate)
+        if self.warm_start == "prox-center":
+            start = state.z
+        elif self.warm_start == "prev-iterate":
+            start = state.w
         else:
-            start = w + (kappa / (kappa + lam)) * (z - z_prev)
-        steps = min(n if inner_steps is None else inner_steps, -(-(budget - counters.oracle_calls) // 2))
-        w_new, memory = svrg_epoch(problem, problem.project_weights(start), mu=mu_k, kind=kind, k=k, gamma=gamma,
-                                   rng=rng, counters=counters, n_steps=steps, kappa=kappa, z=z, iterate=iterate,
-                                   executor=executor)
-        monitor.pause()
-        primal_new = executor.primal(w_new)
-        rejected = guard and rose(primal, primal_new)
+            start = state.w + (kappa / (kappa + lam)) * (state.z - state.z_prev)
+        budget = monitor.step_budget(n)  # in paper-counted oracle calls
+        steps = min(n if self.inner_steps is None else self.inner_steps,
+                    -(-(budget - state.counters.oracle_calls) // 2))
+        self.w_new, state.memory = svrg_epoch(problem, problem.project_weights(start), mu=mu_k, kind=self.kind,
+                                              k=self.k, gamma=gamma, rng=state.rng, counters=state.counters,
+                                              n_steps=steps, kappa=kappa, z=state.z, iterate=self.iterate,
+                                              executor=self.executor)
+        self.mu_k, self.gamma = mu_k, gamma
+
+    def evaluate(self, state: CasimirState) -> tuple[np.ndarray, dict]:
+        lam, w_new, primal = self.problem.lam, self.w_new, state.primal
+        primal_new = self.executor.primal(w_new)
+        rejected = self.guard and rose(primal, primal_new)
         if rejected:  # back to w with a larger L; the acceleration restarts there
-            it -= 1
-            if isinstance(learning_rate, float | int):
-                learning_rate = learning_rate / backoff(primal, primal_new)
-            L = larger_smoothness(problem, L, primal, primal_new, w_new, mu_k, k)
-            kappa, alpha = catalyst_start(L, lam, n, schedule, options["kappa"], options["alpha0"])
-            q = lam / (lam + kappa)
-            z, z_prev, beta = w.copy(), w.copy(), 0.0
+            state.k -= 1
+            if isinstance(state.learning_rate, float | int):
+                state.learning_rate = state.learning_rate / backoff(primal, primal_new)
+            state.L = larger_smoothness(self.problem, state.L, primal, primal_new, w_new, self.mu_k, self.k)
+            state.kappa, state.alpha = self.start(state.L)
+            state.z, state.z_prev, beta = state.w.copy(), state.w.copy(), 0.0
         else:
-            alpha_new = catalyst_alpha(alpha, kappa, kappa, lam)
-            beta = catalyst_beta(alpha, alpha_new, kappa, kappa, lam)
-            z_prev, z = z, w_new + beta * (w_new - w)
-            w_prev, w, alpha, primal = w, w_new, alpha_new, primal_new
-        state = {"rng": rng, "counters": counters, "k": it, "w": w, "w_prev": w_prev, "z": z, "z_prev": z_prev,
-                 "alpha": alpha, "L": L, "kappa": kappa, "mu": mu, "memory": memory, "primal": primal,
-                 "learning_rate": learning_rate}
-        monitor.record(w, primal=primal, outer_iter=it, mu=mu_k, kappa=kappa, alpha=alpha, beta=beta,
-                       learning_rate=gamma, state=state, **counters.record(n),
-                       **({"rejected": primal_new} if rejected else {}))
-    monitor.close()
-    return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "L": L, "kappa": kappa,
-                                     "memory": memory, "schedule": schedule, "warm_start": warm_start})
+            kappa = state.kappa
+            alpha_new = catalyst_alpha(state.alpha, kappa, kappa, lam)
+            beta = catalyst_beta(state.alpha, alpha_new, kappa, kappa, lam)
+            state.z_prev, state.z = state.z, w_new + beta * (w_new - state.w)
+            state.w_prev, state.w, state.alpha, state.primal = state.w, w_new, alpha_new, primal_new
+        return state.w, {"primal": state.primal, "outer_iter": state.k, "mu": self.mu_k, "kappa": state.kappa,
+                         "alpha": state.alpha, "beta": beta, "learning_rate": self.gamma,
+                         **state.counters.record(self.problem.n), **({"rejected": primal_new} if rejected else {})}
+
+    def result(self, state: CasimirState, monitor: Monitor) -> Result:
+        return Result(state.w, monitor.trace, {"stop_reason": monitor.stop_reason, "L": state.L, "kappa": state.kappa,
+                                               "memory": state.memory, "schedule": self.schedule,
+                                               "warm_start": self.warm_start})
 
 
-__all__ = ["SCHEDULE_DEFAULTS", "WARM_STARTS", "adapt_mu", "casimir_svrg", "catalyst_alpha", "catalyst_beta",
-           "const_kappa"]
+__all__ = ["SCHEDULE_DEFAULTS", "WARM_STARTS", "CasimirState", "adapt_mu", "casimir_svrg", "catalyst_alpha",
+           "catalyst_beta", "const_kappa"]

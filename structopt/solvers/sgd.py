@@ -15,14 +15,17 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
 from structopt.solvers._smooth import Counters, estimate_lipschitz, rose, shortened_step
 from structopt.solvers.base import (
+    Method,
     Monitor,
     Need,
     Result,
@@ -33,6 +36,7 @@ from structopt.solvers.base import (
     positive,
     positive_int,
     refuse_tol,
+    run,
     smoothing_needs,
     solver,
 )
@@ -109,61 +113,89 @@ def sgd(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)]
     """
     options = dict(locals())
     refuse_tol("sgd", tol)
-    n, lam = problem.n, problem.lam
-    monitor = Monitor(problem, "sgd", options)
-    saved = monitor.load()
-    if saved is not None:
-        rng, counters, iterate, gamma0, t0 = (saved["rng"], saved["counters"], saved["iterate"], saved["gamma0"],
-                                              saved["t0"])
-        primal = saved.get("primal", monitor.trace[-1]["primal"])
-    else:
-        rng = make_rng(random_state)
+    method = _SGD(problem, executor, mu=mu, kind=kind, k=k, gamma0=gamma0, t0=t0, averaging=averaging, guard=guard,
+                  eval_every=eval_every, w0=w0, random_state=random_state)
+    return run(problem, method, options)
+
+
+@state_type
+@dataclass
+class SGDState:
+    """The lazy iterate (and its running average), counters, sampler, step constants and last accepted primal."""
+
+    rng: np.random.Generator
+    counters: Counters
+    iterate: LazyIterate
+    gamma0: float
+    t0: float
+    primal: float
+
+
+class _SGD(Method):
+    name = "sgd"
+
+    def __init__(self, problem: SSVMProblem, executor, *, mu, kind, k, gamma0, t0, averaging, guard, eval_every, w0,
+                 random_state):
+        self.problem, self.executor = problem, executor
+        self.mu, self.kind, self.k, self.averaging, self.guard = mu, kind, k, averaging, guard
+        self.gamma0, self.t0, self.w0, self.random_state = gamma0, t0, w0, random_state
+        self.steps_per_eval = max(1, round(eval_every * problem.n))
+        self.accepted: LazyIterate | None = None  # the iterate at the last evaluation (guard)
+
+    def init(self, monitor: Monitor) -> SGDState:
+        problem, n = self.problem, self.problem.n
+        rng = make_rng(self.random_state)
+        gamma0 = self.gamma0
         if gamma0 is None:
-            gamma0 = 1.0 / (estimate_lipschitz(problem, 1.0 if mu is None else mu, k=k) + lam)
-        t0 = float(n if t0 is None else t0)
-        iterate = LazyIterate(problem, initial_weights(problem, w0))
-        counters = Counters()
+            gamma0 = 1.0 / (estimate_lipschitz(problem, 1.0 if self.mu is None else self.mu, k=self.k) + problem.lam)
+        state = SGDState(rng, Counters(), LazyIterate(problem, initial_weights(problem, self.w0)), gamma0,
+                         float(n if self.t0 is None else self.t0), 0.0)
         monitor.pause()
-        w = iterate.dense()
-        primal = executor.primal(w)
-        monitor.record(w, primal=primal, step=gamma0, **counters.record(n))
-    steps_per_eval = max(1, round(eval_every * n))
-    budget = monitor.step_budget(n)
+        w = state.iterate.dense()
+        state.primal = self.executor.primal(w)
+        monitor.record(w, primal=state.primal, step=gamma0, **state.counters.record(n))
+        return state
 
-    def report() -> np.ndarray:  # (the projection only removes round-off: the iterates are feasible)
-        return problem.project_weights(iterate.dense() if averaging == "none" else iterate.average())
+    def report(self, state: SGDState) -> np.ndarray:  # (the projection only removes round-off: iterates are feasible)
+        return self.problem.project_weights(state.iterate.dense() if self.averaging == "none"
+                                            else state.iterate.average())
 
-    while not monitor.stop_reason:
-        monitor.restart()
-        accepted = copy.deepcopy(iterate) if guard else None
-        for i in rng.integers(0, n, size=min(steps_per_eval, budget - counters.steps)):
+    def advance(self, state: SGDState, monitor: Monitor) -> None:
+        problem, n, lam = self.problem, self.problem.n, self.problem.lam
+        counters, iterate = state.counters, state.iterate
+        self.accepted = copy.deepcopy(iterate) if self.guard else None
+        for i in state.rng.integers(0, n, size=min(self.steps_per_eval, monitor.step_budget(n) - counters.steps)):
             i = int(i)
             t = counters.steps
-            gamma = gamma0 / (1.0 + np.floor(t / t0))
+            gamma = state.gamma0 / (1.0 + np.floor(t / state.t0))
             theta = iterate.potentials(i)
-            if mu is None:
+            if self.mu is None:
                 diff = _subgradient_stats(problem, i, theta)
             else:
-                diff = problem.smooth_stats(i, theta, mu, kind, k).diff
-            omega = 0.0 if averaging == "none" else (1.0 if averaging == "uniform" else float(t + 1))
+                diff = problem.smooth_stats(i, theta, self.mu, self.kind, self.k).diff
+            omega = 0.0 if self.averaging == "none" else (1.0 if self.averaging == "uniform" else float(t + 1))
             iterate.step(1.0 - gamma * lam, gamma, i, diff, omega=omega, nonnegative=problem.nonnegative_indices)
             counters.steps += 1
         counters.oracle_calls = counters.oracle_calls_made = counters.steps
-        monitor.pause()
-        w_report = report()
-        primal_new = executor.primal(w_report)
-        rejected = guard and rose(primal, primal_new)
+
+    def evaluate(self, state: SGDState) -> tuple[np.ndarray, dict]:
+        w_report = self.report(state)
+        primal_new = self.executor.primal(w_report)
+        rejected = self.guard and rose(state.primal, primal_new)
         if rejected:
-            gamma0 = shortened_step(problem, gamma0, primal, primal_new, iterate.dense(), 1.0 if mu is None else mu, k)
-            iterate = accepted
-            w_report = report()
+            state.gamma0 = shortened_step(self.problem, state.gamma0, state.primal, primal_new, state.iterate.dense(),
+                                          1.0 if self.mu is None else self.mu, self.k)
+            state.iterate = self.accepted
+            w_report = self.report(state)
         else:
-            primal = primal_new
-        state = {"rng": rng, "counters": counters, "iterate": iterate, "gamma0": gamma0, "t0": t0, "primal": primal}
-        monitor.record(w_report, primal=primal, step=gamma0 / (1.0 + np.floor(counters.steps / t0)), state=state,
-                       **counters.record(n), **({"rejected": primal_new} if rejected else {}))
-    monitor.close()
-    return Result(report(), monitor.trace, {"stop_reason": monitor.stop_reason, "gamma0": gamma0, "t0": t0})
+            state.primal = primal_new
+        step = state.gamma0 / (1.0 + np.floor(state.counters.steps / state.t0))
+        return w_report, {"primal": state.primal, "step": step, **state.counters.record(self.problem.n),
+                          **({"rejected": primal_new} if rejected else {})}
+
+    def result(self, state: SGDState, monitor: Monitor) -> Result:
+        return Result(self.report(state), monitor.trace, {"stop_reason": monitor.stop_reason, "gamma0": state.gamma0,
+                                                          "t0": state.t0})
 
 
-__all__ = ["sgd"]
+__all__ = ["SGDState", "sgd"]

@@ -16,13 +16,16 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.nonconvex import NonconvexProblem
 from structopt.solvers._smooth import Counters, estimate_lipschitz
 from structopt.solvers.base import (
+    Method,
     Monitor,
     Need,
     Result,
@@ -32,6 +35,7 @@ from structopt.solvers.base import (
     optional,
     positive,
     refuse_tol,
+    run,
     solver,
 )
 from structopt.solvers.prox_linear import check_nonconvex
@@ -83,49 +87,70 @@ def sgd_nonconvex(problem: NonconvexProblem, *, schedule: Annotated[str, one_of(
         The last iterate; trace records ``passes``, ``oracle_calls``, ``oracle_calls_made``,
         ``full_grad_passes`` (0), ``time``, ``primal`` (``F``), ``step``.
     """
-    options = dict(locals())
     check_nonconvex("sgd_nonconvex", problem)
     refuse_tol("sgd_nonconvex", tol)
-    n, lam = problem.n, problem.lam
-    monitor = Monitor(problem, "sgd_nonconvex", options, label=f"sgd-nonconvex[{schedule}]")
-    saved = monitor.load()
-    if saved is not None:
-        v, a, rng, counters, gamma0 = saved["v"], saved["a"], saved["rng"], saved["counters"], saved["gamma0"]
-    else:
-        rng = make_rng(random_state)
-        v = problem.initial_weights(rng) if w0 is None else initial_weights(problem, w0)
-        a = 1.0
-        if gamma0 is None:
-            gamma0 = 1.0 / (estimate_lipschitz(problem.linearize(v, 1.0), 1.0) + lam)
-        counters = Counters()
-        monitor.pause()
-        monitor.record(v, primal=problem.primal(v), step=float(gamma0), **counters.record(n))
-    budget = monitor.step_budget(n)
-    steps_per_eval = max(1, round(eval_every * n))
+    return run(problem, _SGDNonconvex(problem, schedule, gamma0, eval_every, w0, random_state), dict(locals()))
 
-    while not monitor.stop_reason:
-        monitor.restart()
-        for i in rng.integers(0, n, size=min(steps_per_eval, budget - counters.steps)):
+
+@state_type
+@dataclass
+class SGDNonconvexState:
+    """The iterate ``w = a v``, the sampler, counters and the initial step."""
+
+    v: np.ndarray
+    a: float
+    rng: np.random.Generator
+    counters: Counters
+    gamma0: float
+
+
+class _SGDNonconvex(Method):
+    name = "sgd_nonconvex"
+
+    def __init__(self, problem: NonconvexProblem, schedule: str, gamma0: float | None, eval_every: float, w0,
+                 random_state):
+        self.problem, self.schedule, self.gamma0 = problem, schedule, gamma0
+        self.w0, self.random_state = w0, random_state
+        self.label = f"sgd-nonconvex[{schedule}]"
+        self.steps_per_eval = max(1, round(eval_every * problem.n))
+
+    def init(self, monitor: Monitor) -> SGDNonconvexState:
+        problem = self.problem
+        rng = make_rng(self.random_state)
+        v = problem.initial_weights(rng) if self.w0 is None else initial_weights(problem, self.w0)
+        gamma0 = self.gamma0
+        if gamma0 is None:
+            gamma0 = 1.0 / (estimate_lipschitz(problem.linearize(v, 1.0), 1.0) + problem.lam)
+        state = SGDNonconvexState(v, 1.0, rng, Counters(), gamma0)
+        monitor.pause()
+        monitor.record(v, primal=problem.primal(v), step=float(gamma0), **state.counters.record(problem.n))
+        return state
+
+    def advance(self, state: SGDNonconvexState, monitor: Monitor) -> None:
+        problem, n, counters = self.problem, self.problem.n, state.counters
+        for i in state.rng.integers(0, n, size=min(self.steps_per_eval, monitor.step_budget(n) - counters.steps)):
             i = int(i)
-            gamma = step_size(gamma0, counters.steps + 1, schedule)
-            tangent = problem.tangent(i, v, scale=a)
+            gamma = step_size(state.gamma0, counters.steps + 1, self.schedule)
+            tangent = problem.tangent(i, state.v, scale=state.a)
             theta = problem.tangent_potentials(tangent)
             y = problem.augmented_argmax(i, theta)
             diff = problem.compact_diff(i, y, theta)
-            a *= 1.0 - gamma * lam
-            if abs(a) < _TINY:  # rewrite w = a v with a = 1 (dense, rare)
-                v, a = a * v, 1.0
-            problem.tangent_adjoint(tangent, diff, v, -gamma / a)
+            state.a *= 1.0 - gamma * problem.lam
+            if abs(state.a) < _TINY:  # rewrite w = a v with a = 1 (dense, rare)
+                state.v, state.a = state.a * state.v, 1.0
+            problem.tangent_adjoint(tangent, diff, state.v, -gamma / state.a)
             counters.steps += 1
         counters.oracle_calls = counters.oracle_calls_made = counters.steps
-        monitor.pause()
-        w = a * v
-        state = {"v": v, "a": a, "rng": rng, "counters": counters, "gamma0": gamma0}
-        monitor.record(w, primal=problem.primal(w), step=step_size(gamma0, max(counters.steps, 1), schedule),
-                       state=state, **counters.record(n))
-    monitor.close()
-    return Result(a * v, monitor.trace, {"stop_reason": monitor.stop_reason, "gamma0": gamma0,
-                                         "schedule": schedule})
+
+    def evaluate(self, state: SGDNonconvexState) -> tuple[np.ndarray, dict]:
+        w = state.a * state.v
+        return w, {"primal": self.problem.primal(w),
+                   "step": step_size(state.gamma0, max(state.counters.steps, 1), self.schedule),
+                   **state.counters.record(self.problem.n)}
+
+    def result(self, state: SGDNonconvexState, monitor: Monitor) -> Result:
+        return Result(state.a * state.v, monitor.trace, {"stop_reason": monitor.stop_reason, "gamma0": state.gamma0,
+                                                         "schedule": self.schedule})
 
 
-__all__ = ["SCHEDULES", "sgd_nonconvex", "step_size"]
+__all__ = ["SCHEDULES", "SGDNonconvexState", "sgd_nonconvex", "step_size"]

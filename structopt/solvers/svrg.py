@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.batch import smooth_snapshot
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
@@ -38,6 +40,7 @@ from structopt.solvers._smooth import (
     subtract,
 )
 from structopt.solvers.base import (
+    Method,
     Monitor,
     Result,
     initial_weights,
@@ -47,6 +50,7 @@ from structopt.solvers.base import (
     positive,
     positive_int,
     refuse_tol,
+    run,
     smoothing_needs,
     solver,
 )
@@ -181,47 +185,75 @@ def svrg(problem: SSVMProblem, *, mu: Annotated[float, positive] = 0.1,
     """
     options = dict(locals())
     refuse_tol("svrg", tol)
-    n = problem.n
-    rng = make_rng(random_state)
-    monitor = Monitor(problem, "svrg", options)
-    saved = monitor.load()
-    if saved is not None:
-        w, counters, rng, epoch, gamma = saved["w"], saved["counters"], saved["rng"], saved["epoch"], saved["gamma"]
-        memory, primal = saved["memory"], saved.get("primal", monitor.trace[-1]["primal"])
-    else:
-        w = initial_weights(problem, w0)
+    method = _SVRG(problem, executor, mu=mu, kind=kind, k=k, learning_rate=learning_rate, L=L, iterate=iterate,
+                   sgd_init=sgd_init, guard=guard, w0=w0, random_state=random_state)
+    return run(problem, method, options)
+
+
+@state_type
+@dataclass
+class SVRGState:
+    """The snapshot ``w`` (last accepted epoch's output), counters, sampler, epoch, step and last primal."""
+
+    w: np.ndarray
+    counters: Counters
+    rng: np.random.Generator
+    epoch: int
+    gamma: float
+    memory: dict
+    primal: float
+
+
+class _SVRG(Method):
+    name = "svrg"
+
+    def __init__(self, problem: SSVMProblem, executor, *, mu, kind, k, learning_rate, L, iterate, sgd_init, guard,
+                 w0, random_state):
+        self.problem, self.executor = problem, executor
+        self.mu, self.kind, self.k, self.learning_rate, self.L = mu, kind, k, learning_rate, L
+        self.iterate, self.sgd_init, self.guard, self.w0, self.random_state = iterate, sgd_init, guard, w0, random_state
+        self.w_new: np.ndarray | None = None  # the last epoch's output, before the guard's verdict
+
+    def init(self, monitor: Monitor) -> SVRGState:
+        problem = self.problem
+        rng = make_rng(self.random_state)
+        w = initial_weights(problem, self.w0)
+        learning_rate = self.learning_rate
         if learning_rate is None:
-            L = estimate_lipschitz(problem, mu, k=k, w=w) if L is None else float(L)
+            L = estimate_lipschitz(problem, self.mu, k=self.k, w=w) if self.L is None else float(self.L)
             learning_rate = 1.0 / (L + problem.lam)
-        gamma = float(learning_rate)
-        counters, epoch, memory = Counters(), 0, {}
+        state = SVRGState(w, Counters(), rng, 0, float(learning_rate), {}, 0.0)
         monitor.pause()
-        primal = executor.primal(w)
-        monitor.record(w, primal=primal, epoch=0, **counters.record(n))
-    budget = monitor.step_budget(n)  # in paper-counted oracle calls
-    while not monitor.stop_reason:
-        monitor.restart()
-        if sgd_init and epoch == 0:  # one call per step: shortened to the budget like an epoch
-            w_new = sgd_pass(problem, w, gamma=gamma, mu=mu, kind=kind, k=k, rng=rng, counters=counters,
-                             n_steps=min(n, budget - counters.oracle_calls))
+        state.primal = self.executor.primal(w)
+        monitor.record(w, primal=state.primal, epoch=0, **state.counters.record(problem.n))
+        return state
+
+    def advance(self, state: SVRGState, monitor: Monitor) -> None:
+        problem, n, counters = self.problem, self.problem.n, state.counters
+        budget = monitor.step_budget(n)  # in paper-counted oracle calls
+        if self.sgd_init and state.epoch == 0:  # one call per step: shortened to the budget like an epoch
+            self.w_new = sgd_pass(problem, state.w, gamma=state.gamma, mu=self.mu, kind=self.kind, k=self.k,
+                                  rng=state.rng, counters=counters, n_steps=min(n, budget - counters.oracle_calls))
         else:  # two calls per step: an odd remainder ends one call (1/n pass) past the budget
             steps = min(n, -(-(budget - counters.oracle_calls) // 2))
-            w_new, memory = svrg_epoch(problem, w, mu=mu, kind=kind, k=k, gamma=gamma, rng=rng, counters=counters,
-                                       iterate=iterate, n_steps=steps, executor=executor)
-        monitor.pause()
-        primal_new = executor.primal(w_new)
-        rejected = guard and rose(primal, primal_new)
+            self.w_new, state.memory = svrg_epoch(problem, state.w, mu=self.mu, kind=self.kind, k=self.k,
+                                                  gamma=state.gamma, rng=state.rng, counters=counters,
+                                                  iterate=self.iterate, n_steps=steps, executor=self.executor)
+
+    def evaluate(self, state: SVRGState) -> tuple[np.ndarray, dict]:
+        primal_new = self.executor.primal(self.w_new)
+        rejected = self.guard and rose(state.primal, primal_new)
         if rejected:
-            gamma = shortened_step(problem, gamma, primal, primal_new, w_new, mu, k)
+            state.gamma = shortened_step(self.problem, state.gamma, state.primal, primal_new, self.w_new, self.mu,
+                                         self.k)
         else:
-            w, primal, epoch = w_new, primal_new, epoch + 1
-        state = {"w": w, "counters": counters, "rng": rng, "epoch": epoch, "gamma": gamma, "memory": memory,
-                 "primal": primal}
-        monitor.record(w, primal=primal, epoch=epoch, state=state, **counters.record(n),
-                       **({"rejected": primal_new, "learning_rate": gamma} if rejected else {}))
-    monitor.close()
-    return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "learning_rate": gamma,
-                                     "memory": memory})
+            state.w, state.primal, state.epoch = self.w_new, primal_new, state.epoch + 1
+        return state.w, {"primal": state.primal, "epoch": state.epoch, **state.counters.record(self.problem.n),
+                         **({"rejected": primal_new, "learning_rate": state.gamma} if rejected else {})}
+
+    def result(self, state: SVRGState, monitor: Monitor) -> Result:
+        return Result(state.w, monitor.trace, {"stop_reason": monitor.stop_reason, "learning_rate": state.gamma,
+                                               "memory": state.memory})
 
 
-__all__ = ["svrg", "svrg_epoch"]
+__all__ = ["SVRGState", "svrg", "svrg_epoch"]
