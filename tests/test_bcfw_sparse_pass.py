@@ -311,7 +311,7 @@ def test_resume_mid_run_equals_uninterrupted(tmp_path):
     _assert_same(problem, resumed.info["state"], generic.info["state"])
     _assert_index_fresh(problem, resumed.info["state"])
     payload = load_checkpoint(path, "bcfw", problem=problem)  # the checkpoint, continued both ways
-    state = payload["state"]["state"]
+    state = payload["state"].blocks
     assert state.fused_index is None
     python, fused = _updaters(problem, state)
     order = np.random.default_rng(4).permutation(problem.n)

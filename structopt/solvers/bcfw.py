@@ -131,42 +131,64 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
         ``oracle_calls``, ``time``, ``primal``, ``dual``, ``gap`` of the reported iterate,
         ``dual_iterate`` of the current iterate, which line search never decreases) and ``info``.
     """
-    options = dict(locals())
-    n = problem.n
-    rng = make_rng(random_state)
-    state = BlockState.initial(problem)
-    monitor = Monitor(problem, "bcfw", options)
-    saved = monitor.load()
-    if saved is not None:
-        state, rng = saved["state"], saved["rng"]
-    averaged = averaging == "weighted"
     if batch_size > 1 and fused:
         raise NotSupportedError("bcfw: mini-batches (batch_size > 1) decode through the generic oracles; "
                                 "fused=True cannot be honoured")
-    updater = (make_block_updater(problem, state, fused) if batch_size == 1
-               else MiniBatchUpdater(problem, state, executor, batch_size))
-    if updater.compiled:  # load the kernels before the clock starts
-        updater.fused.warm_up("hinge_terms", "adjoint_sum", verbose=progress)
-        updater.run(np.zeros(0, dtype=np.int64), line_search, averaged)
-    budget = monitor.step_budget(n)
-    steps_per_eval = max(1, round(eval_every * n))
-    while True:
-        monitor.restart()
-        count = min(steps_per_eval - state.k % steps_per_eval, budget - state.k)
+    method = _BCFW(problem, executor, line_search=line_search, averaging=averaging, sampling=sampling,
+                   batch_size=batch_size, eval_every=eval_every, fused=fused, progress=progress,
+                   random_state=random_state)
+    return run(problem, method, {key: value for key, value in locals().items() if key != "method"})
+
+
+@state_type
+@dataclass
+class BCFWState:
+    """The dual blocks (statistics-space summaries, lazy average, permutation) and the sampler."""
+
+    blocks: BlockState
+    rng: np.random.Generator
+
+
+class _BCFW(Method):
+    name = "bcfw"
+
+    def __init__(self, problem: SSVMProblem, executor, *, line_search, averaging, sampling, batch_size, eval_every,
+                 fused, progress, random_state):
+        self.problem, self.executor, self.line_search, self.sampling = problem, executor, line_search, sampling
+        self.batch_size, self.fused, self.progress, self.random_state = batch_size, fused, progress, random_state
+        self.averaged = averaging == "weighted"
+        self.steps_per_eval = max(1, round(eval_every * problem.n))
+
+    def init(self, monitor: Monitor) -> BCFWState:
+        return BCFWState(BlockState.initial(self.problem), make_rng(self.random_state))
+
+    def warm_up(self, state: BCFWState) -> None:
+        self.updater = (make_block_updater(self.problem, state.blocks, self.fused) if self.batch_size == 1
+                        else MiniBatchUpdater(self.problem, state.blocks, self.executor, self.batch_size))
+        if self.updater.compiled:  # load the kernels before the clock starts
+            self.updater.fused.warm_up("hinge_terms", "adjoint_sum", verbose=self.progress)
+            self.updater.run(np.zeros(0, dtype=np.int64), self.line_search, self.averaged)
+
+    def advance(self, state: BCFWState, monitor: Monitor) -> None:
+        blocks, n = state.blocks, self.problem.n
+        count = min(self.steps_per_eval - blocks.k % self.steps_per_eval, monitor.step_budget(n) - blocks.k)
         if count > 0:
-            order = rng.integers(0, n, size=count) if sampling == "uniform" else _permutation_steps(state, rng, count)
-            updater.run(order, line_search, averaged)
-        monitor.pause()
-        w_hat, ell_report = updater.averaged() if averaged else (state.w, state.ell)
-        w_report, evaluation = _evaluate(problem, executor, w_hat, ell_report)
-        w_now = problem.project_weights(state.w)
-        dual_iterate = state.ell - 0.5 * problem.lam * float(w_now @ w_now)
-        if monitor.record(w_report, passes=state.k / n, oracle_calls=state.k, dual_iterate=dual_iterate,
-                          state={"state": state, "rng": rng}, **evaluation):
-            break
-    monitor.close()
-    return Result(w_report.copy(), monitor.trace, {"stop_reason": monitor.stop_reason, "fused": updater.compiled,
-                                                   "state": state})
+            order = (state.rng.integers(0, n, size=count) if self.sampling == "uniform"
+                     else _permutation_steps(blocks, state.rng, count))
+            self.updater.run(order, self.line_search, self.averaged)
+
+    def evaluate(self, state: BCFWState) -> tuple[np.ndarray, dict]:
+        problem, blocks = self.problem, state.blocks
+        w_hat, ell_report = self.updater.averaged() if self.averaged else (blocks.w, blocks.ell)
+        self.w_report, evaluation = _evaluate(problem, self.executor, w_hat, ell_report)
+        w_now = problem.project_weights(blocks.w)
+        dual_iterate = blocks.ell - 0.5 * problem.lam * float(w_now @ w_now)
+        return self.w_report, {"passes": blocks.k / problem.n, "oracle_calls": blocks.k,
+                               "dual_iterate": dual_iterate, **evaluation}
+
+    def result(self, state: BCFWState, monitor: Monitor) -> Result:
+        return Result(self.w_report.copy(), monitor.trace, {"stop_reason": monitor.stop_reason,
+                                                            "fused": self.updater.compiled, "state": state.blocks})
 
 
 @solver("frank_wolfe", needs=MAX_ORACLE)
@@ -348,4 +370,4 @@ class _SSG(Method):
         return Result(w.copy(), monitor.trace, {"stop_reason": monitor.stop_reason, "fused": self.fast is not None})
 
 
-__all__ = ["FrankWolfeState", "SSGState", "bcfw", "frank_wolfe", "ssg"]
+__all__ = ["BCFWState", "FrankWolfeState", "SSGState", "bcfw", "frank_wolfe", "ssg"]

@@ -40,10 +40,12 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.fused import select
 from structopt.potentials import scale
@@ -51,6 +53,7 @@ from structopt.problem import SSVMProblem
 from structopt.solvers import _eg_operator as op
 from structopt.solvers._eg_geometry import PythonZPass, entropic_sigma, gold_node_potentials
 from structopt.solvers.base import (
+    Method,
     Monitor,
     Need,
     Result,
@@ -61,6 +64,7 @@ from structopt.solvers.base import (
     optional,
     positive,
     positive_int,
+    run,
     solver,
 )
 
@@ -224,46 +228,98 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: Annotated[str, one_of(
                                 f"{problem.loss!r} is not")
     if not step_growth >= 1.0:
         raise InvalidInputError(f"step_growth must be >= 1, got {step_growth}")
-    n, lam = problem.n, problem.lam
-    rng = make_rng(random_state)
-    # strong convexity of the z-block prox function w.r.t. l2: 1 (Euclidean), 1 / max ||stats||^2 (entropic)
-    sigma = 1.0 if geometry == "euclidean" else entropic_sigma(float(_output_sqnorms(problem).max()))
-    f0 = executor.primal(problem.zeros())
-    centre_potential = float(CENTRE_POTENTIAL if centre_potential is None else centre_potential)
-    beta = (float(z_weight) if z_weight is not None
-            else default_z_weight(problem, geometry, 2.0 * f0 / lam, centre, centre_potential))
-    if not beta > 0:
-        raise InvalidInputError(f"z_weight must be > 0, got {z_weight}")
-    zpass = _make_zpass(problem, geometry, beta, sigma, memory_light, warm_projections, projection_tol,
-                        fused, keep_z, centre, centre_potential)
-    monitor = Monitor(problem, "dual_extragradient", options, label=f"extragradient-{geometry}")
-    saved = monitor.load()
-    # ||B|| comes from a random start (random_state is run control): a resume keeps the run's own
-    norm_b = (float(saved["state"]["norm_b"]) if saved is not None
-              else zpass.operator_norm(power_iters, rng) * lipschitz_margin)
-    exact = w_block == "exact"
-    # exact w-block: operator -grad D(z) on z alone, Lipschitz ||B||^2 / (lam n^2 beta sigma)
-    lip = norm_b ** 2 / (lam * n * n * beta * sigma) if exact else lam + norm_b / (n * np.sqrt(beta * sigma))
-    fbar = op.gold_mean(problem)
-    dbar = float(np.mean([op.loss_vector(problem, i)[1] for i in range(n)]))
+    settings = {key: value for key, value in options.items() if key not in _RUN_ONLY}
+    return run(problem, _Extragradient(problem, **settings), options)
 
-    st: dict[str, Any] = {"t": 0, "Lam": 0.0, "W": np.zeros(problem.n_params), "s_w": np.zeros(problem.n_params),
-                          "zfeat": np.zeros(problem.n_params), "zlin": 0.0,
-                          "eta": float(step) if step is not None else 1.0 / lip, "trials": 0, "norm_b": norm_b}
-    if saved is not None:
-        st = saved["state"]
-        zpass.load_state(saved["zpass"])
-    project = problem.project_weights
 
-    def iteration() -> None:
-        eta = st["eta"] * (step_growth if backtracking and st["t"] > 0 else 1.0)
-        v_w = project(st["s_w"])  # w-prox centre 0 with unit weight: v_w = P(s_w)
+#: options of dual_extragradient its Method does not read (the loop and Monitor do)
+_RUN_ONLY = frozenset({"problem", "max_passes", "tol", "time_limit", "progress", "checkpoint", "checkpoint_every",
+                       "resume", "callback", "n_workers"})
+
+
+@state_type
+@dataclass
+class ExtragradientState:
+    """The dual-extrapolation sums: ``t`` steps, ``Lam = sum eta``, ``W = sum eta u_w``, the w-side dual point
+    ``s_w``, the z-side sums ``zfeat``/``zlin``, the step, the prox calls (trials), ``||B||`` and the z-pass
+    state (projection warm starts, stored ``s_{z_i}``)."""
+
+    t: int
+    Lam: float
+    W: np.ndarray
+    s_w: np.ndarray
+    zfeat: np.ndarray
+    zlin: float
+    eta: float
+    trials: int
+    norm_b: float
+    zpass: Any = None
+
+
+class _Extragradient(Method):
+    name = "dual_extragradient"
+
+    def __init__(self, problem: SSVMProblem, *, geometry, step, z_weight, backtracking, step_growth, memory_light,
+                 eval_every, power_iters, lipschitz_margin, projection_tol, warm_projections, fused, keep_z, centre,
+                 centre_potential, w_block, random_state, executor):
+        self.problem, self.executor, self.geometry, self.step = problem, executor, geometry, step
+        self.backtracking, self.step_growth = backtracking, step_growth
+        self.eval_every, self.keep_z = eval_every, keep_z
+        self.power_iters, self.lipschitz_margin = power_iters, lipschitz_margin
+        self.label = f"extragradient-{geometry}"
+        self.n, self.lam = problem.n, problem.lam
+        self.rng = make_rng(random_state)
+        # strong convexity of the z-block prox function w.r.t. l2: 1 (Euclidean), 1 / max ||stats||^2 (entropic)
+        self.sigma = 1.0 if geometry == "euclidean" else entropic_sigma(float(_output_sqnorms(problem).max()))
+        f0 = executor.primal(problem.zeros())
+        centre_potential = float(CENTRE_POTENTIAL if centre_potential is None else centre_potential)
+        self.beta = (float(z_weight) if z_weight is not None
+                     else default_z_weight(problem, geometry, 2.0 * f0 / self.lam, centre, centre_potential))
+        if not self.beta > 0:
+            raise InvalidInputError(f"z_weight must be > 0, got {z_weight}")
+        self.zpass = _make_zpass(problem, geometry, self.beta, self.sigma, memory_light, warm_projections,
+                                 projection_tol, fused, keep_z, centre, centre_potential)
+        self.exact = w_block == "exact"
+
+    def _constants(self, norm_b: float) -> None:
+        n, lam, beta, sigma = self.n, self.lam, self.beta, self.sigma
+        # exact w-block: operator -grad D(z) on z alone, Lipschitz ||B||^2 / (lam n^2 beta sigma)
+        self.lip = (norm_b ** 2 / (lam * n * n * beta * sigma) if self.exact
+                    else lam + norm_b / (n * np.sqrt(beta * sigma)))
+        self.fbar = op.gold_mean(self.problem)
+        self.dbar = float(np.mean([op.loss_vector(self.problem, i)[1] for i in range(n)]))
+
+    def init(self, monitor: Monitor) -> ExtragradientState:
+        norm_b = self.zpass.operator_norm(self.power_iters, self.rng) * self.lipschitz_margin
+        self._constants(norm_b)
+        d = self.problem.n_params
+        return ExtragradientState(0, 0.0, np.zeros(d), np.zeros(d), np.zeros(d), 0.0,
+                                  float(self.step) if self.step is not None else 1.0 / self.lip, 0, norm_b)
+
+    def resume(self, state: ExtragradientState) -> ExtragradientState:
+        # ||B|| comes from a random start (random_state is run control): a resume keeps the run's own
+        self._constants(float(state.norm_b))
+        self.zpass.load_state(state.zpass)
+        return state
+
+    def advance(self, state: ExtragradientState, monitor: Monitor) -> None:
+        for _ in range(math.ceil(self.eval_every)):
+            self.iteration(state)
+            if monitor.reached(state.t):
+                break
+
+    def iteration(self, state: ExtragradientState) -> None:
+        """One dual-extrapolation step with backtracking on the step."""
+        lam, n, beta, sigma, lip, fbar = self.lam, self.n, self.beta, self.sigma, self.lip, self.fbar
+        zpass, project, exact, backtracking = self.zpass, self.problem.project_weights, self.exact, self.backtracking
+        eta = state.eta * (self.step_growth if backtracking and state.t > 0 else 1.0)
+        v_w = project(state.s_w)  # w-prox centre 0 with unit weight: v_w = P(s_w)
         while True:
             if exact:  # w = w(v_z): one look-ahead-only pass for sum_i A_i^T v_i, then the step pass
-                r, _, _, _ = zpass.run(st["W"], st["Lam"], v_w, 0.0)
+                r, _, _, _ = zpass.run(state.W, state.Lam, v_w, 0.0)
                 v_w = project((fbar - r / n) / lam)
-            r, q, lin, dz = zpass.run(st["W"], st["Lam"], v_w, eta)
-            st["trials"] += 2 if exact else 1
+            r, q, lin, dz = zpass.run(state.W, state.Lam, v_w, eta)
+            state.trials += 2 if exact else 1
             u_w = project((fbar - q / n) / lam if exact else v_w - eta * (lam * v_w + r / n - fbar))
             if not backtracking:
                 break
@@ -281,33 +337,31 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: Annotated[str, one_of(
                 break
             eta *= 0.5
         zpass.commit(u_w, eta)
-        st["s_w"] = st["s_w"] - eta * (lam * u_w + q / n - fbar)
-        st["W"] = st["W"] + eta * u_w
-        st["zfeat"] = st["zfeat"] + (eta / n) * q
-        st["zlin"] += eta * lin / n
-        st["Lam"] += eta
-        st["eta"] = eta
-        st["t"] += 1
+        state.s_w = state.s_w - eta * (lam * u_w + q / n - fbar)
+        state.W = state.W + eta * u_w
+        state.zfeat = state.zfeat + (eta / n) * q
+        state.zlin += eta * lin / n
+        state.Lam += eta
+        state.eta = eta
+        state.t += 1
 
-    stop = False
-    while not stop:
-        monitor.restart()
-        for _ in range(math.ceil(eval_every)):
-            iteration()
-            if monitor.reached(st["t"]):
-                break
-        monitor.pause()
-        w_bar = st["W"] / st["Lam"]
-        w_of_z = project((fbar - st["zfeat"] / st["Lam"]) / lam)
-        dual = dbar + st["zlin"] / st["Lam"] - 0.5 * lam * float(w_of_z @ w_of_z)
-        primal = executor.primal(w_bar)
-        stop = monitor.record(w_bar, passes=st["t"], oracle_calls=2 * n * st["trials"], primal=primal, dual=dual,
-                              gap=primal - dual, step=st["eta"],
-                              state={"state": st, "zpass": zpass.state()})
-    monitor.close()
-    info = {"stop_reason": monitor.stop_reason, "L": lip, "norm_B": norm_b, "z_weight": beta, "sigma": sigma,
-            "geometry": geometry, "iterations": st["t"], "step": st["eta"], "w_of_z": w_of_z,
-            "fused": zpass.compiled, "max_projection_residual": zpass.max_residual}
-    if keep_z and zpass.z_sum is not None:
-        info["z_bar"] = [scale(z, 1.0 / st["Lam"]) for z in zpass.z_sum]
-    return Result(w_bar.copy(), monitor.trace, info)
+    def evaluate(self, state: ExtragradientState) -> tuple[np.ndarray, dict]:
+        lam, fbar = self.lam, self.fbar
+        self.w_bar = state.W / state.Lam
+        self.w_of_z = self.problem.project_weights((fbar - state.zfeat / state.Lam) / lam)
+        dual = self.dbar + state.zlin / state.Lam - 0.5 * lam * float(self.w_of_z @ self.w_of_z)
+        primal = self.executor.primal(self.w_bar)
+        state.zpass = self.zpass.state()
+        return self.w_bar, {"passes": state.t, "oracle_calls": 2 * self.n * state.trials, "primal": primal,
+                            "dual": dual, "gap": primal - dual, "step": state.eta}
+
+    def result(self, state: ExtragradientState, monitor: Monitor) -> Result:
+        zpass = self.zpass
+        info = {"stop_reason": monitor.stop_reason, "L": self.lip, "norm_B": state.norm_b, "z_weight": self.beta,
+                "sigma": self.sigma, "geometry": self.geometry, "iterations": state.t, "step": state.eta,
+                "w_of_z": self.w_of_z, "fused": zpass.compiled, "max_projection_residual": zpass.max_residual}
+        if self.keep_z and zpass.z_sum is not None:
+            info["z_bar"] = [scale(z, 1.0 / state.Lam) for z in zpass.z_sum]
+        return Result(self.w_bar.copy(), monitor.trace, info)
+
+

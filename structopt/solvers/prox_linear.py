@@ -34,14 +34,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
 
+from structopt.archive import state_type
 from structopt.errors import InvalidInputError
 from structopt.nonconvex import LinearisedProblem, NonconvexProblem
 from structopt.solvers._smooth import Counters, estimate_lipschitz
 from structopt.solvers.base import (
+    Method,
     Monitor,
     Need,
     Result,
@@ -52,6 +55,7 @@ from structopt.solvers.base import (
     positive,
     positive_int,
     refuse_tol,
+    run,
     smoothing_needs,
     solver,
 )
@@ -164,63 +168,87 @@ def prox_linear(problem: NonconvexProblem, *, inner: Annotated[str, one_of(*INNE
         ``model_value`` (``F_eta(w^_k; w_{k-1})``), ``step_norm`` (``||w^_k - w_{k-1}||``), ``mu``,
         ``L``, and for BCFW ``eps`` and ``inner_gap``.
     """
-    options = dict(locals())
     check_nonconvex("prox_linear", problem)
     refuse_tol("prox_linear", tol)
     if eps0 is not None and inner != "bcfw":
         raise InvalidInputError(f"prox_linear: eps0 sets BCFW's certified gap schedule; inner={inner!r} runs a "
                                 "fixed budget (inner_passes)")
-    n = problem.n
-    monitor = Monitor(problem, "prox_linear", options, label=f"prox-linear[{inner}]")
-    saved = monitor.load()
-    if saved is not None:
-        w, F, it, rng, counters = saved["w"], saved["F"], saved["k"], saved["rng"], saved["counters"]
-        L0, eps0, objective_passes = saved["L0"], saved["eps0"], saved["objective_passes"]
-    else:
-        rng = make_rng(random_state)
-        w = problem.initial_weights(rng) if w0 is None else initial_weights(problem, w0)
-        F = problem.primal(w)
-        it, counters, objective_passes = 0, Counters(), 1
-        L0 = None if L is None else float(L)
-        eps0 = F if eps0 is None else float(eps0)
-        monitor.pause()
-        monitor.record(w, primal=F, objective_passes=objective_passes, **counters.record(n))
-    budget = monitor.step_budget(n)
+    method = _ProxLinear(problem, inner=inner, eta=eta, inner_passes=inner_passes, mu=mu, smoothing=smoothing,
+                         kind=kind, k=k, L=L, eps0=eps0, accept=accept, inner_options=inner_options or {}, w0=w0,
+                         random_state=random_state)
+    return run(problem, method, {key: value for key, value in locals().items() if key != "method"})
 
-    while not monitor.stop_reason:
-        monitor.restart()
-        it += 1
-        sub = problem.linearize(w, eta)
-        u0 = sub.variable(w)
-        if L0 is None and inner != "bcfw":
-            L0 = estimate_lipschitz(sub, mu, k=k, w=u0)
-        scale = it if smoothing == "adaptive" else 1
-        mu_k, L_k, eps_k = mu / scale, (L0 or 0.0) * scale, eps0 / it
-        passes = min(float(inner_passes), (budget - counters.oracle_calls) / n)
-        res = _inner_solve(sub, inner, u0=u0, passes=passes, mu=mu_k, kind=kind, k=k, L=L_k, tol=eps_k, rng=rng,
-                           extra=inner_options or {})
+
+@state_type
+@dataclass
+class ProxLinearState:
+    """The iterate ``w_k`` and ``F(w_k)``, the step count, sampler, counters, ``L0``, ``eps0`` and objective passes."""
+
+    w: np.ndarray
+    F: float
+    k: int
+    rng: np.random.Generator
+    counters: Counters
+    L0: float | None
+    eps0: float
+    objective_passes: int
+
+
+class _ProxLinear(Method):
+    name = "prox_linear"
+
+    def __init__(self, problem: NonconvexProblem, **settings):
+        self.problem = problem
+        self.__dict__.update(settings)  # the options the steps read
+        self.label = f"prox-linear[{self.inner}]"
+
+    def init(self, monitor: Monitor) -> ProxLinearState:
+        problem = self.problem
+        rng = make_rng(self.random_state)
+        w = problem.initial_weights(rng) if self.w0 is None else initial_weights(problem, self.w0)
+        F = problem.primal(w)
+        state = ProxLinearState(w, F, 0, rng, Counters(), None if self.L is None else float(self.L),
+                                F if self.eps0 is None else float(self.eps0), 1)
+        monitor.pause()
+        monitor.record(w, primal=F, objective_passes=1, **state.counters.record(problem.n))
+        return state
+
+    def advance(self, state: ProxLinearState, monitor: Monitor) -> None:
+        problem, n, inner, counters = self.problem, self.problem.n, self.inner, state.counters
+        state.k += 1
+        sub = problem.linearize(state.w, self.eta)
+        u0 = sub.variable(state.w)
+        if state.L0 is None and inner != "bcfw":
+            state.L0 = estimate_lipschitz(sub, self.mu, k=self.k, w=u0)
+        scale = state.k if self.smoothing == "adaptive" else 1
+        mu_k, L_k, eps_k = self.mu / scale, (state.L0 or 0.0) * scale, state.eps0 / state.k
+        passes = min(float(self.inner_passes), (monitor.step_budget(n) - counters.oracle_calls) / n)
+        res = _inner_solve(sub, inner, u0=u0, passes=passes, mu=mu_k, kind=self.kind, k=self.k, L=L_k, tol=eps_k,
+                           rng=state.rng, extra=self.inner_options)
         last = res.trace[-1]
         counters.oracle_calls += int(last["oracle_calls"])
         counters.oracle_calls_made += int(last.get("oracle_calls_made", last["oracle_calls"]))
         counters.full_grad_passes += int(last.get("full_grad_passes", 0))
         candidate = sub.weights(res.w)
         F_candidate = problem.primal(candidate)  # Line 4's test: part of the method, on the clock
-        objective_passes += 1
-        accepted = accept == "always" or F_candidate <= F
-        monitor.pause()
+        state.objective_passes += 1
+        self.step = (sub, res, candidate, F_candidate, mu_k, L_k, eps_k, last)
+
+    def evaluate(self, state: ProxLinearState) -> tuple[np.ndarray, dict]:
+        sub, res, candidate, F_candidate, mu_k, L_k, eps_k, last = self.step
+        accepted = self.accept == "always" or F_candidate <= state.F
         model_value = sub.primal(res.w) + sub.constant
-        step_norm = float(np.linalg.norm(candidate - w))
+        step_norm = float(np.linalg.norm(candidate - state.w))
         if accepted:
-            w, F = candidate, F_candidate
-        extra = {"eps": eps_k, "inner_gap": last.get("gap")} if inner == "bcfw" else {"mu": mu_k, "L": L_k}
-        state = {"w": w, "F": F, "k": it, "rng": rng, "counters": counters, "L0": L0, "eps0": eps0,
-                 "objective_passes": objective_passes}
-        monitor.record(w, primal=F, prox_iter=it, accepted=bool(accepted), candidate_primal=F_candidate,
-                       model_value=model_value, step_norm=step_norm, objective_passes=objective_passes,
-                       state=state, **extra, **counters.record(n))
-    monitor.close()
-    return Result(w, monitor.trace, {"stop_reason": monitor.stop_reason, "L0": L0, "eps0": eps0, "inner": inner,
-                                     "eta": eta, "prox_iters": it})
+            state.w, state.F = candidate, F_candidate
+        extra = {"eps": eps_k, "inner_gap": last.get("gap")} if self.inner == "bcfw" else {"mu": mu_k, "L": L_k}
+        return state.w, {"primal": state.F, "prox_iter": state.k, "accepted": bool(accepted),
+                         "candidate_primal": F_candidate, "model_value": model_value, "step_norm": step_norm,
+                         "objective_passes": state.objective_passes, **extra, **state.counters.record(self.problem.n)}
+
+    def result(self, state: ProxLinearState, monitor: Monitor) -> Result:
+        return Result(state.w, monitor.trace, {"stop_reason": monitor.stop_reason, "L0": state.L0, "eps0": state.eps0,
+                                               "inner": self.inner, "eta": self.eta, "prox_iters": state.k})
 
 
-__all__ = ["INNER_SOLVERS", "check_nonconvex", "prox_linear"]
+__all__ = ["INNER_SOLVERS", "ProxLinearState", "check_nonconvex", "prox_linear"]
