@@ -25,7 +25,7 @@ from structopt.losses import Loss
 from structopt.models.base import Model
 from structopt.potentials import Potentials, add, flatten, inner, scale
 from structopt.smoothing import l2_smoothed_max_sorted
-from structopt.structures.base import Structure
+from structopt.structures.base import supports
 
 
 class OracleResult(NamedTuple):
@@ -233,7 +233,24 @@ class SSVMProblem:
     @property
     def has_marginals(self) -> bool:
         """Whether the structure has a tractable log-partition (:meth:`marginals`)."""
-        return type(self.structure).marginals is not Structure.marginals
+        return supports(self.structure, "marginals")
+
+    @property
+    def has_topk(self) -> bool:
+        """Whether the structure has a top-K oracle (:meth:`augmented_topk`)."""
+        return supports(self.structure, "topk")
+
+    def missing_oracle(self, oracle: str) -> str | None:
+        """None when the structure has ``oracle`` (``"topk"`` or ``"marginals"``), else why not, in the
+        structure's own words (its oracle is asked once, on example 0 at zero weights)."""
+        if supports(self.structure, oracle):
+            return None
+        theta = self.theta(0, self.zeros())
+        try:
+            self.structure.topk(theta, 1) if oracle == "topk" else self.structure.marginals(theta)
+        except NotSupportedError as error:
+            return str(error)
+        return f"{type(self.structure).__name__} declares no {oracle} oracle"
 
     def marginals(self, theta: Potentials) -> tuple[float, Potentials]:
         """``(log Z(theta), E[mu])`` of the Gibbs distribution with full-layout potentials ``theta``

@@ -217,3 +217,14 @@ def test_factor_graph_per_node_hooks():
     terms, const = so.Hamming().linear_terms(fg, np.array([1, 2]), fg.potentials())
     y = fg.map_labels(terms)
     assert y[0] == 0 and y[1] != 2 and const == 0.0
+
+
+@pytest.mark.parametrize("name, options, oracle", [
+    ("svrg", {}, "topk"), ("casimir_svrg", {"kind": "entropy"}, "marginals"), ("sgd", {"mu": 0.1}, "topk")])
+def test_smoothed_solvers_refuse_before_the_run_naming_the_missing_oracle(name, options, oracle):
+    rng = np.random.default_rng(0)
+    X = [random_graph(rng, 5, 3, 1) for _ in range(3)]
+    problem = so.SSVMProblem(so.GraphModel(3, 1, 2), X, [rng.integers(0, 2, size=5) for _ in X], so.Hamming(), 1.0)
+    assert not problem.has_topk and not problem.has_marginals
+    with pytest.raises(so.NotSupportedError, match=f"needs a {oracle} oracle"):
+        get_solver(name)(problem, max_passes=1, **options)

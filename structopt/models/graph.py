@@ -16,7 +16,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error
 from structopt.models.base import Model
-from structopt.structures.base import Polytope, Structure, check_flag
+from structopt.structures.base import Polytope, Structure, check_flag, unsupported
 from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
 
 
@@ -208,10 +208,12 @@ class GraphStructure(Structure):
         """Potentials with per-node scores ``costs`` (N, S) and no edge scores."""
         return type(like)(np.asarray(costs, dtype=float), np.zeros(np.shape(like.pairwise)))
 
+    @unsupported
     def topk(self, theta: GraphPotentials, k: int) -> tuple[list[Any], np.ndarray]:
         raise NotSupportedError("GraphStructure has no top-K oracle: MAP on a graph with cycles is NP-hard (its max "
                                 "oracle is the LP-MAP relaxation); train GraphModel with bcfw, frank_wolfe or ssg")
 
+    @unsupported
     def marginals(self, theta: GraphPotentials) -> tuple[float, GraphPotentials]:
         raise NotSupportedError("GraphStructure has no marginals: the log-partition of a graph with cycles is "
                                 "#P-hard; train GraphModel with bcfw, frank_wolfe or ssg (max oracle)")
@@ -253,7 +255,8 @@ class GraphModel(Model):
     polytope, the two coincide and the gap certifies the exact SSVM. The oracle is AD3 run to its
     tolerance (about 1e-9 relative), so the gap is certified to that accuracy; a fractional
     maximiser's loss is the decomposable loss's linear form ``<c_i, mu> + const_i``
-    (``SSVMProblem.loss_of``). sgd, svrg and casimir need top-K or marginals, which graphs with cycles do not have: they refuse (NotSupportedError).
+    (``SSVMProblem.loss_of``). sgd, svrg and casimir need top-K or marginals, which graphs with
+    cycles do not have: they refuse (NotSupportedError) before the run.
 
     **Prediction**: :meth:`predict` returns labels, by exact MAP by default (``exact=False``: AD3's
     rounded labeling). ``SSVMProblem.predict`` uses the model's oracle, so with ``exact=False`` it

@@ -296,8 +296,10 @@ def solver(name: str, *, needs: tuple[Need, ...] = ()) -> Callable:
                 option.check(f"{name}: {key}", bound.arguments[key])
             for need in needs:
                 if need.when(bound.arguments) and _has_oracle(problem, need.oracle) is False:
+                    why = problem.missing_oracle(need.oracle) if hasattr(problem, "missing_oracle") else None
                     raise NotSupportedError(f"{name} with {need.because} needs a {need.oracle} oracle, which "
-                                            f"the structure of {problem!r} does not have")
+                                            f"the structure of {problem!r} does not have"
+                                            + (f": {why}" if why else ""))
             try:
                 if "executor" not in accepted:
                     return function(problem, **given)

@@ -191,6 +191,20 @@ class Polytope(NamedTuple):
 
 
 # --------------------------------------------------------------------------- interface
+def unsupported(method):
+    """Mark a structure method that only raises :class:`NotSupportedError` (the oracle is intractable
+    or absent), so that ``SSVMProblem.has_topk`` / ``has_marginals`` and the solvers' oracle needs can
+    tell before a run."""
+    method.unsupported = True
+    return method
+
+
+def supports(structure: Any, oracle: str) -> bool:
+    """Whether ``structure``'s class implements ``oracle`` (a method not marked :func:`unsupported`)."""
+    method = getattr(type(structure), oracle, None)
+    return method is not None and not getattr(method, "unsupported", False)
+
+
 class Structure(ABC):
     """A finite output set and its marginal polytope.
 
@@ -320,14 +334,17 @@ class Structure(ABC):
         return frozenset()
 
     # ----- optional oracles
+    @unsupported
     def topk(self, theta: Potentials, k: int) -> tuple[list[Any], np.ndarray]:
         """The ``k`` best outputs sorted by score (fewer when fewer exist) and their scores."""
         raise NotSupportedError(f"{self.name} has no top-K oracle")
 
+    @unsupported
     def marginals(self, theta: Potentials) -> tuple[float, Potentials]:
         """``(log Z, marginals)`` of the Gibbs distribution ``p(y) ∝ exp <theta, stats(y)>``."""
         raise NotSupportedError(f"{self.name} has no tractable log-partition")
 
+    @unsupported
     def max_marginals(self, theta: Potentials) -> np.ndarray:
         """Best score among outputs with each node variable fixed to each value."""
         raise NotSupportedError(f"{self.name} has no max-marginal oracle")

@@ -57,7 +57,7 @@ import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError, example_error
 from structopt.structures import _ad3_kernels as K
-from structopt.structures.base import Polytope, Structure, random_like
+from structopt.structures.base import Polytope, Structure, random_like, unsupported
 from structopt.structures.registry import register_structure
 
 _LOGIC_KINDS = {"xor": K.XOR, "atmost1": K.ATMOST1, "or": K.OR}
@@ -1049,11 +1049,13 @@ class FactorGraph(Structure):
                                        f"{int(self.n_states[i]) - 1}")
         return arr
 
+    @unsupported
     def topk(self, theta: FactorGraphPotentials, k: int) -> tuple[list[Any], np.ndarray]:
         raise NotSupportedError("FactorGraph has no top-K oracle: MAP on a general factor graph is NP-hard, and "
                                 "the K best labelings would need branch-and-bound with no-good constraints "
                                 "(not implemented)")
 
+    @unsupported
     def marginals(self, theta: FactorGraphPotentials) -> tuple[float, FactorGraphPotentials]:
         raise NotSupportedError("FactorGraph has no exact marginals: the log-partition of a loopy factor graph is "
                                 "#P-hard; structopt.marginals (TRW, Barrier Frank-Wolfe, BP) serves approximate "

@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _grid_kernels as kern
 from structopt.structures import _mincut
-from structopt.structures.base import Polytope, Structure, product_outputs, random_like, refuse_nonfinite
+from structopt.structures.base import Polytope, Structure, product_outputs, random_like, refuse_nonfinite, unsupported
 from structopt.structures.registry import register_structure
 
 
@@ -351,6 +351,7 @@ class BinaryGrid(Structure):
         return (np.array([outs[j] for j in order]).reshape(len(outs), H, W),
                 np.asarray(scores, dtype=float)[order])
 
+    @unsupported
     def marginals(self, theta: GridPotentials):
         raise NotSupportedError("the log-partition of a binary grid (a planar Ising model with fields) is #P-hard; "
                                 "use top-K smoothing instead of entropy smoothing")

@@ -28,7 +28,7 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures._ilp import ILP, get_backend
 from structopt.structures._minnorm import project_hull
-from structopt.structures.base import Polytope, Structure, random_like
+from structopt.structures.base import Polytope, Structure, random_like, unsupported
 from structopt.structures.registry import register_structure
 
 #: largest instance :meth:`LPStructure.outputs` enumerates (2**n candidate points)
@@ -308,6 +308,7 @@ class LPStructure(Structure):
                 out[j] = float(values @ y)
         return out
 
+    @unsupported
     def marginals(self, theta: VectorPotentials) -> tuple[float, VectorPotentials]:
         raise NotSupportedError("the log-partition over the 0/1 points of a general polytope is #P-hard "
                                 "(it counts them)")

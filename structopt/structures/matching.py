@@ -30,7 +30,7 @@ from scipy.optimize import linear_sum_assignment
 
 from structopt.errors import NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _matching_kernels as kern
-from structopt.structures.base import Polytope, Structure, check_flag, random_like, refuse_nonfinite
+from structopt.structures.base import Polytope, Structure, check_flag, random_like, refuse_nonfinite, unsupported
 from structopt.structures.registry import register_structure
 
 NEG_INF = -np.inf
@@ -375,6 +375,7 @@ class BipartiteMatching(Structure):
         else:
             W[j, :R] = NEG_INF
 
+    @unsupported
     def marginals(self, theta):
         raise NotSupportedError("the log-partition of bipartite matchings is a permanent: #P-hard "
                                 "(use top-K smoothing instead of entropy smoothing)")
