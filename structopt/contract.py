@@ -123,6 +123,9 @@ HOOKS: tuple[Hook, ...] = (
 )
 
 
+_DOCUMENTED = frozenset((h.owner, h.name) for h in HOOKS)
+
+
 def hook(name: str, owner: str = "structure") -> Hook:
     """The documented hook ``name`` of ``owner`` (KeyError for an undocumented one)."""
     for h in HOOKS:
@@ -133,7 +136,8 @@ def hook(name: str, owner: str = "structure") -> Hook:
 
 def has_hook(obj: Any, name: str, owner: str = "structure") -> bool:
     """Whether ``obj`` declares the documented hook ``name`` (the lookup losses and tools use)."""
-    hook(name, owner)
+    if (owner, name) not in _DOCUMENTED:  # a set lookup: this runs per oracle call
+        hook(name, owner)  # raises, naming the undocumented hook
     return hasattr(obj, name)
 
 

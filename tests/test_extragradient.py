@@ -36,7 +36,7 @@ def test_power_iteration_matches_dense_svd():
             e = np.zeros(flatten(like).size)
             e[k] = 1.0
             col = np.zeros(p.n_params)
-            op.add_features(p, i, unflatten(e, like), col)
+            p.adjoint(i, unflatten(e, like), col)
             columns.append(col)
     dense = np.linalg.norm(np.array(columns).T, 2)
     assert abs(op.operator_norm(p, n_iter=200) - dense) < 1e-6 * dense

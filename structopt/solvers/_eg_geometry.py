@@ -169,10 +169,10 @@ class PythonZPass:
                     s_i = add(s_i, add(op.block_theta(p, i, u_prev / n), self.terms[i], 1.0 / n), eta_prev)
                 new_s.append(s_i)
             v_i = self.blocks.lookahead(i, self.centres[i], s_i)
-            op.add_features(p, i, v_i, r)
+            p.adjoint(i, v_i, r)
             g_i = add(op.block_theta(p, i, v_w / n), self.terms[i], 1.0 / n)
             u_i = self.blocks.step(i, v_i, s_i, scale(g_i, eta))
-            op.add_features(p, i, u_i, q)
+            p.adjoint(i, u_i, q)
             if self._u is not None:
                 self._u.append(u_i)
             lin += inner(self.terms[i], u_i)

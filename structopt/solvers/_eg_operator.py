@@ -18,17 +18,12 @@ def loss_vector(problem, i: int) -> tuple[Potentials, float]:
     return problem.expand(c), float(d)
 
 
-def add_features(problem, i: int, z: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
-    """In place ``out += scale * A_i^T z``."""
-    problem.adjoint(i, z, out, scale)
-
-
 def gold_mean(problem) -> np.ndarray:
     """``(1/n) sum_i f_i(y_i)`` with ``f_i(y_i) = A_i^T stats(y_i)``."""
     out = np.zeros(problem.n_params)
     for i in range(problem.n):
         like = block_theta(problem, i, out * 0.0)
-        add_features(problem, i, problem.gold_stats(i, like), out, 1.0 / problem.n)
+        problem.adjoint(i, problem.gold_stats(i, like), out, 1.0 / problem.n)
     return out
 
 
@@ -45,7 +40,7 @@ def operator_norm(problem, n_iter: int = 30, rng: np.random.Generator | None = N
     for _ in range(int(n_iter)):
         y = np.zeros_like(x)
         for i in range(problem.n):
-            add_features(problem, i, block_theta(problem, i, x), y)
+            problem.adjoint(i, block_theta(problem, i, x), y)
         estimate = float(x @ y)  # Rayleigh quotient of the unit vector x
         norm = np.linalg.norm(y)
         if norm == 0.0:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from structopt.archive import state_type
-from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.errors import InvalidInputError
 from structopt.potentials import Potentials, add
 from structopt.problem import SSVMProblem
 
@@ -199,11 +199,10 @@ def estimate_lipschitz(problem: SSVMProblem, mu: float, sample: int = 64, k: int
         raise InvalidInputError(f"method must be 'local' or 'bound', got {method!r}")
     rng = np.random.default_rng(random_state)
     idx = rng.choice(problem.n, size=min(sample, problem.n), replace=False)
-    w = problem.zeros() if w is None else w
-    try:
-        best = max(local_curvature(problem, int(i), w, mu, max(int(k), 2)) for i in idx)
-    except NotSupportedError:  # no top-K oracle: the max-oracle bound (safe, if slow), not a refusal
+    if not problem.has_topk:  # the max-oracle bound (safe, if slow), not a refusal
         return lipschitz_bound(problem, mu, sample=max(sample, 256), random_state=random_state)
+    w = problem.zeros() if w is None else w
+    best = max(local_curvature(problem, int(i), w, mu, max(int(k), 2)) for i in idx)
     if best <= 0.0:  # no example has two outputs: any positive scale works
         best = 1.0 / mu
     return best

@@ -114,8 +114,6 @@ def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
             check(name, value)
     doc = (check.__doc__ or "a valid value.").strip()
     run.__doc__ = f"None or {doc[0].lower()}{doc[1:]}"
-    run.accepts_none = True
-    run.inner = check
     return run
 
 
@@ -137,7 +135,6 @@ def one_of(*choices: Any) -> Callable[[str, Any], None]:
         if not any(value == c and type(value) is type(c) for c in choices):
             raise InvalidInputError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
     run.__doc__ = f"One of {', '.join(map(repr, choices))}."
-    run.choices = choices
     return run
 
 
@@ -344,11 +341,7 @@ class Result:
 # --------------------------------------------------------------------------- checkpoints
 def _refs(problem) -> dict[str, Any]:
     """Objects a solver state may point at, stored by name (never by value) in checkpoints."""
-    refs = {"problem": problem}
-    # checkpoint plumbing, not a solver step: states written before LazyIterate held the problem point at the model
-    if getattr(problem, "model", None) is not None:
-        refs["model"] = problem.model
-    return refs
+    return {"problem": problem}
 
 
 def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any], problem=None) -> int:

@@ -126,7 +126,8 @@ def project_box_sum(c, lo, hi, out):
 
 
 @njit(cache=True)
-def _logic_bounds(kind, param, n):
+def logic_bounds(kind, param, n):
+    """``(lo, hi)``: how many of a logic factor's binary variables may be 1."""
     if kind == XOR:
         return 1.0, 1.0
     if kind == ATMOST1:
@@ -451,7 +452,7 @@ def local_qp(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, tof
         return dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta, acfg, aw, aoff,
                         acount, qe, qt, max_inner)
     # logic factor on binary variables: z_i = q_i(1); fixed variables leave the projection
-    lo, hi = _logic_bounds(kind, fparam[f], k)
+    lo, hi = logic_bounds(kind, fparam[f], k)
     cfree = np.empty(k)
     idx = np.empty(k, dtype=np.int64)
     nfree = 0
@@ -504,7 +505,7 @@ def factor_max(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, t
             if val > best:
                 best = val
         return best
-    lo, hi = _logic_bounds(kind, fparam[f], k)
+    lo, hi = logic_bounds(kind, fparam[f], k)
     base = 0.0
     ones = 0
     d = np.empty(k)
@@ -597,7 +598,7 @@ def score_labels(y, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, to
             ones = 0
             for j in range(k):
                 ones += y[evar[e0 + j]]
-            lo, hi = _logic_bounds(fkind[f], fparam[f], k)
+            lo, hi = logic_bounds(fkind[f], fparam[f], k)
             if ones < lo or ones > hi:
                 return NEG
     return total
@@ -617,7 +618,7 @@ def repair_logic(p, voff, vallow, fkind, fparam, fptr, evar, y):
             if fkind[f] == DENSE:
                 continue
             e0, k = fptr[f], fptr[f + 1] - fptr[f]
-            lo, hi = _logic_bounds(fkind[f], fparam[f], k)
+            lo, hi = logic_bounds(fkind[f], fparam[f], k)
             ones = 0
             for j in range(k):
                 ones += y[evar[e0 + j]]
@@ -733,7 +734,7 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
         if fkind[f] != DENSE:
             for e in range(fptr[f], fptr[f + 1]):
                 ones[f] += y[evar[e]]
-            lo, hi = _logic_bounds(fkind[f], fparam[f], fptr[f + 1] - fptr[f])
+            lo, hi = logic_bounds(fkind[f], fparam[f], fptr[f + 1] - fptr[f])
             if ones[f] < lo or ones[f] > hi:
                 return
     for _ in range(max_sweeps):
@@ -758,7 +759,7 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
                             c = c * vstates[w] + (s if w == i else y[w])
                         v += tab[toff[f] + c]
                     else:
-                        lo, hi = _logic_bounds(fkind[f], fparam[f], k)
+                        lo, hi = logic_bounds(fkind[f], fparam[f], k)
                         n1 = ones[f] - cur + s
                         if n1 < lo or n1 > hi:
                             ok = False

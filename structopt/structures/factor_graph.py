@@ -741,8 +741,7 @@ class FactorGraph(Structure):
             scope = fl.evar[fl.fptr[f]:fl.fptr[f + 1]]
             kind = int(fl.fkind[f])
             if kind != K.DENSE:
-                lo, hi = {K.XOR: (1, 1), K.ATMOST1: (0, 1), K.OR: (1, scope.size),
-                          K.BUDGET: (0, int(fl.fparam[f]))}[kind]
+                lo, hi = map(int, K.logic_bounds(kind, int(fl.fparam[f]), scope.size))
                 model.add_linear_constraint(sum(lits[int(v)][1] for v in scope), lo, hi)
                 continue
             table = theta.factors[fl.toff[f]:fl.toff[f + 1]]
@@ -846,8 +845,7 @@ class FactorGraph(Structure):
             scope = fl.evar[fl.fptr[f]:fl.fptr[f + 1]]
             kind = int(fl.fkind[f])
             if kind != K.DENSE:
-                lo, hi = {K.XOR: (1, 1), K.ATMOST1: (0, 1), K.OR: (1, scope.size),
-                          K.BUDGET: (0, int(fl.fparam[f]))}[kind]
+                lo, hi = map(int, K.logic_bounds(kind, int(fl.fparam[f]), scope.size))
                 rows.append(np.full(scope.size, r))
                 cols.append(fl.voff[scope] + 1)
                 vals.append(np.ones(scope.size))
@@ -1002,22 +1000,13 @@ class FactorGraph(Structure):
             factors[fl.toff[f] + np.ravel_multi_index(tuple(y[scope]), tuple(fl.vstates[scope]))] = 1.0
         return FactorGraphPotentials(unary, factors)
 
-    def _logic_ok(self, y: np.ndarray) -> bool:
-        for kind, scope, k in zip(self._kinds, self._scopes, self._params):
-            if kind == K.DENSE:
-                continue
-            ones = int(y[list(scope)].sum())
-            lo, hi = {K.XOR: (1, 1), K.ATMOST1: (0, 1), K.OR: (1, len(scope)), K.BUDGET: (0, k)}[kind]
-            if not lo <= ones <= hi:
-                return False
-        return True
-
     def outputs(self, theta: FactorGraphPotentials) -> Iterator[np.ndarray]:
-        """Every labeling that satisfies the logic factors and avoids -inf entries (tiny graphs only)."""
+        """Every labeling that satisfies the logic factors and avoids -inf entries (tiny graphs only; a
+        violated logic factor scores -inf)."""
         theta = self.check_theta(theta)
         for labels in itertools.product(*(range(int(s)) for s in self.n_states)):
             y = np.array(labels, dtype=np.int64)
-            if self._logic_ok(y) and np.isfinite(self.score_labels(theta, y)):
+            if np.isfinite(self.score_labels(theta, y)):
                 yield y
 
     def polytope(self, theta: FactorGraphPotentials) -> Polytope:
