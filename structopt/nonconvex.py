@@ -15,9 +15,10 @@ statistics back through the vector-Jacobian product at ``w``.
 written as an ordinary structural SVM so that every convex solver trains it unchanged. The two
 quadratics are one: ``(lam/2)||w||^2 + (1/(2 eta))||w - w_k||^2 = (lam'/2)||w - c||^2 + const_k``
 with ``lam' = lam + 1/eta`` and centre ``c = w_k / (1 + eta lam)``. In the variable ``u = w - c``
-the subproblem is an SSVM with regulariser ``lam'``, linear model ``theta_i = J_i u``
-(:class:`~structopt.models.nonlinear.LinearisedModel`) and per-example offsets
-``o_i = psi_i(w_k) + J_i (c - w_k)``. An offset enters the augmented score as
+the subproblem is an SSVM with regulariser ``lam'``, linear potentials ``theta_i = J_i u`` (the
+problem's operators ``theta``/``adjoint`` are the Jacobian-vector and vector-Jacobian products at
+the cached tangents ``t_i = tangent(x_i, w_k)``; the model is the non-linear one, unchanged) and
+per-example offsets ``o_i = psi_i(w_k) + J_i (c - w_k)``. An offset enters the augmented score as
 ``<o_i, mu(y) - mu(y_i)>``, exactly like a decomposable loss's linear terms, so it is added to the
 potentials wherever the oracles see them (``augmented_argmax``, ``augmented_topk``, the marginals)
 and reported in ``Decoded.loss`` (the affine part of the
@@ -128,12 +129,14 @@ class LinearisedProblem(SSVMProblem):
         ``c = w_k / (1 + eta lam)``; ``w = c + u``.
     constant : float
         ``const_k``, so that ``F_eta(c + u; w_k) = primal(u) + constant``.
+    tangents : list
+        ``t_i = tangent(x_i, w_k)``, the forward passes the Jacobian products reuse.
     offsets : list of Potentials
         ``o_i = psi_i(w_k) + J_i (c - w_k)``.
     """
 
-    chunk_refusal = ("the subproblem's offsets and oracles live in this process (workers would rebuild a plain "
-                     "SSVMProblem of the tangents); run it serially (executor=None)")
+    chunk_refusal = ("the subproblem's offsets and oracles live in this process (workers would rebuild the non-linear "
+                     "problem without its linearisation); run it serially (executor=None)")
 
     def __init__(self, parent: NonconvexProblem, w_k: np.ndarray, eta: float):
         if not isinstance(parent, NonconvexProblem):
@@ -150,12 +153,35 @@ class LinearisedProblem(SSVMProblem):
         self.centre = w_k / (1.0 + eta * lam)
         shift = self.centre - w_k
         self.constant = 0.5 * lam * float(self.centre @ self.centre) + 0.5 / eta * float(shift @ shift)
-        tangents = [model.tangent(x, w_k) for x in parent.X]
-        self.offsets = [add(model.tangent_potentials(t), model.tangent_jvp(t, shift)) for t in tangents]
-        super().__init__(model.linearized(), tangents, parent.Y, parent.loss, lam + 1.0 / eta)
+        self.tangents = [model.tangent(x, w_k) for x in parent.X]
+        self.offsets = [add(model.tangent_potentials(t), model.tangent_jvp(t, shift)) for t in self.tangents]
+        super().__init__(model, parent.X, parent.Y, parent.loss, lam + 1.0 / eta)
 
     def __repr__(self) -> str:
         return f"LinearisedProblem({self.parent!r}, eta={self.eta:g})"
+
+    # ----- the linear operators: the Jacobians at w_k
+    def theta(self, i: int, w: np.ndarray) -> Potentials:
+        """``J_i u``: the Jacobian of example i at ``w_k`` applied to the subproblem variable ``u = w``."""
+        return self.model.tangent_jvp(self.tangents[i], w)
+
+    def adjoint(self, i: int, stats: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
+        """In place ``out += scale * J_i^T stats`` (the Jacobian at ``w_k``)."""
+        self.model.tangent_vjp(self.tangents[i], stats, out, scale)
+
+    def adjoint_sqnorm(self, i: int, stats: Potentials) -> float:
+        """``||J_i^T stats||^2``."""
+        return self.model.tangent_vjp_sqnorm(self.tangents[i], stats)
+
+    def features(self, i: int, mu: Potentials) -> np.ndarray:
+        """``J_i^T mu`` as a dense vector."""
+        out = self.zeros()
+        self.adjoint(i, mu, out)
+        return out
+
+    def fused(self) -> None:
+        """No fused passes: the fused kernels are those of linear models."""
+        return None
 
     # ----- the variable change
     def weights(self, u: np.ndarray) -> np.ndarray:

@@ -12,7 +12,6 @@ from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.losses import BoxLoss, Hamming, MatchingHamming
 from structopt.models.chain import ChainModel
 from structopt.models.nonlinear import (
-    LinearisedModel,
     NonlinearBoxModel,
     NonlinearChainModel,
     NonlinearMatchingModel,
@@ -140,7 +139,12 @@ def test_linearised_problem_is_the_prox_linear_model(make):
     rng = np.random.default_rng(7)
     w_k = p.model.initial_weights(rng)
     sub = p.linearize(w_k, 0.5)
-    assert isinstance(sub.model, LinearisedModel)
+    assert sub.model is p.model
+    # its potentials are the Jacobian at w_k: theta_i(u) = J_i u
+    u = rng.normal(size=p.n_params)
+    for i, x in enumerate(p.X[:3]):
+        for got, want in zip(sub.theta(i, u), p.model.jvp(x, w_k, u), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     assert sub.lam == pytest.approx(p.lam + 2.0)
     # exact at the linearisation point
     assert sub.model_value(w_k) == pytest.approx(p.primal(w_k), rel=1e-12)
@@ -193,11 +197,10 @@ def exact_subproblem(sub: LinearisedProblem) -> float:
     """``min_u primal(u)`` of a linearised subproblem by cvxpy over enumerated outputs."""
     rows, owner, offsets = [], [], []
     for i in range(sub.n):
-        t, y_i = sub.X[i], sub.Y[i]
-        gold = sub.model.joint_feature(t, y_i)
-        like = sub.offsets[i]
+        y_i, like = sub.Y[i], sub.offsets[i]
+        gold = sub.features(i, sub.stats(y_i, like))
         for y in sub.structure.enumerate(like):
-            rows.append(sub.model.joint_feature(t, y) - gold)
+            rows.append(sub.features(i, sub.stats(y, like)) - gold)
             owner.append(i)
             offsets.append(sub.loss(y_i, y) + sub.structure.score(like, y) - sub.structure.score(like, y_i))
     u, xi = cp.Variable(sub.n_params), cp.Variable(sub.n)
@@ -234,8 +237,6 @@ def test_bad_input_is_refused():
         p.linearize(np.zeros(3), 1.0)
     with pytest.raises(InvalidInputError, match="example 0"):
         NonconvexProblem(p.model, [np.zeros((2, 5))], [np.zeros(2, dtype=int)], Hamming(), 0.1)
-    with pytest.raises(InvalidInputError, match="ChainTangent"):
-        p.model.linearized().validate_input(np.zeros((2, 4)), 0)
     with pytest.raises(NotSupportedError, match="predict"):
         p.linearize(p.model.zeros(), 1.0).predict(p.X, p.model.zeros())
     class Constrained(NonlinearChainModel):
@@ -253,13 +254,13 @@ def test_linearised_features_sqnorm_matches_the_dense_adjoint(make):
     p = make()
     rng = np.random.default_rng(19)
     w = p.model.initial_weights(rng)
-    lin = p.model.linearized()
-    for x in p.X:
-        t = p.model.tangent(x, w)
-        theta = p.model.tangent_potentials(t)
+    sub = p.linearize(w, 1.0)
+    for i, x in enumerate(p.X):
+        theta = p.model.potentials(x, w)
         mu = type(theta)(*(rng.normal(size=np.shape(f)) for f in theta))
-        g = lin.features(t, mu)
-        assert lin.features_sqnorm(t, mu) == pytest.approx(float(g @ g), rel=1e-10)
+        g = sub.features(i, mu)
+        np.testing.assert_allclose(g, p.model.vjp(x, w, mu), rtol=1e-12, atol=1e-12)
+        assert sub.adjoint_sqnorm(i, mu) == pytest.approx(float(g @ g), rel=1e-10)
 
 
 @pytest.mark.parametrize("executor", ["processes", "dask"])

@@ -20,11 +20,9 @@ linear model it cannot have is a weight-independent adjoint ``A_x^T``: ``add_fea
 :class:`~structopt.errors.NotSupportedError` (so a convex solver given a non-linear model stops at
 its first gradient with that message); gradients go through ``tangent_vjp`` at the current ``w``.
 
-:class:`LinearisedModel` is the linear model of the Jacobian at a point: its inputs are the
-tangents ``t_i``, ``potentials(t_i, u) = J_i u`` and ``add_features(t_i, mu) = J_i^T mu``. It is a
-genuine linear Model, so every convex solver trains it; the offset ``psi(x_i; w_k) - J_i w_k`` of
-the first-order expansion is carried by :class:`~structopt.nonconvex.LinearisedProblem` as a
-per-example linear term, the way a decomposable loss carries its ``c_i``.
+:class:`~structopt.nonconvex.LinearisedProblem` is the prox-linear subproblem at a point: its
+operators are ``tangent_jvp`` and ``tangent_vjp`` at the cached tangents, so every convex solver
+trains it as a linear SSVM.
 
 Built-in maps: :class:`NonlinearChainModel` (a network over token features for the unary
 potentials, a linear transition block) and the cell networks :class:`NonlinearMatchingModel`
@@ -98,50 +96,6 @@ class NonlinearModel(Model):
         raise NotSupportedError(f"{type(self).__name__} is not linear in its weights: its adjoint J(x; w)^T depends "
                                 "on w (use vjp); train it with prox_linear or sgd_nonconvex")
 
-    def linearized(self) -> LinearisedModel:
-        """The linear model of this map's Jacobians (inputs: tangents from :meth:`tangent`)."""
-        return LinearisedModel(self)
-
-
-class LinearisedModel(Model):
-    """``theta = J_t u``: the Jacobian of a :class:`NonlinearModel` at a point, as a linear model.
-
-    Its inputs are tangents ``t = nonlinear.tangent(x, w_k)``; weights have the non-linear model's
-    blocks. No fused kernels: solvers take the generic (interface) path.
-    """
-
-    def __init__(self, nonlinear: NonlinearModel):
-        if not isinstance(nonlinear, NonlinearModel):
-            raise InvalidInputError(f"LinearisedModel needs a NonlinearModel, got {type(nonlinear).__name__}")
-        self.nonlinear = nonlinear
-        self.structure = nonlinear.structure
-
-    def __repr__(self) -> str:
-        return f"LinearisedModel({self.nonlinear!r})"
-
-    @property
-    def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
-        return self.nonlinear.blocks
-
-    def validate_input(self, x: Any, index: int | None = None) -> Any:
-        kind = self.nonlinear.tangent_type
-        if not isinstance(x, kind):
-            raise example_error(index, f"a linearised model's input must be a {kind.__name__} (from "
-                                       f"{type(self.nonlinear).__name__}.tangent), got {type(x).__name__}")
-        return x
-
-    def potentials(self, x: Any, w: np.ndarray) -> Potentials:
-        return self.nonlinear.tangent_jvp(x, w)
-
-    def add_features(self, x: Any, mu: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
-        self.nonlinear.tangent_vjp(x, mu, out, scale)
-
-    def reduce_stats(self, mu: Potentials) -> Potentials:
-        return self.nonlinear.reduce_stats(mu)
-
-    def features_sqnorm(self, x: Any, mu: Potentials) -> float:
-        return self.nonlinear.tangent_vjp_sqnorm(x, mu)
-
 
 def _check_int(owner: str, name: str, value: Any) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -196,8 +150,6 @@ class NonlinearChainModel(NonlinearModel):
     activation : {"tanh", "elu"}
         Hidden activation (both smooth enough for the prox-linear theory: C^1, Lipschitz slope).
     """
-
-    tangent_type = ChainTangent
 
     def __init__(self, n_features: int, n_hidden: int, n_states: int, activation: str = "tanh"):
         self.n_features = _check_int("NonlinearChainModel", "n_features", n_features)
@@ -270,8 +222,6 @@ class CellNetworkModel(NonlinearModel):
     """One score per cell of a feature grid ``x`` (A, B, F): ``act(x[a, b] W_hidden + b_hidden) w_output +
     b_output``. Subclasses pair it with a structure through :meth:`_wrap` (cell scores -> potentials)
     and :meth:`_cells` (statistics -> their (A, B) cell array)."""
-
-    tangent_type = GridTangent
 
     def __init__(self, n_features: int, n_hidden: int, activation: str = "tanh"):
         owner = type(self).__name__
@@ -385,5 +335,5 @@ class NonlinearBoxModel(CellNetworkModel):
         return mu.cells
 
 
-__all__ = ["CellNetworkModel", "ChainTangent", "GridTangent", "LinearisedModel", "NonlinearBoxModel",
+__all__ = ["CellNetworkModel", "ChainTangent", "GridTangent", "NonlinearBoxModel",
            "NonlinearChainModel", "NonlinearMatchingModel", "NonlinearModel"]
