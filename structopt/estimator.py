@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -246,6 +247,53 @@ class StructuredSVM(_EstimatorBase):
         if total == 0:
             raise InvalidInputError("score needs at least one output position")
         return right / total
+
+    # ----- saving
+    def save(self, path: str | os.PathLike) -> int:
+        """Write the fitted estimator as a saved model (:func:`structopt.saved_model.save_model`).
+
+        The file holds the model's description, ``coef_``, the loss, the hyper-parameters and
+        ``trace_``: no pickle, so loading it can run no code. Returns the file's size in bytes.
+        A ``random_state`` that is a numpy Generator is stored as None (its state is not a
+        hyper-parameter worth keeping); ``solver_options`` must hold plain values.
+
+        Raises
+        ------
+        NotFittedError
+            Before :meth:`fit`.
+        InvalidInputError
+            A model, loss or option that a saved model cannot describe.
+        """
+        from structopt.saved_model import save_model
+
+        self._check_fitted()
+        seed = self.random_state if isinstance(self.random_state, numbers.Integral) else None
+        params = {"solver": self.solver, "lam": self.lam, "max_passes": self.max_passes, "tol": self.tol,
+                  "time_limit": self.time_limit, "random_state": None if seed is None else int(seed),
+                  "solver_options": self.solver_options}
+        return save_model(path, self.model, self.coef_, loss=self.loss,
+                          info={"estimator": params, "trace": getattr(self, "trace_", [])})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> StructuredSVM:
+        """A fitted estimator from a saved model (written by :meth:`save`, ``structopt train`` or
+        :func:`~structopt.saved_model.save_model`); files without hyper-parameters get the defaults.
+
+        Raises
+        ------
+        DataNotFoundError, InvalidInputError
+            As :func:`structopt.saved_model.load_model`: a missing, tampered, truncated or foreign file.
+        """
+        from structopt.saved_model import load_model
+
+        saved = load_model(path)
+        params = saved.info.get("estimator", {})
+        if not isinstance(params, dict) or not set(params) <= set(cls._get_param_names()) - {"model", "loss"}:
+            raise InvalidInputError(f"model {path}: its estimator parameters are malformed")
+        estimator = cls(saved.model, loss=saved.loss, **params)
+        estimator.coef_ = saved.w
+        estimator.trace_ = list(saved.info.get("trace", []))
+        return estimator
 
 
 def _as_list(data: Any, name: str) -> list[Any]:
