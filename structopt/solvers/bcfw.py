@@ -16,6 +16,7 @@ touches only the weights its example uses.
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Annotated
@@ -23,10 +24,11 @@ from typing import Annotated
 import numpy as np
 
 from structopt.archive import state_type
-from structopt.errors import NotSupportedError
+from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.fused import select
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
+from structopt.solvers._gap_blocks import GapBlockUpdater, GapState
 from structopt.solvers._minibatch import MiniBatchUpdater
 from structopt.solvers.base import (
     Method,
@@ -35,6 +37,7 @@ from structopt.solvers.base import (
     Result,
     make_rng,
     one_of,
+    open_unit,
     optional,
     positive_int,
     refuse_tol,
@@ -72,6 +75,12 @@ def _permutation_steps(state: BlockState, rng: np.random.Generator, count: int) 
     return out
 
 
+def non_negative_int(name: str, value) -> None:
+    """An integer >= 0."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
+        raise InvalidInputError(f"{name} must be an integer >= 0, got {value!r}")
+
+
 #: the ``fused`` option of the solvers with a fused pass
 FUSED = Annotated[bool | None, optional(one_of(True, False))]
 MAX_ORACLE = (Need("max_oracle", "any options"),)
@@ -80,8 +89,12 @@ MAX_ORACLE = (Need("max_oracle", "any options"),)
 @solver("bcfw", needs=MAX_ORACLE)
 def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated[bool, one_of(True, False)] = True,
          averaging: Annotated[str, one_of("weighted", "none")] = "weighted",
-         sampling: Annotated[str, one_of("perm", "uniform")] = "perm",
-         batch_size: Annotated[int, positive_int] = 1, eval_every: float = 1, tol: float = 0.0,
+         sampling: Annotated[str, one_of("perm", "uniform", "gap")] = "perm",
+         batch_size: Annotated[int, positive_int] = 1,
+         cache_size: Annotated[int, non_negative_int] = 0,
+         cache_factor: Annotated[float, open_unit] = 0.25, cache_nu: Annotated[float, open_unit] = 0.01,
+         steps: Annotated[str, one_of("fw", "pairwise", "away")] = "fw",
+         eval_every: float = 1, tol: float = 0.0,
          time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
          progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
          resume: str | os.PathLike | None = None, callback=None, fused: FUSED = None,
@@ -101,16 +114,31 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
     averaging : {"weighted", "none"}
         Report and return the weighted average ``w_bar`` (with the matching ``l_bar``), or the
         last iterate.
-    sampling : {"perm", "uniform"}
+    sampling : {"perm", "uniform", "gap"}
         A fresh random permutation per pass (default: on OCR, 10 passes over seeds 0-2 end at primal
-        2.736-2.739, against 2.760-2.763 drawing uniformly), or blocks drawn uniformly with
-        replacement as in the paper's analysis.
+        2.736-2.739, against 2.760-2.763 drawing uniformly), blocks drawn uniformly with
+        replacement as in the paper's analysis, or gap sampling (Osokin et al. 2016): blocks drawn
+        in proportion to their last exact block gaps, mixed with uniform draws, the gaps refreshed
+        by an exact pass at each evaluation (:mod:`structopt.solvers._gap_blocks`).
     batch_size : int
         Mini-batch BCFW (Wang et al. 2016) when > 1: the oracles of ``batch_size`` consecutive
         blocks of the sampling order are solved at the same weights (on the executor's workers)
         and applied together with one line search over the joint direction
         (:mod:`structopt.solvers._minibatch`). Each batch still ascends the dual, and the reported
         gap is the same certified bound.
+    cache_size : int
+        Past oracle answers (corners) kept per block (0, default: none). A visit first scores the
+        cached corners at the current weights; the best one replaces the exact oracle when its
+        block gap is at least ``max(cache_factor * g_i, cache_nu * G / n)`` (``g_i`` the block's gap
+        at its last oracle call, ``G`` the sum of those gaps). The trace's ``oracle_calls`` counts
+        exact calls only (refresh passes of gap sampling included), ``cache_hits`` the others.
+    cache_factor : float
+        ``F`` of the cache-hit rule, in (0, 1) (the paper's 0.25).
+    cache_nu : float
+        ``nu`` of the cache-hit rule, in (0, 1) (the paper's 0.01).
+    steps : {"fw", "pairwise", "away"}
+        Frank-Wolfe steps (default), or pairwise / away steps over each block's active set of cached
+        corners (exact line search; needs ``line_search=True``).
     eval_every : float
         Evaluate primal, dual and duality gap every this many passes (one batch oracle pass each;
         its time and oracle calls are not counted in the trace's ``time``/``oracle_calls``).
@@ -131,38 +159,62 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
         ``oracle_calls``, ``time``, ``primal``, ``dual``, ``gap`` of the reported iterate,
         ``dual_iterate`` of the current iterate, which line search never decreases) and ``info``.
     """
+    gap_options = {"cache_size": cache_size, "cache_factor": cache_factor, "cache_nu": cache_nu, "steps": steps}
+    expensive = sampling == "gap" or cache_size > 0 or steps != "fw"
     if batch_size > 1 and fused:
         raise NotSupportedError("bcfw: mini-batches (batch_size > 1) decode through the generic oracles; "
                                 "fused=True cannot be honoured")
+    if expensive and fused:
+        raise NotSupportedError("bcfw: gap sampling, corner caches and pairwise/away steps run on the generic "
+                                "oracles; fused=True cannot be honoured")
+    if expensive and batch_size > 1:
+        raise NotSupportedError("bcfw: gap sampling, corner caches and pairwise/away steps take one block per "
+                                "step; use batch_size=1")
+    if steps != "fw" and not line_search:
+        raise NotSupportedError(f"bcfw: steps={steps!r} needs the exact line search (line_search=True)")
     method = _BCFW(problem, executor, line_search=line_search, averaging=averaging, sampling=sampling,
                    batch_size=batch_size, eval_every=eval_every, fused=fused, progress=progress,
-                   random_state=random_state)
-    return run(problem, method, {key: value for key, value in locals().items() if key != "method"})
+                   random_state=random_state, gap_options=gap_options if expensive else None)
+    options = {key: value for key, value in locals().items() if key not in ("method", "gap_options", "expensive")}
+    if not expensive:  # the options of plain BCFW: its checkpoints' fingerprints are unchanged
+        options = {key: value for key, value in options.items() if key not in gap_options}
+    return run(problem, method, options)
 
 
 @state_type
 @dataclass
 class BCFWState:
-    """The dual blocks (statistics-space summaries, lazy average, permutation) and the sampler."""
+    """The dual blocks (statistics-space summaries, lazy average, permutation), the sampler and, with the
+    options for expensive oracles, the block gaps and corner caches."""
 
     blocks: BlockState
     rng: np.random.Generator
+    gap: GapState | None = None  # gap sampling, caches and active sets (None for plain BCFW)
 
 
 class _BCFW(Method):
     name = "bcfw"
 
     def __init__(self, problem: SSVMProblem, executor, *, line_search, averaging, sampling, batch_size, eval_every,
-                 fused, progress, random_state):
+                 fused, progress, random_state, gap_options=None, initial: BlockState | None = None):
         self.problem, self.executor, self.line_search, self.sampling = problem, executor, line_search, sampling
         self.batch_size, self.fused, self.progress, self.random_state = batch_size, fused, progress, random_state
         self.averaged = averaging == "weighted"
         self.steps_per_eval = max(1, round(eval_every * problem.n))
+        self.gap_options = gap_options
+        self.initial = initial  # a warm start (the regularisation path), else the gold vertices
 
     def init(self, monitor: Monitor) -> BCFWState:
-        return BCFWState(BlockState.initial(self.problem), make_rng(self.random_state))
+        blocks = BlockState.initial(self.problem) if self.initial is None else self.initial
+        gap = None
+        if self.gap_options is not None:
+            gap = GapState.initial(self.problem, blocks, self.gap_options["steps"] != "fw")
+        return BCFWState(blocks, make_rng(self.random_state), gap)
 
     def warm_up(self, state: BCFWState) -> None:
+        if state.gap is not None:
+            self.updater = GapBlockUpdater(self.problem, state.blocks, state.gap, **self.gap_options)
+            return
         self.updater = (make_block_updater(self.problem, state.blocks, self.fused) if self.batch_size == 1
                         else MiniBatchUpdater(self.problem, state.blocks, self.executor, self.batch_size))
         if self.updater.compiled:  # load the kernels before the clock starts
@@ -172,23 +224,45 @@ class _BCFW(Method):
     def advance(self, state: BCFWState, monitor: Monitor) -> None:
         blocks, n = state.blocks, self.problem.n
         count = min(self.steps_per_eval - blocks.k % self.steps_per_eval, monitor.step_budget(n) - blocks.k)
-        if count > 0:
-            order = (state.rng.integers(0, n, size=count) if self.sampling == "uniform"
-                     else _permutation_steps(blocks, state.rng, count))
-            self.updater.run(order, self.line_search, self.averaged)
+        if count <= 0:
+            return
+        if self.sampling == "gap":
+            gap = state.gap
+            if self.averaged and np.all(np.isfinite(gap.gaps)):
+                # refresh the stale gaps by an exact pass at the current iterate (counted: it is part of the
+                # method); with averaging="none" the evaluation pass is at the current iterate and did it
+                w_now = self.problem.project_weights(blocks.w)
+                self.updater.refresh_gaps(w_now, self.executor.hinge_losses(w_now))
+                gap.calls += n
+            self.updater.run_sampled(count, state.rng, self.line_search, self.averaged)
+            return
+        order = (state.rng.integers(0, n, size=count) if self.sampling == "uniform"
+                 else _permutation_steps(blocks, state.rng, count))
+        self.updater.run(order, self.line_search, self.averaged)
 
     def evaluate(self, state: BCFWState) -> tuple[np.ndarray, dict]:
-        problem, blocks = self.problem, state.blocks
+        problem, blocks, gap = self.problem, state.blocks, state.gap
         w_hat, ell_report = self.updater.averaged() if self.averaged else (blocks.w, blocks.ell)
-        self.w_report, evaluation = _evaluate(problem, self.executor, w_hat, ell_report)
+        if gap is not None and self.sampling == "gap" and not self.averaged:
+            # the evaluation pass is at the current iterate: its hinge losses refresh every block's gap
+            w = problem.project_weights(w_hat)
+            hinge = self.executor.hinge_losses(w)
+            self.updater.refresh_gaps(w, hinge)
+            half_sq = 0.5 * problem.lam * float(w @ w)
+            primal = half_sq + float(np.mean(hinge))
+            dual = ell_report - half_sq
+            self.w_report, evaluation = w, {"primal": primal, "dual": dual, "gap": primal - dual}
+        else:
+            self.w_report, evaluation = _evaluate(problem, self.executor, w_hat, ell_report)
         w_now = problem.project_weights(blocks.w)
         dual_iterate = blocks.ell - 0.5 * problem.lam * float(w_now @ w_now)
-        return self.w_report, {"passes": blocks.k / problem.n, "oracle_calls": blocks.k,
-                               "dual_iterate": dual_iterate, **evaluation}
+        counts = {"oracle_calls": blocks.k} if gap is None else {"oracle_calls": gap.calls, "cache_hits": gap.hits}
+        return self.w_report, {"passes": blocks.k / problem.n, **counts, "dual_iterate": dual_iterate, **evaluation}
 
     def result(self, state: BCFWState, monitor: Monitor) -> Result:
         return Result(self.w_report.copy(), monitor.trace, {"stop_reason": monitor.stop_reason,
-                                                            "fused": self.updater.compiled, "state": state.blocks})
+                                                            "fused": self.updater.compiled, "state": state.blocks,
+                                                            **({} if state.gap is None else {"gap": state.gap})})
 
 
 @solver("frank_wolfe", needs=MAX_ORACLE)

@@ -1,0 +1,287 @@
+"""BCFW for expensive oracles (Osokin, Alayrac, Lukasewitz, Dokania, Lacoste-Julien, ICML 2016).
+
+Block gaps, gap sampling, per-block caches of past corners and pairwise / away steps, on top of the
+statistics-space :class:`~structopt.solvers._blocks.BlockState` of BCFW (``m_i``, ``l_i``; ``w``
+kept as ``sum_i A_i^T (gold_i - m_i) / (lam n)``). A corner of block i is an oracle answer, stored
+as its compact statistics ``s`` and loss share ``L / n``; at weights ``w`` (potentials ``theta_i``)
+its *score* is ``<s, theta_i> / n + L / n`` and the block gap towards it is its score minus the
+score of the iterate, ``<m_i, theta_i> / n + l_i``. The exact block gap (towards the oracle's
+answer, the best corner of the whole polytope) is
+
+    g_i = H_i(w) / n + <gold_i - m_i, theta_i> / n - l_i,
+
+the numerator of BCFW's line search; the duality gap is ``sum_i g_i``.
+
+On a visit to block i (:meth:`GapBlockUpdater.step`):
+
+1. *Cache* (``cache_size > 0``): the best cached corner for the current ``w`` costs one dot product
+   per corner. Its gap ``g_hat`` is accepted, and the exact oracle skipped, when
+   ``g_hat >= max(F g_i, nu G / n)``: ``g_i`` is the block's gap at its last exact oracle call and
+   ``G = sum_j g_j`` the global estimate from the stored gaps (the paper's rule, ``F = 0.25``,
+   ``nu = 0.01`` by default). Otherwise the oracle is called, its gap stored (with the step number)
+   and its answer cached (a copy of an existing corner is not duplicated; past ``cache_size``
+   corners the least recently useful inactive one is evicted).
+2. *Step*: ``steps="fw"`` moves ``m_i`` towards the chosen corner; ``"pairwise"`` moves weight
+   from the away corner (the worst active one) to it; ``"away"`` takes the better of the FW step
+   and the step away from the away corner. With ``steps != "fw"`` the block keeps its iterate as
+   an explicit convex combination ``m_i = sum_c alpha_c s_c`` of its cached corners (the gold
+   output first, weight 1): a corner with weight > 0 is never evicted. Every step is the exact
+   line search of the dual quadratic along its direction ``d`` (statistics) with
+   ``d_l`` (loss), clipped to the largest step that keeps ``alpha`` in the simplex:
+
+       gamma* = (<d, theta_i> / n + d_l) / (||A_i^T d||^2 / (lam n^2)).
+
+Every step is a feasible ascent step of the dual (a convex combination of corners, exact line
+search), so the duality gap reported from an exact evaluation pass stays a certified bound; the
+gaps used to *choose* blocks and corners may be stale, and are never reported.
+
+*Gap sampling* draws block i with probability ``(1 - eta) g_i / G + eta / n`` (``eta =``
+:data:`UNIFORM_MIX`: no block starves when its stored gap is stale-small), unvisited blocks first;
+the stored gaps are refreshed by an exact pass at the current iterate at each evaluation (the
+evaluation pass itself when it is at the current iterate, ``averaging="none"``), so no estimate
+is older than ``eval_every`` passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from structopt.archive import state_type
+from structopt.potentials import flatten, unflatten
+from structopt.problem import SSVMProblem
+from structopt.solvers._blocks import BlockState
+
+#: share of uniform sampling mixed into gap sampling (a block whose stored gap is stale and small is
+#: still drawn about every n / UNIFORM_MIX steps)
+UNIFORM_MIX = 0.1
+#: a cached corner counts as a copy of a new answer when its statistics and loss agree to this
+_SAME = 1e-12
+
+
+@state_type
+@dataclass
+class GapState:
+    """What gap sampling, the corner caches and the active sets add to a :class:`BlockState`.
+
+    ``gaps[i]`` is block i's exact gap at its last oracle call (``inf`` before the first one),
+    ``ages[i]`` the step count then. Block i's cache: ``corners[i]`` (one row of compact statistics
+    per corner), ``corner_loss[i]`` (loss shares ``L / n``), ``alpha[i]`` (the weights of ``m_i``
+    over them when the steps use active sets, else zeros) and ``used[i]`` (the last step at which
+    each was chosen). ``calls`` counts exact oracle calls (steps and refresh passes), ``hits`` the
+    steps served by a cached corner.
+    """
+
+    gaps: np.ndarray
+    ages: np.ndarray
+    corners: list
+    corner_loss: list
+    alpha: list
+    used: list
+    calls: int = 0
+    hits: int = 0
+
+    @classmethod
+    def initial(cls, problem: SSVMProblem, blocks: BlockState, active_sets: bool) -> GapState:
+        """Empty caches; with ``active_sets`` each block starts at its gold corner (weight 1, loss 0)."""
+        n = problem.n
+        corners, losses, alpha, used = [], [], [], []
+        for i in range(n):
+            gold = blocks.m[blocks.offsets[i]:blocks.offsets[i + 1]]
+            rows = 1 if active_sets else 0
+            corners.append(np.array(gold[None, :] if rows else np.zeros((0, gold.size))))
+            losses.append(np.zeros(rows))
+            alpha.append(np.ones(rows))
+            used.append(np.zeros(rows, dtype=np.int64))
+        return cls(gaps=np.full(n, np.inf), ages=np.zeros(n, dtype=np.int64), corners=corners,
+                   corner_loss=losses, alpha=alpha, used=used)
+
+    def global_gap(self) -> float:
+        """Sum of the stored exact block gaps (unvisited blocks count 0)."""
+        finite = self.gaps[np.isfinite(self.gaps)]
+        return float(np.sum(np.maximum(finite, 0.0)))
+
+
+class GapBlockUpdater:
+    """Block steps with gap sampling, corner caches and pairwise / away steps (generic operators).
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+    state : BlockState
+        The dual blocks, updated in place (the same arithmetic as BCFW's for its own part).
+    gap : GapState
+        Caches, gaps and counters, updated in place.
+    cache_size : int
+        Corners kept per block (0: no cache, every step calls the oracle).
+    cache_factor, cache_nu : float
+        ``F`` and ``nu`` of the cache-hit rule (see the module docstring).
+    steps : {"fw", "pairwise", "away"}
+    """
+
+    compiled = False
+
+    def __init__(self, problem: SSVMProblem, state: BlockState, gap: GapState, *, cache_size: int,
+                 cache_factor: float, cache_nu: float, steps: str):
+        self.problem, self.state, self.gap = problem, state, gap
+        self.cache_size, self.factor, self.nu, self.steps = cache_size, cache_factor, cache_nu, steps
+        self.active_sets = steps != "fw"
+
+    def averaged(self) -> tuple[np.ndarray, float]:
+        """``(w_bar, l_bar)``, see :meth:`BlockState.averaged`."""
+        return self.state.averaged(self.problem)
+
+    # ------------------------------------------------------------------ block gaps
+    def refresh_gaps(self, w: np.ndarray, hinge: np.ndarray) -> None:
+        """Store every block's exact gap at feasible weights ``w`` from the hinge losses ``H_i(w)`` of one
+        exact pass (the oracle calls are the caller's to count)."""
+        p, st = self.problem, self.state
+        n = p.n
+        gold, offsets = p.compact_gold_stats()
+        for i in range(n):
+            seg = slice(offsets[i], offsets[i + 1])
+            theta = flatten(p.theta(i, w))
+            self.gap.gaps[i] = hinge[i] / n + float((gold[seg] - st.m[seg]) @ theta) / n - st.ell_i[i]
+        self.gap.ages[:] = st.k
+
+    def sample(self, rng: np.random.Generator) -> int:
+        """A block drawn by gap sampling: an unvisited one if any, else with probability
+        ``(1 - eta) g_i / G + eta / n``."""
+        gaps = self.gap.gaps
+        unknown = np.flatnonzero(~np.isfinite(gaps))
+        if unknown.size:
+            return int(unknown[rng.integers(unknown.size)])
+        weights = np.maximum(gaps, 0.0)
+        total = float(weights.sum())
+        n = gaps.size
+        if total <= 0.0:
+            return int(rng.integers(n))
+        cumulative = np.cumsum((1.0 - UNIFORM_MIX) * weights / total + UNIFORM_MIX / n)
+        return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), n - 1))
+
+    # ------------------------------------------------------------------ steps
+    def run(self, order: np.ndarray, line_search: bool, averaging: bool = True) -> None:
+        """One step on each block of ``order`` in turn."""
+        for i in order:
+            self.step(int(i), line_search, averaging)
+
+    def run_sampled(self, count: int, rng: np.random.Generator, line_search: bool, averaging: bool = True) -> None:
+        """``count`` steps on blocks drawn by gap sampling, each from the gaps as they are then."""
+        for _ in range(count):
+            self.step(self.sample(rng), line_search, averaging)
+
+    def _cache_answer(self, i: int, stats: np.ndarray, loss_s: float) -> int:
+        """Index of the answer in block i's cache, inserting it (and evicting past the size limit)."""
+        g = self.gap
+        corners, losses = g.corners[i], g.corner_loss[i]
+        if corners.shape[0]:
+            same = np.flatnonzero((np.max(np.abs(corners - stats), axis=1) <= _SAME)
+                                  & (np.abs(losses - loss_s) <= _SAME))
+            if same.size:
+                return int(same[0])
+        limit = max(self.cache_size, 1)
+        keep = np.arange(corners.shape[0])
+        if corners.shape[0] >= limit:
+            # evict the least recently chosen corner that carries no weight (active ones stay: m_i is
+            # their convex combination)
+            free = np.flatnonzero(g.alpha[i] <= 0.0) if self.active_sets else keep
+            if free.size:
+                drop = free[np.argmin(g.used[i][free])]
+                keep = keep[keep != drop]
+        g.corners[i] = np.vstack([corners[keep], stats[None, :]])
+        g.corner_loss[i] = np.append(losses[keep], loss_s)
+        g.alpha[i] = np.append(g.alpha[i][keep], 0.0)
+        g.used[i] = np.append(g.used[i][keep], self.state.k)
+        return g.corners[i].shape[0] - 1
+
+    def step(self, i: int, line_search: bool, averaging: bool) -> None:
+        """One step on block i: a cached corner when good enough, else the oracle's answer (see module)."""
+        p, st, g = self.problem, self.state, self.gap
+        n = p.n
+        seg = slice(st.offsets[i], st.offsets[i + 1])
+        w = p.project_weights(st.w)
+        theta = p.theta(i, w)
+        theta_flat = flatten(theta)
+        current = float(st.m[seg] @ theta_flat) / n + st.ell_i[i]
+        scores = None
+        target = -1
+        if self.cache_size and g.corners[i].shape[0] and np.isfinite(g.gaps[i]):
+            scores = g.corners[i] @ theta_flat / n + g.corner_loss[i]
+            best = int(np.argmax(scores))
+            if scores[best] - current >= max(self.factor * g.gaps[i], self.nu * g.global_gap() / n):
+                target = best
+                g.hits += 1
+        if target < 0:  # the exact oracle
+            y = p.augmented_argmax(i, theta)
+            loss_s = p.loss_of(i, y, theta) / n
+            stats = flatten(p.compact_stats(y, theta))
+            g.calls += 1
+            g.gaps[i] = float(stats @ theta_flat) / n + loss_s - current
+            g.ages[i] = st.k
+            if self.cache_size or self.active_sets:
+                target = self._cache_answer(i, stats, loss_s)
+                scores = g.corners[i] @ theta_flat / n + g.corner_loss[i]
+            else:  # plain BCFW step, nothing kept
+                self._move(i, seg, stats - st.m[seg], loss_s - st.ell_i[i], theta, line_search, 1.0, averaging)
+                return
+        g.used[i][target] = st.k
+        s_fw, l_fw = g.corners[i][target], g.corner_loss[i][target]
+        if not self.active_sets:
+            self._move(i, seg, s_fw - st.m[seg], l_fw - st.ell_i[i], theta, line_search, 1.0, averaging)
+            return
+        alpha = g.alpha[i]
+        active = np.flatnonzero(alpha > 0.0)
+        away = int(active[np.argmin(scores[active])])
+        s_a, l_a = g.corners[i][away], g.corner_loss[i][away]
+        if self.steps == "pairwise":
+            gamma = self._move(i, seg, s_fw - s_a, l_fw - l_a, theta, line_search, alpha[away], averaging)
+            alpha[target] += gamma
+            alpha[away] -= gamma
+        elif scores[target] - current >= current - scores[away]:  # FW step
+            gamma = self._move(i, seg, s_fw - st.m[seg], l_fw - st.ell_i[i], theta, line_search, 1.0, averaging)
+            alpha *= 1.0 - gamma
+            alpha[target] += gamma
+        else:  # away step: m_i + gamma (m_i - s_a), gamma <= alpha_a / (1 - alpha_a)
+            limit = alpha[away] / (1.0 - alpha[away]) if alpha[away] < 1.0 else 0.0
+            gamma = self._move(i, seg, st.m[seg] - s_a, st.ell_i[i] - l_a, theta, line_search, limit, averaging)
+            alpha *= 1.0 + gamma
+            alpha[away] -= gamma
+        # a weight driven to (numerically) zero leaves the active set exactly (a pairwise or away step
+        # clipped at its limit removes the corner: "drop steps")
+        alpha[alpha < 1e-14] = 0.0
+        alpha /= alpha.sum()
+
+    def _move(self, i: int, seg: slice, direction: np.ndarray, d_loss: float, theta, line_search: bool,
+              limit: float, averaging: bool) -> float:
+        """Step block i along ``(direction, d_loss)`` by the exact line search clipped to ``[0, limit]``
+        (or BCFW's fixed step); returns the step taken."""
+        p, st = self.problem, self.state
+        n, lam = p.n, p.lam
+        slope = float(direction @ flatten(theta)) / n + d_loss
+        direction_pot = unflatten(direction, theta)
+        if line_search:
+            curvature = p.adjoint_sqnorm(i, direction_pot) / (lam * n * n)
+            if curvature <= 0.0:
+                gamma = limit if slope > 0.0 else 0.0
+            else:
+                gamma = min(limit, max(0.0, slope / curvature))
+        else:
+            gamma = min(limit, 2.0 * n / (st.k + 2.0 * n))
+        st.k += 1
+        if gamma <= 0.0:
+            return 0.0
+        weight = 0.5 * st.k * (st.k - 1.0) if averaging else 0.0
+        p.adjoint(i, direction_pot, st.w, -gamma / (lam * n))
+        delta_ell = gamma * d_loss
+        st.ell += delta_ell
+        st.v += weight * delta_ell
+        st.ell_i[i] += delta_ell
+        st.m[seg] += gamma * direction
+        st.fused_index = None
+        if weight:
+            st.r[seg] += (weight * gamma) * direction
+        return gamma
+
+
+__all__ = ["UNIFORM_MIX", "GapBlockUpdater", "GapState"]
