@@ -505,3 +505,103 @@ def test_nan_and_positive_inf_potentials_are_refused(bad, where):
     for oracle in (chain.argmax, chain.marginals):
         with pytest.raises(InvalidInputError, match=f"{what} \\({index}\\)"):
             oracle(theta)
+
+
+# ----------------------------------------------------------------------------- argmax: per-call path
+class _Routed(ChainPotentials):
+    """Same potentials, another type: ``Chain.argmax`` sends them down its generic path."""
+
+
+def _generic_argmax(chain, theta):
+    """``Chain.argmax`` through its generic path (the per-call kernel entry takes ChainPotentials only)."""
+    return chain.argmax(_Routed(*theta))
+
+
+def _outcome(oracle, theta):
+    try:
+        return oracle(theta).tolist()
+    except InvalidInputError as error:
+        return f"error: {error}"
+
+
+@pytest.mark.parametrize("T,S", [(1, 1), (1, 3), (2, 2), (5, 3), (8, 26)])
+@pytest.mark.parametrize("shared", [True, False])
+def test_argmax_entry_equals_generic_path(T, S, shared):
+    rng = seeded("entry", T, S, shared)
+    chain = Chain(S)
+    for trial in range(30):
+        theta = make_theta(T, S, shared, rng, integer=trial % 2 == 0)  # integer entries: many ties
+        if trial % 3 == 0:  # forbidden entries (possibly every output)
+            theta.unary[rng.random(theta.unary.shape) < 0.3] = -np.inf
+            theta.pairwise[rng.random(theta.pairwise.shape) < 0.3] = -np.inf
+        if trial % 7 == 0:  # huge magnitudes: the kernel scales them
+            theta = ChainPotentials(theta.unary * 1e306, theta.pairwise * 1e306)
+        assert _outcome(chain.argmax, theta) == _outcome(lambda th: _generic_argmax(chain, th), theta)
+
+
+def test_argmax_entry_refuses_like_the_generic_path():
+    chain = Chain(3)
+    good = ChainPotentials(np.zeros((4, 3)), np.zeros((3, 3)))
+    cases = [
+        ChainPotentials(np.zeros((4, 2)), np.zeros((3, 3))),          # wrong S in unary
+        ChainPotentials(np.zeros((4, 3)), np.zeros((2, 3, 3))),       # wrong number of transitions
+        ChainPotentials(np.zeros((4, 3)), np.zeros((3, 2))),          # wrong S in pairwise
+        ChainPotentials(np.zeros((0, 3)), np.zeros((3, 3))),          # empty chain
+        ChainPotentials(np.zeros((1, 3)), np.zeros((1, 3, 3))),       # one position: (0, S, S) or (S, S)
+        ChainPotentials(np.full((4, 3), np.nan), good.pairwise),      # NaN
+        ChainPotentials(good.unary, np.full((3, 3), np.inf)),         # +inf
+        ChainPotentials(np.full((4, 3), -np.inf), good.pairwise),     # every output forbidden
+    ]
+    for theta in cases:
+        fast, generic = _outcome(chain.argmax, theta), _outcome(lambda th: _generic_argmax(chain, th), theta)
+        assert fast.startswith("error: ") and fast == generic, (theta, fast, generic)
+    # a one-position chain ignores its transitions, as the generic path does (NaN there included)
+    theta = ChainPotentials(np.array([[0.0, 2.0, 1.0]]), np.full((3, 3), np.nan))
+    assert chain.argmax(theta).tolist() == _generic_argmax(chain, theta).tolist() == [1]
+
+
+def test_argmax_converts_what_the_kernel_does_not_take():
+    chain = Chain(4)
+    theta = make_theta(6, 4, True, seeded("convert"), integer=False)
+    expected = chain.argmax(theta).tolist()
+    readonly = ChainPotentials(theta.unary.copy(), theta.pairwise.copy())
+    readonly.unary.flags.writeable = False
+    variants = [
+        ChainPotentials(np.asfortranarray(theta.unary), theta.pairwise),   # not C-contiguous
+        ChainPotentials(theta.unary.tolist(), theta.pairwise.tolist()),    # lists
+        ChainPotentials(theta.unary[:, ::1], theta.pairwise.T.copy().T),   # views
+        readonly,
+    ]
+    for variant in variants:
+        assert chain.argmax(variant).tolist() == expected
+    ints = ChainPotentials(np.arange(24).reshape(6, 4) % 3, np.eye(4, dtype=np.int64))
+    assert chain.argmax(ints).tolist() == _generic_argmax(chain, ChainPotentials(
+        ints.unary.astype(float), ints.pairwise.astype(float))).tolist()
+
+
+def test_masked_chain_keeps_the_masks():
+    allowed = np.ones((3, 3), dtype=bool)
+    allowed[0, 1] = False
+    chain = Chain(3, allowed=allowed, allowed_start=np.array([False, True, True]))
+    theta = ChainPotentials(np.array([[5.0, 0, 0], [0, 5.0, 0], [0, 0, 0]]), np.zeros((3, 3)))
+    y = chain.argmax(theta)
+    assert chain.feasible(y) and y[0] != 0
+
+
+def test_argmax_routes_by_input_kind(monkeypatch):
+    calls = []
+    entry = kern.argmax_entry
+
+    def counted(*args):
+        calls.append(args[0].shape)
+        return entry(*args)
+
+    monkeypatch.setattr(kern, "argmax_entry", counted)
+    chain = Chain(3)
+    theta = make_theta(4, 3, False, seeded("route"))
+    chain.argmax(theta)
+    assert calls == [(4, 3)]  # ChainPotentials of float64 C arrays: the one-call kernel entry
+    chain.argmax(_Routed(*theta))
+    chain.argmax(ChainPotentials(theta.unary.tolist(), theta.pairwise))
+    Chain(3, allowed_end=np.array([True, False, True])).argmax(theta)
+    assert calls == [(4, 3)]  # the rest: the generic path

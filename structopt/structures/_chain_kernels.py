@@ -35,20 +35,27 @@ def viterbi(unary, pairwise):
     T, S = unary.shape
     back = np.empty((T, S), dtype=np.int64)
     score = unary[0].copy()
-    new = np.empty(S)
+    best = np.empty(S)
+    arg = np.empty(S, dtype=np.int64)
     for t in range(1, T):
         pw = _transition(pairwise, t - 1)
+        # loop over the previous label outside, the next label inside: the inner loop runs along a
+        # row of the transition matrix (contiguous, branch-free selects that vectorise); for each b the
+        # comparisons are the same, in the same order (a = 0, 1, ...), as a scan of column b, so the
+        # ties (smallest a) and the -inf / NaN cases are unchanged
+        best[:] = NEG_INF
+        arg[:] = 0
+        for a in range(S):
+            sa = score[a]
+            row = pw[a]
+            for b in range(S):
+                v = sa + row[b]
+                ahead = v > best[b]
+                best[b] = v if ahead else best[b]
+                arg[b] = a if ahead else arg[b]
         for b in range(S):
-            best = NEG_INF
-            arg = 0
-            for a in range(S):
-                v = score[a] + pw[a, b]
-                if v > best:
-                    best = v
-                    arg = a
-            new[b] = best + unary[t, b]
-            back[t, b] = arg
-        score[:] = new
+            score[b] = best[b] + unary[t, b]
+            back[t, b] = arg[b]
     y = np.empty(T, dtype=np.int64)
     last = 0
     for s in range(1, S):
@@ -154,6 +161,29 @@ def viterbi_checked(unary, pairwise):
         scale = 1.0 / _power_of_two_at_least(2.0 * T + 2.0)
         y, score = viterbi(unary * scale, pairwise * scale)
     return y, OK if score > NEG_INF else INFEASIBLE
+
+
+# Status of :func:`argmax_entry` when the arrays do not have a chain's shapes (the caller's generic
+# check then names the problem).
+BAD_SHAPE = 5
+
+
+@njit(cache=True)
+def argmax_entry(unary, pairwise, n_states):
+    """Shape check, input scan and Viterbi in one compiled call (``Chain.argmax``'s per-call path).
+
+    ``unary`` is (T, S) and ``pairwise`` (S, S) shared or (T-1, S, S) per position, float64, with
+    S = ``n_states``; the transitions of a one-position chain are ignored (as ``check_potentials``
+    does). Returns ``(labels, status)``: the status of :func:`viterbi_checked`, or BAD_SHAPE.
+    """
+    T, S = unary.shape
+    if T < 1 or S != n_states or pairwise.shape[pairwise.ndim - 1] != S or pairwise.shape[pairwise.ndim - 2] != S:
+        return np.zeros(max(T, 0), dtype=np.int64), BAD_SHAPE
+    if pairwise.ndim == 3 and pairwise.shape[0] != T - 1:
+        return np.zeros(T, dtype=np.int64), BAD_SHAPE
+    if T == 1:  # no transition is used
+        return viterbi_checked(unary, np.zeros((1, S, S)))
+    return viterbi_checked(unary, pairwise.reshape((pairwise.size // (S * S), S, S)))
 
 
 def first_blocked_position(unary: np.ndarray, pairwise: np.ndarray) -> int:

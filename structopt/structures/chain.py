@@ -29,6 +29,18 @@ class ChainPotentials(NamedTuple):
     pairwise: np.ndarray
 
 
+_F8 = np.dtype(np.float64)
+
+
+def _kernel_ready(array: object) -> bool:
+    """Whether ``array`` is one the compiled per-call path takes as it is: a writeable, C-contiguous float64
+    ndarray (one kernel specialisation each for 2-d and 3-d; anything else is converted by the generic path)."""
+    if type(array) is not np.ndarray or array.dtype is not _F8:
+        return False
+    flags = array.flags
+    return flags.c_contiguous and flags.writeable
+
+
 def _mask(name: str, value, shape: tuple[int, ...]) -> np.ndarray | None:
     if value is None:
         return None
@@ -326,6 +338,16 @@ class Chain(Structure):
             On NaN or +inf potentials, and when the -inf entries (and masks) forbid every label
             sequence (read off the best score inside the kernel: no extra pass over the inputs).
         """
+        if type(theta) is ChainPotentials and self.allowed is None and self.allowed_start is None \
+                and self.allowed_end is None:
+            # per-call path: arrays the kernel takes as they are go straight to one compiled call that
+            # checks the shapes, scans for NaN / +inf and decodes; anything else (other dtypes, views,
+            # lists, masks, a bad status) takes the generic path below, which converts or names the problem
+            unary, pairwise = theta
+            if _kernel_ready(unary) and _kernel_ready(pairwise):
+                y, status = kern.argmax_entry(unary, pairwise, self.n_states)
+                if not status:
+                    return y
         unary, pairwise = self.masked_potentials(theta, scan=False)  # the kernel scans
         y, status = kern.viterbi_checked(unary, pairwise)
         if status:
