@@ -1,0 +1,68 @@
+"""Training on a user's own data files: the four kinds and their registry :data:`OWN_TASKS`.
+
+=================  ===========================================================  =======================
+name               files                                                        features, as the task
+=================  ===========================================================  =======================
+``sequence``       CoNLL-column files; token, label and feature columns chosen  ``conll``
+``segmentation``   a folder of images and a folder of masks (matched by stem)   ``horses``
+``boxes``          a folder of images + a CSV of boxes or Pascal VOC XML files  ``localization``
+``bitext``         parallel source/target text + NAACL gold alignments          ``alignment``
+=================  ===========================================================  =======================
+
+Each kind declares its options once (:mod:`structopt.tasks.own_common`) and builds the same
+``(problem, evaluate, description)`` triple as the built-in tasks of ``structopt train``. Without
+test files, a seeded random ``test_fraction`` of the examples is held out. Wiring into a command
+line is one loop::
+
+    for name, own in OWN_TASKS.items():
+        sub = subparsers.add_parser(name, help=own.summary)
+        own.add_arguments(sub)   # the kind's options; --lam, --n-train, --seed are the command's own
+        sub.set_defaults(build=own.build)
+
+and in Python::
+
+    from structopt.tasks.own_data import OWN_TASKS, SequenceOptions
+    problem, evaluate, description = OWN_TASKS["sequence"].build(
+        SequenceOptions(train="train.txt", test="test.txt", feature_columns=(2,)))
+
+Every error names the file (and the line, for text files): see each kind's module.
+"""
+
+from __future__ import annotations
+
+from structopt.tasks.own_alignment import ParallelOptions, build_parallel, load_parallel, read_parallel
+from structopt.tasks.own_common import BuiltTask, CommonOptions, OwnTask
+from structopt.tasks.own_localization import (
+    BoxesOptions,
+    build_localization,
+    load_localization,
+    read_csv_boxes,
+    read_voc_boxes,
+)
+from structopt.tasks.own_segmentation import (
+    SegmentationOptions,
+    build_segmentation,
+    load_segmentation,
+    paired_files,
+    read_mask,
+)
+from structopt.tasks.own_sequence import SequenceOptions, build_sequence, featurize_columns, load_sequence, read_columns
+
+#: the own-data kinds by command-line name
+OWN_TASKS: dict[str, OwnTask] = {
+    "sequence": OwnTask("sequence", "sequence labeling from CoNLL-column files (conll features)", SequenceOptions,
+                        build_sequence),
+    "segmentation": OwnTask("segmentation", "binary segmentation from folders of images and masks (horses "
+                            "features)", SegmentationOptions, build_segmentation),
+    "boxes": OwnTask("boxes", "one-box localization from images + a CSV of boxes or VOC XML (localization "
+                     "features)", BoxesOptions, build_localization),
+    "bitext": OwnTask("bitext", "word alignment from parallel text + NAACL gold (alignment features)",
+                      ParallelOptions, build_parallel),
+}
+
+__all__ = [
+    "OWN_TASKS", "BoxesOptions", "BuiltTask", "CommonOptions", "OwnTask", "ParallelOptions", "SegmentationOptions",
+    "SequenceOptions", "featurize_columns", "load_localization", "load_parallel", "load_segmentation",
+    "load_sequence", "paired_files", "read_columns", "read_csv_boxes", "read_mask", "read_parallel",
+    "read_voc_boxes",
+]
