@@ -74,3 +74,19 @@ def numeric_array(value: object, what: str, index: int | None = None, finite: bo
     if finite and not np.all(np.isfinite(array)):
         raise example_error(index, f"{what} contains NaN or infinite values")
     return array
+
+
+def refuse_nonfinite(array, what: str, index: int | None = None, allow_neginf: bool = False) -> None:
+    """Raise an :class:`InvalidInputError` naming the first NaN or infinite entry of ``array``.
+
+    With ``allow_neginf``, ``-inf`` is accepted (a forbidden entry of potentials) and only NaN and
+    ``+inf`` are refused. ``what`` names the array (and ``index`` the example) in the message.
+    """
+    import numpy as np
+
+    array = np.asarray(array)
+    bad = np.isnan(array) | (np.isposinf(array) if allow_neginf else np.isinf(array))
+    if bad.any():
+        k = int(np.flatnonzero(bad.ravel())[0])
+        refused = "NaN and +inf are refused; -inf forbids an entry" if allow_neginf else "values must be finite"
+        raise example_error(index, f"{what}[{k}] is {array.ravel()[k]} ({refused})")

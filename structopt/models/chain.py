@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
+from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error
 from structopt.models._kernels import csr_add_outer
-from structopt.models.base import Model
+from structopt.models.base import Model, feature_matrix, model_structure
 from structopt.structures.base import check_flag
 from structopt.structures.chain import Chain, ChainPotentials
 
@@ -46,19 +46,12 @@ class ChainModel(Model):
         self.n_states = check_count(n_states, "n_states", "ChainModel")
         self.start_end = check_flag(start_end, "start_end", "ChainModel")
         self.bias = check_flag(bias, "bias", "ChainModel")
-        if structure is None:
-            self.structure = Chain(self.n_states, allowed, allowed_start, allowed_end)
-            return
-        if not isinstance(structure, Chain):
-            raise InvalidInputError(f"ChainModel needs structure to be a Chain instance (or of a Chain subclass), got "
-                                    f"{structure!r}")
-        if structure.n_states != self.n_states:
-            raise InvalidInputError(f"ChainModel has n_states={self.n_states} but its structure has "
-                                    f"n_states={structure.n_states}")
-        if allowed is not None or allowed_start is not None or allowed_end is not None:
+        if structure is not None and (allowed is not None or allowed_start is not None or allowed_end is not None):
             raise InvalidInputError("ChainModel takes masks either as allowed/allowed_start/allowed_end or inside "
                                     "structure, not both")
-        self.structure = structure
+        self.structure = model_structure("ChainModel", Chain, structure,
+                                         lambda: Chain(self.n_states, allowed, allowed_start, allowed_end),
+                                         n_states=self.n_states)
 
     def __repr__(self) -> str:
         custom = self.structure.constrained or type(self.structure) is not Chain
@@ -77,17 +70,8 @@ class ChainModel(Model):
         return blocks
 
     def validate_input(self, x: ChainInput, index: int | None = None) -> ChainInput:
-        if sp.issparse(x):
-            if x.dtype.kind not in "biuf":
-                raise example_error(index, f"chain input must be numeric, got dtype {x.dtype}")
-            x = sp.csr_matrix(x, dtype=np.float64)
-            values = x.data
-        else:
-            x = values = numeric_array(x, f"chain input (T, {self.n_features})", index, finite=False)
-        if x.ndim != 2 or x.shape[1] != self.n_features or x.shape[0] < 1:
-            raise example_error(index, f"chain input must have shape (T>=1, {self.n_features}), got {x.shape}")
-        if not np.all(np.isfinite(values)):
-            raise example_error(index, "chain input contains NaN or infinite values")
+        x = feature_matrix(x, self.n_features, index, f"chain input (T, {self.n_features})", "T")
+        values = x.data if sp.issparse(x) else x
         if values.size and np.abs(values).max() > MAX_ABS_FEATURE:
             raise example_error(index, f"chain input has values up to {np.abs(values).max():.3g}; scores would "
                                        f"overflow: rescale the features below {MAX_ABS_FEATURE:g}")

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, check_count, example_error, numeric_array
+from structopt.errors import InvalidInputError, check_count, example_error, numeric_array, refuse_nonfinite
 from structopt.structures import _dp_kernels as kern
 from structopt.structures.base import Polytope, Potentials, Structure, flatten, unflatten
 
@@ -262,10 +262,7 @@ class DPStructure(Structure):
         if score.shape != (self.graph.n_scores,):
             raise InvalidInputError(f"{self.name} potentials must have shape ({self.graph.n_scores},), "
                                     f"got {score.shape}")
-        if np.isnan(score).any() or np.isposinf(score).any():
-            bad = int(np.flatnonzero(np.isnan(score) | np.isposinf(score))[0])
-            raise InvalidInputError(f"{self.name} potentials contain {score[bad]} (score[{bad}]); only finite "
-                                    "values and -inf (a forbidden hyperedge) are accepted")
+        refuse_nonfinite(score, f"{self.name} potentials: score", allow_neginf=True)
         return DPPotentials(score)
 
     def flat_scores(self, theta: Potentials) -> np.ndarray:
@@ -436,6 +433,7 @@ class LabelDP(DPStructure):
         self._root_items = 2 * S * n + np.arange(len(roots))
         self._roots = roots
         self._pos = pos
+        self._parent = np.asarray(parent, dtype=np.int64)  # the schedule's parent of each node (-1: a root)
 
     def __repr__(self) -> str:
         return f"LabelDP(n_nodes={self.n_labels}, n_states={self.n_states}, {self.graph!r})"
@@ -477,7 +475,7 @@ class LabelDP(DPStructure):
         for v in range(self.n_labels):  # M(v, y_parent) <- U(v, y_v): the hyperedge whose tail is U(v, y_v)
             if v not in self._roots:
                 item = 2 * self.n_states * self._pos[v]
-                message = item + self.n_states + y[self._parent_of(v)]  # M(v, y_parent)
+                message = item + self.n_states + y[self._parent[v]]  # M(v, y_parent)
                 lo, hi = g.in_ptr[message], g.in_ptr[message + 1]
                 match = [e for e in range(lo, hi) if g.tails[g.tail_ptr[e]] == item + y[v]]
                 if not match:
@@ -488,18 +486,6 @@ class LabelDP(DPStructure):
             internal.append(np.array([lo + y[r]], dtype=np.int64))
         internal.append(np.array([g.in_ptr[-2]], dtype=np.int64))
         return np.sort(g.edge_id[np.concatenate(internal)])
-
-    def _parent_of(self, v: int) -> int:
-        if not hasattr(self, "_parents"):
-            parents = np.full(self.n_labels, -1, dtype=np.int64)
-            for u, w in self.edges:
-                # the parent is the endpoint numbered earlier in the leaves-first order's reverse
-                if self._pos[u] > self._pos[w]:
-                    parents[w] = u
-                else:
-                    parents[u] = w
-            self._parents = parents
-        return int(self._parents[v])
 
 
 def path_schedule(length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
