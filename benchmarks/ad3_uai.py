@@ -48,7 +48,7 @@ def highs_timings(fg, theta, repeats: int) -> dict:
 
     from structopt.structures._ilp import highs_solve
 
-    t_build, (A, lo, hi) = best_of(repeats, lambda: fg.local_polytope(theta))
+    t_build, (A, lo, hi, _) = best_of(repeats, lambda: fg.local_polytope(theta))
     cost = -np.concatenate([theta.unary, theta.factors])
     t_solve, (status, _, obj) = best_of(repeats, lambda: highs_solve(cost, A, lo, hi, False, {}))
     assert status == "optimal", status

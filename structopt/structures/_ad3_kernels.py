@@ -4,7 +4,7 @@ The factor graph arrives as flat arrays (see :class:`structopt.structures.factor
 
 - variables ``i``: ``vstates[i]`` states, entries ``voff[i]:voff[i+1]`` of the unary / ``p`` vectors,
   ``deg[i]`` factors, incident edges ``vedge[vptr[i]:vptr[i+1]]``;
-- factors ``f``: kind ``fkind[f]`` (``DENSE``, ``XOR``, ``ATMOST1``, ``OR``, ``BUDGET``), budget
+- factors ``f``: kind ``fkind[f]`` (``DENSE``, ``XOR``, ``ATMOST1``, ``OR``, ``BUDGET``, ``STRUCT``), budget
   ``fparam[f]``, scope edges ``fptr[f]:fptr[f+1]`` (edge ``e`` joins factor f and variable ``evar[e]``;
   its per-state entries are ``eoff[e]:eoff[e+1]`` of λ and q), table entries ``toff[f]:toff[f+1]``
   (dense factors, row-major, the last scope variable fastest), active-set storage
@@ -21,7 +21,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-DENSE, XOR, ATMOST1, OR, BUDGET = 0, 1, 2, 3, 4
+DENSE, XOR, ATMOST1, OR, BUDGET, STRUCT = 0, 1, 2, 3, 4, 5
+# STRUCT: a structured factor (a library Structure over some variables). The kernels never touch it:
+# the Python driver (structopt.structures._ad3_structured) solves its local QP by calls to the
+# structure's argmax, writes its copies ``qe`` before each iteration, and adds its share of the dual
+# bound and of a labeling's score. Here it counts as "no score, no constraint" everywhere.
 
 # indices of the scalar state vector ``scal``
 S_ETA, S_UPPER, S_LOWER, S_RP, S_RD, S_PRIMAL, S_ITER = 0, 1, 2, 3, 4, 5, 6
@@ -429,6 +433,8 @@ def local_qp(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, tof
     """Solve factor ``f``'s local QP for the given targets; write ``qe`` (and ``qt`` for tables)."""
     e0, k = fptr[f], fptr[f + 1] - fptr[f]
     kind = fkind[f]
+    if kind == STRUCT:
+        return True  # solved by the Python driver
     if kind == DENSE:
         if pair_fast[f]:
             ea, eb = e0, e0 + 1
@@ -489,6 +495,8 @@ def factor_max(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, t
     """max over allowed configurations y_α of θ_α(y_α) + Σ_i v_iα(y_i) (``v`` laid out like λ)."""
     e0, k = fptr[f], fptr[f + 1] - fptr[f]
     kind = fkind[f]
+    if kind == STRUCT:
+        return 0.0  # added by the Python driver
     if kind == DENSE:
         t0, K = toff[f], toff[f + 1] - toff[f]
         y = np.empty(k, dtype=np.int64)
@@ -594,7 +602,7 @@ def score_labels(y, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, to
             for j in range(k):
                 c = c * vstates[evar[e0 + j]] + y[evar[e0 + j]]
             total += tab[toff[f] + c]
-        else:
+        elif fkind[f] != STRUCT:
             ones = 0
             for j in range(k):
                 ones += y[evar[e0 + j]]
@@ -615,7 +623,7 @@ def repair_logic(p, voff, vallow, fkind, fparam, fptr, evar, y):
     for _ in range(4):
         changed = False
         for f in range(fkind.size):
-            if fkind[f] == DENSE:
+            if fkind[f] == DENSE or fkind[f] == STRUCT:
                 continue
             e0, k = fptr[f], fptr[f + 1] - fptr[f]
             lo, hi = logic_bounds(fkind[f], fparam[f], k)
@@ -731,7 +739,7 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
     """
     ones = np.zeros(fkind.size, dtype=np.int64)
     for f in range(fkind.size):
-        if fkind[f] != DENSE:
+        if fkind[f] != DENSE and fkind[f] != STRUCT:
             for e in range(fptr[f], fptr[f + 1]):
                 ones[f] += y[evar[e]]
             lo, hi = logic_bounds(fkind[f], fparam[f], fptr[f + 1] - fptr[f])
@@ -758,6 +766,10 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
                             w = evar[e0 + j]
                             c = c * vstates[w] + (s if w == i else y[w])
                         v += tab[toff[f] + c]
+                    elif fkind[f] == STRUCT:
+                        # a structured factor's feasibility is unknown here: its variables stay put
+                        if s != cur:
+                            ok = False
                     else:
                         lo, hi = logic_bounds(fkind[f], fparam[f], k)
                         n1 = ones[f] - cur + s
@@ -775,7 +787,7 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
             if best_s != cur:
                 for r in range(vptr[i], vptr[i + 1]):
                     f = efac[vedge[r]]
-                    if fkind[f] != DENSE:
+                    if fkind[f] != DENSE and fkind[f] != STRUCT:
                         ones[f] += best_s - cur
                 y[i] = best_s
                 improved = True
@@ -892,7 +904,8 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
         scal[S_RD] = r_d
         scal[S_ITER] += 1
         last = it == n_iter - 1
-        if (int(scal[S_ITER]) % bound_every == 0) or last:
+        # bound_every <= 0: the caller evaluates bounds itself (graphs with structured factors)
+        if bound_every > 0 and ((int(scal[S_ITER]) % bound_every == 0) or last):
             g = dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, evar, eoff, vstates,
                            tab, toff, lam, work, pair_fast)
             if g < scal[S_UPPER]:

@@ -6,7 +6,15 @@ subsets of them:
 - dense tables over 1-3 variables (``add_table``), scored by a table per factor;
 - logic factors on binary variables (``add_logic``/``add_budget``): ``"xor"`` (exactly one on),
   ``"atmost1"``, ``"or"`` (at least one on) and budgets (at most k on). They are hard constraints
-  with no score.
+  with no score;
+- structured factors (``add_structure``): a library ``Structure`` (``Chain``, ``TreeStructure``,
+  ``BinaryGrid``, ``LPStructure`` over one variable per node; ``BipartiteMatching`` over one binary
+  variable per pair) with its own potentials, tied to the variables through its per-node or
+  per-edge hooks. AD3 solves its local QP with only its ``argmax`` (the generic factor's active-set
+  method, :mod:`._ad3_structured`), or its ``project`` when its statistics are the variables' 0/1
+  indicators. Its entries in ``factors`` are the structure's flattened potentials / statistics; its
+  polytope rows are the structure's own (auxiliary variables included) plus the agreement of its
+  variables' marginals. CP-SAT refuses graphs with structured factors (use ``"bnb"``).
 
 Potentials and statistics share :class:`FactorGraphPotentials`: ``unary`` holds every variable's
 per-state scores (variable i at ``unary_slice(i)``), ``factors`` every dense table's entries
@@ -56,12 +64,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.potentials import flatten
 from structopt.structures import _ad3_kernels as K
+from structopt.structures._ad3_structured import ActiveSet, StructuredFactor, penalised, solve_qp
 from structopt.structures.base import Polytope, Structure, random_like, unsupported
 from structopt.structures.registry import register_structure
 
 _LOGIC_KINDS = {"xor": K.XOR, "atmost1": K.ATMOST1, "or": K.OR}
-_KIND_NAMES = {K.DENSE: "table", K.XOR: "xor", K.ATMOST1: "atmost1", K.OR: "or", K.BUDGET: "budget"}
+_KIND_NAMES = {K.DENSE: "table", K.XOR: "xor", K.ATMOST1: "atmost1", K.OR: "or", K.BUDGET: "budget",
+               K.STRUCT: "structure"}
 MAX_TABLE_ARITY = 3
 
 
@@ -108,6 +119,14 @@ class AD3State:
     aw: np.ndarray
     acount: np.ndarray
     scal: np.ndarray
+    #: structured factors' active sets, by factor index (empty without structured factors)
+    struct: dict[int, ActiveSet] = field(default_factory=dict)
+
+    def copy(self) -> AD3State:
+        """An independent copy (the warm start of a branch-and-bound child)."""
+        return AD3State(self.p.copy(), self.lam.copy(), self.qe.copy(), self.qt.copy(), self.acfg.copy(),
+                        self.aw.copy(), self.acount.copy(), self.scal.copy(),
+                        {f: a.copy() for f, a in self.struct.items()})
 
 
 @dataclass
@@ -226,6 +245,7 @@ class FactorGraph(Structure):
         self._params: list[int] = []
         self._tables: list[np.ndarray | None] = []
         self._table_scopes: dict[frozenset[int], int] = {}
+        self._structs: dict[int, StructuredFactor] = {}
         self._unary = [np.zeros(s) for s in states]
         self._flat: _Flat | None = None
 
@@ -329,6 +349,45 @@ class FactorGraph(Structure):
             raise InvalidInputError(f"{what}: budget {int(k)} is outside 0..{len(scope)} (the scope's size)")
         return self._append(K.BUDGET, scope, int(k), None)
 
+    def add_structure(self, structure: Structure, variables: Any, scores: Any, *, use_project: bool = True) -> int:
+        """Add a structured factor: a library ``Structure`` over some variables; return its index.
+
+        Parameters
+        ----------
+        structure : Structure
+            A structure with the per-node hooks (``Chain``, ``TreeStructure``, ``BinaryGrid``,
+            ``LPStructure``: one variable per node, in the order of its output array flattened) or
+            ``edge_potentials`` (``BipartiteMatching``: one binary variable per (left, right) pair,
+            row-major).
+        variables : array_like of int
+            The variables, one per node / pair (any shape; flattened row-major).
+        scores : Potentials
+            The structure's potentials (they fix the instance's shape); its entries in
+            :meth:`potentials`' ``factors`` are ``flatten(structure.expand(scores))``.
+        use_project : bool
+            Solve AD3's local QP by the structure's Euclidean ``project`` when its statistics are
+            exactly the variables' 0/1 indicators (matchings without unmatched scores, ``LPStructure``);
+            otherwise (or False) by the active-set method on its ``argmax``.
+
+        Raises
+        ------
+        InvalidInputError
+            Variables out of range or repeated, a count that does not match the structure's nodes,
+            state counts other than the structure's, non-finite scores, or a structure without the hooks.
+        """
+        what = f"structured factor {self.n_factors}"
+        scope = self._scope(np.asarray(variables).ravel().tolist() if np.ndim(variables) else variables, what)
+        sf = StructuredFactor(structure, scope, scores, self.n_states, what, use_project=use_project)
+        f = self._append(K.STRUCT, scope, 0, sf.theta.copy())
+        self._structs[f] = sf
+        return f
+
+    def structured(self, f: int) -> StructuredFactor:
+        """The :class:`~structopt.structures._ad3_structured.StructuredFactor` of factor ``f``."""
+        if f not in self._structs:
+            raise InvalidInputError(f"factor {f} is not a structured factor")
+        return self._structs[f]
+
     def set_unary(self, variable: int, scores: Any) -> None:
         """Set the default unary scores of ``variable`` (used by :meth:`potentials`)."""
         i = _as_index(variable, "variable")
@@ -370,8 +429,9 @@ class FactorGraph(Structure):
         eoff = np.zeros(evar.size + 1, dtype=np.int64)
         np.cumsum(vstates[evar], out=eoff[1:])
         dense = fkind == K.DENSE
-        tsize = np.array([int(np.prod(vstates[list(s)])) if d else 0 for s, d in zip(self._scopes, dense)],
-                         dtype=np.int64)
+        tsize = np.array([int(np.prod(vstates[list(s)])) if d else (self._structs[f].n_stats if f in self._structs
+                                                                     else 0)
+                          for f, (s, d) in enumerate(zip(self._scopes, dense))], dtype=np.int64)
         toff = np.zeros(fkind.size + 1, dtype=np.int64)
         np.cumsum(tsize, out=toff[1:])
         # an affinely independent active set has at most Σ S_j - k + 1 members
@@ -417,7 +477,7 @@ class FactorGraph(Structure):
         return slice(int(self.flat.voff[i]), int(self.flat.voff[i + 1]))
 
     def table_slice(self, f: int) -> slice:
-        """Entries of dense factor ``f`` in ``factors`` (empty for logic factors)."""
+        """Entries of dense or structured factor ``f`` in ``factors`` (empty for logic factors)."""
         return slice(int(self.flat.toff[f]), int(self.flat.toff[f + 1]))
 
     def potentials(self, unary: Sequence[Any] | None = None, tables: dict[int, Any] | None = None
@@ -429,7 +489,8 @@ class FactorGraph(Structure):
         unary : sequence of arrays, optional
             Per-variable scores (default: those set by :meth:`set_unary`, else zeros).
         tables : dict, optional
-            Factor index -> table, overriding the tables given to :meth:`add_table`.
+            Factor index -> table, overriding the tables given to :meth:`add_table` (for a
+            structured factor: the structure's potentials, overriding those given to :meth:`add_structure`).
         """
         fl = self.flat
         if unary is not None:
@@ -442,6 +503,14 @@ class FactorGraph(Structure):
         out = np.zeros(int(fl.toff[-1]))
         tables = tables or {}
         for f, table in enumerate(self._tables):
+            if f in self._structs:
+                sf = self._structs[f]
+                block = sf.theta if f not in tables else flatten(sf.structure.expand(tables[f]))
+                if block.size != sf.n_stats or not np.isfinite(block).all():
+                    raise InvalidInputError(f"structured factor {f}: scores must be finite potentials shaped like "
+                                            f"those given to add_structure")
+                out[fl.toff[f]:fl.toff[f + 1]] = block
+                continue
             if self._kinds[f] != K.DENSE:
                 continue
             if f in tables:
@@ -469,16 +538,30 @@ class FactorGraph(Structure):
                 raise example_error(index, f"FactorGraph potentials: {name}[{bad}] is {arr[bad]} (NaN and +inf are "
                                            f"refused; -inf forbids an entry)")
             fields.append(arr)
+        for f in self._structs:
+            block = fields[1][fl.toff[f]:fl.toff[f + 1]]
+            if not np.isfinite(block).all():
+                raise example_error(index, f"FactorGraph potentials: structured factor {f} has -inf scores (only "
+                                           f"tables and unary scores may forbid entries)")
         return FactorGraphPotentials(*fields)
 
     # ------------------------------------------------------------------ scoring
     def score_labels(self, theta: FactorGraphPotentials, y: np.ndarray) -> float:
         """Exact score of labeling ``y`` (-inf when it breaks a logic factor or hits a -inf entry)."""
-        fl = self.flat
         theta = self.check_theta(theta)
         y = self.validate_output(y)
-        return float(K.score_labels(y, fl.n_vars, fl.voff, theta.unary, fl.fkind, fl.fparam, fl.fptr, fl.evar,
-                                    fl.vstates, theta.factors, fl.toff))
+        return self._score(theta, y)
+
+    def _score(self, theta: FactorGraphPotentials, y: np.ndarray) -> float:
+        # unchecked: theta and y already validated
+        fl = self.flat
+        total = float(K.score_labels(y, fl.n_vars, fl.voff, theta.unary, fl.fkind, fl.fparam, fl.fptr, fl.evar,
+                                     fl.vstates, theta.factors, fl.toff))
+        for f, sf in self._structs.items():
+            if total == -np.inf:
+                break
+            total += sf.score(theta.factors[fl.toff[f]:fl.toff[f + 1]], y[list(sf.scope)])
+        return total
 
     # ------------------------------------------------------------------ AD3
     def new_state(self, theta: FactorGraphPotentials, eta: float | None = None) -> AD3State:
@@ -545,6 +628,10 @@ class FactorGraph(Structure):
             state.scal[K.S_UPPER], state.scal[K.S_LOWER], state.scal[K.S_ITER] = np.inf, -np.inf, 0.0
         n_entries = max(int(fl.eoff[-1]), 1)
         tol_res = 1e-14 * n_entries if tol_res is None else float(tol_res)
+        if self._structs:
+            return self._ad3_structured(theta, state, t0, max_iter=max_iter, time_limit=time_limit, tol_gap=tol_gap,
+                                        tol_lp=tol_lp, tol_res=tol_res, bound_every=bound_every, max_inner=max_inner,
+                                        tau=tau, adapt_eta=adapt_eta, stop_upper=stop_upper)
         best_y = np.zeros(fl.n_vars, dtype=np.int64)
         y_work = np.zeros(fl.n_vars, dtype=np.int64)
         chunk = 20
@@ -596,6 +683,127 @@ class FactorGraph(Structure):
                           float(state.scal[K.S_PRIMAL]), marg, trace=trace)
         return sol, state
 
+    def _ad3_structured(self, theta: FactorGraphPotentials, state: AD3State, t0: float, *, max_iter: int,
+                        time_limit: float | None, tol_gap: float, tol_lp: float, tol_res: float, bound_every: int,
+                        max_inner: int, tau: float, adapt_eta: bool, stop_upper: float
+                        ) -> tuple[MAPSolution, AD3State]:
+        """AD3 on a graph with structured factors: one compiled iteration at a time.
+
+        Before each iteration the structured factors' local QPs run here (active set on the
+        structure's ``argmax``, or its ``project``) and write their copies; the kernel then solves
+        the other factors, the consensus and the multipliers. Every ``bound_every`` iterations the
+        bound g(λ) (the kernel's part plus one ``argmax`` per structured factor at the re-centred
+        multipliers), roundings and η's residual balancing run here, as the kernel does them.
+        """
+        fl = self.flat
+        vallow = np.isfinite(theta.unary)
+        uz = np.where(vallow, theta.unary, 0.0)
+        deg = np.maximum(fl.deg, 1)
+        share = uz / np.repeat(deg, fl.vstates)
+        # per structured factor: its edges' entries in λ / qe and its variables' entries in p
+        parts = []
+        for f, sf in self._structs.items():
+            e_ent = np.concatenate([np.arange(fl.eoff[e], fl.eoff[e + 1]) for e in range(fl.fptr[f], fl.fptr[f + 1])])
+            p_ent = np.concatenate([np.arange(fl.voff[v], fl.voff[v + 1]) for v in sf.scope])
+            parts.append((f, sf, e_ent, p_ent, theta.factors[fl.toff[f]:fl.toff[f + 1]]))
+        # entries of every edge in p (for the primal objective)
+        edge_p = np.concatenate([np.arange(fl.voff[v], fl.voff[v + 1]) for v in fl.evar]) if fl.evar.size \
+            else np.zeros(0, dtype=np.int64)
+        dense_t = np.concatenate([np.arange(fl.toff[f], fl.toff[f + 1]) for f in np.flatnonzero(fl.fkind == K.DENSE)]
+                                 + [np.zeros(0, dtype=np.int64)])
+        pair_fast = np.array([bool(fl.fkind[f] == K.DENSE and K._is_binary_pair(f, fl.fptr, fl.evar, fl.voff,
+                                                                                 fl.vstates, vallow, theta.factors,
+                                                                                 fl.toff))
+                              for f in range(fl.fkind.size)], dtype=np.bool_)
+        work = np.zeros(int(fl.eoff[-1]))
+        best_y = np.zeros(fl.n_vars, dtype=np.int64)
+        y_work = np.zeros(fl.n_vars, dtype=np.int64)
+        scal = state.scal
+        status = "running"
+        trace = []
+        done = 0
+        while done < max_iter:
+            eta = float(scal[K.S_ETA])
+            for f, sf, e_ent, p_ent, block in parts:
+                a = state.p[p_ent] + (share[p_ent] + state.lam[e_ent]) / eta
+                act = state.struct.get(f) or sf.new_active_set()
+                mu, z, state.struct[f] = solve_qp(sf, block, a, vallow[p_ent], eta, act, max_inner)
+                state.qe[e_ent] = mu
+                state.qt[fl.toff[f]:fl.toff[f + 1]] = z
+            K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
+                        fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors, state.p,
+                        state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, scal, best_y, y_work, 1, 0,
+                        float(tau), tol_res, float(tol_gap), float(tol_lp), int(max_inner), False, float(stop_upper))
+            done = int(scal[K.S_ITER])
+            if done % bound_every and done < max_iter and not (time_limit is not None and
+                                                               time.perf_counter() - t0 >= time_limit):
+                continue
+            # ---- bound: the kernel's factors, then each structured factor's max at the re-centred λ
+            g = float(K.dual_bound(fl.n_vars, fl.deg, fl.vptr, fl.vedge, fl.voff, vallow, uz, fl.fkind, fl.fparam,
+                                   fl.fptr, fl.evar, fl.eoff, fl.vstates, theta.factors, fl.toff, state.lam, work,
+                                   pair_fast))
+            dual_labels = []
+            for _f, sf, e_ent, p_ent, block in parts:
+                lab, _, _, val = sf.argmax(block, penalised(work[e_ent], vallow[p_ent], block))
+                g += val
+                dual_labels.append(lab)
+            scal[K.S_UPPER] = min(scal[K.S_UPPER], g)
+            # ---- roundings: per variable + repair, each structured factor's nearest output to p
+            K.round_and_repair(state.p, fl.n_vars, fl.voff, vallow, fl.fkind, fl.fparam, fl.fptr, fl.evar, y_work)
+            candidates = [y_work.copy(), y_work.copy()]
+            for (_f, sf, _e, p_ent, block), lab in zip(parts, dual_labels, strict=True):
+                w = 1e3 * (1.0 + np.abs(block).sum())
+                near, *_ = sf.argmax(block, penalised(w * state.p[p_ent], vallow[p_ent], block))
+                candidates[0][list(sf.scope)] = near
+                candidates[1][list(sf.scope)] = lab
+            for y in candidates:
+                K.local_search(y, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, fl.efac, theta.unary, fl.fkind,
+                               fl.fparam, fl.fptr, fl.evar, theta.factors, fl.toff, 20)
+                val = self._score(theta, y)
+                if val > scal[K.S_LOWER]:
+                    scal[K.S_LOWER] = val
+                    best_y[:] = y
+            # ---- primal objective of the factor copies
+            deg0 = np.repeat(fl.deg == 0, fl.vstates)
+            prim = float(uz[deg0] @ state.p[deg0]) + float(share[edge_p] @ state.qe)
+            tab = theta.factors[dense_t]
+            prim += float(np.where(np.isfinite(tab), tab, 0.0) @ state.qt[dense_t])
+            for f, _sf, _e, _p, block in parts:
+                prim += float(block @ state.qt[fl.toff[f]:fl.toff[f + 1]])
+            scal[K.S_PRIMAL] = prim
+            upper, lower = float(scal[K.S_UPPER]), float(scal[K.S_LOWER])
+            r_p, r_d = float(scal[K.S_RP]), float(scal[K.S_RD])
+            trace.append({"iteration": done, "time": time.perf_counter() - t0, "upper": upper, "lower": lower,
+                          "primal": prim, "eta": eta})
+            tol = tol_gap * (1.0 + abs(upper))
+            if upper == -np.inf:
+                status = "infeasible"
+            elif upper <= stop_upper:
+                status = "below_target"
+            elif lower >= upper - tol:
+                status = "optimal"
+            elif (r_p < tol_res and r_d < tol_res and abs(upper - prim) <= tol_lp * (1.0 + abs(upper))
+                  and upper - lower > 1e-6 * (1.0 + abs(upper))):
+                status = "lp_converged"
+            elif time_limit is not None and time.perf_counter() - t0 >= time_limit:
+                status = "time_limit"
+            if status != "running":
+                break
+            if adapt_eta:  # residual balancing, as in the kernel
+                if r_p > 10.0 * r_d and eta < 1e8:
+                    scal[K.S_ETA] = 2.0 * eta
+                elif r_d > 10.0 * r_p and eta > 1e-8:
+                    scal[K.S_ETA] = 0.5 * eta
+        if status == "running":
+            status = "max_iter"
+        upper, lower = float(scal[K.S_UPPER]), float(scal[K.S_LOWER])
+        labels = best_y.copy() if np.isfinite(lower) else None
+        optimal = bool(np.isfinite(lower) and lower >= upper - tol_gap * (1.0 + abs(upper)))
+        marg = FactorGraphPotentials(state.p.copy(), state.qt.copy())
+        sol = MAPSolution(labels, lower, upper, optimal, status, "ad3", time.perf_counter() - t0, done,
+                          float(scal[K.S_PRIMAL]), marg, trace=trace)
+        return sol, state
+
     # ------------------------------------------------------------------ branch and bound
     def bnb(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, node_iter: int = 3000,
             max_nodes: int = 100_000, tol: float = 1e-9) -> MAPSolution:
@@ -625,9 +833,8 @@ class FactorGraph(Structure):
             th = FactorGraphPotentials(unary, theta.factors)
             warm = None
             if parent is not None:
-                warm = AD3State(parent.p.copy(), parent.lam.copy(), parent.qe.copy(), parent.qt.copy(),
-                                parent.acfg.copy(), parent.aw.copy(), np.zeros_like(parent.acount),
-                                parent.scal.copy())
+                warm = parent.copy()
+                warm.acount[:] = 0
             # the node ends as soon as its bound cannot beat the incumbent
             prune = best + tol * (1.0 + abs(best)) if np.isfinite(best) else -np.inf
             sol, st = self.ad3(th, max_iter=node_iter, time_limit=remaining(), tol_gap=tol, tol_lp=1e-7, state=warm,
@@ -709,6 +916,9 @@ class FactorGraph(Structure):
 
         t0 = time.perf_counter()
         theta = self.check_theta(theta)
+        if self._structs:
+            raise NotSupportedError("CP-SAT has no model of structured factors (a Structure's own constraints); "
+                                    "use method='bnb' (branch-and-bound over AD3) for exact MAP")
         fl = self.flat
         n = fl.n_vars
         model = cp_model.CpModel()
@@ -821,16 +1031,22 @@ class FactorGraph(Structure):
                            resolution=1.0 / scale)
 
     # ------------------------------------------------------------------ LP (HiGHS)
-    def local_polytope(self, theta: FactorGraphPotentials | None = None) -> tuple[Any, np.ndarray, np.ndarray]:
-        """Rows ``lower <= A z <= upper`` of the local polytope in the flat statistics layout (z >= 0).
+    def local_polytope(self, theta: FactorGraphPotentials | None = None
+                       ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        """Rows ``lower <= A [z; u] <= upper`` of the local polytope in the flat statistics layout.
 
-        Variables' simplices, marginalisation of every table onto each of its variables, and
-        ``lo <= Σ z_i(1) <= hi`` per logic factor; with ``theta``, rows fixing the statistics of
-        -inf entries at 0.
+        Variables' simplices, marginalisation of every table onto each of its variables,
+        ``lo <= Σ z_i(1) <= hi`` per logic factor, and per structured factor its own polytope on its
+        statistics block (its auxiliary variables u appended after the statistics) plus the agreement
+        of its variables' marginals ``Aᵀ z_α + b = z_i``; with ``theta``, rows fixing the statistics
+        of -inf entries at 0. The fourth value is the (n_aux, 2) bounds of u (the statistics lie in
+        [0, 1]).
         """
         fl = self.flat
         nu, nt = int(fl.voff[-1]), int(fl.toff[-1])
         rows, cols, vals, lower, upper = [], [], [], [], []
+        aux_bounds = [np.zeros((0, 2))]
+        n_aux = 0
         r = 0
         # simplex per variable
         for i in range(fl.n_vars):
@@ -844,6 +1060,39 @@ class FactorGraph(Structure):
         for f in range(fl.fkind.size):
             scope = fl.evar[fl.fptr[f]:fl.fptr[f + 1]]
             kind = int(fl.fkind[f])
+            if kind == K.STRUCT:
+                sf = self._structs[f]
+                base = nu + int(fl.toff[f])
+                poly = sf.structure.polytope(sf.like)
+                aux0 = nu + nt + n_aux
+                for Am, bm, eq in ((poly.A_eq, poly.b_eq, True), (poly.A_ub, poly.b_ub, False)):
+                    if Am is None or Am.shape[0] == 0:
+                        continue
+                    Am = sp.coo_matrix(Am)
+                    stat = Am.col < sf.n_stats
+                    rows.append(r + Am.row)
+                    cols.append(np.where(stat, base + Am.col, aux0 + Am.col - sf.n_stats))
+                    vals.append(Am.data)
+                    bm = np.asarray(bm, dtype=float)
+                    lower += (bm if eq else np.full(bm.size, -np.inf)).tolist()
+                    upper += bm.tolist()
+                    r += Am.shape[0]
+                if poly.n_aux:
+                    aux_bounds.append(poly.bounds()[poly.n_stats:])
+                    n_aux += poly.n_aux
+                # agreement: Aᵀ z_α + b - z_i = 0, one row per (variable, state)
+                Am = sp.coo_matrix(sf.A.T)
+                rows.append(r + Am.row)
+                cols.append(base + Am.col)
+                vals.append(Am.data)
+                ent = np.concatenate([np.arange(fl.voff[v], fl.voff[v + 1]) for v in scope])
+                rows.append(r + np.arange(ent.size))
+                cols.append(ent)
+                vals.append(-np.ones(ent.size))
+                lower += (-sf.b).tolist()
+                upper += (-sf.b).tolist()
+                r += ent.size
+                continue
             if kind != K.DENSE:
                 lo, hi = map(int, K.logic_bounds(kind, int(fl.fparam[f]), scope.size))
                 rows.append(np.full(scope.size, r))
@@ -873,8 +1122,37 @@ class FactorGraph(Structure):
             lower += [0.0] * forbidden.size
             upper += [0.0] * forbidden.size
             r += forbidden.size
-        A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, nu + nt))
-        return A, np.array(lower), np.array(upper)
+        A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(r, nu + nt + n_aux))
+        return A, np.array(lower), np.array(upper), np.vstack(aux_bounds)
+
+    @staticmethod
+    def _with_aux_bounds(A: Any, lo: np.ndarray, hi: np.ndarray, c: np.ndarray, aux_bounds: np.ndarray
+                         ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        # highs_solve keeps every column >= 0: a free auxiliary column becomes u = u⁺ - u⁻, and finite
+        # bounds other than [0, inf) become rows
+        n_aux = aux_bounds.shape[0]
+        n_main = A.shape[1] - n_aux
+        A = sp.csr_matrix(A)
+        aux = A[:, n_main:]
+        neg = np.flatnonzero(aux_bounds[:, 0] < 0)
+        A = sp.hstack([A, -aux[:, neg]]).tocsr()
+        c = np.concatenate([c, np.zeros(neg.size)])
+        rows = []
+        for j in range(n_aux):
+            l, u = aux_bounds[j]
+            if l == 0.0 and u == np.inf:
+                continue
+            row = np.zeros(A.shape[1])
+            row[n_main + j] = 1.0
+            if j in neg:
+                row[A.shape[1] - neg.size + int(np.searchsorted(neg, j))] = -1.0
+            rows.append((row, l, u))
+        if rows:
+            A = sp.vstack([A, sp.csr_matrix(np.array([r for r, _, _ in rows]))]).tocsr()
+            lo = np.concatenate([lo, [r[1] for r in rows]])
+            hi = np.concatenate([hi, [r[2] for r in rows]])
+        return A, lo, hi, c
 
     def lp(self, theta: FactorGraphPotentials) -> MAPSolution:
         """The local-polytope LP with HiGHS (interruptible); rounding of its optimum gives the labels.
@@ -886,9 +1164,11 @@ class FactorGraph(Structure):
 
         t0 = time.perf_counter()
         theta = self.check_theta(theta)
-        A, lo, hi = self.local_polytope(theta)
+        A, lo, hi, aux_bounds = self.local_polytope(theta)
         c = -np.where(np.isfinite(np.concatenate([theta.unary, theta.factors])),
                       np.concatenate([theta.unary, theta.factors]), 0.0)
+        if aux_bounds.shape[0]:
+            A, lo, hi, c = self._with_aux_bounds(A, lo, hi, c, aux_bounds)
         status, x, obj = highs_solve(c, A, lo, hi, False, {})
         if status == "infeasible":
             return MAPSolution(None, -np.inf, -np.inf, True, "infeasible", "lp", time.perf_counter() - t0)
@@ -905,7 +1185,7 @@ class FactorGraph(Structure):
         optimal = bool(np.isfinite(score) and score >= value - 1e-7 * (1.0 + abs(value)))
         return MAPSolution(labels, score, value, optimal, "optimal" if optimal else "lp_solved", "lp",
                            time.perf_counter() - t0, lp_value=value,
-                           marginals=FactorGraphPotentials(x[:nu], x[nu:]))
+                           marginals=FactorGraphPotentials(x[:nu], x[nu:nu + int(fl.toff[-1])]))
 
     # ------------------------------------------------------------------ one entry point
     def map(self, theta: FactorGraphPotentials | None = None, method: str = "ad3", time_limit: float | None = None,
@@ -998,6 +1278,12 @@ class FactorGraph(Structure):
         for f in dense:
             scope = fl.evar[fl.fptr[f]:fl.fptr[f + 1]]
             factors[fl.toff[f] + np.ravel_multi_index(tuple(y[scope]), tuple(fl.vstates[scope]))] = 1.0
+        for f, sf in self._structs.items():
+            z = sf.stats_of(y[list(sf.scope)])
+            if z is None:
+                raise InvalidInputError(f"labeling: variables {list(sf.scope)} are not an output of structured factor "
+                                        f"{f} ({sf.structure.name})")
+            factors[fl.toff[f]:fl.toff[f + 1]] = z
         return FactorGraphPotentials(unary, factors)
 
     def outputs(self, theta: FactorGraphPotentials) -> Iterator[np.ndarray]:
@@ -1012,15 +1298,17 @@ class FactorGraph(Structure):
     def polytope(self, theta: FactorGraphPotentials) -> Polytope:
         """The local polytope (see :meth:`local_polytope`) as equality and inequality rows."""
         theta = self.check_theta(theta)
-        A, lo, hi = self.local_polytope()
+        A, lo, hi, aux_bounds = self.local_polytope()
         eq = lo == hi
         A_eq, b_eq = A[eq], lo[eq]
-        ineq = np.flatnonzero(~eq)
-        up = A[ineq]
-        A_ub = sp.vstack([up, -up]).tocsr() if ineq.size else None
-        b_ub = np.concatenate([hi[ineq], -lo[ineq]]) if ineq.size else None
+        # one-sided rows (-inf lower or +inf upper) only on their finite side
+        up_rows = np.flatnonzero(~eq & np.isfinite(hi))
+        lo_rows = np.flatnonzero(~eq & np.isfinite(lo))
+        A_ub = sp.vstack([A[up_rows], -A[lo_rows]]).tocsr() if up_rows.size + lo_rows.size else None
+        b_ub = np.concatenate([hi[up_rows], -lo[lo_rows]]) if up_rows.size + lo_rows.size else None
         like = FactorGraphPotentials(np.zeros_like(theta.unary), np.zeros_like(theta.factors))
-        return Polytope(A_eq, b_eq, A_ub, b_ub, like)
+        n_aux = aux_bounds.shape[0]
+        return Polytope(A_eq, b_eq, A_ub, b_ub, like, n_aux, aux_bounds if n_aux else None)
 
     def expand(self, theta: FactorGraphPotentials) -> FactorGraphPotentials:
         return self.check_theta(theta)
