@@ -82,9 +82,9 @@ def test_private_modules_stay_in_their_package():
 
 #: what solvers may import from structopt (ARCHITECTURE.md, "Solvers"): the problem layer (the
 #: non-convex one included), the potentials arithmetic, the fused layer, the executors and their
-#: passes, errors, checkpoints (archive, fingerprint), Ctrl-C handling, smoothing, and each other
+#: passes, errors, option checks, checkpoints (archive, fingerprint), Ctrl-C handling, smoothing, and each other
 SOLVER_IMPORTS = ("structopt.problem", "structopt.nonconvex", "structopt.potentials", "structopt.fused",
-                  "structopt.parallel", "structopt.batch", "structopt.errors", "structopt.archive",
+                  "structopt.parallel", "structopt.batch", "structopt.errors", "structopt.options", "structopt.archive",
                   "structopt.fingerprint", "structopt.interrupt", "structopt.smoothing", "structopt.solvers")
 #: the executors' passes (batch.py) and the executors (parallel.py): the same, minus the solvers
 PASS_IMPORTS = tuple(name for name in SOLVER_IMPORTS if name != "structopt.solvers")

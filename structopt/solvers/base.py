@@ -42,7 +42,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import numbers
 import os
 import re
 import time
@@ -57,6 +56,20 @@ from tqdm.auto import tqdm
 from structopt.archive import decode, encode, read_archive, write_archive
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.fingerprint import digest
+from structopt.options import (  # noqa: F401  (re-exported: each solver module imports its checks from here)
+    array_option,
+    at_least,
+    boolean,
+    callable_option,
+    non_negative,
+    one_of,
+    open_unit,
+    optional,
+    path_option,
+    positive,
+    positive_int,
+    random_state_option,
+)
 from structopt.parallel import executor_option, executor_scope, n_workers_option
 
 CHECKPOINT_FORMAT = 4  # 4: the shared run loop checkpoints typed states (one dataclass per solver)
@@ -67,108 +80,6 @@ CHECKPOINT_FORMAT = 4  # 4: the shared run loop checkpoints typed states (one da
 RUN_CONTROL = frozenset({"max_passes", "tol", "time_limit", "eval_every", "progress", "checkpoint",
                          "checkpoint_every", "resume", "callback", "random_state", "w0", "executor",
                          "n_workers"})
-
-
-# --------------------------------------------------------------------------- option validation
-def _real(value: Any) -> float | None:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        return None
-    return float(value)
-
-
-def positive(name: str, value: Any) -> None:
-    """A finite real number > 0."""
-    v = _real(value)
-    if v is None or not (math.isfinite(v) and v > 0):
-        raise InvalidInputError(f"{name} must be a finite number > 0, got {value!r}")
-
-
-def non_negative(name: str, value: Any) -> None:
-    """A finite real number >= 0."""
-    v = _real(value)
-    if v is None or not (math.isfinite(v) and v >= 0):
-        raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
-
-
-def at_least(low: float) -> Callable[[str, Any], None]:
-    """A finite real number >= ``low``."""
-    def run(name: str, value: Any) -> None:
-        v = _real(value)
-        if v is None or not (math.isfinite(v) and v >= low):
-            raise InvalidInputError(f"{name} must be a finite number >= {low:g}, got {value!r}")
-    run.__doc__ = f"A finite real number >= {low:g}."
-    return run
-
-
-def open_unit(name: str, value: Any) -> None:
-    """A real number in the open interval (0, 1)."""
-    v = _real(value)
-    if v is None or not 0.0 < v < 1.0:
-        raise InvalidInputError(f"{name} must be a number in (0, 1), got {value!r}")
-
-
-def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
-    """``check``, or None."""
-    def run(name: str, value: Any) -> None:
-        if value is not None:
-            check(name, value)
-    doc = (check.__doc__ or "a valid value.").strip()
-    run.__doc__ = f"None or {doc[0].lower()}{doc[1:]}"
-    return run
-
-
-def boolean(name: str, value: Any) -> None:
-    """True or False."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise InvalidInputError(f"{name} must be True or False, got {value!r}")
-
-
-def positive_int(name: str, value: Any) -> None:
-    """An integer >= 1."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 1:
-        raise InvalidInputError(f"{name} must be an integer >= 1, got {value!r}")
-
-
-def one_of(*choices: Any) -> Callable[[str, Any], None]:
-    """One of a fixed set of values."""
-    def run(name: str, value: Any) -> None:
-        if not any(value == c and type(value) is type(c) for c in choices):
-            raise InvalidInputError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
-    run.__doc__ = f"One of {', '.join(map(repr, choices))}."
-    return run
-
-
-def random_state_option(name: str, value: Any) -> None:
-    """None, a non-negative int seed, or a numpy Generator."""
-    if value is None or isinstance(value, np.random.Generator):
-        return
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
-        raise InvalidInputError(f"{name} must be None, a non-negative integer seed or a numpy Generator, "
-                                f"got {value!r}")
-
-
-def path_option(name: str, value: Any) -> None:
-    """None or a file path."""
-    if value is not None and not isinstance(value, (str, os.PathLike)):
-        raise InvalidInputError(f"{name} must be a file path, got {value!r}")
-
-
-def callable_option(name: str, value: Any) -> None:
-    """None or a callable."""
-    if value is not None and not callable(value):
-        raise InvalidInputError(f"{name} must be callable (w -> dict), got {value!r}")
-
-
-def array_option(name: str, value: Any) -> None:
-    """None or a finite float vector."""
-    if value is None:
-        return
-    try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"{name} must be a float vector, got {type(value).__name__}") from None
-    if arr.ndim != 1 or not np.all(np.isfinite(arr)):
-        raise InvalidInputError(f"{name} must be a finite 1-D float vector, got shape {arr.shape}")
 
 
 #: the options every solver takes, with their validators
