@@ -169,11 +169,15 @@ class OwnTask:
         """The options dataclass from ``args`` (a namespace or any object); fields it lacks keep their default."""
         if isinstance(args, self.options):
             return args
-        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(self.options) if hasattr(args, f.name)}
-        for f in dataclasses.fields(self.options):  # argparse's None for an unset common option means "default"
-            if f.name in values and values[f.name] is None and f.metadata["common"]:
-                values[f.name] = f.default
+        # None means "not given" (flat parsers declare every option with default None): the field's default
+        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(self.options)
+                  if getattr(args, f.name, None) is not None}
         return self.options(**values)
+
+    def flags(self, *, common: bool = False) -> dict[str, str]:
+        """The kind's command-line flags and their destinations (with ``common``, also the shared ones)."""
+        return {f.metadata["flag"]: f.name for f in dataclasses.fields(self.options)
+                if common or not f.metadata["common"]}
 
     def build(self, args: Any) -> BuiltTask:
         """Read the files named in ``args`` and build ``(problem, evaluate, description)``."""

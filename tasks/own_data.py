@@ -19,7 +19,11 @@ line is one loop::
         own.add_arguments(sub)   # the kind's options; --lam, --n-train, --seed are the command's own
         sub.set_defaults(build=own.build)
 
-and in Python::
+or, on one flat parser (``structopt train TASK`` with a positional task), :func:`add_flat_arguments`
+declares every kind's options once and returns which kinds read each flag, the shape of the
+command's ``TASK_OPTIONS`` (a flag given to a kind that does not read it is then refused).
+
+In Python::
 
     from structopt.tasks.own_data import OWN_TASKS, SequenceOptions
     problem, evaluate, description = OWN_TASKS["sequence"].build(
@@ -29,6 +33,10 @@ Every error names the file (and the line, for text files): see each kind's modul
 """
 
 from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
 
 from structopt.tasks.own_alignment import ParallelOptions, build_parallel, load_parallel, read_parallel
 from structopt.tasks.own_common import BuiltTask, CommonOptions, OwnTask
@@ -60,9 +68,63 @@ OWN_TASKS: dict[str, OwnTask] = {
                       ParallelOptions, build_parallel),
 }
 
+
+
+def add_flat_arguments(parser: argparse.ArgumentParser) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Declare the options of every kind on one parser, each flag once, all with default None.
+
+    ``--lam``, ``--n-train`` and ``--seed`` are left to the parser (every task has them). An
+    option left unset stays None, which :meth:`OwnTask.build` reads as the field's default.
+
+    Returns
+    -------
+    dict
+        flag → (argparse destination, names of the kinds that read it).
+    """
+    declared: dict[str, tuple[str, tuple[str, ...]]] = {}
+    actions: dict[str, argparse.Action] = {}
+    for name, own in OWN_TASKS.items():
+        for f in dataclasses.fields(own.options):
+            meta = f.metadata
+            if meta["common"]:
+                continue
+            flag = meta["flag"]
+            if flag in declared:  # shared by several kinds (--images, --test-fraction): one declaration
+                dest, kinds = declared[flag]
+                if dest != f.name:
+                    raise TypeError(f"{flag} has two destinations, {dest} and {f.name}")
+                declared[flag] = (dest, (*kinds, name))
+                actions[flag].help = f"{', '.join(declared[flag][1])}: {meta['help']}"
+                continue
+            kwargs: dict[str, Any] = {"dest": f.name, "help": f"{name}: {meta['help']}", "default": None}
+            if meta["action"]:
+                kwargs["action"] = meta["action"]
+            else:
+                kwargs.update({key: meta[key] for key in ("type", "choices", "metavar") if meta[key] is not None})
+            actions[flag] = parser.add_argument(flag, **kwargs)
+            declared[flag] = (f.name, (name,))
+    return declared
+
+
 __all__ = [
-    "OWN_TASKS", "BoxesOptions", "BuiltTask", "CommonOptions", "OwnTask", "ParallelOptions", "SegmentationOptions",
-    "SequenceOptions", "featurize_columns", "load_localization", "load_parallel", "load_segmentation",
-    "load_sequence", "paired_files", "read_columns", "read_csv_boxes", "read_mask", "read_parallel",
+    "OWN_TASKS",
+    "BoxesOptions",
+    "BuiltTask",
+    "CommonOptions",
+    "OwnTask",
+    "ParallelOptions",
+    "SegmentationOptions",
+    "SequenceOptions",
+    "add_flat_arguments",
+    "featurize_columns",
+    "load_localization",
+    "load_parallel",
+    "load_segmentation",
+    "load_sequence",
+    "paired_files",
+    "read_columns",
+    "read_csv_boxes",
+    "read_mask",
+    "read_parallel",
     "read_voc_boxes",
 ]

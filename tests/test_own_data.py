@@ -21,6 +21,7 @@ from structopt.tasks.own_data import (
     ParallelOptions,
     SegmentationOptions,
     SequenceOptions,
+    add_flat_arguments,
     featurize_columns,
     load_segmentation,
     load_sequence,
@@ -190,6 +191,10 @@ def test_segmentation_masks_on_the_grid(tmp_path):
 def test_segmentation_errors(tmp_path):
     images, masks = _segmentation_folders(tmp_path, 3, 0)
     seg = OWN_TASKS["segmentation"]
+    _save_png(masks / "stray.png", np.zeros((24, 28), dtype=np.uint8))
+    with pytest.raises(InvalidInputError, match=re.escape(f"1 mask(s) without an image in {images}: stray.png")):
+        seg.build(SegmentationOptions(images=str(images), masks=str(masks)))
+    (masks / "stray.png").unlink()
     (masks / "img02.png").unlink()
     with pytest.raises(InvalidInputError, match=re.escape(f"1 image(s) without a mask in {masks}: img02.png")):
         seg.build(SegmentationOptions(images=str(images), masks=str(masks)))
@@ -279,7 +284,7 @@ def test_voc_and_csv_give_the_same_boxes(tmp_path):
 
 
 def test_boxes_csv_errors(tmp_path):
-    images, rows = _box_images(tmp_path, 3, 2)
+    images, _rows = _box_images(tmp_path, 3, 2)
     path = tmp_path / "b.csv"
     cases = [
         ("", f"{path}: empty file"),
@@ -382,7 +387,7 @@ def test_bitext_errors(tmp_path):
     target.write_text("\n".join(lines[:4]) + "\n")
     with pytest.raises(InvalidInputError, match=re.escape(f"{target}:4: the file ends here, but {source} has 5")):
         build()
-    target.write_text("\n".join(lines[:2] + [""] + lines[3:]) + "\n")
+    target.write_text("\n".join([*lines[:2], "", *lines[3:]]) + "\n")
     with pytest.raises(InvalidInputError, match=re.escape(f"{target}, line 3: empty sentence")):
         build()
     target.write_text("\n".join(lines) + "\n")
@@ -426,6 +431,36 @@ def test_wiring_is_one_loop_and_the_options_parse(conll_files):
         parser.parse_args(["sequence", "--token-column", "0"])
     with pytest.raises(SystemExit):
         parser.parse_args(["boxes", "--test-fraction", "1.5"])
+
+
+def test_flat_wiring_declares_each_flag_once(tmp_path, conll_files):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("task", choices=sorted(OWN_TASKS))
+    parser.add_argument("--lam", type=float, default=None)
+    parser.add_argument("--n-train", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    declared = add_flat_arguments(parser)
+    assert declared["--images"] == ("images", ("segmentation", "boxes"))
+    assert declared["--boxes"] == ("boxes", ("boxes",)) and declared["--no-foreground"][1] == ("boxes",)
+    assert set(declared["--test-fraction"][1]) == set(OWN_TASKS)
+    assert set(declared) == {flag for own in OWN_TASKS.values() for flag in own.flags()}
+    images, rows = _box_images(tmp_path, 4, 0)
+    csv = _write_boxes_csv(tmp_path / "b.csv", rows)
+    args = parser.parse_args(["boxes", "--images", str(images), "--boxes", str(csv), "--no-foreground"])
+    assert OWN_TASKS["boxes"].parse(args) == BoxesOptions(images=str(images), boxes=str(csv), foreground=False)
+    # the refusal the command makes for a flag of another kind (its TASK_OPTIONS rule)
+    given = [flag for flag, (dest, kinds) in declared.items() if getattr(args, dest) is not None
+             and args.task not in kinds]
+    assert given == []
+    args = parser.parse_args(["boxes", "--images", str(images), "--masks", str(images)])
+    given = [flag for flag, (dest, kinds) in declared.items() if getattr(args, dest) is not None
+             and args.task not in kinds]
+    assert given == ["--masks"]
+    train, test = conll_files
+    args = parser.parse_args(["sequence", "--train", str(train), "--test", str(test), "--token-column", "3",
+                              "--label-column", "1", "--n-features", "256"])
+    problem, _, _ = OWN_TASKS["sequence"].build(args)
+    assert problem.n == 40 and problem.lam == 0.01
 
 
 def test_options_do_not_clash_with_structopt_train():
