@@ -95,9 +95,9 @@ def test_catalyst_accelerates_over_svrg_on_smoothed_problem():
     f_mu, _ = smoothed_optimum(p, mu)
     L = estimate_lipschitz(p, mu)
     paper = {"iterate": "average", "sgd_init": False}  # the paper's comparison
-    cas = casimir_svrg(p, mu=mu, kind="entropy", L=L, max_passes=400, random_state=0, warm_start="prox-center",
-                       **paper)
-    plain = svrg(p, mu=mu, kind="entropy", L=L, max_passes=400, random_state=0, **paper)
+    cas = casimir_svrg(p, schedule="const", mu=mu, kind="entropy", L=L, max_passes=400, random_state=0,
+                       warm_start="prox-center", **paper)
+    plain = svrg(p, mu=mu, mu_schedule="constant", kind="entropy", L=L, max_passes=400, random_state=0, **paper)
     gap_cas, gap_plain = smoothed_value(p, cas.w, mu) - f_mu, smoothed_value(p, plain.w, mu) - f_mu
     assert gap_cas < 1e-8 and gap_cas < 1e-3 * gap_plain
 

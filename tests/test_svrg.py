@@ -152,8 +152,8 @@ def test_converges_to_smoothed_optimum_entropy():
     p = random_chain_problem(0, lam=0.1)
     mu = 0.5
     f_mu, _ = smoothed_optimum(p, mu)
-    r = svrg(p, mu=mu, kind="entropy", learning_rate=0.3, max_passes=300, random_state=0, iterate="average",
-             sgd_init=False)
+    r = svrg(p, mu=mu, mu_schedule="constant", kind="entropy", learning_rate=0.3, max_passes=300, random_state=0,
+             iterate="average", sgd_init=False)
     assert smoothed_value(p, r.w, mu) - f_mu < 1e-8
 
 
@@ -163,7 +163,8 @@ def test_reaches_exact_optimum(seed):
     p = random_multiclass_problem(seed, lam=3.0)
     f_star, _ = exact_primal(p)
     assert p.primal(np.zeros(p.n_params)) > f_star * 1.03  # learning matters at this tolerance
-    r = svrg(p, mu=0.01, k=4, max_passes=800, random_state=0, iterate="average", sgd_init=False)
+    r = svrg(p, mu=0.01, mu_schedule="constant", k=4, max_passes=800, random_state=0, iterate="average",
+             sgd_init=False)
     assert (r.trace[-1]["primal"] - f_star) / f_star < 1e-3
 
 

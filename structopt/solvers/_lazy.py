@@ -47,6 +47,16 @@ class LazyIterate:
         self.C = 0.0
         self.weight = 0.0  # sum of omega_t
 
+    @classmethod
+    def restarted(cls, problem, w: np.ndarray, weight: float) -> LazyIterate:
+        """An iterate at ``w`` whose running sum already holds ``w`` with weight ``weight`` (an average
+        of earlier iterates), so that averaging continues from it instead of starting over."""
+        it = cls(problem, w)
+        if weight > 0.0:
+            it.P = weight * it.v
+            it.weight = float(weight)
+        return it
+
     def __deepcopy__(self, memo: dict) -> LazyIterate:
         # the problem is shared, never copied: a copy is another iterate of the same problem (and a
         # checkpoint stores the problem by reference)

@@ -37,6 +37,48 @@ class Counters:
 
 
 GUARD_RISE = 0.01  # relative rise of the primal over an epoch that the SVRG-type guards reject
+REGROWTH = 2.0     # an accepted epoch lengthens a step the guard shortened by this factor (up to its start)
+
+
+@state_type
+@dataclass
+class GuardCount:
+    """Epochs (or evaluations) the step guard judged, and how many it rejected."""
+
+    epochs: int = 0
+    rejected_epochs: int = 0
+
+    def count(self, rejected: bool) -> None:
+        self.epochs += 1
+        self.rejected_epochs += int(rejected)
+
+    def info(self) -> dict[str, int]:
+        """``{"epochs", "rejected_epochs"}`` for ``Result.info`` (all rejected: the run never left ``w0``)."""
+        return asdict(self)
+
+
+def regrown_step(gamma: float, gamma_max: float) -> float:
+    """The step after an accepted epoch: ``REGROWTH`` times longer, at most ``gamma_max`` (the step
+    before any rejection), so that one rejection costs a few epochs, not the rest of the run."""
+    return min(gamma_max, REGROWTH * gamma)
+
+
+MU_SCHEDULES = ("decreasing", "constant")
+
+
+def decreasing_schedule(mu: float, gamma: float, lam: float, n: int, e: int) -> tuple[float, float]:
+    """``(mu_e, gamma_e)`` of epoch ``e`` (from 0) of the decreasing smoothing schedule.
+
+    ``mu_e = mu / (1 + e)`` tends to 0, so the smoothed objective tends to the SSVM objective
+    (its excess is at most ``mu_e D``, D = 1/2 for top-K smoothing); ``gamma_e = min(gamma, 1 / (lam
+    n (1 + e)))`` never exceeds the Pegasos step ``1 / (lam t)`` at the epoch's first inner step
+    ``t = n (1 + e)``, the step of a subgradient method on the lam-strongly convex limit (the
+    smoothed hinges' curvature ``L mu / mu_e`` grows without bound, so ``1 / L_e`` would stall).
+    """
+    mu_e = mu / (1.0 + e)
+    if lam > 0.0:
+        gamma = min(gamma, 1.0 / (lam * n * (1.0 + e)))
+    return mu_e, gamma
 
 
 def rose(before: float, after: float) -> bool:

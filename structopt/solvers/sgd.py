@@ -12,7 +12,6 @@ touches only the weights of the features present in ``x_i`` (see
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import numpy as np
 from structopt.archive import state_type
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
-from structopt.solvers._smooth import Counters, estimate_lipschitz, rose, shortened_step
+from structopt.solvers._smooth import Counters, GuardCount, estimate_lipschitz, regrown_step, rose, shortened_step
 from structopt.solvers.base import (
     Method,
     Monitor,
@@ -78,18 +77,24 @@ def sgd(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)]
         :func:`~structopt.solvers._smooth.estimate_lipschitz` (local top-K curvature at ``w0``) at
         ``mu`` (at 1 without smoothing; on CoNLL NER this gives ~1/54, near the paper's 0.02).
     t0 : float, optional
-        Steps between decreases of the step (default n, one pass).
+        Steps between decreases of the step; default ``1 / (lam gamma0)`` (Bottou's rule), so that
+        the step tends to the Pegasos step ``1 / (lam t)`` of the lam-strongly convex objective and
+        the run converges to its optimum (a longer ``t0`` leaves steps too short to get there).
     averaging : {"weighted", "uniform", "none"}
         Report and return the average of the iterates with weights ``t`` (as BCFW-wavg), equal
         weights, or the last iterate.
     guard : bool
         Reject the steps since the last evaluation when they raised the reported primal by more
-        than 1% (``_smooth.GUARD_RISE``): the iterate goes back and ``gamma0`` shrinks
+        than 1% (``_smooth.GUARD_RISE``): the run restarts from the last accepted report (the
+        average keeps its weight: going back to the last iterate would let the average drift to
+        it again, whatever the step) and ``gamma0`` shrinks
         (``_smooth.shortened_step``: at least 4 times, more after a large rise or where the
         curvature at the rejected point asks for it). The default ``gamma0`` comes from a local
-        curvature estimate at ``w0``, far too long a step on grids and boxes. Keeps one copy of
-        the iterate; the rejected steps' oracle calls are counted and their records say
-        ``rejected``.
+        curvature estimate at ``w0``, far too long a step on grids and boxes. Each accepted
+        evaluation lets ``gamma0`` grow back (``_smooth.regrown_step``: twice, at most its first
+        value). Keeps one copy of the accepted report; the rejected steps' oracle calls are counted, their
+        records say ``rejected`` and ``info["rejected_epochs"]`` / ``info["epochs"]`` count the
+        evaluations.
     max_passes : float
         Stop after this many oracle calls / n (one call per step).
     eval_every : float
@@ -110,6 +115,8 @@ def sgd(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)]
     Result
         Trace records ``passes``, ``oracle_calls``, ``oracle_calls_made``, ``full_grad_passes``
         (always 0), ``time``, ``primal`` (non-smooth F of the reported iterate), ``step``.
+        ``info``: ``stop_reason``, ``gamma0``, ``t0``, ``epochs`` (evaluations judged by the
+        guard), ``rejected_epochs``.
     """
     options = dict(locals())
     refuse_tol("sgd", tol)
@@ -121,7 +128,8 @@ def sgd(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)]
 @state_type
 @dataclass
 class SGDState:
-    """The lazy iterate (and its running average), counters, sampler, step constants and last accepted primal."""
+    """The lazy iterate (and its running average), counters, sampler, step constants (``gamma0_max`` the first
+    ``gamma0``), last accepted primal and the guard's counts."""
 
     rng: np.random.Generator
     counters: Counters
@@ -129,6 +137,10 @@ class SGDState:
     gamma0: float
     t0: float
     primal: float
+    gamma0_max: float
+    guard: GuardCount
+    accepted: np.ndarray       # the last accepted report, where a rejection restarts
+    accepted_weight: float     # the averaging weight it stands for
 
 
 class _SGD(Method):
@@ -140,7 +152,6 @@ class _SGD(Method):
         self.mu, self.kind, self.k, self.averaging, self.guard = mu, kind, k, averaging, guard
         self.gamma0, self.t0, self.w0, self.random_state = gamma0, t0, w0, random_state
         self.steps_per_eval = max(1, round(eval_every * problem.n))
-        self.accepted: LazyIterate | None = None  # the iterate at the last evaluation (guard)
 
     def init(self, monitor: Monitor) -> SGDState:
         problem, n = self.problem, self.problem.n
@@ -148,10 +159,11 @@ class _SGD(Method):
         gamma0 = self.gamma0
         if gamma0 is None:
             gamma0 = 1.0 / (estimate_lipschitz(problem, 1.0 if self.mu is None else self.mu, k=self.k) + problem.lam)
-        state = SGDState(rng, Counters(), LazyIterate(problem, initial_weights(problem, self.w0)), gamma0,
-                         float(n if self.t0 is None else self.t0), 0.0)
+        t0 = 1.0 / (problem.lam * gamma0) if self.t0 is None and problem.lam > 0 else self.t0
+        w = initial_weights(problem, self.w0)
+        state = SGDState(rng, Counters(), LazyIterate(problem, w), gamma0, float(n if t0 is None else t0), 0.0,
+                         gamma0, GuardCount(), w, 0.0)
         monitor.pause()
-        w = state.iterate.dense()
         state.primal = self.executor.primal(w)
         monitor.record(w, primal=state.primal, step=gamma0, **state.counters.record(n))
         return state
@@ -163,7 +175,6 @@ class _SGD(Method):
     def advance(self, state: SGDState, monitor: Monitor) -> None:
         problem, n, lam = self.problem, self.problem.n, self.problem.lam
         counters, iterate = state.counters, state.iterate
-        self.accepted = copy.deepcopy(iterate) if self.guard else None
         for i in state.rng.integers(0, n, size=min(self.steps_per_eval, monitor.step_budget(n) - counters.steps)):
             i = int(i)
             t = counters.steps
@@ -182,20 +193,22 @@ class _SGD(Method):
         w_report = self.report(state)
         primal_new = self.executor.primal(w_report)
         rejected = self.guard and rose(state.primal, primal_new)
-        if rejected:
+        state.guard.count(rejected)
+        if rejected:  # restart from the last accepted report (the average, if averaging) with a shorter step
             state.gamma0 = shortened_step(self.problem, state.gamma0, state.primal, primal_new, state.iterate.dense(),
                                           1.0 if self.mu is None else self.mu, self.k)
-            state.iterate = self.accepted
+            state.iterate = LazyIterate.restarted(self.problem, state.accepted, state.accepted_weight)
             w_report = self.report(state)
         else:
-            state.primal = primal_new
+            state.primal, state.accepted, state.accepted_weight = primal_new, w_report, state.iterate.weight
+            state.gamma0 = regrown_step(state.gamma0, state.gamma0_max)
         step = state.gamma0 / (1.0 + np.floor(state.counters.steps / state.t0))
         return w_report, {"primal": state.primal, "step": step, **state.counters.record(self.problem.n),
                           **({"rejected": primal_new} if rejected else {})}
 
     def result(self, state: SGDState, monitor: Monitor) -> Result:
         return Result(self.report(state), monitor.trace, {"stop_reason": monitor.stop_reason, "gamma0": state.gamma0,
-                                                          "t0": state.t0})
+                                                          "t0": state.t0, **state.guard.info()})
 
 
 __all__ = ["SGDState", "sgd"]

@@ -30,9 +30,13 @@ from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
 from structopt.solvers._smooth import (
+    MU_SCHEDULES,
     Counters,
+    GuardCount,
     check_iterate,
+    decreasing_schedule,
     estimate_lipschitz,
+    regrown_step,
     rose,
     sgd_pass,
     shortened_step,
@@ -116,7 +120,8 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
 
 
 @solver("svrg", needs=smoothing_needs())
-def svrg(problem: SSVMProblem, *, mu: Annotated[float, positive] = 0.1,
+def svrg(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)] = None,
+         mu_schedule: Annotated[str, one_of(*MU_SCHEDULES)] = "decreasing",
          kind: Annotated[str, one_of("topk", "entropy")] = "topk", k: Annotated[int, positive_int] = 5,
          learning_rate: Annotated[float | None, optional(positive)] = None,
          L: Annotated[float | None, optional(positive)] = None,
@@ -136,16 +141,25 @@ def svrg(problem: SSVMProblem, *, mu: Annotated[float, positive] = 0.1,
     problem : SSVMProblem
         Any loss with a top-K (or, for ``kind="entropy"``, marginal) oracle; constrained weights
         get projected steps.
-    mu : float
-        Smoothing parameter (> 0), constant over the run.
+    mu : float, optional
+        Smoothing parameter (> 0) of the first epoch; default 1 (``"decreasing"``) or 0.1
+        (``"constant"``).
+    mu_schedule : {"decreasing", "constant"}
+        ``"decreasing"`` (default): epoch ``e`` (from 0, the SGD start not counted) smooths with
+        ``mu_e = mu / (1 + e)`` and steps at most ``1 / (lam n (1 + e))``, the Pegasos step
+        ``1/(lam t)`` of its first inner step ``t = n (1 + e)``
+        (:func:`~structopt.solvers._smooth.decreasing_schedule`): ``mu_e -> 0``, so the run
+        converges to the SSVM optimum itself. ``"constant"``: ``mu`` throughout, the run converges
+        to the optimum of the ``mu``-smoothed objective (up to ``mu / 2`` above the SSVM optimum
+        with top-K smoothing, ``mu log|Y|`` with entropy).
     kind : {"topk", "entropy"}
         l2 smoothing over the top-K outputs (default) or entropy smoothing.
     k : int
         K of top-K smoothing.
     learning_rate : float, optional
-        Constant step; default ``1 / (L + lam)``.
+        Step (the ``"decreasing"`` schedule caps it per epoch); default ``1 / (L + lam)``.
     L : float, optional
-        Smoothness constant of the smoothed hinges; default
+        Smoothness constant of the smoothed hinges at the first ``mu``; default
         :func:`~structopt.solvers._smooth.estimate_lipschitz` (the local top-K curvature at the
         start point, largest over a sample of examples).
     iterate : {"average", "last"}
@@ -181,19 +195,23 @@ def svrg(problem: SSVMProblem, *, mu: Annotated[float, positive] = 0.1,
     Result
         ``w`` is the last epoch's averaged (or last) iterate. Trace records: ``passes`` (= oracle_calls / n),
         ``oracle_calls`` (paper counting), ``oracle_calls_made``, ``full_grad_passes``, ``time``,
-        ``primal`` (non-smooth F of ``w``), ``epoch``.
+        ``primal`` (non-smooth F of ``w``), ``epoch``, ``mu``. ``info``: ``stop_reason``,
+        ``learning_rate``, ``memory``, ``epochs`` (epochs run, the SGD start included),
+        ``rejected_epochs``.
     """
     options = dict(locals())
     refuse_tol("svrg", tol)
-    method = _SVRG(problem, executor, mu=mu, kind=kind, k=k, learning_rate=learning_rate, L=L, iterate=iterate,
-                   sgd_init=sgd_init, guard=guard, w0=w0, random_state=random_state)
+    mu = (1.0 if mu_schedule == "decreasing" else 0.1) if mu is None else float(mu)
+    method = _SVRG(problem, executor, mu=mu, mu_schedule=mu_schedule, kind=kind, k=k, learning_rate=learning_rate,
+                   L=L, iterate=iterate, sgd_init=sgd_init, guard=guard, w0=w0, random_state=random_state)
     return run(problem, method, options)
 
 
 @state_type
 @dataclass
 class SVRGState:
-    """The snapshot ``w`` (last accepted epoch's output), counters, sampler, epoch, step and last primal."""
+    """The snapshot ``w`` (last accepted epoch's output), counters, sampler, accepted epochs, step (after the
+    guard's backoffs; ``gamma_max`` the initial one), last primal, and the epochs run / rejected."""
 
     w: np.ndarray
     counters: Counters
@@ -202,14 +220,17 @@ class SVRGState:
     gamma: float
     memory: dict
     primal: float
+    gamma_max: float
+    guard: GuardCount
 
 
 class _SVRG(Method):
     name = "svrg"
 
-    def __init__(self, problem: SSVMProblem, executor, *, mu, kind, k, learning_rate, L, iterate, sgd_init, guard,
-                 w0, random_state):
+    def __init__(self, problem: SSVMProblem, executor, *, mu, mu_schedule, kind, k, learning_rate, L, iterate,
+                 sgd_init, guard, w0, random_state):
         self.problem, self.executor = problem, executor
+        self.mu_schedule = mu_schedule
         self.mu, self.kind, self.k, self.learning_rate, self.L = mu, kind, k, learning_rate, L
         self.iterate, self.sgd_init, self.guard, self.w0, self.random_state = iterate, sgd_init, guard, w0, random_state
         self.w_new: np.ndarray | None = None  # the last epoch's output, before the guard's verdict
@@ -222,7 +243,7 @@ class _SVRG(Method):
         if learning_rate is None:
             L = estimate_lipschitz(problem, self.mu, k=self.k, w=w) if self.L is None else float(self.L)
             learning_rate = 1.0 / (L + problem.lam)
-        state = SVRGState(w, Counters(), rng, 0, float(learning_rate), {}, 0.0)
+        state = SVRGState(w, Counters(), rng, 0, float(learning_rate), {}, 0.0, float(learning_rate), GuardCount())
         monitor.pause()
         state.primal = self.executor.primal(w)
         monitor.record(w, primal=state.primal, epoch=0, **state.counters.record(problem.n))
@@ -231,29 +252,38 @@ class _SVRG(Method):
     def advance(self, state: SVRGState, monitor: Monitor) -> None:
         problem, n, counters = self.problem, self.problem.n, state.counters
         budget = monitor.step_budget(n)  # in paper-counted oracle calls
-        if self.sgd_init and state.epoch == 0:  # one call per step: shortened to the budget like an epoch
+        self.sgd_start = self.sgd_init and state.epoch == 0
+        if self.sgd_start:  # one call per step: shortened to the budget like an epoch
+            self.mu_e = self.mu
             self.w_new = sgd_pass(problem, state.w, gamma=state.gamma, mu=self.mu, kind=self.kind, k=self.k,
                                   rng=state.rng, counters=counters, n_steps=min(n, budget - counters.oracle_calls))
         else:  # two calls per step: an odd remainder ends one call (1/n pass) past the budget
             steps = min(n, -(-(budget - counters.oracle_calls) // 2))
-            self.w_new, state.memory = svrg_epoch(problem, state.w, mu=self.mu, kind=self.kind, k=self.k,
-                                                  gamma=state.gamma, rng=state.rng, counters=counters,
+            e = state.epoch - (1 if self.sgd_init else 0)  # SVRG epochs accepted so far
+            self.mu_e, gamma = self.mu, state.gamma
+            if self.mu_schedule == "decreasing":
+                self.mu_e, gamma = decreasing_schedule(self.mu, state.gamma, problem.lam, n, e)
+            self.w_new, state.memory = svrg_epoch(problem, state.w, mu=self.mu_e, kind=self.kind, k=self.k,
+                                                  gamma=gamma, rng=state.rng, counters=counters,
                                                   iterate=self.iterate, n_steps=steps, executor=self.executor)
 
     def evaluate(self, state: SVRGState) -> tuple[np.ndarray, dict]:
         primal_new = self.executor.primal(self.w_new)
         rejected = self.guard and rose(state.primal, primal_new)
+        state.guard.count(rejected)
         if rejected:
-            state.gamma = shortened_step(self.problem, state.gamma, state.primal, primal_new, self.w_new, self.mu,
+            state.gamma = shortened_step(self.problem, state.gamma, state.primal, primal_new, self.w_new, self.mu_e,
                                          self.k)
         else:
             state.w, state.primal, state.epoch = self.w_new, primal_new, state.epoch + 1
-        return state.w, {"primal": state.primal, "epoch": state.epoch, **state.counters.record(self.problem.n),
+            state.gamma = regrown_step(state.gamma, state.gamma_max)
+        return state.w, {"primal": state.primal, "epoch": state.epoch, "mu": self.mu_e,
+                         **state.counters.record(self.problem.n),
                          **({"rejected": primal_new, "learning_rate": state.gamma} if rejected else {})}
 
     def result(self, state: SVRGState, monitor: Monitor) -> Result:
         return Result(state.w, monitor.trace, {"stop_reason": monitor.stop_reason, "learning_rate": state.gamma,
-                                               "memory": state.memory})
+                                               "memory": state.memory, **state.guard.info()})
 
 
 __all__ = ["SVRGState", "svrg", "svrg_epoch"]
