@@ -164,6 +164,23 @@ def max_marginals(in_ptr, score, tail_ptr, tails, w, n_scores):
     return mm
 
 
+@njit(cache=True, inline="always")
+def _heap_push(heap, size, item, c_val, c_seq):
+    """Push candidate ``item`` onto the max-heap ``heap[:size]`` (ordered by value, then by sequence
+    number: the earlier candidate wins a tie). Inlined at the IR level: a call passing arrays would
+    cost reference counting in the k-best loop."""
+    heap[size] = item
+    i = size
+    while i > 0:
+        up = (i - 1) // 2
+        a_, b_ = heap[i], heap[up]
+        if c_val[a_] > c_val[b_] or (c_val[a_] == c_val[b_] and c_seq[a_] < c_seq[b_]):
+            heap[i], heap[up] = b_, a_
+            i = up
+        else:
+            break
+
+
 @njit(cache=True)
 def topk(in_ptr, score, tail_ptr, tails, w, k):
     """k-best semiring: the k best derivations of the goal (fewer when fewer have a finite score).
@@ -211,17 +228,8 @@ def topk(in_ptr, score, tail_ptr, tails, w, k):
             c_val[n_cand], c_seq[n_cand], c_edge[n_cand] = s, n_cand, e
             for p in range(arity):
                 c_rank[n_cand, p] = 0
-            heap[size] = n_cand  # sift up (heap code inline: calls passing arrays cost refcounts)
-            i = size
+            _heap_push(heap, size, n_cand, c_val, c_seq)
             size += 1
-            while i > 0:
-                up = (i - 1) // 2
-                a_, b_ = heap[i], heap[up]
-                if c_val[a_] > c_val[b_] or (c_val[a_] == c_val[b_] and c_seq[a_] < c_seq[b_]):
-                    heap[i], heap[up] = b_, a_
-                    i = up
-                else:
-                    break
             n_cand += 1
         while size > 0 and kcount[v] < k:
             slot = heap[0]  # pop, sift down
@@ -261,17 +269,8 @@ def topk(in_ptr, score, tail_ptr, tails, w, k):
                 for p in range(a):  # element by element: a slice copy within one array allocates
                     c_rank[n_cand, p] = c_rank[slot, p]
                 c_rank[n_cand, q] = nxt
-                heap[size] = n_cand  # sift up (heap code inline: calls passing arrays cost refcounts)
-                i = size
+                _heap_push(heap, size, n_cand, c_val, c_seq)
                 size += 1
-                while i > 0:
-                    up = (i - 1) // 2
-                    a_, b_ = heap[i], heap[up]
-                    if c_val[a_] > c_val[b_] or (c_val[a_] == c_val[b_] and c_seq[a_] < c_seq[b_]):
-                        heap[i], heap[up] = b_, a_
-                        i = up
-                    else:
-                        break
                 n_cand += 1
     goal = n - 1
     found = kcount[goal]
