@@ -28,11 +28,13 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".pg
 
 
 class BuiltTask(NamedTuple):
-    """The triple ``structopt train`` runs: a problem, a held-out evaluation and a description."""
+    """What ``structopt train`` runs: a problem, a held-out evaluation, a description, and what a saved
+    model must keep to featurise new inputs (``preprocessing``: plain values and arrays, see each kind)."""
 
     problem: Any
     evaluate: Callable[[np.ndarray], dict[str, float]]
     description: str
+    preprocessing: dict[str, Any] | None = None
 
 
 def option(flag: str, help: str, default: Any = None, *, type: Callable[[str], Any] | None = None,

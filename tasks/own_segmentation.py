@@ -177,12 +177,14 @@ def load_segmentation(options: SegmentationOptions) -> dict:
 
     F = X[int(train_index[0])].pixels.shape[-1]
     return {"train": pick(train_index), "test": pick(test_index), "model": GridModel(F, len(edge_features)),
-            "info": {"size": int(options.size), "edge_feature_names": list(edge_features),
+            "info": {"size": int(options.size), "edge_feature_names": list(edge_features), "mean": mean, "std": std,
+                     "mask_threshold": options.mask_threshold,
                      "images": {"train": len(train_index), "test": len(test_index)}}}
 
 
 def build_segmentation(options: SegmentationOptions) -> BuiltTask:
-    """The ``segmentation`` task: a grid problem with the normalised Hamming loss; test pixel accuracy and IoU."""
+    """The ``segmentation`` task: a grid problem with the normalised Hamming loss; test pixel accuracy and
+    IoU. Preprocessing: the grid size, the edge features, the training pixels' mean and deviation."""
     from structopt.losses import Hamming
     from structopt.problem import SSVMProblem
 
@@ -196,7 +198,10 @@ def build_segmentation(options: SegmentationOptions) -> BuiltTask:
         scores = segmentation_scores(test["y"], problem.predict(test["X"], w))
         return {f"test_{name}": value for name, value in scores.items()}
 
-    return BuiltTask(problem, evaluate, f"segmentation of {Path(str(options.images)).name}")
+    info = data["info"]
+    preprocessing = {"size": info["size"], "edge_features": info["edge_feature_names"], "mean": info["mean"],
+                     "std": info["std"], "mask_threshold": info["mask_threshold"]}
+    return BuiltTask(problem, evaluate, f"segmentation of {Path(str(options.images)).name}", preprocessing)
 
 
 __all__ = ["SegmentationOptions", "build_segmentation", "image_features", "load_segmentation", "paired_files",

@@ -232,7 +232,7 @@ def load_sequence(options: SequenceOptions) -> dict:
     files = [train_file]
     if options.test is not None:
         files.append(read_columns(existing_file(options.test, "--test"), **cols))
-    mats = featurize_columns(files, options.n_features, options.window)
+    mats = featurize_columns(files, options.n_features, options.window, (1, 2, 3))
     labels = _tag_set(train_file.corpus)
     ys = [encode_labels(f, labels, options.unseen_labels) for f in files]
     if options.test is not None:
@@ -244,13 +244,16 @@ def load_sequence(options: SequenceOptions) -> dict:
         test = {"X": [mats[0][i] for i in te], "y": [ys[0][i] for i in te]}
     return {"train": train, "test": test, "labels": labels,
             "model": ChainModel(options.n_features, len(labels), start_end=False, bias=False),
-            "info": {"files": [str(f.path) for f in files], "columns": cols,
+            "info": {"files": [str(f.path) for f in files], "columns": cols, "n_features": int(options.n_features),
+                     "window": int(options.window), "affix_lengths": [1, 2, 3],
+                     "use_pos": bool(options.feature_columns),
                      "sentences": {"train": len(train["y"]), "test": len(test["y"])}}}
 
 
 def build_sequence(options: SequenceOptions) -> BuiltTask:
     """The ``sequence`` task: a chain problem with the Hamming loss; test token accuracy (and chunk F1
-    when every label is a chunk tag)."""
+    when every label is a chunk tag). Preprocessing: the labels (``tags``), the columns and the
+    feature-hashing options."""
     from structopt.losses import Hamming
     from structopt.problem import SSVMProblem
 
@@ -269,7 +272,10 @@ def build_sequence(options: SequenceOptions) -> BuiltTask:
             scores["test_chunk_f1"] = chunk_f1(test["y"], predicted, labels)["f1"]
         return scores
 
-    return BuiltTask(problem, evaluate, f"sequence labeling of {Path(options.train).name}")
+    info = data["info"]
+    preprocessing = {"tags": list(labels), **info["columns"],
+                     **{key: info[key] for key in ("n_features", "window", "affix_lengths", "use_pos")}}
+    return BuiltTask(problem, evaluate, f"sequence labeling of {Path(options.train).name}", preprocessing)
 
 
 __all__ = ["ColumnFile", "SequenceOptions", "build_sequence", "encode_labels", "featurize_columns",

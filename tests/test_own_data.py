@@ -32,7 +32,7 @@ from structopt.tasks.own_data import (
 
 
 def _train(built, passes: float = 4) -> dict[str, float]:
-    problem, evaluate, description = built
+    problem, evaluate, description, _ = built
     assert description
     result = bcfw(problem, max_passes=passes, random_state=0)
     assert result.trace[-1]["gap"] < result.trace[0]["gap"]  # it learned something
@@ -83,6 +83,19 @@ def test_sequence_trains_and_evaluates(conll_files):
     scores = _train(OWN_TASKS["sequence"].build(options))
     assert set(scores) == {"test_token_accuracy", "test_chunk_f1"}
     assert scores["test_token_accuracy"] > 0.95 and scores["test_chunk_f1"] > 0.9
+
+
+def test_sequence_preprocessing_featurises_new_files_alike(conll_files):
+    train, test = conll_files
+    built = OWN_TASKS["sequence"].build(SequenceOptions(train=str(train), test=str(test), token_column=3,
+                                                        label_column=1, feature_columns=(2,), n_features=2**10))
+    p = built.preprocessing
+    assert p["tags"] == ["O", "B-NP", "B-PP", "B-VP", "I-NP"]
+    again = read_columns(test, p["token_column"], p["label_column"], p["feature_columns"])
+    (X,) = featurize_columns([again], p["n_features"], p["window"], p["affix_lengths"])
+    reference = load_sequence(SequenceOptions(train=str(train), test=str(test), token_column=3, label_column=1,
+                                              feature_columns=(2,), n_features=2**10))["test"]["X"]
+    assert all((a != b).nnz == 0 for a, b in zip(X, reference, strict=True))
 
 
 def test_sequence_reader_sentences_and_columns(conll_files):
@@ -177,6 +190,24 @@ def test_segmentation_trains_and_evaluates(tmp_path):
     scores = _train(OWN_TASKS["segmentation"].build(options), passes=5)
     assert set(scores) == {"test_pixel_accuracy", "test_foreground_iou", "test_mean_image_iou"}
     assert scores["test_pixel_accuracy"] > 0.9 and scores["test_foreground_iou"] > 0.6
+
+
+def test_segmentation_preprocessing_featurises_new_images_alike(tmp_path):
+    from structopt.tasks.own_segmentation import image_features
+
+    images, masks = _segmentation_folders(tmp_path, 5, 0)
+    options = SegmentationOptions(images=str(images), masks=str(masks), size=12, test_fraction=0.4)
+    p = OWN_TASKS["segmentation"].build(options).preprocessing
+    data = load_segmentation(options)
+    name = data["test"]["names"][0]
+    feats, mask, (hor, ver) = image_features(images / f"{name}.png", masks / f"{name}.png", p["size"],
+                                             p["mask_threshold"], tuple(p["edge_features"]))
+    n = mask.size
+    x = data["test"]["X"][0]
+    np.testing.assert_allclose(x.pixels[..., 1:] * n, (feats - p["mean"]) / p["std"])
+    np.testing.assert_allclose(x.horizontal * n, hor)
+    np.testing.assert_allclose(x.vertical * n, ver)
+    np.testing.assert_array_equal(mask, data["test"]["y"][0])
 
 
 def test_segmentation_masks_on_the_grid(tmp_path):
@@ -425,7 +456,7 @@ def test_wiring_is_one_loop_and_the_options_parse(conll_files):
     options = OWN_TASKS[args.task].parse(args)
     assert options == SequenceOptions(train=str(train), test=str(test), token_column=3, label_column=1,
                                       feature_columns=(2,), n_features=512, n_train=5)
-    problem, _, _ = OWN_TASKS[args.task].build(args)
+    problem = OWN_TASKS[args.task].build(args).problem
     assert problem.n == 5 and problem.lam == OWN_TASKS["sequence"].default_lam
     with pytest.raises(SystemExit):
         parser.parse_args(["sequence", "--token-column", "0"])
@@ -459,7 +490,7 @@ def test_flat_wiring_declares_each_flag_once(tmp_path, conll_files):
     train, test = conll_files
     args = parser.parse_args(["sequence", "--train", str(train), "--test", str(test), "--token-column", "3",
                               "--label-column", "1", "--n-features", "256"])
-    problem, _, _ = OWN_TASKS["sequence"].build(args)
+    problem = OWN_TASKS["sequence"].build(args).problem
     assert problem.n == 40 and problem.lam == 0.01
 
 
