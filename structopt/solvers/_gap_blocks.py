@@ -182,13 +182,13 @@ class GapBlockUpdater:
                 return int(same[0])
         limit = max(self.cache_size, 1)
         keep = np.arange(corners.shape[0])
-        if corners.shape[0] >= limit:
-            # evict the least recently chosen corner that carries no weight (active ones stay: m_i is
-            # their convex combination)
+        excess = corners.shape[0] + 1 - limit
+        if excess > 0:
+            # evict the least recently chosen corners that carry no weight (active ones stay: m_i is their
+            # convex combination), down to the limit where possible
             free = np.flatnonzero(g.alpha[i] <= 0.0) if self.active_sets else keep
-            if free.size:
-                drop = free[np.argmin(g.used[i][free])]
-                keep = keep[keep != drop]
+            drop = free[np.argsort(g.used[i][free], kind="stable")[:excess]]
+            keep = np.setdiff1d(keep, drop)
         g.corners[i] = np.vstack([corners[keep], stats[None, :]])
         g.corner_loss[i] = np.append(losses[keep], loss_s)
         g.alpha[i] = np.append(g.alpha[i][keep], 0.0)
