@@ -1,5 +1,6 @@
-"""Command line: ``structopt train TASK ...`` (ocr, conll, alignment, horses, localization),
-``structopt check [STRUCTURE ...]`` and ``structopt infer FILE.uai``."""
+"""Command line: ``structopt train TASK ...`` (ocr, conll, alignment, horses, localization; writes a
+saved model), ``structopt predict MODEL INPUT``, ``structopt check [STRUCTURE ...]`` and
+``structopt infer FILE.uai``. The tasks are declared in :mod:`structopt.cli_tasks`."""
 
 from __future__ import annotations
 
@@ -15,10 +16,20 @@ import traceback
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
-
+from structopt.cli_plots import convergence_figure as _convergence_figure
+from structopt.cli_plots import plot_convergence as _plot_convergence
+from structopt.cli_tasks import (
+    DEFAULT_DATASET,
+    DEFAULT_LAM,
+    SPLIT_TASKS,
+    TASK_OPTIONS,
+    TASKS,
+    Task,
+    _lam,
+    _task_key,
+)
 from structopt.errors import DataNotFoundError, InvalidInputError, OutputError, StructoptError
 from structopt.solvers import SOLVERS
 
@@ -26,239 +37,16 @@ DESCRIPTION = """Structured prediction with combinatorial oracles.
 
   structopt train TASK     train a structural SVM on a built-in task (ocr, conll, alignment, horses,
                            localization)
+  structopt predict MODEL INPUT --out OUTPUT
+                           predict with a model saved by train (OUT/model.npz), writing the task's format
   structopt check [NAME]   check the oracles of the built-in structures against enumeration and LP
   structopt infer FILE     log Z and marginals of a UAI pairwise model
 
 Errors are reported on one line; --debug shows the full traceback."""
 
 
-# --------------------------------------------------------------------------- plot
-def _convergence_figure(trace: list[dict], title: str):
-    """Log-scale convergence against effective passes, as a matplotlib Figure.
-
-    With a dual: primal minus the best dual seen, and the duality gap. Without one: the primal
-    minus the best primal seen; the run's best point is 0 there and is left out rather than
-    drawn at an arbitrary floor, and when no point is left the primal itself is drawn.
-    """
-    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
-
-    passes = np.array([r["passes"] for r in trace])
-    primal = np.array([r["primal"] for r in trace])
-    duals = [r["dual"] for r in trace if "dual" in r]
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
-
-    def curve(values: np.ndarray, style: str, label: str) -> bool:
-        keep = np.isfinite(values) & (values > 0)  # log scale: non-positive points cannot be drawn
-        if keep.any():
-            ax.semilogy(passes[keep], values[keep], style, label=label)
-        return bool(keep.any())
-
-    if duals:
-        curve(primal - max(duals), "o-", "primal − best dual")
-        if all("gap" in r for r in trace):
-            curve(np.array([r["gap"] for r in trace]), "s--", "duality gap")
-        ax.set_ylabel("primal − best dual, duality gap (log)")
-    elif curve(primal - primal.min(), "o-", "primal − min primal"):
-        ax.set_ylabel("primal − min primal (log)")
-    else:
-        ax.plot(passes, primal, "o-", label="primal")
-        ax.set_ylabel("primal objective")
-    ax.set_xlabel("effective passes")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.subplots_adjust(left=0.14, right=0.97, top=0.9, bottom=0.13)  # fixed margins: tight_layout costs ~0.4 s
-    return fig
-
-
-def _plot_convergence(trace: list[dict], path: Path, title: str) -> None:
-    """Write :func:`_convergence_figure` to ``path``."""
-    _convergence_figure(trace, title).savefig(path, dpi=120)
-
-
-# --------------------------------------------------------------------------- tasks
-#: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization,
-#: the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py --select``)
-DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001,
-               "localization horses": 0.1, "localization raccoon": 0.001}
-
-
-#: localization's dataset when ``--dataset`` is not given
-DEFAULT_DATASET = "horses"
-
-
-def _task_key(args: argparse.Namespace) -> str:
-    """The task and, for localization, its dataset: the key of :data:`DEFAULT_LAM`."""
-    return f"localization {args.dataset or DEFAULT_DATASET}" if args.task == "localization" else args.task
-
-
-def _lam(args: argparse.Namespace, n: int, task: str) -> float:
-    """``--lam``, where 0 means 1/n for the n training examples used and no value the task's default."""
-    if args.lam is None:
-        return DEFAULT_LAM[task]
-    return args.lam if args.lam > 0 else 1.0 / n
-
-
-class Task(NamedTuple):
-    """A built-in training task: its problem, a held-out evaluation, and a description."""
-
-    problem: Any
-    evaluate: Callable[[np.ndarray], dict[str, float]]
-    description: str
-
-
-def _task_ocr(args: argparse.Namespace) -> Task:
-    from structopt.problem import SSVMProblem
-    from structopt.tasks.ocr import letter_error, load_ocr, paper_model_and_loss, split
-
-    if args.data is not None and not Path(args.data).is_file():
-        raise DataNotFoundError(f"OCR data not found: --data {args.data} is no file (OCR reads a letters.npz; "
-                                "without --data it uses the copy shipped with structopt)")
-    train, test = split(load_ocr(args.data), args.split or "bcfw")
-    model, loss = paper_model_and_loss()
-    X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-    problem = SSVMProblem(model, X, Y, loss, _lam(args, len(X), "ocr"))
-    return Task(problem, lambda w: {"test_letter_error": letter_error(test["y"], problem.predict(test["X"], w))},
-                f"OCR ({args.split or 'bcfw'} split)")
-
-
-def _task_conll(args: argparse.Namespace) -> Task:
-    from structopt.losses import Hamming
-    from structopt.problem import SSVMProblem
-    from structopt.tasks.conll import chunk_f1, load_conll2000
-
-    data = load_conll2000(args.data)
-    train, test = data["train"], data["test"]
-    X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-    problem = SSVMProblem(data["model"], X, Y, Hamming(), _lam(args, len(X), "conll"))
-
-    def evaluate(w: np.ndarray) -> dict[str, float]:
-        return {"test_chunk_f1": chunk_f1(test["y"], problem.predict(test["X"], w), data["tags"])["f1"]}
-
-    return Task(problem, evaluate, "CoNLL-2000 chunking")
-
-
-def _task_alignment(args: argparse.Namespace) -> Task:
-    from structopt.losses import MatchingHamming
-    from structopt.models.matching import MatchingModel
-    from structopt.problem import SSVMProblem
-    from structopt.tasks.alignment import load_alignment
-
-    task = load_alignment(args.data)
-    model = MatchingModel(task.n_features, allow_unmatched=True)
-    X, Y = task.X_train[: args.n_train], task.Y_train[: args.n_train]
-    problem = SSVMProblem(model, X, Y, MatchingHamming(1.0, 3.0), _lam(args, len(X), "alignment"))
-    return Task(problem, lambda w: {"heldout_aer": task.evaluate(problem.predict(task.X_test, w))},
-                "Hansards word alignment")
-
-
-def _plot_masks(X: list, y_true: list, y_pred: list, path: Path, n: int = 4) -> None:
-    """A few test images (their intensity feature) with the gold and the predicted masks."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = min(n, len(X))
-    fig, axes = plt.subplots(n, 3, figsize=(7, 2.2 * n), squeeze=False)
-    for row, (x, gold, pred) in enumerate(zip(X[:n], y_true[:n], y_pred[:n])):
-        for ax, image, title in zip(axes[row], (x.pixels[..., 1], gold, pred), ("image", "gold", "predicted")):
-            ax.imshow(image, cmap="gray", interpolation="nearest")
-            ax.set_title(title, fontsize=9)
-            ax.axis("off")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _plot_boxes(path: Path, images: list[np.ndarray], gold: list, predicted: list, cell_size: int,
-                title: str) -> None:
-    """A grid of grey images with the gold (green) and predicted (red, dashed) boxes in cell units."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    cols = min(4, len(images))
-    rows = -(-len(images) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.6 * rows), squeeze=False)
-    for ax in axes.ravel():
-        ax.axis("off")
-    for ax, image, *boxes in zip(axes.ravel(), images, gold, predicted):
-        ax.imshow(image, cmap="gray", vmin=0.0, vmax=1.0)
-        for (t, l, b, r), color, style in zip(boxes, ("lime", "red"), ("-", "--")):
-            ax.add_patch(Rectangle((l * cell_size - 0.5, t * cell_size - 0.5), (r - l) * cell_size,
-                                   (b - t) * cell_size, fill=False, edgecolor=color, linestyle=style, linewidth=2))
-    fig.suptitle(title + " (green: gold, red dashed: predicted)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _task_localization(args: argparse.Namespace) -> Task:
-    from structopt.losses import BoxLoss
-    from structopt.problem import SSVMProblem
-    from structopt.tasks.localization import (
-        detection_rate,
-        image_path,
-        load_boxes,
-        load_image,
-        mean_box_prior,
-        mean_iou,
-    )
-
-    dataset = args.dataset or DEFAULT_DATASET
-    data = load_boxes(args.data, dataset=dataset)
-    train, test, info = data["train"], data["test"], data["info"]
-    X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-    problem = SSVMProblem(data["model"], X, Y, BoxLoss(), _lam(args, len(X), _task_key(args)))
-    prior = mean_box_prior(Y, [x.shape[:2] for x in X], [x.shape[:2] for x in test["X"]])
-
-    def evaluate(w: np.ndarray) -> dict[str, float]:
-        predicted = problem.predict(test["X"], w)
-        shown = range(min(8, len(predicted)))
-        images = [load_image(image_path(info, info["test_names"][j]), info["image_size"]) for j in shown]
-        out = Path(args.out or "runs/localization")
-        out.mkdir(parents=True, exist_ok=True)
-        _plot_boxes(out / "boxes.png", images, [test["y"][j] for j in shown], [predicted[j] for j in shown],
-                    info["cell_size"], f"{dataset}: test images")
-        return {"test_detection_rate": detection_rate(test["y"], predicted),
-                "test_mean_iou": mean_iou(test["y"], predicted),
-                "prior_detection_rate": detection_rate(test["y"], prior), "prior_mean_iou": mean_iou(test["y"], prior)}
-
-    return Task(problem, evaluate, f"{dataset} localization")
-
-
-def _task_horses(args: argparse.Namespace) -> Task:
-    from structopt.losses import Hamming
-    from structopt.problem import SSVMProblem
-    from structopt.tasks.horses import load_horses, segmentation_scores
-
-    data = load_horses(args.data)
-    train, test = data["train"], data["test"]
-    X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-    problem = SSVMProblem(data["model"], X, Y, Hamming(normalize=True), _lam(args, len(X), "horses"))
-
-    def evaluate(w: np.ndarray) -> dict[str, float]:
-        pred = problem.predict(test["X"], w)
-        _plot_masks(test["X"], test["y"], pred, Path(args.out or "runs/horses") / "test_masks.png")
-        return {f"test_{name}": value for name, value in segmentation_scores(test["y"], pred).items()}
-
-    return Task(problem, evaluate, "Weizmann horses segmentation")
-
-
-TASKS: dict[str, Callable[[argparse.Namespace], Task]] = {
-    "ocr": _task_ocr, "conll": _task_conll, "alignment": _task_alignment, "horses": _task_horses,
-    "localization": _task_localization}
-
-#: tasks that read ``--split`` (any other task refuses it rather than ignoring it)
-SPLIT_TASKS = ("ocr",)
-
-#: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
-TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",))}
+__all__ = ["DEFAULT_DATASET", "DEFAULT_LAM", "SPLIT_TASKS", "TASKS", "TASK_OPTIONS", "Task", "_convergence_figure",
+           "_lam", "_plot_convergence", "_task_key", "build_parser", "main", "task_solvers"]
 
 
 def _task_problem_type() -> type:
@@ -426,18 +214,116 @@ def _train(args: argparse.Namespace) -> int:
         summary["split"] = args.split or "bcfw"
     gap = f"{last['gap']:.4g}" if "gap" in last else "n/a"
     shown = " | ".join(f"{name.replace('_', ' ')} {value:.4f}" for name, value in metrics.items())
+    status, warning = _run_status(result, args.solver)
+    summary["status"] = status
     line = (f"{args.task} {args.solver}: {last['passes']:g} passes, {last['time']:.1f}s optimising "
-            f"({wall:.1f}s in the solver) | train primal {last['primal']:.5f} | gap {gap} | {shown}")
+            f"({wall:.1f}s in the solver) | train primal {last['primal']:.5f} | gap {gap} | {shown} | {status}")
+    if warning:
+        print(f"structopt: warning: {warning}", file=sys.stderr)
     try:
         _write_text_atomic(out / "trace.json", json.dumps(summary, indent=1))
         _plot_convergence(result.trace, out / "convergence.png",
                           f"{task.description}, {args.solver}, λ={problem.lam:.3g}, n={problem.n}")
+        _save_trained(out / MODEL_FILE, args, task, result, metrics, status)
     except OSError as error:
         print(line)  # the results reach the terminal even when the disk refuses them
         kept = f"; the trained state is in {args.checkpoint}" if args.checkpoint else ""
         raise OutputError(f"--out {out}: could not write the results ({error.strerror or error}){kept}") from error
     written = sorted(path.name for path in out.iterdir() if path.is_file() and path.stat().st_mtime >= started)
     print(f"{line} | wrote {', '.join(f'{out}/{name}' for name in written)}")
+    return 0
+
+
+#: the saved model ``structopt train`` writes into ``--out``
+MODEL_FILE = "model.npz"
+
+
+def _run_status(result: Any, solver: str) -> tuple[str, str | None]:
+    """How the run ended, for the summary line, and a warning when the result deserves one.
+
+    Epochs the step guard rejected (records flagged ``rejected``, or ``info["rejected_epochs"]``) are
+    counted; a run whose every epoch was rejected never left its starting point, which is said
+    loudly. A run that stopped on its budget or time limit rather than on a certified gap says it
+    is unconverged (and whether it has a gap at all).
+    """
+    trace, info = result.trace, result.info
+    epochs = info.get("epochs", sum(1 for r in trace if r.get("passes", 0) > 0))
+    rejected = info.get("rejected_epochs", sum(1 for r in trace if r.get("rejected") not in (None, False)))
+    reason = str(info.get("stop_reason", "")).split(" when ")[0]
+    parts, warning = [], None
+    if not math.isfinite(trace[-1]["primal"]):
+        parts.append("DIVERGED (the primal is not finite)")
+        warning = f"{solver} diverged: its last primal is {trace[-1]['primal']}; the saved weights are not usable"
+    if epochs and rejected >= epochs:
+        parts.append(f"ALL {epochs} EPOCHS REJECTED: the weights are the starting point")
+        warning = (f"{solver} rejected every one of its {epochs} epochs (each raised the primal), so the model "
+                   "is its starting point (zero weights); try a smaller step or another solver")
+    elif rejected:
+        parts.append(f"{rejected} of {epochs} epochs rejected")
+    if reason.startswith("gap"):
+        parts.append(f"converged ({reason})")
+    elif trace[-1].get("gap") is not None:
+        parts.append(f"unconverged: stopped as it {reason or 'finished'}, gap {trace[-1]['gap']:.3g} left")
+    else:
+        parts.append(f"unconverged: stopped as it {reason or 'finished'}; {solver} has no duality gap to certify "
+                     "convergence")
+    return "; ".join(parts), warning
+
+
+def _save_trained(path: Path, args: argparse.Namespace, task: Task, result: Any, metrics: dict[str, float],
+                  status: str) -> None:
+    """Write the trained model with the task's preprocessing (:mod:`structopt.saved_model`)."""
+    from structopt.saved_model import save_model
+
+    problem = task.problem
+    if not hasattr(problem, "model"):  # a stand-in problem (tests): nothing to save
+        return
+    info = {"solver": args.solver, "lam": float(problem.lam), "n_train": int(problem.n),
+            "passes": float(result.trace[-1]["passes"]), "metrics": metrics, "status": status,
+            "dataset": getattr(args, "dataset", None) or None, "split": getattr(args, "split", None)}
+    save_model(path, problem.model, result.w, loss=problem.loss, task=args.task,
+               preprocessing=task.preprocessing or {}, info=info)
+
+
+# --------------------------------------------------------------------------- predict
+def _predict(args: argparse.Namespace) -> int:
+    from structopt.saved_model import load_model
+
+    saved = load_model(args.model)
+    from structopt.cli_tasks import TaskSpec
+
+    if not isinstance(TASKS.get(saved.task), TaskSpec):
+        raise InvalidInputError(f"model {args.model} was not trained on a built-in task (its task is "
+                                f"{saved.task!r}); load it in Python with structopt.saved_model.load_model")
+    spec = TASKS[saved.task]
+    out = Path(args.out or spec.default_output)
+    if spec.output_is_folder:
+        _check_writable_dir(out, "--out")
+    else:
+        _check_writable_file(out, "--out")
+    source = Path(args.input)
+    if not source.exists() and not (saved.task == "alignment" and source.with_name(source.name + ".en").exists()):
+        raise DataNotFoundError(f"input {source} does not exist ({spec.input_help})")
+    start = time.perf_counter()
+    inputs = spec.read_inputs(saved, source)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        predictions = saved.predict(inputs.X)
+    seconds = time.perf_counter() - start
+    _make_dir(out.parent, "--out")
+    if spec.output_is_folder:
+        spec.write(saved, inputs, predictions, out)
+    else:
+        _write_atomic(out, lambda tmp: spec.write(saved, inputs, predictions, tmp))
+    metrics = spec.scores(saved, inputs, predictions) if inputs.gold is not None else {}
+    shown = "".join(f" | {name.replace('_', ' ')} {value:.4f}" if not name.endswith("pairs") else
+                    f" ({int(value)} pairs)" for name, value in metrics.items())
+    print(f"{saved.task}: {len(predictions)} predictions in {seconds:.1f}s{shown} | wrote {out}")
+    if args.json:
+        _write_text_atomic(Path(args.json), json.dumps({"model": str(args.model), "task": saved.task,
+                                                         "input": str(source), "output": str(out),
+                                                         "n": len(predictions), **metrics}, indent=1))
     return 0
 
 
@@ -637,8 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"localization only (default {DEFAULT_DATASET}): the dataset (writes boxes.png of test "
                             "images beside the trace)")
     train.add_argument("--out", default=None,
-                       help="directory for trace.json and convergence.png (default runs/TASK); checked before "
-                            "training")
+                       help="directory for trace.json, convergence.png and the saved model model.npz (default "
+                            "runs/TASK); checked before training")
     train.add_argument("--checkpoint", default=None, help="save state here; resume from it if it exists")
     train.add_argument("--checkpoint-every", type=_number(float, 0.0, False, "a finite number > 0"), default=None,
                        metavar="PASSES", help="save the checkpoint every PASSES effective passes")
@@ -653,6 +539,27 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(run=_train)
+
+    from structopt.cli_tasks import TaskSpec
+
+    specs = [spec for spec in TASKS.values() if isinstance(spec, TaskSpec)]  # a bare builder only trains
+
+    predict = sub.add_parser("predict", parents=[debug], help="predict with a model saved by structopt train",
+                             formatter_class=argparse.RawDescriptionHelpFormatter,
+                             description="Reads a model that structopt train saved (OUT/model.npz: weights, model "
+                                         "and the task's preprocessing) and the task's own input; writes the "
+                                         "predictions in the task's format. When the input carries gold outputs, "
+                                         "prints the metric train prints.\n\nINPUT per task:\n  "
+                                         + "\n  ".join(spec.input_help for spec in specs)
+                                         + "\n\nOUTPUT per task:\n  "
+                                         + "\n  ".join(spec.output_help for spec in specs))
+    predict.add_argument("model", metavar="MODEL", help="a model file saved by structopt train")
+    predict.add_argument("input", metavar="INPUT", help="the task's input (see above)")
+    predict.add_argument("--out", default=None, metavar="OUTPUT",
+                         help="where the predictions go (default: predictions.txt, predictions.conll, "
+                              "predictions.naacl, masks/ or boxes.csv by task); checked before predicting")
+    predict.add_argument("--json", default=None, metavar="FILE", help="also write the metrics as JSON to FILE")
+    predict.set_defaults(run=_predict)
 
     check = sub.add_parser("check", parents=[debug], help="validate built-in structures against enumeration and LP")
     check.add_argument("structures", nargs="*", metavar="STRUCTURE",

@@ -18,6 +18,7 @@ import os
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -212,12 +213,40 @@ class AlignmentFeaturizer:
     def n_features(self) -> int:
         return len(FEATURE_NAMES)
 
+    def state(self) -> dict[str, Any]:
+        """The corpus statistics (vocabularies, co-occurrence counts), to rebuild with :meth:`from_state`."""
+        return {"en_vocab": list(self.en_vocab), "fr_vocab": list(self.fr_vocab), "co_data": self.co.data,
+                "co_indices": self.co.indices, "co_indptr": self.co.indptr, "count_en": self.count_en,
+                "count_fr": self.count_fr, "n_sentences": int(self.n_sentences)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> AlignmentFeaturizer:
+        """A featurizer with saved statistics (:meth:`state`); words it never saw get Dice 0 and frequency 0."""
+        self = cls.__new__(cls)
+        self.pairs = []
+        self.en_vocab = {w: i for i, w in enumerate(state["en_vocab"])}
+        self.fr_vocab = {w: i for i, w in enumerate(state["fr_vocab"])}
+        shape = (len(self.en_vocab), len(self.fr_vocab))
+        self.co = sp.csr_matrix((state["co_data"], state["co_indices"], state["co_indptr"]), shape=shape)
+        self.count_en, self.count_fr = np.asarray(state["count_en"]), np.asarray(state["count_fr"])
+        self.n_sentences = int(state["n_sentences"])
+        if self.count_en.shape != (shape[0],) or self.count_fr.shape != (shape[1],):
+            raise InvalidInputError("alignment statistics: word counts do not match the vocabularies")
+        return self
+
+    def _counts(self, words: list[str], vocab: dict[str, int], counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.array([vocab.get(w, -1) for w in words], dtype=np.int64)
+        return ids, np.where(ids >= 0, counts[np.maximum(ids, 0)], 0.0)
+
     def dice(self, pair: SentencePair) -> np.ndarray:
-        """(L, R) Dice coefficients of the pair's words."""
-        e = np.array([self.en_vocab[w.lower()] for w in pair.en])
-        f = np.array([self.fr_vocab[w.lower()] for w in pair.fr])
-        co = self.co[e][:, f].toarray()
-        return 2.0 * co / (self.count_en[e][:, None] + self.count_fr[f][None, :])
+        """(L, R) Dice coefficients of the pair's words (0 for a word outside the statistics)."""
+        e, ce = self._counts([w.lower() for w in pair.en], self.en_vocab, self.count_en)
+        f, cf = self._counts([w.lower() for w in pair.fr], self.fr_vocab, self.count_fr)
+        co = np.zeros((len(e), len(f)))
+        known_e, known_f = np.flatnonzero(e >= 0), np.flatnonzero(f >= 0)
+        co[np.ix_(known_e, known_f)] = self.co[e[known_e]][:, f[known_f]].toarray()
+        total = ce[:, None] + cf[None, :]
+        return np.where(total > 0, 2.0 * co / np.where(total > 0, total, 1.0), 0.0)
 
     def __call__(self, pair: SentencePair) -> np.ndarray:
         """(L, R, F) edge features (see :data:`FEATURE_NAMES`)."""
@@ -239,8 +268,8 @@ class AlignmentFeaturizer:
         num_e = np.array([_is_number(w) for w in en])[:, None]
         num_f = np.array([_is_number(w) for w in fr])[None, :]
         log_n = np.log(1.0 + self.n_sentences)
-        freq_e = np.log1p(self.count_en[[self.en_vocab[w] for w in en]])[:, None] / log_n
-        freq_f = np.log1p(self.count_fr[[self.fr_vocab[w] for w in fr]])[None, :] / log_n
+        freq_e = np.log1p(self._counts(en, self.en_vocab, self.count_en)[1])[:, None] / log_n
+        freq_f = np.log1p(self._counts(fr, self.fr_vocab, self.count_fr)[1])[None, :] / log_n
         diag = np.stack([_shift(D, -1, -1), _shift(D, 1, 1)])
         anti = np.stack([_shift(D, -1, 1), _shift(D, 1, -1)])
         near = np.maximum(0.0, 1.0 - 5.0 * pos)
@@ -383,3 +412,45 @@ def as_potentials(theta_edge: np.ndarray) -> MatchingPotentials:
     """Edge scores as partial-matching potentials with zero unmatched scores (helper for scripts)."""
     L, R = theta_edge.shape
     return MatchingPotentials(theta_edge, np.zeros(L), np.zeros(R))
+
+
+# --------------------------------------------------------------------------- new text (structopt predict)
+def read_parallel(prefix: str | os.PathLike) -> tuple[list[SentencePair], bool]:
+    """Sentence pairs of ``PREFIX.en`` and ``PREFIX.fr`` (one tokenized sentence per line), with the gold
+    links of ``PREFIX.naacl`` when that file exists (``PREFIX`` may also be given as the ``.en`` file).
+
+    Returns
+    -------
+    pairs : list of SentencePair (``part`` is the prefix's name, ``number`` the 1-based line)
+    has_gold : bool
+
+    Raises
+    ------
+    DataNotFoundError, InvalidInputError
+        A missing file, an empty sentence, files of different lengths, a bad ``.naacl`` line (naming file and line).
+    """
+    prefix = Path(prefix)
+    if prefix.suffix == ".en":
+        prefix = prefix.with_suffix("")
+    en_path, fr_path, gold_path = (prefix.with_name(f"{prefix.name}.{ext}") for ext in ("en", "fr", "naacl"))
+    en, fr = _sentences(en_path), _sentences(fr_path)
+    if len(en) != len(fr):
+        raise InvalidInputError(f"{en_path} has {len(en)} sentences but {fr_path} has {len(fr)}")
+    has_gold = gold_path.is_file()
+    sure, possible = _links(gold_path, en, fr) if has_gold else ([set() for _ in en], [set() for _ in en])
+    return [SentencePair(e, f, sure[i], possible[i], prefix.name, i + 1)
+            for i, (e, f) in enumerate(zip(en, fr, strict=True))], has_gold
+
+
+def pair_digest(pair: SentencePair) -> str:
+    """A digest of a pair's text (which held-out pairs a saved model remembers)."""
+    import hashlib
+
+    return hashlib.sha1(("\t".join([" ".join(pair.en), " ".join(pair.fr)])).encode("utf-8")).hexdigest()[:16]
+
+
+def write_naacl(path: str | os.PathLike, pairs: list[SentencePair], predictions: list[np.ndarray]) -> None:
+    """Predicted links in the NAACL format: ``sentence english french`` per line, 1-based (all sure links)."""
+    lines = [f"{p.number} {j + 1} {k + 1}" for p, y in zip(pairs, predictions, strict=True)
+             for j, k in sorted(links(y))]
+    Path(path).write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")

@@ -140,6 +140,72 @@ def read_conll(path: str | os.PathLike, encoding: str = "utf-8") -> Corpus:
     return Corpus(list(columns[0]), pos, list(columns[-1]), lengths, path.name)
 
 
+def read_tokens(path: str | os.PathLike, use_pos: bool,
+                encoding: str = "utf-8") -> tuple[Corpus, list[list[str]], bool]:
+    """Read a CoNLL column file to tag: ``word [POS] [gold tag]`` per line, blank lines between sentences.
+
+    With ``use_pos`` the second column is the POS tag (the model's features use it) and a third
+    column, if every token line has one, is the gold tag; without, a second column is the gold tag.
+    ``-DOCSTART-`` lines are dropped, as by :func:`read_conll`.
+
+    Returns
+    -------
+    corpus : Corpus
+        ``tags`` holds the gold tags, or is empty when the file has none.
+    rows : list of list of str
+        The columns of each token line, in order (to write back with a predicted tag).
+    has_gold : bool
+
+    Raises
+    ------
+    DataNotFoundError
+        No such file.
+    InvalidInputError
+        Naming the file and line: undecodable bytes, a token line with another number of columns
+        than the first one, a number of columns the model cannot read, or no token.
+    """
+    path = Path(path)
+    lines = [line.split() for line in read_text_lines(path, encoding)]
+    numbers = [i for i, r in enumerate(lines) if r and r[0] != _DOCSTART]
+    if not numbers:
+        raise InvalidInputError(f"{path}: no tokens")
+    need = 2 if use_pos else 1
+    first = len(lines[numbers[0]])
+    if first not in (need, need + 1):
+        expected = "word POS [tag]" if use_pos else "word [tag]"
+        raise InvalidInputError(f"{path}, line {numbers[0] + 1}: expected {need} or {need + 1} columns ({expected}: "
+                                f"the model {'uses' if use_pos else 'does not use'} POS features), found {first}")
+    odd = [i for i in numbers if len(lines[i]) != first]
+    if odd:
+        raise InvalidInputError(f"{path}, line {odd[0] + 1}: {len(lines[odd[0]])} columns, but the first token line "
+                                f"(line {numbers[0] + 1}) has {first}")
+    token = np.zeros(len(lines), dtype=bool)
+    token[numbers] = True
+    prev = np.concatenate([[False], token[:-1]])
+    lengths = np.bincount(np.cumsum(token & ~prev)[token] - 1).astype(np.int64)
+    rows = [lines[i] for i in numbers]
+    has_gold = first == need + 1
+    corpus = Corpus([r[0] for r in rows], [r[1] for r in rows] if use_pos else None,
+                    [r[-1] for r in rows] if has_gold else [], lengths, path.name)
+    return corpus, rows, has_gold
+
+
+def write_tagged(path: str | os.PathLike, rows: Sequence[Sequence[str]], lengths: np.ndarray,
+                 predicted: Sequence[str]) -> None:
+    """Write CoNLL columns: each token's input columns and its predicted tag, a blank line after each sentence
+    (with a gold column this is the input of CoNLL's ``conlleval``)."""
+    if len(rows) != len(predicted) or int(np.sum(lengths)) != len(rows):
+        raise InvalidInputError(f"{len(rows)} token lines, {len(predicted)} predicted tags and sentence lengths "
+                                f"summing to {int(np.sum(lengths))} differ")
+    out: list[str] = []
+    start = 0
+    for length in np.asarray(lengths).tolist():
+        out.extend(" ".join([*rows[t], predicted[t]]) for t in range(start, start + length))
+        out.append("")
+        start += length
+    Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
 # --------------------------------------------------------------------------------------------
 # hashed features
 # --------------------------------------------------------------------------------------------
@@ -360,7 +426,8 @@ def _load(corpus_name: str, files: dict[str, Path], n_features: int, window: int
     out["model"] = ChainModel(n_features, len(tags), start_end=False, bias=False)
     out["info"] = {
         "corpus": corpus_name, "files": {s: str(f) for s, f in files.items()},
-        "n_features": int(n_features), "n_train_tags": n_train_tags,
+        "n_features": int(n_features), "window": int(window), "affix_lengths": [int(k) for k in affix_lengths],
+        "n_train_tags": n_train_tags,
         "use_pos": all(c.pos is not None for c in corpora.values()),
         "sizes": {s: (c.n_sentences, c.n_tokens) for s, c in corpora.items()},
         "nnz_per_token": nnz / n_tokens, "read_seconds": t_read,

@@ -129,11 +129,60 @@ def load_image(gray_path: Path, mask_path: Path, size: int = DEFAULT_SIZE) -> tu
     if image.shape != mask.shape:
         raise InvalidInputError(f"{gray_path}: image is {image.shape[1]}x{image.shape[0]} pixels but its mask "
                                 f"{mask_path} is {mask.shape[1]}x{mask.shape[0]}")
+    feats = _raw_features(image, size)
+    small_mask = _downscale(mask.astype(np.float64), feats.shape[:2]) > 0.5
+    return feats, small_mask.astype(np.int64), feats[..., 1]  # gauss1 as the smoothed small image
+
+
+def _raw_features(image: np.ndarray, size: int) -> np.ndarray:
+    """(H, W, F-1) raw pixel features of a grey image in [0, 1] on its ``size`` grid (no bias, not standardised)."""
     H, W = _grid_shape(*image.shape, size)
     feats = _block_mean(_filter_bank(_downscale(image, (2 * H, 2 * W))))
-    small_mask = _downscale(mask.astype(np.float64), (H, W)) > 0.5
-    feats = np.concatenate([feats, _position(H, W)], axis=-1)
-    return feats, small_mask.astype(np.int64), feats[..., 1]  # gauss1 as the smoothed small image
+    return np.concatenate([feats, _position(H, W)], axis=-1)
+
+
+def grid_input(feats: np.ndarray, small: np.ndarray, mean: np.ndarray, std: np.ndarray,
+               edge_features: tuple[str, ...]) -> GridInput:
+    """The model input of one image: bias and standardised raw features, edge features, all per pixel."""
+    hor, ver = _edge_features(small, tuple(edge_features))
+    pixels = np.concatenate([np.ones((*feats.shape[:2], 1)), (feats - mean) / std], axis=-1)
+    n_pixels = feats.shape[0] * feats.shape[1]
+    return GridInput(pixels / n_pixels, hor / n_pixels, ver / n_pixels)
+
+
+def image_input(gray_path: Path, preprocessing: dict[str, Any]) -> tuple[GridInput, tuple[int, int]]:
+    """The model input of a new grey image with a trained model's preprocessing (``size``,
+    ``edge_features``, the training ``mean`` and ``std``), and the image's own (height, width).
+
+    Raises
+    ------
+    DataNotFoundError, InvalidInputError
+        The image is missing or cannot be decoded (naming the file).
+    """
+    image = read_image(gray_path, "L").astype(np.float64) / 255.0
+    feats = _raw_features(image, int(preprocessing["size"]))
+    x = grid_input(feats, feats[..., 1], preprocessing["mean"], preprocessing["std"],
+                   tuple(preprocessing["edge_features"]))
+    return x, image.shape
+
+
+def gold_mask(mask_path: Path, grid: tuple[int, int], image_shape: tuple[int, int]) -> np.ndarray:
+    """A figure-ground mask (> 127) on the model's grid, as training reads it; its size must be the image's."""
+    mask = read_image(mask_path, "L") > 127
+    if mask.shape != tuple(image_shape):
+        raise InvalidInputError(f"{mask_path}: mask is {mask.shape[1]}x{mask.shape[0]} pixels but its image is "
+                                f"{image_shape[1]}x{image_shape[0]}")
+    return (_downscale(mask.astype(np.float64), grid) > 0.5).astype(np.int64)
+
+
+def write_mask(path: Path, mask: np.ndarray, image_shape: tuple[int, int]) -> None:
+    """A predicted grid mask as a PNG at the image's own size (nearest neighbour; 255 = foreground)."""
+    from PIL import Image
+
+    rows = (np.arange(image_shape[0]) * mask.shape[0]) // image_shape[0]
+    cols = (np.arange(image_shape[1]) * mask.shape[1]) // image_shape[1]
+    full = (np.asarray(mask)[rows][:, cols] > 0).astype(np.uint8) * 255
+    Image.fromarray(full, mode="L").save(path, format="PNG")
 
 
 def paired_names(root: Path) -> list[str]:
@@ -200,21 +249,16 @@ def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE,
         names = names[: int(max_images)]
     if int(size) < 2:
         raise InvalidInputError(f"size must be >= 2 pixels, got {size}")
-    raw, masks, edges = [], [], []
+    raw, masks = [], []
     for name in names:
-        feats, mask, small = load_image(root / "gray" / name, root / "figure_ground" / name, int(size))
+        feats, mask, _ = load_image(root / "gray" / name, root / "figure_ground" / name, int(size))
         raw.append(feats)
         masks.append(mask)
-        edges.append(_edge_features(small, edge_features))
     is_test = np.arange(len(names)) % 3 == 2
     train_pixels = np.concatenate([raw[i].reshape(-1, raw[i].shape[-1]) for i in np.flatnonzero(~is_test)])
     mean, std = train_pixels.mean(axis=0), train_pixels.std(axis=0)
     std[std == 0] = 1.0
-    X = []
-    for feats, (hor, ver) in zip(raw, edges):
-        pixels = np.concatenate([np.ones((*feats.shape[:2], 1)), (feats - mean) / std], axis=-1)
-        n_pixels = feats.shape[0] * feats.shape[1]
-        X.append(GridInput(pixels / n_pixels, hor / n_pixels, ver / n_pixels))
+    X = [grid_input(feats, feats[..., 1], mean, std, edge_features) for feats in raw]
     F = X[0].pixels.shape[-1]
 
     def pick(mask: np.ndarray) -> dict[str, list]:
@@ -226,6 +270,7 @@ def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE,
             "unary_model": GridModel(F, len(edge_features), pairwise=False),
             "info": {"root": str(root), "size": int(size), "n_images": len(names),
                      "feature_names": list(FEATURE_NAMES), "edge_feature_names": list(edge_features),
+                     "mean": mean, "std": std,
                      "split": "sorted by name; every third image (index % 3 == 2) is a test image"}}
 
 

@@ -75,7 +75,7 @@ SOURCES = {
 }
 REQUIRED = {"horses": ("gray", "figure_ground"), "raccoon": ("images", "annotations")}
 N_TRAIN = {"horses": 200, "raccoon": 120}
-_CACHE_VERSION = 4
+_CACHE_VERSION = 5  # 5: the codebooks are cached too (saved models keep them)
 
 Box = tuple[int, int, int, int]
 
@@ -317,6 +317,29 @@ def _items(dataset: str, root: Path) -> tuple[list[Item], int]:
     return (_horse_items(root), 0) if dataset == "horses" else _raccoon_items(root)
 
 
+def _image_descriptors(path: Path, image_size: int, cell_size: int) -> dict[str, Any]:
+    """Everything of one image the codebooks quantise: HOG (cell and coarse scale) and Lab pixels, with its grid."""
+    image = load_image(path, image_size)
+    grid = _bow.grid_shape(image.shape, cell_size)
+    desc, cells = _bow.descriptors(image, cell_size)
+    desc2, cells2 = _bow.coarse_descriptors(image, cell_size)
+    lab = _bow.lab_pixels(load_image(path, image_size, colour=True), cell_size).reshape(-1, 3)
+    return {"image": image, "grid": grid, "desc": desc, "cells": cells, "desc2": desc2, "cells2": cells2, "lab": lab}
+
+
+def _image_counts(d: dict[str, Any], codebooks: dict[str, np.ndarray], cell_size: int) -> dict[str, np.ndarray]:
+    """Per-cell word counts of one image (:func:`_image_descriptors`), float32 as the cache stores them."""
+    codebook, codebook2, colours = codebooks["codebook"], codebooks["codebook2"], codebooks["colour_codebook"]
+    n_words, n_colours, grid = len(codebook), len(colours), d["grid"]
+    H, W = grid
+    return {"counts": _bow.cell_histograms(_bow.assign(d["desc"], codebook), d["cells"], grid, n_words)
+            .reshape(-1, n_words).astype(np.float32),
+            "counts2": _bow.spread_histograms(_bow.assign(d["desc2"], codebook2), d["cells2"], grid, n_words)
+            .reshape(-1, n_words).astype(np.float32),
+            "colours": _bow.colour_histograms(d["lab"].reshape(H * cell_size, W * cell_size, 3), colours, cell_size)
+            .reshape(-1, n_colours).astype(np.float32)}
+
+
 def _compute(dataset: str, root: Path, image_size: int, cell_size: int, n_words: int, n_colours: int,
              random_state: int) -> dict[str, Any]:
     items, dropped = _items(dataset, root)
@@ -324,38 +347,24 @@ def _compute(dataset: str, root: Path, image_size: int, cell_size: int, n_words:
     if len(items) <= n_train:
         raise InvalidInputError(f"{dataset}: found {len(items)} usable images in {root}, expected more than {n_train}")
     rng = np.random.default_rng(random_state)
-    grids, boxes, descs, where, descs2, where2, labs, samples = [], [], [], [], [], [], [], []
+    described, boxes, samples = [], [], []
     for _name, path, pixel_box in items:
         original = _read_grey(path).shape
-        image = load_image(path, image_size)
-        box = rescale_box(pixel_box, original, image.shape)
-        grid = _bow.grid_shape(image.shape, cell_size)
-        desc, cells = _bow.descriptors(image, cell_size)
-        desc2, cells2 = _bow.coarse_descriptors(image, cell_size)
-        lab = _bow.lab_pixels(load_image(path, image_size, colour=True), cell_size).reshape(-1, 3)
-        grids.append(grid)
-        boxes.append(cell_box(box, grid, cell_size))
-        descs.append(desc)
-        where.append(cells)
-        descs2.append(desc2)
-        where2.append(cells2)
-        labs.append(lab)
+        d = _image_descriptors(path, image_size, cell_size)
+        box = rescale_box(pixel_box, original, d["image"].shape)
+        boxes.append(cell_box(box, d["grid"], cell_size))
+        described.append(d)
+        lab = d["lab"]
         samples.append(lab[rng.choice(len(lab), min(len(lab), 500), replace=False)])
-    codebook = _bow.fit_codebook(descs[:n_train], n_words, random_state)
-    codebook2 = _bow.fit_codebook(descs2[:n_train], n_words, random_state)
-    colours = _bow.fit_codebook(samples[:n_train], n_colours, random_state)
-    counts, counts2, colour_counts = [], [], []
-    for desc, cells, desc2, cells2, lab, grid in zip(descs, where, descs2, where2, labs, grids, strict=True):
-        counts.append(_bow.cell_histograms(_bow.assign(desc, codebook), cells, grid, n_words).reshape(-1, n_words))
-        counts2.append(_bow.spread_histograms(_bow.assign(desc2, codebook2), cells2, grid, n_words)
-                       .reshape(-1, n_words))
-        H, W = grid
-        colour_counts.append(_bow.colour_histograms(lab.reshape(H * cell_size, W * cell_size, 3), colours, cell_size)
-                             .reshape(-1, n_colours))
-    return {"counts": np.concatenate(counts).astype(np.float32), "counts2": np.concatenate(counts2).astype(np.float32),
-            "colours": np.concatenate(colour_counts).astype(np.float32), "grids": np.array(grids, dtype=np.int64),
+        del d["image"]
+    codebooks = {"codebook": _bow.fit_codebook([d["desc"] for d in described[:n_train]], n_words, random_state),
+                 "codebook2": _bow.fit_codebook([d["desc2"] for d in described[:n_train]], n_words, random_state),
+                 "colour_codebook": _bow.fit_codebook(samples[:n_train], n_colours, random_state)}
+    counts = [_image_counts(d, codebooks, cell_size) for d in described]
+    return {**{key: np.concatenate([c[key] for c in counts]) for key in ("counts", "counts2", "colours")},
+            "grids": np.array([d["grid"] for d in described], dtype=np.int64),
             "boxes": np.array(boxes, dtype=np.int64), "names": np.array([name for name, _, _ in items]),
-            "n_dropped": np.int64(dropped)}
+            "n_dropped": np.int64(dropped), **codebooks}
 
 
 def _normalised(counts: np.ndarray) -> np.ndarray:
@@ -418,7 +427,7 @@ def _with_map(x: np.ndarray, score: np.ndarray) -> np.ndarray:
 
 
 def foreground_features(train_X: Sequence[np.ndarray], train_y: Sequence[Box], other_X: Sequence[np.ndarray],
-                        n_folds: int = 3, C: float = 1.0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                        n_folds: int = 3, C: float = 1.0, return_classifier: bool = False) -> tuple:
     """Prepend a stacked per-cell foreground score to cell features.
 
     A logistic regression (``C``) of "cell inside the gold box" on the cells of ``train_X`` scores
@@ -429,6 +438,7 @@ def foreground_features(train_X: Sequence[np.ndarray], train_y: Sequence[Box], o
     Returns
     -------
     train, other : lists of (H, W, F + 1) arrays
+    (coef, intercept) : the fit on all training images, when ``return_classifier``
     """
     from sklearn.linear_model import LogisticRegression
 
@@ -448,7 +458,59 @@ def foreground_features(train_X: Sequence[np.ndarray], train_y: Sequence[Box], o
         for i in np.flatnonzero(fold == f):
             train_out[i] = _with_map(train_X[i], _foreground_map(classifier, train_X[i]))
     classifier = fit(range(len(train_X)))
+    if return_classifier:
+        return train_out, [_with_map(x, _foreground_map(classifier, x)) for x in other_X], \
+            (classifier.coef_.copy(), classifier.intercept_.copy())
     return train_out, [_with_map(x, _foreground_map(classifier, x)) for x in other_X]
+
+
+class _LinearScore:
+    """A fitted logistic regression's decision function from its saved coefficients (what sklearn computes)."""
+
+    def __init__(self, coef: np.ndarray, intercept: np.ndarray):
+        self.coef, self.intercept = np.asarray(coef, dtype=np.float64), np.asarray(intercept, dtype=np.float64)
+
+    def decision_function(self, rows: np.ndarray) -> np.ndarray:
+        return (rows @ self.coef.T + self.intercept).reshape(-1)
+
+
+#: the feature options a localization model's preprocessing records (with the codebooks and the foreground fit)
+FEATURE_OPTIONS = ("dataset", "image_size", "cell_size", "context", "colour_context", "position_bins", "foreground")
+
+
+def image_cells(path: Path, preprocessing: dict[str, Any]) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
+    """Cell features of a new image with a trained model's preprocessing (options, codebooks, foreground fit).
+
+    Returns
+    -------
+    x : (H, W, F) float64 cell features, as :func:`load_boxes` computes them for its test images
+    original : (height, width) of the image file
+    rescaled : (height, width) of the image after rescaling to ``image_size``
+
+    Raises
+    ------
+    DataNotFoundError, InvalidInputError
+        The image is missing or cannot be decoded (naming the file).
+    """
+    p = preprocessing
+    cell_size = int(p["cell_size"])
+    original = _read_grey(path).shape
+    d = _image_descriptors(path, int(p["image_size"]), cell_size)
+    H, W = d["grid"]
+    counts = _image_counts(d, p, cell_size)
+    x = _cell_features(*(counts[key].astype(np.float64).reshape(H, W, -1) for key in ("counts", "counts2", "colours")),
+                       int(p["position_bins"]), int(p["context"]), int(p["colour_context"]))
+    if p["foreground"]:
+        x = _with_map(x, _foreground_map(_LinearScore(p["foreground_coef"], p["foreground_intercept"]), x))
+    return x, original, d["image"].shape[:2]
+
+
+def pixel_box(box: Box, cell_size: int, original: tuple[int, int], rescaled: tuple[int, int]) -> Box:
+    """A box in cells as a half-open 0-based pixel box ``(top, left, bottom, right)`` of the original image."""
+    t, l, b, r = box
+    (h, w), (sh, sw) = original, rescaled
+    return (round(t * cell_size * h / sh), round(l * cell_size * w / sw),
+            min(h, round(b * cell_size * h / sh)), min(w, round(r * cell_size * w / sw)))
 
 
 def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *, image_size: int = 192,
@@ -543,14 +605,20 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
     y = [tuple(int(v) for v in box) for box in data["boxes"]]
     n_train = N_TRAIN[dataset]
     train_X, test_X = X[:n_train], X[n_train:]
+    preprocessing = {"dataset": dataset, "image_size": int(image_size), "cell_size": int(cell_size),
+                     "context": int(context), "colour_context": int(colour_context),
+                     "position_bins": int(position_bins), "foreground": bool(foreground),
+                     **{key: data[key] for key in ("codebook", "codebook2", "colour_codebook")}}
     if foreground:
-        train_X, test_X = foreground_features(train_X, y[:n_train], test_X)
+        train_X, test_X, (coef, intercept) = foreground_features(train_X, y[:n_train], test_X, return_classifier=True)
+        preprocessing.update(foreground_coef=coef, foreground_intercept=intercept)
     names = [str(name) for name in data["names"]]
     info = {"dataset": dataset, "path": str(root), "cell_size": int(cell_size), "image_size": int(image_size),
             "n_words": n_words, "n_colours": n_colours, "context": int(context),
             "colour_context": int(colour_context), "position_bins": int(position_bins),
             "foreground": bool(foreground), "train_names": names[:n_train], "test_names": names[n_train:],
-            "n_dropped": int(data["n_dropped"]), "cache_file": str(file) if cache else None}
+            "n_dropped": int(data["n_dropped"]), "cache_file": str(file) if cache else None,
+            "preprocessing": preprocessing}
     return {"train": {"X": train_X, "y": y[:n_train]}, "test": {"X": test_X, "y": y[n_train:]},
             "model": BoxModel(train_X[0].shape[2]), "info": info}
 

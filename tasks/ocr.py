@@ -141,3 +141,44 @@ def letter_error(y_true: list[np.ndarray], y_pred: list[np.ndarray]) -> float:
     wrong = sum(int(np.count_nonzero(np.asarray(a) != np.asarray(b))) for a, b in zip(y_true, y_pred, strict=True))
     total = sum(len(a) for a in y_true)
     return wrong / total
+
+
+def write_ocr(path: str | os.PathLike, X: list[np.ndarray], y: list[np.ndarray],
+              folds: np.ndarray | None = None) -> None:
+    """Write words in the embedded format :func:`load_ocr` reads (e.g. one split, as ``structopt predict`` input).
+
+    Parameters
+    ----------
+    path : path
+        The ``.npz`` to write.
+    X : list of (T, 128) arrays of 0/1 pixels
+    y : list of (T,) labels 0-25
+    folds : int array, optional
+        One fold per word (default 0).
+
+    Raises
+    ------
+    InvalidInputError
+        Naming the word: pixels that are not 0/1 or not 128 per letter, labels out of range, or
+        lengths of X and y that differ.
+    """
+    if len(X) != len(y) or not X:
+        raise InvalidInputError(f"write_ocr needs as many label arrays as words (at least one), got {len(X)} "
+                                f"and {len(y)}")
+    for i, (x, labels) in enumerate(zip(X, y, strict=True)):
+        x, labels = np.asarray(x), np.asarray(labels)
+        if x.ndim != 2 or x.shape[1] != N_PIXELS or len(x) != len(labels) or not np.isin(x, (0, 1)).all():
+            raise InvalidInputError(f"write_ocr: word {i} must be ({len(labels)}, {N_PIXELS}) 0/1 pixels, "
+                                    f"got {x.shape}")
+        if labels.size and (labels.min() < 0 or labels.max() >= len(LETTERS)):
+            raise InvalidInputError(f"write_ocr: word {i} has a label outside 0..{len(LETTERS) - 1}")
+    pixels = np.packbits(np.concatenate(X).astype(np.uint8), axis=1)
+    folds = np.zeros(len(X), dtype=np.int64) if folds is None else np.asarray(folds, dtype=np.int64)
+    np.savez_compressed(path, pixels=pixels, labels=np.concatenate(y).astype(np.uint8),
+                        lengths=np.array([len(labels) for labels in y], dtype=np.int64), folds=folds)
+
+
+def words(y: list[np.ndarray]) -> list[str]:
+    """Each word's labels as letters (``[0, 1]`` -> ``"ab"``)."""
+    table = np.array(LETTERS)
+    return ["".join(table[np.asarray(labels, dtype=np.int64)]) for labels in y]

@@ -243,37 +243,57 @@ def test_disk_full_at_the_end_keeps_the_results_on_screen(tmp_path, capsys, monk
 
 
 # --------------------------------------------------------------------------- the convergence plot
-def _plotted(fig) -> tuple[list[np.ndarray], str]:
-    ax = fig.axes[0]
-    return [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()], ax.get_ylabel()
+def _lines(ax) -> dict[str, np.ndarray]:
+    return {line.get_label(): np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()}
 
 
-def test_plot_without_dual_leaves_out_the_best_point():
-    import matplotlib.pyplot as plt
+def _ylabel_inside(fig) -> bool:
+    """Whether every axis's y label lies inside the saved figure (not cut at its left edge)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    trace = [{"passes": p, "primal": 2.0 - p / 10} for p in range(5)]
+    FigureCanvasAgg(fig).draw()  # the layout engine runs at draw time
+    return all(ax.yaxis.label.get_window_extent().x0 >= 0 for ax in fig.axes)
+
+
+def test_plot_without_dual_draws_the_primal_and_marks_its_best_point():
+    trace = [{"passes": p, "primal": 2.0 - p / 10} for p in range(1, 5)] + [{"passes": 5, "primal": 1.7}]
     fig = cli._convergence_figure(trace, "no dual")
-    (values,), label = _plotted(fig)
-    plt.close(fig)
-    np.testing.assert_allclose(values, [0.4, 0.3, 0.2, 0.1])  # the minimum itself is not drawn at a floor
-    assert label == "primal − min primal (log)"
+    assert len(fig.axes) == 1  # no gap panel without a gap
+    lines = _lines(fig.axes[0])
+    np.testing.assert_allclose(lines["primal objective"], [1.9, 1.8, 1.7, 1.6, 1.7])  # every point, the best too
+    (best,) = [values for label, values in lines.items() if label.startswith("best primal")]
+    assert best.tolist() == [1.6]
+    assert fig.axes[0].get_yscale() == "linear" and _ylabel_inside(fig)
+
+
+def test_plot_of_one_evaluation_is_a_visible_point():
     fig = cli._convergence_figure([{"passes": 1.0, "primal": 0.7}], "one record")
-    (values,), label = _plotted(fig)
-    plt.close(fig)
-    assert values.tolist() == [0.7] and label == "primal objective"
+    ax = fig.axes[0]
+    assert _lines(ax)["primal objective"].tolist() == [0.7]
+    low, high = ax.get_xlim()
+    assert low < 1.0 < high and high - low >= 1.0  # not squeezed onto the frame
 
 
-def test_plot_with_dual_shows_suboptimality_and_gap():
-    import matplotlib.pyplot as plt
-
+def test_plot_with_dual_shows_primal_dual_and_gap_panel():
     trace = [{"passes": p, "primal": 1.0 + 2.0 ** -p, "dual": 1.0 - 2.0 ** -p, "gap": 2.0 ** (1 - p)}
              for p in range(4)]
     trace.append({"passes": 4, "primal": 1.0, "dual": 1.0, "gap": 0.0})
     fig = cli._convergence_figure(trace, "with dual")
-    curves, label = _plotted(fig)
-    plt.close(fig)
-    assert len(curves) == 2 and all(np.all(c > 0) and c.size == 4 for c in curves)
-    assert label == "primal − best dual, duality gap (log)"
+    top, bottom = fig.axes
+    lines = _lines(top)
+    assert lines["primal objective"].size == 5 and lines["dual objective"].size == 5
+    gap = _lines(bottom)
+    assert gap["duality gap"].size == 4 and np.all(gap["duality gap"] > 0)  # 0 cannot sit on a log axis...
+    assert any(label.startswith("gap 0 at 1 evaluation") for label in gap)  # ...and the legend says so
+    assert bottom.get_yscale() == "log" and _ylabel_inside(fig)
+
+
+def test_plot_keeps_wide_tick_labels_and_long_runs_readable():
+    trace = [{"passes": p / 10, "primal": 123456.789 + 1e-3 * np.cos(p)} for p in range(1, 2001)]
+    fig = cli._convergence_figure(trace, "long run with wide ticks")
+    (line,) = [line for line in fig.axes[0].get_lines() if line.get_label() == "primal objective"]
+    assert line.get_marker() in ("None", "", None)  # 2,000 markers would be a blur
+    assert _ylabel_inside(fig)
 
 
 # --------------------------------------------------------------------------- Ctrl-C

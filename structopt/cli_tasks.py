@@ -1,0 +1,427 @@
+"""The built-in tasks of ``structopt train`` and ``structopt predict``: one declared object per task.
+
+A task is a :class:`TaskSpec`: it builds the training :class:`Task` from the command line (the
+problem, the held-out evaluation and the preprocessing a saved model keeps), reads the inputs
+``structopt predict`` is given, writes predictions in the task's own format and scores them when
+the input carries gold outputs. :data:`TASKS` maps each task name to its spec; adding a task is
+one subclass and one entry there (the parser's choices, ``train`` and ``predict`` read it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from structopt.errors import DataNotFoundError, InvalidInputError
+
+#: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization,
+#: the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py --select``)
+DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001,
+               "localization horses": 0.1, "localization raccoon": 0.001}
+
+#: localization's dataset when ``--dataset`` is not given
+DEFAULT_DATASET = "horses"
+
+
+def _task_key(args: argparse.Namespace) -> str:
+    """The task and, for localization, its dataset: the key of :data:`DEFAULT_LAM`."""
+    return f"localization {args.dataset or DEFAULT_DATASET}" if args.task == "localization" else args.task
+
+
+def _lam(args: argparse.Namespace, n: int, task: str) -> float:
+    """``--lam``, where 0 means 1/n for the n training examples used and no value the task's default."""
+    if args.lam is None:
+        return DEFAULT_LAM[task]
+    return args.lam if args.lam > 0 else 1.0 / n
+
+
+class Task(NamedTuple):
+    """A built-in training task: its problem, a held-out evaluation, a description, and what a saved
+    model must keep to read new inputs (``preprocessing``, see each task's :class:`TaskSpec`)."""
+
+    problem: Any
+    evaluate: Callable[[np.ndarray], dict[str, float]]
+    description: str
+    preprocessing: dict[str, Any] | None = None
+
+
+@dataclass
+class Inputs:
+    """What ``structopt predict`` read: model inputs, gold outputs if the input has them, and the
+    task's own bookkeeping for writing (names, token lines, image sizes, ...)."""
+
+    X: list[Any]
+    gold: list[Any] | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TaskSpec:
+    """One built-in task. Subclasses set the class attributes and implement the four methods.
+
+    Attributes
+    ----------
+    name : str
+        The ``structopt train`` / ``predict`` task name.
+    input_help, output_help : str
+        What ``structopt predict`` reads as INPUT and writes to ``--out`` (shown in its help).
+    default_output : str
+        The ``--out`` name used when none is given.
+    output_is_folder : bool
+        ``--out`` is a folder (one file per input) rather than one file.
+    """
+
+    name = ""
+    input_help = ""
+    output_help = ""
+    default_output = ""
+    output_is_folder = False
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        """Build the training task from the parsed ``structopt train`` arguments."""
+        raise NotImplementedError
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        """Read ``structopt predict``'s INPUT with a saved model's preprocessing."""
+        raise NotImplementedError
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        """Write the predictions to ``out`` in the task's format."""
+        raise NotImplementedError
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        """The task's metrics against ``inputs.gold`` (named as ``structopt train`` names them)."""
+        raise NotImplementedError
+
+
+def _problem(model: Any, X: list, Y: list, loss: Any, args: argparse.Namespace, key: str) -> Any:
+    from structopt.problem import SSVMProblem
+
+    X, Y = X[: args.n_train], Y[: args.n_train]
+    return SSVMProblem(model, X, Y, loss, _lam(args, len(X), key))
+
+
+# --------------------------------------------------------------------------- ocr
+class OCRTask(TaskSpec):
+    """Handwritten words (chain). Preprocessing: the letters and the split; INPUT: an OCR ``.npz``."""
+
+    name = "ocr"
+    input_help = ("ocr: an .npz in the embedded letters format (pixels, labels, lengths, folds; e.g. one split "
+                  "written by structopt.tasks.ocr.write_ocr); its labels are the gold for the printed letter error")
+    output_help = "ocr: a text file, one word per line: the predicted letters, a tab, the gold letters"
+    default_output = "predictions.txt"
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.tasks.ocr import LETTERS, letter_error, load_ocr, paper_model_and_loss, split
+
+        if args.data is not None and not Path(args.data).is_file():
+            raise DataNotFoundError(f"OCR data not found: --data {args.data} is no file (OCR reads a letters.npz; "
+                                    "without --data it uses the copy shipped with structopt)")
+        name = args.split or "bcfw"
+        train, test = split(load_ocr(args.data), name)
+        model, loss = paper_model_and_loss()
+        problem = _problem(model, train["X"], train["y"], loss, args, "ocr")
+        return Task(problem, lambda w: {"test_letter_error": letter_error(test["y"], problem.predict(test["X"], w))},
+                    f"OCR ({name} split)", {"letters": LETTERS, "split": name})
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.ocr import load_ocr
+
+        data = load_ocr(path)
+        return Inputs(data["X"], data["y"])
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        from structopt.tasks.ocr import words
+
+        lines = [f"{p}\t{g}" for p, g in zip(words(predictions), words(inputs.gold), strict=True)]
+        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        from structopt.tasks.ocr import letter_error
+
+        return {"test_letter_error": letter_error(inputs.gold, predictions)}
+
+
+# --------------------------------------------------------------------------- conll
+class CoNLLTask(TaskSpec):
+    """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names."""
+
+    name = "conll"
+    input_help = ("conll: a CoNLL column file, 'word POS' per line (the model uses POS features), optionally a "
+                  "gold tag column last, blank lines between sentences")
+    output_help = "conll: the input columns and a predicted tag column (conlleval's input when the gold is there)"
+    default_output = "predictions.conll"
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.losses import Hamming
+        from structopt.tasks.conll import chunk_f1, load_conll2000
+
+        data = load_conll2000(args.data)
+        train, test, info = data["train"], data["test"], data["info"]
+        problem = _problem(data["model"], train["X"], train["y"], Hamming(), args, "conll")
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            return {"test_chunk_f1": chunk_f1(test["y"], problem.predict(test["X"], w), data["tags"])["f1"]}
+
+        preprocessing = {"tags": list(data["tags"]), "n_features": info["n_features"], "window": info["window"],
+                         "affix_lengths": info["affix_lengths"], "use_pos": info["use_pos"]}
+        return Task(problem, evaluate, "CoNLL-2000 chunking", preprocessing)
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.conll import featurize, read_tokens
+
+        p = saved.preprocessing
+        corpus, rows, has_gold = read_tokens(path, bool(p["use_pos"]))
+        (X,) = featurize([corpus], p["n_features"], p["window"], p["affix_lengths"], p["use_pos"])
+        gold = None
+        if has_gold:
+            bounds = np.cumsum(corpus.lengths)[:-1]
+            gold = [list(s) for s in np.split(np.array(corpus.tags, dtype=object), bounds)]
+        return Inputs(X, gold, {"rows": rows, "lengths": corpus.lengths})
+
+    def _tags(self, saved: Any, predictions: list[Any]) -> list[list[str]]:
+        tags = np.array(saved.preprocessing["tags"], dtype=object)
+        return [list(tags[np.asarray(y, dtype=np.int64)]) for y in predictions]
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        from structopt.tasks.conll import write_tagged
+
+        flat = [tag for sentence in self._tags(saved, predictions) for tag in sentence]
+        write_tagged(out, inputs.extra["rows"], inputs.extra["lengths"], flat)
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        from structopt.tasks.conll import chunk_f1
+
+        return {"test_chunk_f1": chunk_f1(inputs.gold, self._tags(saved, predictions))["f1"]}
+
+
+# --------------------------------------------------------------------------- alignment
+class AlignmentTask(TaskSpec):
+    """Hansards word alignment (bipartite matching). Preprocessing: the Dice statistics of the training
+    corpus and digests of the held-out pairs (so that ``predict`` reports the held-out AER)."""
+
+    name = "alignment"
+    input_help = ("alignment: a prefix PREFIX of PREFIX.en and PREFIX.fr (one tokenized sentence per line, e.g. "
+                  "hansards/test.en-fr), with the gold PREFIX.naacl if it exists")
+    output_help = "alignment: predicted links in the NAACL format, 'sentence english french' per line, 1-based"
+    default_output = "predictions.naacl"
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.losses import MatchingHamming
+        from structopt.models.matching import MatchingModel
+        from structopt.tasks.alignment import load_alignment, pair_digest
+
+        task = load_alignment(args.data)
+        model = MatchingModel(task.n_features, allow_unmatched=True)
+        problem = _problem(model, task.X_train, task.Y_train, MatchingHamming(1.0, 3.0), args, "alignment")
+        preprocessing = {"statistics": task.featurizer.state(),
+                         "heldout": [pair_digest(p) for p in task.test_pairs]}
+        return Task(problem, lambda w: {"heldout_aer": task.evaluate(problem.predict(task.X_test, w))},
+                    "Hansards word alignment", preprocessing)
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.alignment import AlignmentFeaturizer, read_parallel
+
+        pairs, has_gold = read_parallel(path)
+        featurizer = AlignmentFeaturizer.from_state(saved.preprocessing["statistics"])
+        return Inputs([featurizer(p) for p in pairs], pairs if has_gold else None, {"pairs": pairs})
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        from structopt.tasks.alignment import write_naacl
+
+        write_naacl(out, inputs.extra["pairs"], predictions)
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        from structopt.tasks.alignment import aer, links, pair_digest
+
+        heldout = set(saved.preprocessing.get("heldout", []))
+        found = [(links(y), p) for y, p in zip(predictions, inputs.gold, strict=True)]
+        kept = [(a, p) for a, p in found if pair_digest(p) in heldout]
+        out = {"aer": aer([a for a, _ in found], [p for _, p in found])}
+        if kept:  # the pairs held out when the model was trained: train's heldout_aer
+            out["heldout_aer"] = aer([a for a, _ in kept], [p for _, p in kept])
+            out["heldout_pairs"] = float(len(kept))
+        return out
+
+
+# --------------------------------------------------------------------------- horses
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
+
+
+def _images(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise DataNotFoundError(f"{folder}: no such folder of images")
+    found = sorted(p for p in folder.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES and p.is_file())
+    if not found:
+        raise InvalidInputError(f"{folder}: no image ({', '.join(_IMAGE_SUFFIXES)}) in it")
+    return found
+
+
+class HorsesTask(TaskSpec):
+    """Weizmann horses segmentation (binary grid). Preprocessing: the grid size, the edge features and
+    the training pixels' mean and deviation."""
+
+    name = "horses"
+    input_help = ("horses: a folder of grey images, or a folder with gray/ and figure_ground/ (masks of the "
+                  "same names, the gold)")
+    output_help = "horses: a folder of PNG masks (255 = horse) at each image's own size, named after the images"
+    default_output = "masks"
+    output_is_folder = True
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.losses import Hamming
+        from structopt.tasks.horses import load_horses, segmentation_scores
+
+        data = load_horses(args.data)
+        train, test, info = data["train"], data["test"], data["info"]
+        problem = _problem(data["model"], train["X"], train["y"], Hamming(normalize=True), args, "horses")
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            from structopt.cli_plots import plot_masks
+
+            pred = problem.predict(test["X"], w)
+            plot_masks(test["X"], test["y"], pred, Path(args.out or "runs/horses") / "test_masks.png")
+            return {f"test_{name}": value for name, value in segmentation_scores(test["y"], pred).items()}
+
+        preprocessing = {"size": info["size"], "edge_features": info["edge_feature_names"], "mean": info["mean"],
+                         "std": info["std"]}
+        return Task(problem, evaluate, "Weizmann horses segmentation", preprocessing)
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.horses import gold_mask, image_input
+
+        gray = path / "gray"
+        folder = gray if gray.is_dir() else path
+        masks = path / "figure_ground" if gray.is_dir() and (path / "figure_ground").is_dir() else None
+        X, shapes, gold = [], [], []
+        files = _images(folder)
+        for file in files:
+            x, shape = image_input(file, saved.preprocessing)
+            X.append(x)
+            shapes.append(shape)
+            if masks is not None:
+                gold.append(gold_mask(masks / file.name, x.pixels.shape[:2], shape))
+        return Inputs(X, gold if masks is not None else None, {"files": files, "shapes": shapes})
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        from structopt.tasks.horses import write_mask
+
+        out.mkdir(parents=True, exist_ok=True)
+        for file, shape, mask in zip(inputs.extra["files"], inputs.extra["shapes"], predictions, strict=True):
+            write_mask(out / f"{file.stem}.png", mask, shape)
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        from structopt.tasks.horses import segmentation_scores
+
+        return {f"test_{name}": value for name, value in segmentation_scores(inputs.gold, predictions).items()}
+
+
+# --------------------------------------------------------------------------- localization
+class LocalizationTask(TaskSpec):
+    """Bounding-box localization (horses or raccoon). Preprocessing: the feature options, the three
+    codebooks and the per-cell foreground classifier's coefficients."""
+
+    name = "localization"
+    input_help = ("localization: a folder of images, or a dataset folder (gray/ + figure_ground/ masks, or "
+                  "images/ + VOC annotations/) whose boxes are the gold")
+    output_help = ("localization: a CSV, one row per image: name, the box in cells (top, left, bottom, right) and "
+                   "in the image's pixels (y0, x0, y1, x1, half-open, 0-based)")
+    default_output = "boxes.csv"
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.losses import BoxLoss
+        from structopt.tasks.localization import (
+            detection_rate,
+            image_path,
+            load_boxes,
+            load_image,
+            mean_box_prior,
+            mean_iou,
+        )
+
+        dataset = args.dataset or DEFAULT_DATASET
+        data = load_boxes(args.data, dataset=dataset)
+        train, test, info = data["train"], data["test"], data["info"]
+        problem = _problem(data["model"], train["X"], train["y"], BoxLoss(), args, _task_key(args))
+        X, Y = problem.X, problem.Y
+        prior = mean_box_prior(Y, [x.shape[:2] for x in X], [x.shape[:2] for x in test["X"]])
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            from structopt.cli_plots import plot_boxes
+
+            predicted = problem.predict(test["X"], w)
+            shown = range(min(8, len(predicted)))
+            images = [load_image(image_path(info, info["test_names"][j]), info["image_size"]) for j in shown]
+            out = Path(args.out or "runs/localization")
+            out.mkdir(parents=True, exist_ok=True)
+            plot_boxes(out / "boxes.png", images, [test["y"][j] for j in shown], [predicted[j] for j in shown],
+                       info["cell_size"], f"{dataset}: test images")
+            return {"test_detection_rate": detection_rate(test["y"], predicted),
+                    "test_mean_iou": mean_iou(test["y"], predicted),
+                    "prior_detection_rate": detection_rate(test["y"], prior),
+                    "prior_mean_iou": mean_iou(test["y"], prior)}
+
+        return Task(problem, evaluate, f"{dataset} localization", info["preprocessing"])
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.localization import (
+            REQUIRED,
+            _horse_items,
+            _raccoon_items,
+            cell_box,
+            image_cells,
+            rescale_box,
+        )
+
+        cell_size = int(saved.preprocessing["cell_size"])
+        layout = next((name for name, needed in REQUIRED.items() if all((path / sub).is_dir() for sub in needed)),
+                      None)
+        if layout == "horses":
+            items = _horse_items(path)
+        elif layout == "raccoon":
+            items = _raccoon_items(path)[0]
+        else:
+            items = [(file.stem, file, None) for file in _images(path)]
+        X, gold, names, sizes = [], [], [], []
+        for name, file, box in items:
+            x, original, rescaled = image_cells(file, saved.preprocessing)
+            X.append(x)
+            names.append(name)
+            sizes.append((original, rescaled))
+            if box is not None:
+                gold.append(cell_box(rescale_box(box, original, rescaled), x.shape[:2], cell_size))
+        return Inputs(X, gold if layout else None, {"names": names, "sizes": sizes})
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        from structopt.tasks.localization import pixel_box
+
+        cell_size = int(saved.preprocessing["cell_size"])
+        lines = ["name,top,left,bottom,right,y0,x0,y1,x1"]
+        for name, (original, rescaled), box in zip(inputs.extra["names"], inputs.extra["sizes"], predictions,
+                                                   strict=True):
+            pixels = pixel_box(tuple(int(v) for v in box), cell_size, original, rescaled)
+            lines.append(",".join([json.dumps(name) if "," in name else name, *map(str, (*map(int, box), *pixels))]))
+        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        from structopt.tasks.localization import detection_rate, mean_iou
+
+        boxes = [tuple(int(v) for v in box) for box in predictions]
+        return {"test_detection_rate": detection_rate(inputs.gold, boxes),
+                "test_mean_iou": mean_iou(inputs.gold, boxes)}
+
+
+#: the built-in tasks, by name: one entry per task
+TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (OCRTask(), CoNLLTask(), AlignmentTask(), HorsesTask(),
+                                                            LocalizationTask())}
+
+#: tasks that read ``--split`` (any other task refuses it rather than ignoring it)
+SPLIT_TASKS = ("ocr",)
+
+#: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
+TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",))}
