@@ -1,8 +1,8 @@
-"""``python -m structopt``: the ``structopt`` command."""
+"""``python -m structopt``: the ``structopt`` command (through its Ctrl-C-safe entry point)."""
 
 import sys
 
-from structopt.cli import main
+from structopt._entry import main
 
 if __name__ == "__main__":
     sys.exit(main())
