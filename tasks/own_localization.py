@@ -34,7 +34,9 @@ from structopt.tasks import _bow
 from structopt.tasks._data import image_shape, read_text_lines
 from structopt.tasks.localization import (
     _cell_features,
+    _cell_rows,
     _check_size,
+    _inside,
     _parse_xml,
     _read_grey,
     _xml_find,
@@ -242,11 +244,15 @@ def load_localization(options: BoxesOptions) -> dict:
     ``{"train", "test": {"X", "y", "names"}, "model", "info"}`` (X (H, W, F) arrays, y cell boxes).
 
     The k-means and logistic fits run on one thread: on small arrays, thread pools cost far more
-    than they give (a codebook of a dozen images took 6-9 s on a loaded 2-core machine, 0.07 s on
-    one thread).
+    than they give (the codebooks of eight small images took 12 s on a loaded 2-core machine, under
+    0.3 s on one thread).
     """
+    import importlib
+
     from threadpoolctl import threadpool_limits
 
+    for name in ("sklearn.cluster", "sklearn.linear_model"):  # threadpoolctl limits only libraries already loaded
+        importlib.import_module(name)
     with threadpool_limits(limits=1):
         return _load_localization(options)
 
@@ -299,22 +305,40 @@ def _load_localization(options: BoxesOptions) -> dict:
         X.append(_cell_features(counts, counts2, colour, options.position_bins, options.context,
                                 options.colour_context))
     train_X, test_X = X[:n_train], X[n_train:]
+    preprocessing = {"image_size": int(options.image_size), "cell_size": cell, "context": int(options.context),
+                     "colour_context": int(options.colour_context), "position_bins": int(options.position_bins),
+                     "foreground": bool(options.foreground), "codebook": codebook, "codebook2": codebook2,
+                     "colour_codebook": colours if options.n_colours else np.zeros((0, 3), np.float32)}
     if options.foreground:
         if n_train < 3:
             raise InvalidInputError(f"boxes: the foreground score needs at least 3 training images, got {n_train} "
                                     "(pass --no-foreground)")
+        preprocessing.update(_foreground_fit(train_X, boxes[:n_train]))
         train_X, test_X = foreground_features(train_X, boxes[:n_train], test_X)
     names = [items[i][0] for i in order.tolist()]
     return {"train": {"X": train_X, "y": boxes[:n_train], "names": names[:n_train]},
             "test": {"X": test_X, "y": boxes[n_train:], "names": names[n_train:]},
             "model": BoxModel(train_X[0].shape[2]),
             "info": {"cell_size": cell, "image_size": options.image_size,
-                     "images": {"train": n_train, "test": len(test_X)}}}
+                     "images": {"train": n_train, "test": len(test_X)}, "preprocessing": preprocessing}}
+
+
+def _foreground_fit(train_X: list[np.ndarray], train_y: list) -> dict[str, np.ndarray]:
+    """Coefficients of the foreground classifier fitted on every training image, the one
+    :func:`~structopt.tasks.localization.foreground_features` scores new images with (same data and
+    settings, so the same deterministic fit; kept for a saved model, which that function does not return)."""
+    from sklearn.linear_model import LogisticRegression
+
+    labels = np.concatenate([_inside(box, x.shape[:2]) for x, box in zip(train_X, train_y, strict=True)])
+    fit = LogisticRegression(C=1.0, max_iter=3000).fit(_cell_rows(train_X), labels)
+    return {"foreground_coef": fit.coef_.copy(), "foreground_intercept": fit.intercept_.copy()}
 
 
 def build_localization(options: BoxesOptions) -> BuiltTask:
     """The ``boxes`` task: a box problem with the box loss; test detection rate and mean IoU (and the
-    mean-box prior's, the baseline that ignores the image)."""
+    mean-box prior's, the baseline that ignores the image). Preprocessing: the feature options, the
+    three codebooks (``codebook``, ``codebook2``, ``colour_codebook``) and the foreground classifier
+    (``foreground_coef``, ``foreground_intercept``), the layout of the localization task's."""
     from structopt.losses import BoxLoss
     from structopt.problem import SSVMProblem
 
@@ -329,7 +353,8 @@ def build_localization(options: BoxesOptions) -> BuiltTask:
                 "test_mean_iou": mean_iou(test["y"], predicted),
                 "prior_detection_rate": detection_rate(test["y"], prior), "prior_mean_iou": mean_iou(test["y"], prior)}
 
-    return BuiltTask(problem, evaluate, f"localization of {Path(str(options.images)).name}")
+    return BuiltTask(problem, evaluate, f"localization of {Path(str(options.images)).name}",
+                     data["info"]["preprocessing"])
 
 
 __all__ = ["CSV_COLUMNS", "BoxesOptions", "build_localization", "load_localization", "read_csv_boxes",

@@ -23,6 +23,7 @@ from structopt.tasks.own_data import (
     SequenceOptions,
     add_flat_arguments,
     featurize_columns,
+    load_localization,
     load_segmentation,
     load_sequence,
     read_columns,
@@ -300,6 +301,26 @@ def test_boxes_trains_and_evaluates(tmp_path):
     scores = _train(OWN_TASKS["boxes"].build(options), passes=5)
     assert set(scores) == {"test_detection_rate", "test_mean_iou", "prior_detection_rate", "prior_mean_iou"}
     assert scores["test_mean_iou"] > scores["prior_mean_iou"] and scores["test_detection_rate"] >= 2 / 3
+
+
+def test_boxes_preprocessing_scores_new_images_alike(tmp_path):
+    from structopt.tasks.localization import _foreground_map, _with_map
+
+    images, rows = _box_images(tmp_path, 8, 3)
+    csv = _write_boxes_csv(tmp_path / "boxes.csv", rows)
+    options = BoxesOptions(images=str(images), boxes=str(csv), test_fraction=0.25, **_SMALL_BOXES)
+    reference = load_localization(options)
+    p = reference["info"]["preprocessing"]
+    assert p["codebook"].shape == (8, 36) and p["colour_codebook"].shape == (4, 3) and p["foreground"]
+    data = load_localization(dataclasses.replace(options, foreground=False))
+    assert not data["info"]["preprocessing"]["foreground"] and "foreground_coef" not in data["info"]["preprocessing"]
+
+    class Saved:  # the saved coefficients' decision function
+        def decision_function(self, rows):
+            return (rows @ p["foreground_coef"].T + p["foreground_intercept"]).ravel()
+
+    for x, expected in zip(data["test"]["X"], reference["test"]["X"], strict=True):
+        np.testing.assert_allclose(_with_map(x, _foreground_map(Saved(), x)), expected, rtol=1e-9, atol=1e-12)
 
 
 def test_voc_and_csv_give_the_same_boxes(tmp_path):
