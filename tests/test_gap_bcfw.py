@@ -168,3 +168,43 @@ def test_refusals():
                        ("steps", "frank"), ("sampling", "gaps")):
         with pytest.raises(InvalidInputError, match=key):
             bcfw(problem, **{key: value})
+
+
+# --------------------------------------------------------------------------- regularisation path
+def test_regularization_path_certified_at_every_lambda():
+    from structopt.solvers.reg_path import _at_lam, regularization_path
+
+    problem = random_multiclass_problem(2, n=10, n_classes=3, lam=1.0)
+    lams = [1.0, 0.3, 0.1, 0.03]
+    optima = {lam: exact_primal(_at_lam(problem, lam))[0] for lam in lams}
+    for options in ({}, {"averaging": "none"},
+                    {"sampling": "gap", "cache_size": 5, "steps": "pairwise", "averaging": "none"}):
+        points = regularization_path(problem, lams, eps=0.01, max_passes=150, random_state=0,
+                                     validate=lambda w: float(w @ w), **options)
+        assert [p.lam for p in points] == lams
+        assert [p.validation for p in points] == [float(p.w @ p.w) for p in points]
+        for point in points:
+            assert point.dual <= optima[point.lam] + 1e-9 <= point.primal + 2e-9, (options, point.lam)
+            assert _at_lam(problem, point.lam).primal(point.w) == pytest.approx(point.primal, rel=1e-12)
+            assert point.reached == (point.gap <= 0.01 * point.primal)
+            if options:  # the last iterate reaches 1% within the budget at every lambda
+                assert point.reached, (options, point.lam)
+        if options:  # the warm start pays: the last lambda costs fewer calls than a cold start there
+            cold = regularization_path(problem, lams[-1:], eps=0.01, max_passes=150, random_state=0, **options)
+            assert points[-1].oracle_calls < cold[0].oracle_calls, options
+    assert problem.lam == 1.0  # the caller's problem is untouched
+
+
+def test_regularization_path_refuses_bad_grids():
+    from structopt.solvers.reg_path import regularization_path
+
+    problem = multiclass()
+    for lams in ([], [0.1, 0.1], [0.1, 1.0], [1.0, -1.0], [float("nan")]):
+        with pytest.raises(InvalidInputError, match="lams"):
+            regularization_path(problem, lams)
+    with pytest.raises(InvalidInputError, match="eps"):
+        regularization_path(problem, [1.0], eps=0.0)
+    with pytest.raises(InvalidInputError, match="batch_size"):
+        regularization_path(problem, [1.0], batch_size=2)
+    with pytest.raises(InvalidInputError, match="steps"):
+        regularization_path(problem, [1.0], steps="fast")

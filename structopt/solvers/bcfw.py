@@ -196,7 +196,8 @@ class _BCFW(Method):
     name = "bcfw"
 
     def __init__(self, problem: SSVMProblem, executor, *, line_search, averaging, sampling, batch_size, eval_every,
-                 fused, progress, random_state, gap_options=None, initial: BlockState | None = None):
+                 fused, progress, random_state, gap_options=None,
+                 initial: tuple[BlockState, GapState | None] | None = None):
         self.problem, self.executor, self.line_search, self.sampling = problem, executor, line_search, sampling
         self.batch_size, self.fused, self.progress, self.random_state = batch_size, fused, progress, random_state
         self.averaged = averaging == "weighted"
@@ -205,9 +206,11 @@ class _BCFW(Method):
         self.initial = initial  # a warm start (the regularisation path), else the gold vertices
 
     def init(self, monitor: Monitor) -> BCFWState:
-        blocks = BlockState.initial(self.problem) if self.initial is None else self.initial
-        gap = None
-        if self.gap_options is not None:
+        if self.initial is not None:
+            blocks, gap = self.initial
+        else:
+            blocks, gap = BlockState.initial(self.problem), None
+        if gap is None and self.gap_options is not None:
             gap = GapState.initial(self.problem, blocks, self.gap_options["steps"] != "fw")
         return BCFWState(blocks, make_rng(self.random_state), gap)
 
