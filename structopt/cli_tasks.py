@@ -214,13 +214,13 @@ class AlignmentTask(TaskSpec):
     def __call__(self, args: argparse.Namespace) -> Task:
         from structopt.losses import MatchingHamming
         from structopt.models.matching import MatchingModel
-        from structopt.tasks.alignment import load_alignment, pair_digest
+        from structopt.tasks.alignment import load_alignment
 
         task = load_alignment(args.data)
         model = MatchingModel(task.n_features, allow_unmatched=True)
         problem = _problem(model, task.X_train, task.Y_train, MatchingHamming(1.0, 3.0), args, "alignment")
         preprocessing = {"statistics": task.featurizer.state(),
-                         "heldout": [pair_digest(p) for p in task.test_pairs]}
+                         "heldout": [_pair_key(p) for p in task.test_pairs]}
         return Task(problem, lambda w: {"heldout_aer": task.evaluate(problem.predict(task.X_test, w))},
                     "Hansards word alignment", preprocessing)
 
@@ -237,16 +237,23 @@ class AlignmentTask(TaskSpec):
         write_naacl(out, inputs.extra["pairs"], predictions)
 
     def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
-        from structopt.tasks.alignment import aer, links, pair_digest
+        from structopt.tasks.alignment import aer, links
 
         heldout = set(saved.preprocessing.get("heldout", []))
         found = [(links(y), p) for y, p in zip(predictions, inputs.gold, strict=True)]
-        kept = [(a, p) for a, p in found if pair_digest(p) in heldout]
+        kept = [(a, p) for a, p in found if _pair_key(p) in heldout]
         out = {"aer": aer([a for a, _ in found], [p for _, p in found])}
         if kept:  # the pairs held out when the model was trained: train's heldout_aer
             out["heldout_aer"] = aer([a for a, _ in kept], [p for _, p in kept])
             out["heldout_pairs"] = float(len(kept))
         return out
+
+
+def _pair_key(pair: Any) -> str:
+    """A held-out pair by its line number and text: the Hansards repeat some sentences, so text alone is not enough."""
+    from structopt.tasks.alignment import pair_digest
+
+    return f"{pair.number}:{pair_digest(pair)}"
 
 
 # --------------------------------------------------------------------------- horses
