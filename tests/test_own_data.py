@@ -242,6 +242,10 @@ def test_segmentation_errors(tmp_path):
     _save_png(masks / "img02.png", np.zeros((24, 28), dtype=np.uint8))
     with pytest.raises(InvalidInputError, match=re.escape(f"cannot read image {images / 'extra.png'}")):
         seg.build(SegmentationOptions(images=str(images), masks=str(masks), test_fraction=0.3))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InvalidInputError, match=re.escape(f"{empty}: no image files (.png")):
+        seg.build(SegmentationOptions(images=str(empty), masks=str(masks)))
     with pytest.raises(DataNotFoundError, match=re.escape(f"{tmp_path / 'none'}: no such directory")):
         seg.build(SegmentationOptions(images=str(tmp_path / "none"), masks=str(masks)))
     with pytest.raises(InvalidInputError, match="--test-images, --test-masks or none"):
