@@ -205,3 +205,33 @@ def test_score_of_structures_without_node_labels_is_minus_the_mean_loss():
     expected = -np.mean([so.BoxLoss()(y, p) for y, p in zip(Y, predicted, strict=True)])
     assert svm.score(X, Y) == pytest.approx(expected)
     assert -1.0 <= svm.score(X, Y) <= 0.0
+
+
+def test_save_and_load_use_the_saved_model_format_and_pickling_still_works(tmp_path):
+    from structopt.errors import InvalidInputError
+    from structopt.saved_model import load_model
+
+    X, Y = _data()
+    est = _estimator(loss=so.Hamming(normalize=True), lam=0.05, tol=0.0, random_state=3).fit(X, Y)
+    path = tmp_path / "est.npz"
+    assert est.save(path) == path.stat().st_size
+    back = StructuredSVM.load(path)
+    assert back.get_params().keys() == est.get_params().keys()
+    for name in ("solver", "lam", "max_passes", "tol", "time_limit", "random_state", "solver_options"):
+        assert back.get_params()[name] == est.get_params()[name], name
+    assert repr(back.loss) == repr(est.loss) and repr(back.model) == repr(est.model)
+    np.testing.assert_array_equal(back.coef_, est.coef_)
+    assert [r["primal"] for r in back.trace_] == [r["primal"] for r in est.trace_]
+    assert all(np.array_equal(a, b) for a, b in zip(back.predict(X), est.predict(X), strict=True))
+    saved = load_model(path)  # the same format as structopt train's model.npz
+    np.testing.assert_array_equal(saved.w, est.coef_)
+    refit = clone(back).fit(X, Y)  # the loaded hyper-parameters train the same model again
+    np.testing.assert_allclose(refit.coef_, est.coef_)
+    restored = pickle.loads(pickle.dumps(back))
+    np.testing.assert_array_equal(restored.coef_, est.coef_)
+    with pytest.raises(NotFittedError):
+        _estimator().save(tmp_path / "unfitted.npz")
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])
+    with pytest.raises(InvalidInputError, match=r"est\.npz"):
+        StructuredSVM.load(path)
