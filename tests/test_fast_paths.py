@@ -131,3 +131,73 @@ def test_declared_chain_oracles_agree_with_enumeration():
     for T in (1, 2, 4):
         theta = so.ChainPotentials(rng.normal(size=(T, S)), rng.normal(size=(S, S)))
         assert check_structure(chain, theta).ok
+
+
+# --------------------------------------------------------------------------- smoothed passes (SVRG, Casimir)
+def _smooth_problems():
+    from _reference import random_chain_problem, sparse_chain_problem
+    return {"dense": random_chain_problem(0), "sparse": sparse_chain_problem(1), "declared": _declared_problem(2)}
+
+
+@pytest.mark.parametrize("kind", ["topk", "entropy"])
+@pytest.mark.parametrize("name", ["dense", "sparse", "declared"])
+@pytest.mark.parametrize("solver", [svrg, casimir_svrg])
+def test_fused_smoothed_passes_equal_the_generic_path(solver, name, kind):
+    problem = _smooth_problems()[name]
+    if kind == "entropy" and name == "declared":  # the kernels' marginals serve unconstrained chains only
+        with pytest.raises(so.NotSupportedError, match="marginals"):
+            solver(problem, kind=kind, max_passes=1, fused=True)
+        return
+    generic = solver(problem, kind=kind, k=3, max_passes=12, random_state=1, fused=False)
+    fused = solver(problem, kind=kind, k=3, max_passes=12, random_state=1, fused=True)
+    np.testing.assert_allclose(fused.w, generic.w, rtol=0, atol=1e-10)
+    assert len(fused.trace) == len(generic.trace)
+    for a, b in zip(fused.trace, generic.trace, strict=True):
+        assert a["primal"] == pytest.approx(b["primal"], abs=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["topk", "entropy"])
+@pytest.mark.parametrize("lazy", [True, False])
+def test_fused_epoch_and_sgd_pass_equal_the_generic_ones(kind, lazy):
+    # lazy=False: steps rho = 0 (gamma = 1/lam), which fold the scale into v at every step
+    from structopt.solvers._smooth import Counters, sgd_pass, smooth_view
+    from structopt.solvers.svrg import svrg_epoch
+    problem = _smooth_problems()["sparse"]
+    view = smooth_view(problem, True, kind)
+    w0 = np.random.default_rng(3).normal(size=problem.n_params)
+    gamma = 0.05 if lazy else 1.0 / problem.lam
+    z = np.random.default_rng(4).normal(size=problem.n_params)
+    for v in (None, view):
+        rng = np.random.default_rng(5)
+        counters = Counters()
+        w_sgd = sgd_pass(problem, w0, gamma=gamma, mu=0.3, kind=kind, k=4, rng=rng, counters=counters, view=v)
+        w_svrg, _ = svrg_epoch(problem, w0, mu=0.3, kind=kind, k=4, gamma=gamma, rng=rng, counters=counters,
+                               kappa=0.2, z=z, view=v)
+        if v is None:
+            reference = (w_sgd, w_svrg, counters)
+        else:
+            np.testing.assert_allclose(w_sgd, reference[0], rtol=0, atol=1e-10)
+            np.testing.assert_allclose(w_svrg, reference[1], rtol=0, atol=1e-10)
+            assert counters == reference[2]
+
+
+def test_fused_snapshot_equals_the_batch_pass():
+    from structopt.batch import smooth_snapshot
+    from structopt.potentials import flatten
+    problem = _smooth_problems()["dense"]
+    view = problem.fused()
+    w = np.random.default_rng(0).normal(size=problem.n_params)
+    for kind in ("topk", "entropy"):
+        diffs, grad, value = smooth_snapshot(problem, w, 0.4, kind, 3, problem.n)
+        f_diffs, f_grad, f_value = view.smooth_snapshot(w, 0.4, kind, 3)
+        np.testing.assert_allclose(f_diffs, np.concatenate([flatten(d) for d in diffs]), atol=1e-12)
+        np.testing.assert_allclose(f_grad, grad, atol=1e-12)
+        assert f_value == pytest.approx(value, abs=1e-12)
+        assert view.smooth_oracle_only(np.arange(problem.n), w, 0.4, kind, 3) == pytest.approx(value * problem.n)
+
+
+def test_overridden_topk_takes_the_generic_smoothed_path():
+    problem = _user_problem()
+    with pytest.raises(so.NotSupportedError):
+        svrg(problem, max_passes=1, fused=True)
+    assert svrg(problem, max_passes=2, random_state=0).trace[-1]["primal"] > 0

@@ -52,7 +52,8 @@ class KernelFamily:
 
     Numba solver loops are attributes (plain functions), called with the view's arrays:
     ``hinge_terms``, ``adjoint_sum``, ``fw_pass``, ``oracle_steps``, ``block_index``, ``bcfw_steps``,
-    ``ssg_steps`` (signatures: :mod:`structopt.fused._chain_passes`).
+    ``ssg_steps`` (signatures: :mod:`structopt.fused._chain_passes`); for the smoothed-oracle solvers
+    ``smooth_snapshot``, ``lazy_smooth_steps``, ``smooth_oracle_only`` (:mod:`structopt.fused._chain_smooth`).
     """
 
     name = "family"
@@ -65,6 +66,14 @@ class KernelFamily:
         """``(pack, sizes)``: the data packed for the kernels and the flat size of each example's
         potentials (= its compact statistics); or a string saying why the data cannot be packed."""
         raise NotImplementedError
+
+    def smooth_refusal(self, structure: Any, kind: str) -> str | None:
+        """Why the family has no smoothed passes (``kind`` "topk" or "entropy") for ``structure``, or None."""
+        return f"the {self.name} kernel family has no smoothed-oracle passes"
+
+    def smooth_pack(self, view: FusedProblem) -> Any:
+        """Extra data the smoothed passes take (built once per view, on first use)."""
+        raise NotSupportedError(self.smooth_refusal(view.problem.structure, "topk"))
 
     def zpass_refusal(self, structure: Any, geometry: str) -> str | None:
         """Why the family has no extragradient z-pass for ``structure`` in ``geometry``, or None."""
@@ -118,6 +127,7 @@ class FusedProblem:
         self.stats_buf = np.empty(width)
         self.direction_buf = np.empty(width)
         self._hinges = np.empty(2 * problem.n)
+        self._smooth_pack: Any = None
 
     def warm_up(self, *passes: str, verbose: bool = False) -> None:
         """Load (or, the first time on this machine, compile) the named passes now, so that the cost
@@ -186,6 +196,45 @@ class FusedProblem:
         self.family.bcfw_steps(order, line_search, averaging, p.n, p.lam, state.w, state.m, state.r, state.offsets,
                                state.ell_i, scalars, self.pack, self.theta_buf, self.stats_buf, self.direction_buf,
                                *state.fused_index, stages)
+
+    # ------------------------------------------------------------------ smoothed oracles (SVRG, Casimir, SGD)
+    def smooth_refusal(self, kind: str) -> str | None:
+        """Why the smoothed passes below do not serve this problem with smoothing ``kind``, or None."""
+        return self.family.smooth_refusal(self.problem.structure, kind)
+
+    def _smooth_args(self, mu: float, kind: str, k: int) -> tuple:
+        if self._smooth_pack is None:
+            self._smooth_pack = self.family.smooth_pack(self)
+        return float(mu), kind == "entropy", int(k), self.pack, self.gold, self.offsets, self._smooth_pack
+
+    def smooth_snapshot(self, w: np.ndarray, mu: float, kind: str, k: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """SVRG snapshot at ``w`` in one pass: ``(diffs, grad, value)`` with ``diffs`` the examples' smoothed
+        gradient statistics (flat, at ``offsets``), ``grad = mean_i A_i^T diffs_i`` and ``value`` the mean
+        smoothed hinge (:func:`structopt.batch.smooth_snapshot`)."""
+        diffs = np.empty(int(self.offsets[-1]))
+        grad = np.zeros(self.problem.n_params)
+        value = self.family.smooth_snapshot(np.ascontiguousarray(w, dtype=np.float64), *self._smooth_args(mu, kind, k),
+                                            1.0 / self.problem.n, diffs, grad)
+        return diffs, grad, float(value)
+
+    def smooth_steps(self, order: np.ndarray, rho: float, gamma: float, omega: float, mu: float, kind: str, k: int,
+                     snapshot: np.ndarray | None, v: np.ndarray, c: np.ndarray | None, P: np.ndarray,
+                     scalars: np.ndarray) -> None:
+        """Lazy steps ``w <- rho w - gamma A_i^T d - gamma c`` for i in ``order`` on ``w = a v + b c`` (in place
+        on ``v``, ``P`` and ``scalars = [a, b, B, C, weight]``, the fields of
+        :class:`structopt.solvers._lazy.LazyIterate`); ``d`` is the smoothed gradient statistics at ``w``
+        minus ``snapshot``'s (None: nothing subtracted)."""
+        empty = np.empty(0)
+        self.family.lazy_smooth_steps(np.asarray(order, dtype=np.int64), float(rho), float(gamma), float(omega),
+                                      *self._smooth_args(mu, kind, k), empty if snapshot is None else snapshot,
+                                      snapshot is not None, v, empty if c is None else c, c is not None, P, scalars,
+                                      self.stats_buf)
+
+    def smooth_oracle_only(self, order: np.ndarray, w: np.ndarray, mu: float, kind: str, k: int) -> float:
+        """The smoothed oracle calls of a pass over ``order`` at fixed ``w``, nothing else (timing baseline)."""
+        return float(self.family.smooth_oracle_only(np.asarray(order, dtype=np.int64),
+                                                    np.ascontiguousarray(w, dtype=np.float64),
+                                                    *self._smooth_args(mu, kind, k), self.stats_buf))
 
     def zpass(self, geometry: str, **options: Any) -> Any:
         """The family's extragradient z-pass (see :meth:`KernelFamily.zpass`)."""

@@ -20,10 +20,11 @@ from structopt.errors import InvalidInputError
 from structopt.fused import FusedInputs, FusedProblem, KernelFamily, register_family
 from structopt.fused import _chain_extragradient as zk
 from structopt.fused import _chain_passes as passes
+from structopt.fused import _chain_smooth as smooth
 from structopt.fused._chain_pack import pack_chain_problem
 from structopt.models.chain import ChainModel
 from structopt.structures.base import unchanged_methods
-from structopt.structures.chain import chain_kernels_serve
+from structopt.structures.chain import Chain, chain_kernels_serve
 
 #: what the kernels reproduce: the model's methods and the structure's oracles
 KERNEL_METHODS = ("potentials", "add_features", "reduce_stats", "features_sqnorm", "unpack", "blocks")
@@ -44,6 +45,9 @@ class ChainFamily(KernelFamily):
     block_index = staticmethod(passes.block_index)
     bcfw_steps = staticmethod(passes.bcfw_steps)
     ssg_steps = staticmethod(passes.ssg_steps)
+    smooth_snapshot = staticmethod(smooth.smooth_snapshot)
+    lazy_smooth_steps = staticmethod(smooth.lazy_smooth_steps)
+    smooth_oracle_only = staticmethod(smooth.smooth_oracle_only)
 
     def refusal(self, model: Any, structure: Any, loss: Any) -> str | None:
         changed = sorted(set(KERNEL_METHODS) - unchanged_methods(model, ChainModel, KERNEL_METHODS))
@@ -66,6 +70,23 @@ class ChainFamily(KernelFamily):
         model = inputs.model
         pack = pack_chain_problem(model, inputs.structure, inputs.X, costs, np.array(consts))
         return pack, np.diff(pack.tok) * model.n_states + model.n_states ** 2
+
+    def smooth_refusal(self, structure: Any, kind: str) -> str | None:
+        # top-K: Chain's own top-K Viterbi under the masks (kernel_oracles() covers the masks; it does not
+        # list topk); entropy: the marginals the kernels reproduce (unconstrained chains)
+        if kind == "topk":
+            if type(structure).topk is not Chain.topk:
+                return f"{type(structure).__name__} overrides topk, which the chain kernels compute"
+            return None
+        if kind == "entropy":
+            if not chain_kernels_serve(structure, {"marginals"}):
+                return "the chain kernels' marginals need a structure whose kernel_oracles() include marginals"
+            return None
+        return f"unknown smoothing kind {kind!r}"
+
+    def smooth_pack(self, view: FusedProblem) -> np.ndarray:
+        # the gold labels of all tokens, concatenated (at the pack's token offsets): the gold score
+        return np.concatenate([np.asarray(y, dtype=np.int64).ravel() for y in view.problem.Y])
 
     def zpass_refusal(self, structure: Any, geometry: str) -> str | None:
         oracles = ZPASS_ORACLES.get(geometry)

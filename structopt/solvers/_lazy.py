@@ -121,6 +121,15 @@ class LazyIterate:
             self.C += omega * self.b
             self.weight += omega
 
+    def fused_steps(self, view, order: np.ndarray, rho: float, gamma: float, omega: float, mu: float, kind: str,
+                    k: int, snapshot: np.ndarray | None = None) -> None:
+        """:meth:`step` for every i in ``order``, with ``d`` the smoothed gradient statistics at the current
+        iterate (minus the flat ``snapshot``'s), in one call of the fused view's kernels
+        (:meth:`structopt.fused.FusedProblem.smooth_steps`; unconstrained weights only)."""
+        scalars = np.array([self.a, self.b, self.B, self.C, self.weight])
+        view.smooth_steps(order, rho, gamma, omega, mu, kind, k, snapshot, self.v, self.c, self.P, scalars)
+        self.a, self.b, self.B, self.C, self.weight = (float(x) for x in scalars)
+
     def project_nonnegative(self, index: np.ndarray) -> None:
         """Clip the entries ``index`` of ``w`` at 0 (a projected step), touching only those entries."""
         if index.size == 0:

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from structopt.archive import state_type
-from structopt.errors import InvalidInputError
+from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.fused import select
 from structopt.potentials import Potentials, add
 from structopt.problem import SSVMProblem
 
@@ -123,8 +124,31 @@ def check_iterate(iterate: str) -> None:
         raise InvalidInputError(f"iterate must be 'average' or 'last', got {iterate!r}")
 
 
+#: fused steps per numba call: Python (and so Ctrl-C) gets control back between calls
+FUSED_CHUNK = 512
+
+
+def smooth_view(problem: SSVMProblem, fused: bool | None, kind: str):
+    """The fused view whose smoothed passes serve ``problem`` with smoothing ``kind``, or None (generic path).
+
+    ``fused`` as the solvers' option: None uses the fused passes when they serve, False never, True
+    demands them (:class:`NotSupportedError` naming the reason otherwise).
+    """
+    view = select(problem, fused)
+    reason = None if view is None else view.smooth_refusal(kind)
+    if reason is not None and fused:
+        raise NotSupportedError(f"{problem.model!r} has no fused {kind} smoothed passes: {reason}")
+    return view if reason is None else None
+
+
+def fused_chunks(order: np.ndarray):
+    """``order`` in pieces of at most ``FUSED_CHUNK`` steps."""
+    for start in range(0, len(order), FUSED_CHUNK):
+        yield order[start:start + FUSED_CHUNK]
+
+
 def sgd_pass(problem: SSVMProblem, w: np.ndarray, *, gamma: float, mu: float, kind: str, k: int,
-             rng: np.random.Generator, counters: Counters, n_steps: int | None = None) -> np.ndarray:
+             rng: np.random.Generator, counters: Counters, n_steps: int | None = None, view=None) -> np.ndarray:
     """One pass of constant-step SGD on the smoothed objective (n uniform draws); the last iterate.
 
     Used to initialise SVRG-type methods: far from the optimum the snapshot correction
@@ -132,14 +156,19 @@ def sgd_pass(problem: SSVMProblem, w: np.ndarray, *, gamma: float, mu: float, ki
     nearly piecewise linear at the scale of an epoch), so an SVRG epoch costs two oracle calls per
     step for the progress of one SGD step. Johnson & Zhang (2013) likewise start SVRG from SGD.
     Counted as one oracle call per step. ``n_steps`` (default n) shortens the pass to what is left
-    of a budget; the draws are then a prefix of the full pass's.
+    of a budget; the draws are then a prefix of the full pass's. ``view``: the fused view
+    (:func:`smooth_view`) that runs the steps, or None.
     """
     from structopt.solvers._lazy import LazyIterate
 
     n_steps = problem.n if n_steps is None else int(n_steps)
     it = LazyIterate(problem, w)
     rho = 1.0 - gamma * problem.lam
-    for i in rng.integers(0, problem.n, size=n_steps):
+    order = rng.integers(0, problem.n, size=n_steps)
+    if view is not None:
+        for chunk in fused_chunks(order):
+            it.fused_steps(view, chunk, rho, gamma, 0.0, mu, kind, k)
+    for i in order if view is None else ():
         i = int(i)
         it.step(rho, gamma, i, problem.smooth_stats(i, it.potentials(i), mu, kind, k).diff,
                 nonnegative=problem.nonnegative_indices)

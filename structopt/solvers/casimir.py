@@ -60,6 +60,7 @@ from structopt.solvers._smooth import (
     larger_smoothness,
     rose,
     sgd_pass,
+    smooth_view,
 )
 from structopt.solvers.base import (
     Method,
@@ -78,6 +79,7 @@ from structopt.solvers.base import (
     smoothing_needs,
     solver,
 )
+from structopt.solvers.bcfw import FUSED
 from structopt.solvers.svrg import svrg_epoch
 
 WARM_STARTS = ("prox-center", "extrapolation", "prev-iterate")
@@ -150,7 +152,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHED
                  random_state: int | np.random.Generator | None = None, progress: bool = False,
                  checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
                  resume: str | os.PathLike | None = None,
-                 callback: Callable[[np.ndarray], dict | None] | None = None, executor=None,
+                 callback: Callable[[np.ndarray], dict | None] | None = None, fused: FUSED = None, executor=None,
                  n_workers: int | None = None) -> Result:
     """Casimir-SVRG (Algo 4) with the constant (Prop. 29) or adaptive (Prop. 30) schedule.
 
@@ -222,6 +224,10 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHED
         Save the state after every outer iteration / continue from such a state.
         Resuming restores the iterates, counters, random state and the step/schedule constants;
         pass the other options (smoothing, schedule, warm start, max_passes) as in the first run.
+    fused : bool, optional
+        Run the snapshots and inner steps in the fused numba passes when the problem has them for
+        this smoothing (chain models; None, default), demand them (True) or use the generic path
+        (False). Same iterates (up to the order of floating-point sums).
     executor, n_workers
         Where the snapshots and primal evaluations run (:mod:`structopt.parallel`).
 
@@ -242,7 +248,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHED
                       warm_start=defaults[0] if warm_start is None else warm_start, alpha0=alpha0,
                       inner_steps=inner_steps, iterate=defaults[1] if iterate is None else iterate,
                       sgd_init=defaults[2] if sgd_init is None else sgd_init, guard=guard, w0=w0,
-                      random_state=random_state)
+                      random_state=random_state, view=smooth_view(problem, fused, kind))
     return run(problem, method, options)
 
 
@@ -293,7 +299,7 @@ class _Casimir(Method):
         if self.sgd_init:  # one call per step, shortened to a budget below one pass
             monitor.restart()
             w_sgd = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=self.mu, kind=self.kind, k=self.k, rng=rng,
-                             counters=counters, n_steps=min(n, monitor.step_budget(n)))
+                             counters=counters, n_steps=min(n, monitor.step_budget(n)), view=self.view)
             monitor.pause()
             primal_sgd = executor.primal(w_sgd)
             if self.guard and rose(primal, primal_sgd):  # keep w0, take the hint about L
@@ -330,7 +336,7 @@ class _Casimir(Method):
         self.w_new, state.memory = svrg_epoch(problem, problem.project_weights(start), mu=mu_k, kind=self.kind,
                                               k=self.k, gamma=gamma, rng=state.rng, counters=state.counters,
                                               n_steps=steps, kappa=kappa, z=state.z, iterate=self.iterate,
-                                              executor=self.executor)
+                                              executor=self.executor, view=self.view)
         self.mu_k, self.gamma = mu_k, gamma
 
     def evaluate(self, state: CasimirState) -> tuple[np.ndarray, dict]:

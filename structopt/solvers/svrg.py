@@ -27,6 +27,8 @@ import numpy as np
 from structopt.archive import state_type
 from structopt.batch import smooth_snapshot
 from structopt.errors import InvalidInputError
+from structopt.parallel import SerialExecutor
+from structopt.potentials import flatten
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
 from structopt.solvers._smooth import (
@@ -36,10 +38,12 @@ from structopt.solvers._smooth import (
     check_iterate,
     decreasing_schedule,
     estimate_lipschitz,
+    fused_chunks,
     regrown_step,
     rose,
     sgd_pass,
     shortened_step,
+    smooth_view,
     stats_nbytes,
     subtract,
 )
@@ -58,11 +62,12 @@ from structopt.solvers.base import (
     smoothing_needs,
     solver,
 )
+from structopt.solvers.bcfw import FUSED
 
 
 def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: str, k: int, gamma: float,
                rng: np.random.Generator, counters: Counters, n_steps: int | None = None, kappa: float = 0.0,
-               z: np.ndarray | None = None, iterate: str = "average", executor=None
+               z: np.ndarray | None = None, iterate: str = "average", executor=None, view=None
                ) -> tuple[np.ndarray, dict[str, int]]:
     """One SVRG epoch from the snapshot ``w_start``; returns its averaged (or last) iterate and memory use.
 
@@ -87,6 +92,9 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
         code) or the last one (Johnson & Zhang's option I).
     executor : structopt.parallel.Executor, optional
         Where the snapshot pass runs (default: here).
+    view : structopt.fused.FusedProblem, optional
+        The fused view (:func:`~structopt.solvers._smooth.smooth_view`) that runs the snapshot (unless
+        ``executor`` runs it on workers) and the steps; None: the generic path. Same iterates.
 
     Returns
     -------
@@ -100,21 +108,30 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     if not gamma > 0.0:
         raise InvalidInputError(f"learning rate must be > 0, got {gamma}")
     check_iterate(iterate)
-    if executor is None:
+    if view is not None and (executor is None or isinstance(executor, SerialExecutor)):
+        diffs, gbar, _ = view.smooth_snapshot(w_start, mu, kind, k)
+    elif executor is None:
         diffs, gbar, _ = smooth_snapshot(problem, w_start, mu, kind, k, problem.n)
     else:
         diffs, gbar, _ = executor.smooth_snapshot(w_start, mu, kind, k)
+        if view is not None:  # workers' statistics, flat for the fused steps
+            diffs = np.concatenate([flatten(d) for d in diffs])
     counters.full_grad_passes += 1
     c = gbar if (kappa == 0.0 or z is None) else gbar - kappa * z
     it = LazyIterate(problem, w_start, c)
-    for i in rng.integers(0, n, size=n_steps):
+    order = rng.integers(0, n, size=n_steps)
+    if view is not None:
+        for chunk in fused_chunks(order):
+            it.fused_steps(view, chunk, rho, gamma, 1.0, mu, kind, k, diffs)
+    for i in order if view is None else ():
         i = int(i)
         res = problem.smooth_stats(i, it.potentials(i), mu, kind, k)
         it.step(rho, gamma, i, subtract(res.diff, diffs[i]), omega=1.0, nonnegative=problem.nonnegative_indices)
     counters.steps += n_steps
     counters.oracle_calls += 2 * n_steps
     counters.oracle_calls_made += n_steps
-    memory = {"snapshot_cache_bytes": stats_nbytes(diffs), "iterate_bytes": it.nbytes() + gbar.nbytes}
+    memory = {"snapshot_cache_bytes": diffs.nbytes if isinstance(diffs, np.ndarray) else stats_nbytes(diffs),
+              "iterate_bytes": it.nbytes() + gbar.nbytes}
     # the projection only removes round-off: the iterates are feasible
     return problem.project_weights(it.average() if iterate == "average" else it.dense()), memory
 
@@ -132,7 +149,7 @@ def svrg(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)
          random_state: int | np.random.Generator | None = None, progress: bool = False,
          checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
          resume: str | os.PathLike | None = None,
-         callback: Callable[[np.ndarray], dict | None] | None = None, executor=None,
+         callback: Callable[[np.ndarray], dict | None] | None = None, fused: FUSED = None, executor=None,
          n_workers: int | None = None) -> Result:
     """SVRG on the smoothed objective: one pass per epoch, full gradient at the averaged iterate.
 
@@ -187,6 +204,10 @@ def svrg(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)
         Must be 0: the method has no duality gap.
     w0, time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback
         As for every solver (:mod:`structopt.solvers.base`).
+    fused : bool, optional
+        Run the snapshots and steps in the fused numba passes when the problem has them for this
+        smoothing (chain models; None, default), demand them (True) or use the generic path
+        (False). Same iterates (up to the order of floating-point sums).
     executor, n_workers
         Where the snapshots and primal evaluations run (:mod:`structopt.parallel`).
 
@@ -203,7 +224,8 @@ def svrg(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)
     refuse_tol("svrg", tol)
     mu = (1.0 if mu_schedule == "decreasing" else 0.1) if mu is None else float(mu)
     method = _SVRG(problem, executor, mu=mu, mu_schedule=mu_schedule, kind=kind, k=k, learning_rate=learning_rate,
-                   L=L, iterate=iterate, sgd_init=sgd_init, guard=guard, w0=w0, random_state=random_state)
+                   L=L, iterate=iterate, sgd_init=sgd_init, guard=guard, w0=w0, random_state=random_state,
+                   fused=fused)
     return run(problem, method, options)
 
 
@@ -228,8 +250,9 @@ class _SVRG(Method):
     name = "svrg"
 
     def __init__(self, problem: SSVMProblem, executor, *, mu, mu_schedule, kind, k, learning_rate, L, iterate,
-                 sgd_init, guard, w0, random_state):
+                 sgd_init, guard, w0, random_state, fused):
         self.problem, self.executor = problem, executor
+        self.view = smooth_view(problem, fused, kind)
         self.mu_schedule = mu_schedule
         self.mu, self.kind, self.k, self.learning_rate, self.L = mu, kind, k, learning_rate, L
         self.iterate, self.sgd_init, self.guard, self.w0, self.random_state = iterate, sgd_init, guard, w0, random_state
@@ -256,7 +279,8 @@ class _SVRG(Method):
         if self.sgd_start:  # one call per step: shortened to the budget like an epoch
             self.mu_e = self.mu
             self.w_new = sgd_pass(problem, state.w, gamma=state.gamma, mu=self.mu, kind=self.kind, k=self.k,
-                                  rng=state.rng, counters=counters, n_steps=min(n, budget - counters.oracle_calls))
+                                  rng=state.rng, counters=counters, n_steps=min(n, budget - counters.oracle_calls),
+                                  view=self.view)
         else:  # two calls per step: an odd remainder ends one call (1/n pass) past the budget
             steps = min(n, -(-(budget - counters.oracle_calls) // 2))
             e = state.epoch - (1 if self.sgd_init else 0)  # SVRG epochs accepted so far
@@ -265,7 +289,8 @@ class _SVRG(Method):
                 self.mu_e, gamma = decreasing_schedule(self.mu, state.gamma, problem.lam, n, e)
             self.w_new, state.memory = svrg_epoch(problem, state.w, mu=self.mu_e, kind=self.kind, k=self.k,
                                                   gamma=gamma, rng=state.rng, counters=counters,
-                                                  iterate=self.iterate, n_steps=steps, executor=self.executor)
+                                                  iterate=self.iterate, n_steps=steps, executor=self.executor,
+                                                  view=self.view)
 
     def evaluate(self, state: SVRGState) -> tuple[np.ndarray, dict]:
         primal_new = self.executor.primal(self.w_new)
