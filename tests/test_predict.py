@@ -1,0 +1,210 @@
+"""`structopt train` saves a model; `structopt predict` on the test split gives the metric train printed.
+
+Each task's round trip runs on a small subset here (real data from ../shared/data where it takes
+seconds); the whole-data round trips of CoNLL and localization are `slow`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _shared_data import SHARED_DATA, needs_data
+
+from structopt.cli import main
+from structopt.saved_model import load_model, save_model
+
+
+def _train(tmp_path: Path, capsys, *args: str) -> tuple[dict, Path]:
+    out = tmp_path / "run"
+    assert main(["train", *args, "--out", str(out), "--no-progress"]) == 0
+    closing = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"{out}/model.npz" in closing  # the summary line names the saved model
+    return json.loads((out / "trace.json").read_text()), out / "model.npz"
+
+
+def _predict(tmp_path: Path, capsys, model: Path, source: Path, out: Path) -> tuple[dict, str]:
+    metrics = tmp_path / "metrics.json"
+    assert main(["predict", str(model), str(source), "--out", str(out), "--json", str(metrics)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"wrote {out}" in line
+    return json.loads(metrics.read_text()), line
+
+
+# --------------------------------------------------------------------------- ocr
+def test_ocr_round_trip_on_the_test_split(tmp_path, capsys):
+    from structopt.tasks.ocr import load_ocr, split, write_ocr
+
+    summary, model = _train(tmp_path, capsys, "ocr", "--n-train", "40", "--passes", "2")
+    _, test = split(load_ocr(), "bcfw")
+    source = tmp_path / "test.npz"
+    write_ocr(source, test["X"], test["y"])
+    got, line = _predict(tmp_path, capsys, model, source, tmp_path / "words.txt")
+    assert got["test_letter_error"] == summary["test_letter_error"]
+    assert f"test letter error {summary['test_letter_error']:.4f}" in line
+    rows = (tmp_path / "words.txt").read_text().splitlines()
+    assert len(rows) == len(test["y"]) and all(len(p) == len(g) for p, g in (r.split("\t") for r in rows))
+    saved = load_model(model)
+    assert saved.task == "ocr" and saved.preprocessing["split"] == "bcfw" and len(saved.preprocessing["letters"]) == 26
+    assert saved.info["solver"] == "bcfw" and saved.info["metrics"]["test_letter_error"] == summary["test_letter_error"]
+
+
+# --------------------------------------------------------------------------- conll
+def _conll_subset(tmp_path: Path, n_train: int, n_test: int) -> Path:
+    folder = tmp_path / "conll"
+    folder.mkdir()
+    for name, n in (("train.txt", n_train), ("test.txt", n_test)):
+        sentences = (SHARED_DATA / "conll2000" / name).read_text().split("\n\n")[:n]
+        (folder / name).write_text("\n\n".join(sentences) + "\n")
+    return folder
+
+
+@needs_data("conll2000")
+def test_conll_round_trip_on_small_files_and_untagged_input(tmp_path, capsys):
+    data = _conll_subset(tmp_path, 150, 60)
+    summary, model = _train(tmp_path, capsys, "conll", "--data", str(data), "--passes", "2")
+    got, _ = _predict(tmp_path, capsys, model, data / "test.txt", tmp_path / "tagged.conll")
+    assert got["test_chunk_f1"] == summary["test_chunk_f1"]
+    tagged = (tmp_path / "tagged.conll").read_text().split("\n")
+    source = (data / "test.txt").read_text().split("\n")
+    tokens = [(a.split(), b.split()) for a, b in zip(source, tagged) if a.strip()]
+    assert tokens and all(b[:3] == a and len(b) == 4 for a, b in tokens)  # word POS gold + predicted
+    untagged = tmp_path / "raw.txt"  # word and POS only: predictions, no metric
+    untagged.write_text("\n".join(" ".join(line.split()[:2]) for line in source) + "\n")
+    got, line = _predict(tmp_path, capsys, model, untagged, tmp_path / "raw.conll")
+    assert "test_chunk_f1" not in got and "f1" not in line
+    raw = [line.split() for line in (tmp_path / "raw.conll").read_text().splitlines() if line]
+    assert [r[2] for r in raw] == [b[3] for _, b in tokens]  # the same predicted tags
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Confidence\n")  # the model uses POS features: one column cannot be read
+    assert main(["predict", str(model), str(bad), "--out", str(tmp_path / "x.conll")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bad.txt, line 1" in err and "POS" in err
+
+
+@pytest.mark.slow
+@needs_data("conll2000")
+def test_conll_round_trip_on_the_whole_test_file(tmp_path, capsys):
+    summary, model = _train(tmp_path, capsys, "conll", "--passes", "1", "--n-train", "1000")
+    got, _ = _predict(tmp_path, capsys, model, SHARED_DATA / "conll2000" / "test.txt", tmp_path / "t.conll")
+    assert got["test_chunk_f1"] == summary["test_chunk_f1"] and got["n"] == 2012
+
+
+# --------------------------------------------------------------------------- alignment
+@needs_data("hansards")
+def test_alignment_round_trip_gives_the_heldout_aer(tmp_path, capsys):
+    from structopt.tasks.alignment import _links, _sentences, links
+
+    summary, model = _train(tmp_path, capsys, "alignment", "--passes", "2", "--n-train", "80")
+    prefix = SHARED_DATA / "hansards" / "test.en-fr"
+    out = tmp_path / "test.naacl"
+    got, line = _predict(tmp_path, capsys, model, prefix, out)
+    assert got["heldout_aer"] == summary["heldout_aer"] and got["heldout_pairs"] == 200
+    assert "(200 pairs)" in line and got["n"] == 447
+    en, fr = _sentences(prefix.with_name("test.en-fr.en")), _sentences(prefix.with_name("test.en-fr.fr"))
+    sure, possible = _links(out, en, fr)  # the output reads back as NAACL, every link sure
+    assert sure == possible and sum(map(len, sure)) > 0
+    saved = load_model(model)
+    predicted = saved.predict([x for x in _features(saved, prefix)])
+    assert [links(y) for y in predicted] == sure
+
+
+def _features(saved, prefix):
+    from structopt.tasks.alignment import AlignmentFeaturizer, read_parallel
+
+    featurizer = AlignmentFeaturizer.from_state(saved.preprocessing["statistics"])
+    return [featurizer(p) for p in read_parallel(prefix)[0]]
+
+
+# --------------------------------------------------------------------------- horses
+def _horses_subset(tmp_path: Path, n: int) -> tuple[Path, Path]:
+    """The first ``n`` horses, and a folder with their test images (index % 3 == 2), as symbolic links."""
+    root, test = tmp_path / "horses", tmp_path / "horses_test"
+    source = SHARED_DATA / "horses"
+    names = sorted(p.name for p in (source / "gray").glob("*.jpg"))[:n]
+    for folder in ("gray", "figure_ground"):
+        (root / folder).mkdir(parents=True)
+        (test / folder).mkdir(parents=True)
+        for i, name in enumerate(names):
+            (root / folder / name).symlink_to(source / folder / name)
+            if i % 3 == 2:
+                (test / folder / name).symlink_to(source / folder / name)
+    return root, test
+
+
+@needs_data("horses")
+def test_horses_round_trip_writes_png_masks_at_image_size(tmp_path, capsys):
+    from PIL import Image
+
+    root, test = _horses_subset(tmp_path, 9)
+    summary, model = _train(tmp_path, capsys, "horses", "--data", str(root), "--passes", "3")
+    got, _ = _predict(tmp_path, capsys, model, test, tmp_path / "masks")
+    for name in ("test_pixel_accuracy", "test_foreground_iou", "test_mean_image_iou"):
+        assert got[name] == summary[name], name
+    written = sorted((tmp_path / "masks").glob("*.png"))
+    assert [p.stem for p in written] == sorted(p.stem for p in (test / "gray").glob("*.jpg"))
+    for png in written:
+        mask = np.asarray(Image.open(png))
+        image = Image.open(test / "gray" / f"{png.stem}.jpg")
+        assert mask.shape == (image.height, image.width) and set(np.unique(mask)) <= {0, 255}
+    flat = tmp_path / "flat"  # a plain folder of images: masks, no metric
+    flat.mkdir()
+    shutil.copy(test / "gray" / f"{written[0].stem}.jpg", flat / "mine.jpg")
+    got, line = _predict(tmp_path, capsys, model, flat, tmp_path / "flat_masks")
+    assert got["n"] == 1 and "iou" not in line
+    np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "flat_masks" / "mine.png")),
+                                  np.asarray(Image.open(written[0])))
+
+
+# --------------------------------------------------------------------------- localization
+@pytest.mark.slow
+@needs_data("horses")
+def test_localization_round_trip_on_the_test_images(tmp_path, capsys):
+    summary, model = _train(tmp_path, capsys, "localization", "--n-train", "30", "--passes", "2")
+    test = tmp_path / "test"
+    source = SHARED_DATA / "horses"
+    for folder in ("gray", "figure_ground"):
+        (test / folder).mkdir(parents=True)
+        for name in sorted(p.name for p in (source / "gray").glob("*.jpg"))[200:]:  # the task's test images
+            (test / folder / name).symlink_to(source / folder / name)
+    got, _ = _predict(tmp_path, capsys, model, test, tmp_path / "boxes.csv")
+    assert got["test_detection_rate"] == summary["test_detection_rate"]
+    assert got["test_mean_iou"] == summary["test_mean_iou"]
+    rows = (tmp_path / "boxes.csv").read_text().splitlines()
+    assert rows[0] == "name,top,left,bottom,right,y0,x0,y1,x1" and len(rows) == 129
+    t, l, b, r, y0, x0, y1, x1 = map(int, rows[1].split(",")[1:])
+    assert 0 <= t < b and 0 <= l < r and 0 <= y0 < y1 and 0 <= x0 < x1
+
+
+# --------------------------------------------------------------------------- refusals
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_predict_refuses_tampered_foreign_and_taskless_models(tmp_path, capsys):
+    from structopt.models import MultiClassModel
+
+    model = tmp_path / "m.npz"
+    save_model(model, MultiClassModel(2, 3), np.zeros(6), task="ocr", preprocessing={"letters": []})
+    source = tmp_path / "in.npz"
+    source.write_bytes(b"")
+    data = model.read_bytes()
+    model.write_bytes(data[:200] + bytes([data[200] ^ 0xFF]) + data[201:])
+    assert main(["predict", str(model), str(source), "--out", str(tmp_path / "o.txt")]) == 2
+    assert str(model) in _one_line_error(capsys)
+    foreign = tmp_path / "foreign.npz"
+    np.savez(foreign, w=np.zeros(6))
+    assert main(["predict", str(foreign), str(source), "--out", str(tmp_path / "o.txt")]) == 2
+    assert f"{foreign} is not a structopt archive" in _one_line_error(capsys)
+    save_model(model, MultiClassModel(2, 3), np.zeros(6))  # saved from Python, no task
+    assert main(["predict", str(model), str(source), "--out", str(tmp_path / "o.txt")]) == 2
+    assert "not trained on a built-in task" in _one_line_error(capsys)
+    save_model(model, MultiClassModel(2, 3), np.zeros(6), task="ocr")
+    assert main(["predict", str(model), str(tmp_path / "absent.npz"), "--out", str(tmp_path / "o.txt")]) == 2
+    assert "absent.npz does not exist" in _one_line_error(capsys)
+    assert not (tmp_path / "o.txt").exists()
