@@ -242,6 +242,44 @@ def test_disk_full_at_the_end_keeps_the_results_on_screen(tmp_path, capsys, monk
     assert len(err.splitlines()) == 1 and "No space left on device" in err and str(checkpoint) in err
 
 
+# --------------------------------------------------------------------------- the summary line's status
+def _status_run(tmp_path, capsys, monkeypatch, trace, info):
+    def solver(problem, *, max_passes=50, random_state=None, progress=False):
+        return Result(np.zeros(2), trace, info)
+
+    _use_solver(monkeypatch, solver)
+    assert main(["train", "ocr", "--out", str(tmp_path / "run"), "--no-progress", "--solver", "svrg"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads((tmp_path / "run" / "trace.json").read_text())
+    assert summary["status"] in captured.out
+    return captured.out, captured.err
+
+
+def test_summary_says_rejected_epochs_and_loudly_when_all_were(tmp_path, capsys, monkeypatch, fake_task):
+    trace = [{"passes": 0.0, "time": 0.0, "primal": 1.0}, {"passes": 1.0, "time": 0.1, "primal": 1.0, "rejected": 2.0},
+             {"passes": 2.0, "time": 0.2, "primal": 0.9}]
+    out, err = _status_run(tmp_path, capsys, monkeypatch, trace, {"stop_reason": "reached max_passes=2"})
+    assert "1 of 2 epochs rejected" in out and "unconverged: stopped as it reached max_passes=2" in out
+    assert "no duality gap" in out and err == ""
+    trace = [{"passes": 0.0, "time": 0.0, "primal": 1.0}] + [
+        {"passes": float(p), "time": 0.1 * p, "primal": 1.0, "rejected": 1.5} for p in (1, 2, 3)]
+    out, err = _status_run(tmp_path, capsys, monkeypatch, trace,
+                           {"stop_reason": "reached max_passes=3", "epochs": 3, "rejected_epochs": 3})
+    assert "ALL 3 EPOCHS REJECTED: the weights are the starting point" in out
+    assert "warning: svrg rejected every one of its 3 epochs" in err and "zero weights" in err
+
+
+def test_summary_says_converged_only_on_a_certified_gap(tmp_path, capsys, monkeypatch, fake_task):
+    trace = [{"passes": 1.0, "time": 0.1, "primal": 1.0, "dual": 0.99, "gap": 0.01}]
+    out, _ = _status_run(tmp_path, capsys, monkeypatch, trace, {"stop_reason": "gap 0.01 <= tol 0.1"})
+    assert "converged (gap 0.01 <= tol 0.1)" in out and "unconverged" not in out
+    out, _ = _status_run(tmp_path, capsys, monkeypatch, trace, {"stop_reason": "reached time_limit=5s"})
+    assert "unconverged: stopped as it reached time_limit=5s, gap 0.01 left" in out
+    trace = [{"passes": 1.0, "time": 0.1, "primal": float("nan")}]
+    out, err = _status_run(tmp_path, capsys, monkeypatch, trace, {"stop_reason": "reached max_passes=1"})
+    assert "DIVERGED" in out and "diverged" in err
+
+
 # --------------------------------------------------------------------------- the convergence plot
 def _lines(ax) -> dict[str, np.ndarray]:
     return {line.get_label(): np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()}
