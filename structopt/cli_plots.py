@@ -17,6 +17,26 @@ def _axis_scale(ax, values: np.ndarray) -> None:
         ax.set_yscale("log")
 
 
+def _readable_log_ticks(ax, values: np.ndarray) -> None:
+    """On a log axis spanning under two decades, label 1-2-5 steps (every step under half a decade) in
+    plain numbers, instead of one power of ten or a crowd of ``2×10⁻¹`` minor labels."""
+    from matplotlib import ticker
+
+    span = float(np.log10(values.max() / values.min()))
+    if span >= 2:
+        return
+    low, high = float(values.min()), float(values.max())
+    decades = range(int(np.floor(np.log10(low))) - 1, int(np.ceil(np.log10(high))) + 1)
+    ticks = []
+    for subs in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9), tuple(np.arange(1.0, 10.0, 0.25))):
+        ticks = [m * 10.0**k for k in decades for m in subs if low <= m * 10.0**k <= high]
+        if len(ticks) >= 3:
+            break
+    ax.yaxis.set_major_locator(ticker.FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:.3g}"))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+
+
 def convergence_figure(trace: list[dict], title: str):
     """The primal objective (and the dual, where the method has one) against effective passes, and
     the duality gap on a log scale below it when every record has one.
@@ -69,6 +89,7 @@ def convergence_figure(trace: list[dict], title: str):
         if positive.any():
             gap_ax.semilogy(passes[positive], gap[positive], style, markersize=4, color="tab:green",
                             label="duality gap")
+            _readable_log_ticks(gap_ax, gap[positive])
         zero = np.isfinite(gap) & (gap <= 0)
         if zero.any():  # a zero gap has no place on a log axis: said, not dropped
             gap_ax.plot([], [], " ", label=f"gap 0 at {int(zero.sum())} evaluation(s) (not drawn on log scale)")
