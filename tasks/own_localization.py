@@ -102,6 +102,7 @@ def read_csv_boxes(path: str | os.PathLike, images: str | os.PathLike) -> list[I
         raise InvalidInputError(f"{path}: malformed CSV ({error})") from None
     head_line, header = rows[0]
     header = [name.strip().lower() for name in header]
+    header[0] = header[0].removeprefix("\ufeff")  # a byte-order mark some spreadsheet programs write
     absent = [name for name in CSV_COLUMNS if name not in header]
     if absent:
         raise InvalidInputError(f"{path}:{head_line}: the header must name the columns {','.join(CSV_COLUMNS)} "

@@ -333,61 +333,84 @@ def test_voc_and_csv_give_the_same_boxes(tmp_path):
     annotations.mkdir()
     for name, *box in rows:
         (annotations / f"{Path(name).stem}.xml").write_text(_voc(name, 80, 64, [box]))
-    from_csv = read_csv_boxes(_write_boxes_csv(tmp_path / "b.csv", rows), images)
+    from_csv = read_csv_boxes(_write_boxes_csv(tmp_path / "b.csv", rows, header="\ufeffImage, x_min,y_min,x_max,y_max"),
+                              images)
     from_voc = read_voc_boxes(annotations, images)
     assert [(n, b) for n, _, b in from_csv] == [(n, b) for n, _, b in from_voc]
     assert from_csv[0][2] == (rows[0][2], rows[0][1], rows[0][4], rows[0][3])  # (top, left, bottom, right)
 
 
-def test_boxes_csv_errors(tmp_path):
-    images, _rows = _box_images(tmp_path, 3, 2)
+_CSV_HEADER = "image,x_min,y_min,x_max,y_max\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "{path}: empty file"),
+    ("image,x0,y0,x1,y1\n", "{path}:1: the header must name the columns image,x_min,y_min,x_max,y_max"),
+    (_CSV_HEADER + "p0.png,1,2,3\n", "{path}:2: expected 5 fields (as the header), found 4"),
+    (_CSV_HEADER + '"p0.png,1,2,20,30\n', "{path}:2: expected 5 fields"),
+    (_CSV_HEADER + "\np0.png,1,two,30,30\n", "{path}:3: y_min must be a finite number"),
+    (_CSV_HEADER + "p0.png,10,2,10,30\n", "{path}:2: box (x_min 10, y_min 2, x_max 10, y_max 30) has zero or "
+                                           "negative width"),
+    (_CSV_HEADER + "p0.png,10,2,81,30\n", "{path}:2: box (x_min 10, y_min 2, x_max 81, y_max 30) reaches outside "
+                                           "the 80x64 image p0.png"),
+    (_CSV_HEADER + "p0.png,-1,2,20,30\n", "{path}:2: box (x_min -1"),
+    (_CSV_HEADER + "p0.png,1,2,20,30\np0.png,1,2,20,31\n", "{path}:3: a second box for p0.png (the first is on "
+                                                            "line 2)"),
+    (_CSV_HEADER + "p0.png,1,2,20,30\np1.png,1,2,20,30\n", "1 image(s) without a box in {images}: p2.png"),
+    (_CSV_HEADER, "{path}: a header but no box"),
+], ids=["empty", "header", "ragged", "quote", "number", "empty-box", "outside", "negative", "twice", "unlisted",
+        "no-rows"])
+def test_boxes_csv_errors(tmp_path, text, message):
+    images, _ = _box_images(tmp_path, 3, 2)
     path = tmp_path / "b.csv"
-    cases = [
-        ("", f"{path}: empty file"),
-        ("image,x0,y0,x1,y1\n", f"{path}:1: the header must name the columns image,x_min,y_min,x_max,y_max"),
-        ("image,x_min,y_min,x_max,y_max\np0.png,1,2,3\n", f"{path}:2: expected 5 fields (as the header), found 4"),
-        ("image,x_min,y_min,x_max,y_max\n\np0.png,1,two,30,30\n", f"{path}:3: y_min must be a finite number"),
-        ("image,x_min,y_min,x_max,y_max\np0.png,10,2,10,30\n", f"{path}:2: box (x_min 10, y_min 2, x_max 10, "
-                                                               "y_max 30) has zero or negative width"),
-        ("image,x_min,y_min,x_max,y_max\np0.png,10,2,81,30\n", f"{path}:2: box (x_min 10, y_min 2, x_max 81, "
-                                                               "y_max 30) reaches outside the 80x64 image p0.png"),
-        ("image,x_min,y_min,x_max,y_max\np0.png,-1,2,20,30\n", f"{path}:2: box (x_min -1"),
-        ("image,x_min,y_min,x_max,y_max\np0.png,1,2,20,30\np0.png,1,2,20,31\n",
-         f"{path}:3: a second box for p0.png (the first is on line 2)"),
-        ("image,x_min,y_min,x_max,y_max\np0.png,1,2,20,30\np1.png,1,2,20,30\n",
-         f"1 image(s) without a box in {images}: p2.png"),
-        ('image,x_min,y_min,x_max,y_max\n"p0.png,1,2,20,30\n', f"{path}:2: expected 5 fields"),
-    ]
-    for text, message in cases:
-        path.write_text(text)
-        with pytest.raises(InvalidInputError, match=re.escape(message)):
-            read_csv_boxes(path, images)
-    path.write_text("image,x_min,y_min,x_max,y_max\nzz.png,1,2,20,30\n")
+    path.write_text(text)
+    with pytest.raises(InvalidInputError, match=re.escape(message.format(path=path, images=images))):
+        read_csv_boxes(path, images)
+
+
+def test_boxes_csv_missing_files(tmp_path):
+    images, _ = _box_images(tmp_path, 1, 2)
+    path = tmp_path / "b.csv"
+    path.write_text(_CSV_HEADER + "zz.png,1,2,20,30\n")
     with pytest.raises(DataNotFoundError, match=re.escape(f"{path}:2: image 'zz.png' not found in {images}")):
         read_csv_boxes(path, images)
     with pytest.raises(DataNotFoundError, match=re.escape(f"{tmp_path / 'no.csv'}: no such file")):
         read_csv_boxes(tmp_path / "no.csv", images)
 
 
-def test_boxes_voc_errors(tmp_path):
-    images, rows = _box_images(tmp_path, 1, 3)
+_BOX = (10, 12, 40, 50)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("<annotation><filename>p0.png</filename>\n<size>", "{xml}: bad XML"),
+    (_voc("p0.png", 80, 64, [_BOX, _BOX]), "{xml}: 2 objects; the model predicts exactly one box per image"),
+    (_voc("p0.png", 80, 64, []), "{xml}: 0 objects"),
+    (_voc("p0.png", 80, 64, [(70, 10, 90, 20)]), "{xml}: object 0 extends more than one pixel beyond the 80x64"),
+    (_voc("p0.png", 80, 64, [(30, 10, 20, 20)]), "{xml}: object 0 has zero or negative width or height"),
+    (_voc("p0.png", 81, 64, [_BOX]), "{image}: image is 80x64 pixels but {xml} describes a 81x64"),
+    ("<annotation><size><width>80</width><height>64</height></size></annotation>",
+     "{xml}: missing or empty element <annotation/filename>"),
+], ids=["malformed", "two-objects", "no-object", "outside", "empty-box", "size", "no-filename"])
+def test_boxes_voc_errors(tmp_path, text, message):
+    images, _ = _box_images(tmp_path, 1, 3)
     annotations = tmp_path / "xml"
     annotations.mkdir()
     xml = annotations / "p0.xml"
-    box = rows[0][1:]
-    cases = [
-        ("<annotation><filename>p0.png</filename>\n<size>", f"{xml}: bad XML"),
-        (_voc("p0.png", 80, 64, [box, box]), f"{xml}: 2 objects; the model predicts exactly one box per image"),
-        (_voc("p0.png", 80, 64, []), f"{xml}: 0 objects"),
-        (_voc("p0.png", 80, 64, [(70, 10, 90, 20)]), f"{xml}: object 0 extends more than one pixel beyond the 80x64"),
-        (_voc("p0.png", 81, 64, [box]), f"{images / 'p0.png'}: image is 80x64 pixels but {xml} describes a 81x64"),
-    ]
-    for text, message in cases:
-        xml.write_text(text)
-        with pytest.raises(InvalidInputError, match=re.escape(message)):
-            read_voc_boxes(annotations, images)
-    xml.write_text(_voc("p9.png", 80, 64, [box]))
+    xml.write_text(text)
+    with pytest.raises(InvalidInputError, match=re.escape(message.format(xml=xml, image=images / "p0.png"))):
+        read_voc_boxes(annotations, images)
+
+
+def test_boxes_voc_missing_image(tmp_path):
+    images, _ = _box_images(tmp_path, 1, 3)
+    annotations = tmp_path / "xml"
+    annotations.mkdir()
+    xml = annotations / "p0.xml"
+    xml.write_text(_voc("p9.png", 80, 64, [_BOX]))
     with pytest.raises(DataNotFoundError, match=re.escape(f"{xml}: its image {images / 'p9.png'} does not exist")):
+        read_voc_boxes(annotations, images)
+    xml.unlink()
+    with pytest.raises(InvalidInputError, match=re.escape(f"{annotations}: no .xml annotation files")):
         read_voc_boxes(annotations, images)
 
 
@@ -432,37 +455,54 @@ def test_bitext_trains_and_evaluates(tmp_path):
     assert set(scores) == {"test_aer"} and scores["test_aer"] < 0.15
 
 
-def test_bitext_errors(tmp_path):
-    source, target, gold = _bitext(tmp_path, 5, 0)
-    bitext = OWN_TASKS["bitext"]
+def _truncate(files):
+    source, target, _ = files
+    target.write_text("\n".join(target.read_text().splitlines()[:4]) + "\n")
+    return f"{target}:4: the file ends here, but {source} has 5 lines"
 
-    def build() -> None:
-        bitext.build(ParallelOptions(source=str(source), target=str(target), gold=str(gold)))
 
-    lines = target.read_text().splitlines()
-    target.write_text("\n".join(lines[:4]) + "\n")
-    with pytest.raises(InvalidInputError, match=re.escape(f"{target}:4: the file ends here, but {source} has 5")):
-        build()
-    target.write_text("\n".join([*lines[:2], "", *lines[3:]]) + "\n")
-    with pytest.raises(InvalidInputError, match=re.escape(f"{target}, line 3: empty sentence")):
-        build()
-    target.write_text("\n".join(lines) + "\n")
-    good = gold.read_text()
-    gold.write_text(good + "2 1 99 S\n")
-    n = len(good.splitlines()) + 1
-    with pytest.raises(InvalidInputError, match=re.escape(f"{gold}, line {n}: link (1, 99) out of range")):
-        build()
-    gold.write_text(good + "6 1 1\n")
-    with pytest.raises(InvalidInputError, match=re.escape(f"{gold}, line {n}: sentence 6 out of range 1..5")):
-        build()
-    gold.write_text(good + "1 1 1 X\n")
-    with pytest.raises(InvalidInputError, match=re.escape(f"{gold}, line {n}: expected 'sentence english french")):
-        build()
-    source.write_text("")
-    with pytest.raises(InvalidInputError, match=re.escape(f"{source}: empty file")):
-        build()
+def _empty_line(files):
+    lines = files[1].read_text().splitlines()
+    files[1].write_text("\n".join([*lines[:2], "", *lines[3:]]) + "\n")
+    return f"{files[1]}, line 3: empty sentence"
+
+
+def _gold_line(extra: str, message: str):
+    def mutate(files):
+        gold = files[2]
+        n = len(gold.read_text().splitlines()) + 1
+        gold.write_text(gold.read_text() + extra)
+        return f"{gold}, line {n}: {message}"
+
+    return mutate
+
+
+def _empty_source(files):
+    files[0].write_text("")
+    return f"{files[0]}: empty file"
+
+
+@pytest.mark.parametrize("mutate", [
+    _truncate, _empty_line, _empty_source,
+    _gold_line("2 1 99 S\n", "link (1, 99) out of range"),
+    _gold_line("2 0 1 S\n", "link (0, 1) out of range"),
+    _gold_line("6 1 1\n", "sentence 6 out of range 1..5"),
+    _gold_line("1 1 1 X\n", "expected 'sentence english french [S|P]'"),
+    _gold_line("1 one 1\n", "positions must be integers"),
+], ids=["misaligned", "empty-line", "empty-file", "target-position", "source-position", "sentence", "kind",
+        "not-integer"])
+def test_bitext_errors(tmp_path, mutate):
+    files = _bitext(tmp_path, 5, 0)
+    message = mutate(files)
+    with pytest.raises(InvalidInputError, match=re.escape(message)):
+        OWN_TASKS["bitext"].build(ParallelOptions(source=str(files[0]), target=str(files[1]), gold=str(files[2])))
+
+
+def test_bitext_missing_file(tmp_path):
+    source, target, _ = _bitext(tmp_path, 5, 0)
     with pytest.raises(DataNotFoundError, match=re.escape(f"{tmp_path / 'x.naacl'}: no such file")):
-        bitext.build(ParallelOptions(source=str(target), target=str(target), gold=str(tmp_path / "x.naacl")))
+        OWN_TASKS["bitext"].build(ParallelOptions(source=str(source), target=str(target),
+                                                  gold=str(tmp_path / "x.naacl")))
 
 
 # ------------------------------------------------------------------ wiring and options
