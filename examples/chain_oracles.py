@@ -1,4 +1,7 @@
-"""What a structure gives you: the oracles of a chain, checked against brute force and an LP.
+"""The oracles of a chain
+======================
+
+What a structure gives you: the oracles of a chain, checked against brute force and an LP.
 
 Run: python examples/chain_oracles.py
 """

@@ -1,4 +1,7 @@
-"""Declaring your own structure: a k-of-n selection written as cvxpy constraints, BIO tagging with a
+"""Declaring your own structure
+============================
+
+Declaring your own structure: a k-of-n selection written as cvxpy constraints, BIO tagging with a
 constrained chain, and multi-label classification over a tree of labels. Each is a complete task in
 under 20 lines.
 

@@ -1,4 +1,7 @@
-"""Declaring a dynamic program: a semi-Markov segmenter (labelled spans of bounded length) written
+"""A dynamic program: semi-Markov segmentation
+===========================================
+
+Declaring a dynamic program: a semi-Markov segmenter (labelled spans of bounded length) written
 against structopt's DP helper, checked by ``check_structure`` and trained by every solver.
 
 ``so.DPStructure`` takes the dynamic program as a hypergraph (items in topological order, hyperedges

@@ -1,4 +1,7 @@
-"""Factor graphs: a chain under a global budget, a pairwise CRF on your own graph, a matching with
+"""Factor graphs: budgets, CRFs on your graph, fertility
+=====================================================
+
+Factor graphs: a chain under a global budget, a pairwise CRF on your own graph, a matching with
 fertility. Each task is a few lines of user code over ``so.FactorGraph`` / ``so.GraphModel``.
 
 (a) "At most 2 entities per sentence": a binary variable per token, chain tables between

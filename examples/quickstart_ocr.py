@@ -1,4 +1,7 @@
-"""Train a chain structural SVM on OCR handwriting with the scikit-learn style estimator.
+"""Quick start: OCR handwriting with the estimator
+===============================================
+
+Train a chain structural SVM on OCR handwriting with the scikit-learn style estimator.
 
 The model and loss are those of ``structopt train ocr`` (the BCFW paper's OCR setup: pixels, a
 per-letter bias, start/end scores and transitions; Hamming loss divided by the word length), so

@@ -1,4 +1,7 @@
-"""Word alignment as bipartite matching on the Hansards gold (needs ../shared/data/hansards).
+"""Word alignment as bipartite matching
+====================================
+
+Word alignment as bipartite matching on the Hansards gold (needs ../shared/data/hansards).
 
 Run: python examples/word_alignment.py
 """
