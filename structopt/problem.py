@@ -81,6 +81,36 @@ class Decoded(NamedTuple):
 
 
 
+class _SharedZeros:
+    """One read-only zero array per (shape, dtype), shared by every example's all-zero fields.
+
+    The potentials at ``w = 0`` and the transition part of per-node loss terms are zeros of a few
+    distinct shapes; keeping one array per example costs as much as the features on CoNLL-sized
+    data (T x S floats per sentence). Read-only: a caller that writes into them fails loudly
+    instead of changing every example.
+    """
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[tuple[int, ...], np.dtype], np.ndarray] = {}
+
+    def share(self, potentials: Potentials) -> Potentials:
+        """``potentials`` with every all-zero ndarray field replaced by the shared zero array of its shape."""
+        if not (isinstance(potentials, tuple) and hasattr(potentials, "_fields")):  # only NamedTuples are rebuilt
+            return potentials
+        fields = []
+        changed = False
+        for field in potentials:
+            if type(field) is np.ndarray and field.size and not field.any():
+                key = (field.shape, field.dtype)
+                shared = self._arrays.get(key)
+                if shared is None:
+                    shared = self._arrays[key] = np.zeros(field.shape, dtype=field.dtype)
+                    shared.flags.writeable = False
+                field, changed = shared, True
+            fields.append(field)
+        return type(potentials)(*fields) if changed else potentials
+
+
 def _check_sequence(name: str, value: Any) -> None:
     """Refuse anything but a sequence with one entry per example (strings included: not a list of inputs)."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or not hasattr(value, "__getitem__"):
@@ -124,17 +154,19 @@ class SSVMProblem:
         self.lam = float(lam)
         self.X = [model.validate_input(x, i) for i, x in enumerate(X)]
         zero = model.zeros()
+        zeros = _SharedZeros()
         self.Y = []
         self._terms = []
         self._likes = []  # potentials at w = 0: each example's shapes and layout (reused, never written)
         for i, (x, y) in enumerate(zip(self.X, Y, strict=True)):
             like = model.potentials(x, zero)
-            self._likes.append(like)
             y = self.structure.validate_output(y, like, i)
             if i == 0:
                 check_layout(model, like, self.structure.stats(y, like))
             self.Y.append(y)
-            self._terms.append(loss.linear_terms(self.structure, y, like) if loss.decomposable else None)
+            terms = loss.linear_terms(self.structure, y, like) if loss.decomposable else None
+            self._likes.append(zeros.share(like))
+            self._terms.append(None if terms is None else (zeros.share(terms[0]), terms[1]))
         self.n = len(self.X)
         self._nonnegative = nonnegative_indices(model)
 
@@ -435,18 +467,19 @@ class SSVMProblem:
         return self._compact_gold
 
     def _build_compact_gold(self) -> tuple[np.ndarray, np.ndarray]:
-        parts = []
+        # filled in place (sizes from the potentials' layouts): no list of per-example copies beside the
+        # result, which would double this (T x S floats per example) array's peak on long datasets
+        sizes = np.array([sum(int(np.size(field)) for field in like) for like in self._likes], dtype=np.int64)
+        offsets = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        flat = np.empty(int(offsets[-1]))
         for i, like in enumerate(self._likes):
             gold = flatten(self.model.reduce_stats(self.gold_stats(i, like)))
-            size = sum(int(np.size(field)) for field in like)
-            if gold.size != size:
+            if gold.size != sizes[i]:
                 raise InvalidInputError(f"example {i}: {type(self.model).__name__}.reduce_stats returns {gold.size} "
-                                        f"statistics but the potentials have {size}; reduce_stats must give the "
+                                        f"statistics but the potentials have {sizes[i]}; reduce_stats must give the "
                                         "layout of the model's potentials")
-            parts.append(gold)
-        offsets = np.zeros(self.n + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([part.size for part in parts])
-        flat = np.concatenate(parts)
+            flat[offsets[i]:offsets[i + 1]] = gold
         return flat, offsets
 
     def mean_hinge(self, w: np.ndarray, executor: Any = None) -> float:

@@ -210,3 +210,24 @@ def test_non_decomposable_loss_is_refused_by_decoding(rng):
     problem = chain_problem(rng, ZeroOne())
     with pytest.raises(NotSupportedError, match="decomposable"):
         problem.max_oracle(0, problem.model.zeros())
+
+
+def test_zero_fields_of_examples_are_shared_and_read_only():
+    """The potentials at w = 0 and the loss terms' all-zero fields: one read-only array per shape."""
+    rng = np.random.default_rng(11)
+    problem = chain_problem(rng, lengths=(3, 4, 3, 4, 2))
+    likes = [problem.like(i) for i in range(problem.n)]
+    assert likes[0].unary is likes[2].unary and likes[1].unary is likes[3].unary
+    assert likes[0].unary is not likes[1].unary and likes[0].unary.shape == (3, S)
+    for like in likes:
+        assert not like.unary.any() and not like.unary.flags.writeable
+        with pytest.raises(ValueError):
+            like.unary[0, 0] = 1.0
+    terms = [problem.loss_terms(i)[0] for i in range(problem.n)]
+    assert all(t.pairwise is terms[0].pairwise for t in terms) and not terms[0].pairwise.flags.writeable
+    assert all(t.unary.any() and t.unary.flags.writeable for t in terms)  # the Hamming costs stay per example
+    # the oracles are those of brute force still
+    w = rng.normal(size=problem.n_params)
+    for i in range(problem.n):
+        _, values, _, _ = brute(problem, i, w)
+        assert np.isclose(problem.max_oracle(i, w).value, values.max())
