@@ -172,7 +172,7 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
                                 "step; use batch_size=1")
     if steps != "fw" and not line_search:
         raise NotSupportedError(f"bcfw: steps={steps!r} needs the exact line search (line_search=True)")
-    method = _BCFW(problem, executor, line_search=line_search, averaging=averaging, sampling=sampling,
+    method = BCFWMethod(problem, executor, line_search=line_search, averaging=averaging, sampling=sampling,
                    batch_size=batch_size, eval_every=eval_every, fused=fused, progress=progress,
                    random_state=random_state, gap_options=gap_options if expensive else None)
     options = {key: value for key, value in locals().items() if key not in ("method", "gap_options", "expensive")}
@@ -192,7 +192,10 @@ class BCFWState:
     gap: GapState | None = None  # gap sampling, caches and active sets (None for plain BCFW)
 
 
-class _BCFW(Method):
+class BCFWMethod(Method):
+    """BCFW on the shared run loop (:func:`structopt.solvers.base.run`); ``initial`` warm-starts it from given
+    blocks (and gap state), as the regularisation path does (:mod:`structopt.solvers.reg_path`)."""
+
     name = "bcfw"
 
     def __init__(self, problem: SSVMProblem, executor, *, line_search, averaging, sampling, batch_size, eval_every,

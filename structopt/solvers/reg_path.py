@@ -26,7 +26,7 @@ from structopt.parallel import SerialExecutor
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
 from structopt.solvers.base import Monitor, make_rng
-from structopt.solvers.bcfw import _BCFW, bcfw
+from structopt.solvers.bcfw import BCFWMethod, bcfw
 
 
 @dataclass
@@ -141,7 +141,7 @@ def regularization_path(problem: SSVMProblem, lams, *, eps: float = 0.01, max_pa
             if gap is not None:  # counts per lambda
                 gap.calls = gap.hits = 0
             warm = (blocks, gap)
-        method = _BCFW(sub, SerialExecutor(sub), line_search=values["line_search"], averaging=values["averaging"],
+        method = BCFWMethod(sub, SerialExecutor(sub), line_search=values["line_search"], averaging=values["averaging"],
                        sampling=values["sampling"], batch_size=1, eval_every=eval_every,
                        fused=None, progress=False, random_state=rng,
                        gap_options=gap_options if expensive else None, initial=warm)
