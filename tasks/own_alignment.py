@@ -44,7 +44,7 @@ from structopt.tasks.own_common import (
 )
 
 
-def read_parallel(source: str | os.PathLike, target: str | os.PathLike, gold: str | os.PathLike,
+def read_bitext(source: str | os.PathLike, target: str | os.PathLike, gold: str | os.PathLike,
                   part: str = "train") -> list[SentencePair]:
     """Sentence pairs of parallel files with their gold links (0-based in the result).
 
@@ -97,9 +97,9 @@ def load_parallel(options: ParallelOptions) -> dict:
     for name in ("source", "target", "gold"):
         if getattr(options, name) is None:
             raise InvalidInputError(f"bitext: --{name} FILE is required")
-    pairs = read_parallel(options.source, options.target, options.gold)
+    pairs = read_bitext(options.source, options.target, options.gold)
     if both_or_neither(options, ("test_source", "test_target", "test_gold"), "bitext"):
-        test = read_parallel(options.test_source, options.test_target, options.test_gold, "test")
+        test = read_bitext(options.test_source, options.test_target, options.test_gold, "test")
         train = pairs
     else:
         tr, te = holdout(len(pairs), options.test_fraction, options.seed, str(options.source))
@@ -113,7 +113,9 @@ def load_parallel(options: ParallelOptions) -> dict:
 
 
 def build_parallel(options: ParallelOptions) -> BuiltTask:
-    """The ``bitext`` task: a partial-matching problem; test AER."""
+    """The ``bitext`` task: a partial-matching problem; test AER. Preprocessing: the Dice statistics
+    (``statistics``: :meth:`~structopt.tasks.alignment.AlignmentFeaturizer.state`, which
+    ``AlignmentFeaturizer.from_state`` rebuilds for new sentence pairs)."""
     from structopt.losses import MatchingHamming
     from structopt.problem import SSVMProblem
 
@@ -125,7 +127,8 @@ def build_parallel(options: ParallelOptions) -> BuiltTask:
     def evaluate(w: np.ndarray) -> dict[str, float]:
         return {"test_aer": aer([links(y) for y in problem.predict(test["X"], w)], test["pairs"])}
 
-    return BuiltTask(problem, evaluate, f"word alignment of {Path(str(options.source)).name}")
+    return BuiltTask(problem, evaluate, f"word alignment of {Path(str(options.source)).name}",
+                     {"statistics": data["featurizer"].state()})
 
 
-__all__ = ["ParallelOptions", "build_parallel", "load_parallel", "read_parallel"]
+__all__ = ["ParallelOptions", "build_parallel", "load_parallel", "read_bitext"]

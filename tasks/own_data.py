@@ -12,8 +12,8 @@ name               files                                                        
 Each kind declares its options once (:mod:`structopt.tasks.own_common`) and builds what the
 built-in tasks of ``structopt train`` build: ``(problem, evaluate, description, preprocessing)``
 (:class:`~structopt.tasks.own_common.BuiltTask`; ``preprocessing`` is what a saved model needs to
-featurise new inputs, None for ``bitext`` so far). Without test files, a seeded random
-``test_fraction`` of the examples is held out. Wiring into a command line is one loop::
+featurise new inputs, in the layout of the matching built-in task's). Without test files, a seeded
+random ``test_fraction`` of the examples is held out. Wiring into a command line is one loop::
 
     for name, own in OWN_TASKS.items():
         sub = subparsers.add_parser(name, help=own.summary)
@@ -42,7 +42,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from structopt.tasks.own_alignment import ParallelOptions, build_parallel, load_parallel, read_parallel
+from structopt.tasks.own_alignment import ParallelOptions, build_parallel, load_parallel, read_bitext
 from structopt.tasks.own_common import BuiltTask, CommonOptions, OwnTask
 from structopt.tasks.own_localization import (
     BoxesOptions,
@@ -126,9 +126,9 @@ __all__ = [
     "load_segmentation",
     "load_sequence",
     "paired_files",
+    "read_bitext",
     "read_columns",
     "read_csv_boxes",
     "read_mask",
-    "read_parallel",
     "read_voc_boxes",
 ]

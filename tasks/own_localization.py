@@ -34,9 +34,9 @@ from structopt.tasks import _bow
 from structopt.tasks._data import image_shape, read_text_lines
 from structopt.tasks.localization import (
     _cell_features,
-    _cell_rows,
     _check_size,
-    _inside,
+    _image_counts,
+    _image_descriptors,
     _parse_xml,
     _read_grey,
     _xml_find,
@@ -45,7 +45,6 @@ from structopt.tasks.localization import (
     cell_box,
     detection_rate,
     foreground_features,
-    load_image,
     mean_box_prior,
     mean_iou,
     rescale_box,
@@ -209,8 +208,7 @@ class BoxesOptions(CommonOptions):
                              type=positive_int)
     cell_size: int = option("--cell-size", "cell side in pixels, even, >= 4 (default 8)", 8, type=positive_int)
     n_words: int = option("--n-words", "size of each HOG codebook (default 100)", 100, type=positive_int)
-    n_colours: int = option("--n-colours", "size of the colour codebook, 0 for none (default 32)", 32,
-                            type=non_negative_int)
+    n_colours: int = option("--n-colours", "size of the colour codebook, >= 2 (default 32)", 32, type=positive_int)
     context: int = option("--context", "side in cells of the HOG context window (default 5)", 5, type=positive_int)
     colour_context: int = option("--colour-context", "side in cells of the colour context window (default 9)", 9,
                                  type=positive_int)
@@ -235,9 +233,8 @@ def _check(options: BoxesOptions) -> None:
     if options.image_size < 4 * options.cell_size:
         raise InvalidInputError(f"image_size {options.image_size} is too small for cells of {options.cell_size} "
                                 "pixels (at least 4 cells)")
-    if options.n_words < 2 or options.n_colours == 1:
-        raise InvalidInputError(f"n_words must be >= 2 and n_colours 0 or >= 2, got {options.n_words} and "
-                                f"{options.n_colours}")
+    if options.n_words < 2 or options.n_colours < 2:
+        raise InvalidInputError(f"n_words and n_colours must be >= 2, got {options.n_words} and {options.n_colours}")
 
 
 def load_localization(options: BoxesOptions) -> dict:
@@ -273,66 +270,43 @@ def _load_localization(options: BoxesOptions) -> dict:
     train_index = np.asarray(first(list(train_index), options.n_train), dtype=np.int64)
     order = np.concatenate([train_index, test_index])
     cell, n_train = options.cell_size, len(train_index)
-    grids, boxes, descs, where, descs2, where2, labs = [], [], [], [], [], [], []
+    rng = np.random.default_rng(options.seed)
+    described, boxes, samples = [], [], []
     for i in order.tolist():
         _, path, pixel_box = items[i]
         original = _read_grey(path).shape
-        image = load_image(path, options.image_size)
-        grid = _bow.grid_shape(image.shape, cell)
-        grids.append(grid)
-        boxes.append(cell_box(rescale_box(pixel_box, original, image.shape), grid, cell))
-        desc, cells = _bow.descriptors(image, cell)
-        desc2, cells2 = _bow.coarse_descriptors(image, cell)
-        descs.append(desc)
-        where.append(cells)
-        descs2.append(desc2)
-        where2.append(cells2)
-        if options.n_colours:
-            labs.append(_bow.lab_pixels(load_image(path, options.image_size, colour=True), cell))
-    seed = options.seed
-    codebook = _bow.fit_codebook(descs[:n_train], options.n_words, seed)
-    codebook2 = _bow.fit_codebook(descs2[:n_train], options.n_words, seed)
-    if options.n_colours:
-        rng = np.random.default_rng(seed)
-        samples = [lab.reshape(-1, 3) for lab in labs[:n_train]]
-        samples = [s[rng.choice(len(s), min(len(s), 500), replace=False)] for s in samples]
-        colours = _bow.fit_codebook(samples, options.n_colours, seed)
+        d = _image_descriptors(path, options.image_size, cell)
+        boxes.append(cell_box(rescale_box(pixel_box, original, d.pop("image").shape), d["grid"], cell))
+        described.append(d)
+        samples.append(d["lab"][rng.choice(len(d["lab"]), min(len(d["lab"]), 500), replace=False)])
+    train_d = described[:n_train]
+    codebooks = {"codebook": _bow.fit_codebook([d["desc"] for d in train_d], options.n_words, options.seed),
+                 "codebook2": _bow.fit_codebook([d["desc2"] for d in train_d], options.n_words, options.seed),
+                 "colour_codebook": _bow.fit_codebook(samples[:n_train], options.n_colours, options.seed)}
     X = []
-    for k, grid in enumerate(grids):
-        counts = _bow.cell_histograms(_bow.assign(descs[k], codebook), where[k], grid, options.n_words)
-        counts2 = _bow.spread_histograms(_bow.assign(descs2[k], codebook2), where2[k], grid, options.n_words)
-        colour = (_bow.colour_histograms(labs[k], colours, cell) if options.n_colours
-                  else np.zeros((*grid, 0)))
-        X.append(_cell_features(counts, counts2, colour, options.position_bins, options.context,
-                                options.colour_context))
+    for d in described:
+        H, W = d["grid"]
+        counts = _image_counts(d, codebooks, cell)  # float32, as the localization task's cache (and predict) has them
+        X.append(_cell_features(*(counts[key].astype(np.float64).reshape(H, W, -1)
+                                  for key in ("counts", "counts2", "colours")),
+                                options.position_bins, options.context, options.colour_context))
     train_X, test_X = X[:n_train], X[n_train:]
     preprocessing = {"image_size": int(options.image_size), "cell_size": cell, "context": int(options.context),
                      "colour_context": int(options.colour_context), "position_bins": int(options.position_bins),
-                     "foreground": bool(options.foreground), "codebook": codebook, "codebook2": codebook2,
-                     "colour_codebook": colours if options.n_colours else np.zeros((0, 3), np.float32)}
+                     "foreground": bool(options.foreground), **codebooks}
     if options.foreground:
         if n_train < 3:
             raise InvalidInputError(f"boxes: the foreground score needs at least 3 training images, got {n_train} "
                                     "(pass --no-foreground)")
-        preprocessing.update(_foreground_fit(train_X, boxes[:n_train]))
-        train_X, test_X = foreground_features(train_X, boxes[:n_train], test_X)
+        train_X, test_X, (coef, intercept) = foreground_features(train_X, boxes[:n_train], test_X,
+                                                                 return_classifier=True)
+        preprocessing.update(foreground_coef=coef, foreground_intercept=intercept)
     names = [items[i][0] for i in order.tolist()]
     return {"train": {"X": train_X, "y": boxes[:n_train], "names": names[:n_train]},
             "test": {"X": test_X, "y": boxes[n_train:], "names": names[n_train:]},
             "model": BoxModel(train_X[0].shape[2]),
             "info": {"cell_size": cell, "image_size": options.image_size,
                      "images": {"train": n_train, "test": len(test_X)}, "preprocessing": preprocessing}}
-
-
-def _foreground_fit(train_X: list[np.ndarray], train_y: list) -> dict[str, np.ndarray]:
-    """Coefficients of the foreground classifier fitted on every training image, the one
-    :func:`~structopt.tasks.localization.foreground_features` scores new images with (same data and
-    settings, so the same deterministic fit; kept for a saved model, which that function does not return)."""
-    from sklearn.linear_model import LogisticRegression
-
-    labels = np.concatenate([_inside(box, x.shape[:2]) for x, box in zip(train_X, train_y, strict=True)])
-    fit = LogisticRegression(C=1.0, max_iter=3000).fit(_cell_rows(train_X), labels)
-    return {"foreground_coef": fit.coef_.copy(), "foreground_intercept": fit.intercept_.copy()}
 
 
 def build_localization(options: BoxesOptions) -> BuiltTask:

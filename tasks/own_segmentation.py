@@ -26,12 +26,9 @@ from structopt.tasks.horses import (
     DEFAULT_EDGE_FEATURES,
     DEFAULT_SIZE,
     EDGE_FEATURE_NAMES,
-    _block_mean,
     _downscale,
-    _edge_features,
-    _filter_bank,
-    _grid_shape,
-    _position,
+    _raw_features,
+    grid_input,
     segmentation_scores,
 )
 from structopt.tasks.own_common import (
@@ -99,9 +96,9 @@ def read_mask(path: Path, threshold: float | None = None) -> np.ndarray:
                             "to take value > T as foreground")
 
 
-def image_features(image_path: Path, mask_path: Path, size: int, threshold: float | None,
-                   edge_features: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Raw pixel features (H, W, F-1 without bias), the grid mask (H, W) int64 and the edge features.
+def image_features(image_path: Path, mask_path: Path, size: int,
+                   threshold: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Raw pixel features (H, W, F-1: not standardised, no bias) and the mask on the grid, (H, W) int64.
 
     Raises
     ------
@@ -113,11 +110,9 @@ def image_features(image_path: Path, mask_path: Path, size: int, threshold: floa
     if image.shape != mask.shape:
         raise InvalidInputError(f"{mask_path}: mask is {mask.shape[1]}x{mask.shape[0]} pixels but its image "
                                 f"{image_path} is {image.shape[1]}x{image.shape[0]}")
-    H, W = _grid_shape(*image.shape, size)
-    feats = _block_mean(_filter_bank(_downscale(image, (2 * H, 2 * W))))
-    small_mask = _downscale(mask.astype(np.float64), (H, W)) > 0.5
-    feats = np.concatenate([feats, _position(H, W)], axis=-1)
-    return feats, small_mask.astype(np.int64), _edge_features(feats[..., 1], edge_features)
+    feats = _raw_features(image, size)
+    small_mask = _downscale(mask.astype(np.float64), feats.shape[:2]) > 0.5
+    return feats, small_mask.astype(np.int64)
 
 
 @dataclass(kw_only=True)
@@ -143,7 +138,7 @@ class SegmentationOptions(CommonOptions):
 
 def load_segmentation(options: SegmentationOptions) -> dict:
     """Read and featurise the folders: ``{"train", "test": {"X", "y", "names"}, "model", "info"}``."""
-    from structopt.models.grid import GridInput, GridModel
+    from structopt.models.grid import GridModel
 
     edge_features = tuple(options.edge_features)
     if not edge_features or any(name not in EDGE_FEATURE_NAMES for name in edge_features):
@@ -161,16 +156,13 @@ def load_segmentation(options: SegmentationOptions) -> dict:
     else:
         train_index, test_index = holdout(len(pairs), options.test_fraction, options.seed, str(options.images))
     train_index = np.asarray(first(list(train_index), options.n_train), dtype=np.int64)
-    loaded = {i: image_features(pairs[i][1], pairs[i][2], options.size, options.mask_threshold, edge_features)
+    loaded = {i: image_features(pairs[i][1], pairs[i][2], options.size, options.mask_threshold)
               for i in np.concatenate([train_index, test_index]).tolist()}
     train_pixels = np.concatenate([loaded[i][0].reshape(-1, loaded[i][0].shape[-1]) for i in train_index])
     mean, std = train_pixels.mean(axis=0), train_pixels.std(axis=0)
     std[std == 0] = 1.0  # a constant feature (e.g. a flat image set) stays constant
-    X = {}
-    for i, (feats, _, (hor, ver)) in loaded.items():
-        n_pixels = feats.shape[0] * feats.shape[1]
-        pixels = np.concatenate([np.ones((*feats.shape[:2], 1)), (feats - mean) / std], axis=-1)
-        X[i] = GridInput(pixels / n_pixels, hor / n_pixels, ver / n_pixels)
+    # the smoothed image (gauss1) gives the contrast edges, as for the horses
+    X = {i: grid_input(feats, feats[..., 1], mean, std, edge_features) for i, (feats, _) in loaded.items()}
 
     def pick(index: np.ndarray) -> dict[str, list]:
         return {"X": [X[i] for i in index], "y": [loaded[i][1] for i in index], "names": [pairs[i][0] for i in index]}
@@ -184,7 +176,8 @@ def load_segmentation(options: SegmentationOptions) -> dict:
 
 def build_segmentation(options: SegmentationOptions) -> BuiltTask:
     """The ``segmentation`` task: a grid problem with the normalised Hamming loss; test pixel accuracy and
-    IoU. Preprocessing: the grid size, the edge features, the training pixels' mean and deviation."""
+    IoU. Preprocessing: the grid size, the edge features, the training pixels' mean and deviation (the
+    keys :func:`structopt.tasks.horses.image_input` reads to featurise a new image)."""
     from structopt.losses import Hamming
     from structopt.problem import SSVMProblem
 

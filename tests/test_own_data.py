@@ -194,21 +194,21 @@ def test_segmentation_trains_and_evaluates(tmp_path):
 
 
 def test_segmentation_preprocessing_featurises_new_images_alike(tmp_path):
+    from structopt.tasks.horses import image_input
     from structopt.tasks.own_segmentation import image_features
 
     images, masks = _segmentation_folders(tmp_path, 5, 0)
     options = SegmentationOptions(images=str(images), masks=str(masks), size=12, test_fraction=0.4)
     p = OWN_TASKS["segmentation"].build(options).preprocessing
     data = load_segmentation(options)
-    name = data["test"]["names"][0]
-    feats, mask, (hor, ver) = image_features(images / f"{name}.png", masks / f"{name}.png", p["size"],
-                                             p["mask_threshold"], tuple(p["edge_features"]))
-    n = mask.size
-    x = data["test"]["X"][0]
-    np.testing.assert_allclose(x.pixels[..., 1:] * n, (feats - p["mean"]) / p["std"])
-    np.testing.assert_allclose(x.horizontal * n, hor)
-    np.testing.assert_allclose(x.vertical * n, ver)
-    np.testing.assert_array_equal(mask, data["test"]["y"][0])
+    for name, x, y in zip(data["test"]["names"], data["test"]["X"], data["test"]["y"], strict=True):
+        # a saved model's preprocessing featurises a new image as the horses task's predict does
+        again, shape = image_input(images / f"{name}.png", p)
+        assert shape == (24, 28)
+        for a, b in zip(again, x, strict=True):
+            np.testing.assert_array_equal(a, b)
+        _, mask = image_features(images / f"{name}.png", masks / f"{name}.png", p["size"], p["mask_threshold"])
+        np.testing.assert_array_equal(mask, y)
 
 
 def test_segmentation_masks_on_the_grid(tmp_path):
@@ -307,24 +307,22 @@ def test_boxes_trains_and_evaluates(tmp_path):
     assert scores["test_mean_iou"] > scores["prior_mean_iou"] and scores["test_detection_rate"] >= 2 / 3
 
 
-def test_boxes_preprocessing_scores_new_images_alike(tmp_path):
-    from structopt.tasks.localization import _foreground_map, _with_map
+def test_boxes_preprocessing_featurises_new_images_alike(tmp_path):
+    from structopt.tasks.localization import image_cells
 
     images, rows = _box_images(tmp_path, 8, 3)
     csv = _write_boxes_csv(tmp_path / "boxes.csv", rows)
     options = BoxesOptions(images=str(images), boxes=str(csv), test_fraction=0.25, **_SMALL_BOXES)
-    reference = load_localization(options)
-    p = reference["info"]["preprocessing"]
-    assert p["codebook"].shape == (8, 36) and p["colour_codebook"].shape == (4, 3) and p["foreground"]
-    data = load_localization(dataclasses.replace(options, foreground=False))
-    assert not data["info"]["preprocessing"]["foreground"] and "foreground_coef" not in data["info"]["preprocessing"]
-
-    class Saved:  # the saved coefficients' decision function
-        def decision_function(self, rows):
-            return (rows @ p["foreground_coef"].T + p["foreground_intercept"]).ravel()
-
-    for x, expected in zip(data["test"]["X"], reference["test"]["X"], strict=True):
-        np.testing.assert_allclose(_with_map(x, _foreground_map(Saved(), x)), expected, rtol=1e-9, atol=1e-12)
+    for foreground in (True, False):
+        data = load_localization(dataclasses.replace(options, foreground=foreground))
+        p = data["info"]["preprocessing"]
+        assert p["codebook"].shape == (8, 36) and p["colour_codebook"].shape == (4, 3)
+        assert p["foreground"] == foreground and ("foreground_coef" in p) == foreground
+        for name, x in zip(data["test"]["names"], data["test"]["X"], strict=True):
+            # a saved model's preprocessing featurises a new image as the localization task's predict does
+            again, original, _ = image_cells(images / f"{name}.png", p)
+            assert original == (64, 80)
+            np.testing.assert_allclose(again, x, rtol=1e-12, atol=1e-12)
 
 
 def test_voc_and_csv_give_the_same_boxes(tmp_path):
@@ -420,6 +418,8 @@ def test_boxes_options_refused(tmp_path):
     boxes = OWN_TASKS["boxes"]
     with pytest.raises(InvalidInputError, match="exactly one of --boxes FILE and --annotations DIR"):
         boxes.build(BoxesOptions(images=str(images), boxes=str(csv), annotations=str(images)))
+    with pytest.raises(InvalidInputError, match="n_words and n_colours must be >= 2"):
+        boxes.build(BoxesOptions(images=str(images), boxes=str(csv), n_colours=0))
     with pytest.raises(InvalidInputError, match="cell_size must be an even integer"):
         boxes.build(BoxesOptions(images=str(images), boxes=str(csv), cell_size=5))
     with pytest.raises(InvalidInputError, match="too few to hold out"):
@@ -453,6 +453,19 @@ def test_bitext_trains_and_evaluates(tmp_path):
                               test_target=str(test[1]), test_gold=str(test[2]))
     scores = _train(OWN_TASKS["bitext"].build(options), passes=5)
     assert set(scores) == {"test_aer"} and scores["test_aer"] < 0.15
+
+
+def test_bitext_preprocessing_featurises_new_pairs_alike(tmp_path):
+    from structopt.tasks.alignment import AlignmentFeaturizer
+    from structopt.tasks.own_data import load_parallel
+
+    source, target, gold = _bitext(tmp_path, 12, 0)
+    options = ParallelOptions(source=str(source), target=str(target), gold=str(gold), test_fraction=0.25)
+    p = OWN_TASKS["bitext"].build(options).preprocessing
+    data = load_parallel(options)
+    again = AlignmentFeaturizer.from_state(p["statistics"])
+    for pair, x in zip(data["test"]["pairs"], data["test"]["X"], strict=True):
+        np.testing.assert_array_equal(again(pair), x)
 
 
 def _truncate(files):
