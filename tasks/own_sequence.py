@@ -83,7 +83,7 @@ def _index(number: int, width: int, what: str, path: Path, line: int) -> int:
     return index
 
 
-def read_columns(path: str | os.PathLike, token_column: int = 1, label_column: int = -1,
+def read_columns(path: str | os.PathLike, token_column: int = 1, label_column: int | None = -1,
                  feature_columns: Sequence[int] = (), encoding: str = "utf-8") -> ColumnFile:
     """Read a CoNLL-column file (see the module docstring).
 
@@ -92,7 +92,8 @@ def read_columns(path: str | os.PathLike, token_column: int = 1, label_column: i
     path : path-like
         The file (``.gz`` read transparently).
     token_column, label_column : int
-        1-based column numbers (negative: from the end).
+        1-based column numbers (negative: from the end). ``label_column=None``: the file has no
+        labels (input to label; ``corpus.tags`` is then empty).
     feature_columns : sequence of int
         Further columns to featurise (e.g. POS), in order.
 
@@ -119,7 +120,7 @@ def read_columns(path: str | os.PathLike, token_column: int = 1, label_column: i
     if ragged.size:  # one column count per file: a missing column shifts the label column
         bad = int(ragged[0])
         raise InvalidInputError(f"{path}:{bad + 1}: expected {n_cols} columns (as line {line0}), found {width[bad]}")
-    wanted = [("token column", token_column), ("label column", label_column)]
+    wanted = [("token column", token_column)] + ([("label column", label_column)] if label_column is not None else [])
     wanted += [("feature column", c) for c in feature_columns]
     index = [_index(int(number), n_cols, what, path, line0) for what, number in wanted]
     seen: dict[int, str] = {}
@@ -132,8 +133,10 @@ def read_columns(path: str | os.PathLike, token_column: int = 1, label_column: i
     prev = np.concatenate([[False], is_token[:-1]])
     sentence_id = np.cumsum(is_token & ~prev)[is_token] - 1
     lengths = np.bincount(sentence_id).astype(np.int64)
-    features = [list(cols[i]) for i in index[2:]]
-    corpus = Corpus(list(cols[index[0]]), features[0] if features else None, list(cols[index[1]]), lengths, str(path))
+    n_fixed = 1 if label_column is None else 2
+    features = [list(cols[i]) for i in index[n_fixed:]]
+    tags = [] if label_column is None else list(cols[index[1]])
+    corpus = Corpus(list(cols[index[0]]), features[0] if features else None, tags, lengths, str(path))
     return ColumnFile(corpus, features[1:], token_lines.astype(np.int64) + 1, path)
 
 

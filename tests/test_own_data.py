@@ -97,6 +97,13 @@ def test_sequence_preprocessing_featurises_new_files_alike(conll_files):
     reference = load_sequence(SequenceOptions(train=str(train), test=str(test), token_column=3, label_column=1,
                                               feature_columns=(2,), n_features=2**10))["test"]["X"]
     assert all((a != b).nnz == 0 for a, b in zip(X, reference, strict=True))
+    # input to label, without the label column: the same features
+    unlabelled = test.parent / "unlabelled.txt"
+    unlabelled.write_text("\n".join(" ".join(line.split()[1:]) for line in test.read_text().splitlines()))
+    bare = read_columns(unlabelled, p["token_column"] - 1, None, [c - 1 for c in p["feature_columns"]])
+    assert bare.corpus.tags == []
+    (X,) = featurize_columns([bare], p["n_features"], p["window"], p["affix_lengths"])
+    assert all((a != b).nnz == 0 for a, b in zip(X, reference, strict=True))
 
 
 def test_sequence_reader_sentences_and_columns(conll_files):
