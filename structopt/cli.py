@@ -27,8 +27,8 @@ from structopt.cli_tasks import (
     TASK_OPTIONS,
     TASKS,
     Task,
-    _lam,
-    _task_key,
+    task_key,
+    task_lam,
 )
 from structopt.errors import DataNotFoundError, InvalidInputError, OutputError, StructoptError
 from structopt.solvers import SOLVERS
@@ -44,6 +44,8 @@ DESCRIPTION = """Structured prediction with combinatorial oracles.
 
 Errors are reported on one line; --debug shows the full traceback."""
 
+
+_lam, _task_key = task_lam, task_key  # the names the tests have used
 
 __all__ = ["DEFAULT_DATASET", "DEFAULT_LAM", "SPLIT_TASKS", "TASKS", "TASK_OPTIONS", "Task", "_convergence_figure",
            "_lam", "_plot_convergence", "_task_key", "build_parser", "main", "task_solvers"]

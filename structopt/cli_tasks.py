@@ -29,12 +29,12 @@ DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001,
 DEFAULT_DATASET = "horses"
 
 
-def _task_key(args: argparse.Namespace) -> str:
+def task_key(args: argparse.Namespace) -> str:
     """The task and, for localization, its dataset: the key of :data:`DEFAULT_LAM`."""
     return f"localization {args.dataset or DEFAULT_DATASET}" if args.task == "localization" else args.task
 
 
-def _lam(args: argparse.Namespace, n: int, task: str) -> float:
+def task_lam(args: argparse.Namespace, n: int, task: str) -> float:
     """``--lam``, where 0 means 1/n for the n training examples used and no value the task's default."""
     if args.lam is None:
         return DEFAULT_LAM[task]
@@ -103,7 +103,7 @@ def _problem(model: Any, X: list, Y: list, loss: Any, args: argparse.Namespace, 
     from structopt.problem import SSVMProblem
 
     X, Y = X[: args.n_train], Y[: args.n_train]
-    return SSVMProblem(model, X, Y, loss, _lam(args, len(X), key))
+    return SSVMProblem(model, X, Y, loss, task_lam(args, len(X), key))
 
 
 # --------------------------------------------------------------------------- ocr
@@ -354,7 +354,7 @@ class LocalizationTask(TaskSpec):
         dataset = args.dataset or DEFAULT_DATASET
         data = load_boxes(args.data, dataset=dataset)
         train, test, info = data["train"], data["test"], data["info"]
-        problem = _problem(data["model"], train["X"], train["y"], BoxLoss(), args, _task_key(args))
+        problem = _problem(data["model"], train["X"], train["y"], BoxLoss(), args, task_key(args))
         X, Y = problem.X, problem.Y
         prior = mean_box_prior(Y, [x.shape[:2] for x in X], [x.shape[:2] for x in test["X"]])
 
@@ -376,23 +376,12 @@ class LocalizationTask(TaskSpec):
         return Task(problem, evaluate, f"{dataset} localization", info["preprocessing"])
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
-        from structopt.tasks.localization import (
-            REQUIRED,
-            _horse_items,
-            _raccoon_items,
-            cell_box,
-            image_cells,
-            rescale_box,
-        )
+        from structopt.tasks.localization import cell_box, dataset_items, image_cells, rescale_box
 
         cell_size = int(saved.preprocessing["cell_size"])
-        layout = next((name for name, needed in REQUIRED.items() if all((path / sub).is_dir() for sub in needed)),
-                      None)
-        if layout == "horses":
-            items = _horse_items(path)
-        elif layout == "raccoon":
-            items = _raccoon_items(path)[0]
-        else:
+        items = dataset_items(path)
+        layout = items is not None
+        if items is None:
             items = [(file.stem, file, None) for file in _images(path)]
         X, gold, names, sizes = [], [], [], []
         for name, file, box in items:

@@ -313,6 +313,21 @@ def cache_dir() -> Path:
     return Path(base) / "structopt"
 
 
+def dataset_items(root: Path) -> list[Item] | None:
+    """The images of a folder laid out as a dataset (``gray/`` + ``figure_ground/`` masks, or ``images/`` +
+    VOC ``annotations/``) with their gold pixel boxes, or None when it has neither layout.
+
+    Raises
+    ------
+    DataNotFoundError, InvalidInputError
+        As the dataset loaders: an image without its mask or annotation, a bad annotation (naming the file).
+    """
+    for dataset, needed in REQUIRED.items():
+        if all((root / sub).is_dir() for sub in needed):
+            return _items(dataset, root)[0]
+    return None
+
+
 def _items(dataset: str, root: Path) -> tuple[list[Item], int]:
     return (_horse_items(root), 0) if dataset == "horses" else _raccoon_items(root)
 
