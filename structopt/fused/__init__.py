@@ -217,17 +217,23 @@ class FusedProblem:
                                             1.0 / self.problem.n, diffs, grad)
         return diffs, grad, float(value)
 
+    def node_potentials(self, w: np.ndarray) -> np.ndarray:
+        """The node potentials of every example at ``w`` (the family's layout; the steps' ``c_theta``)."""
+        return self.family.all_node_potentials(self, np.ascontiguousarray(w, dtype=np.float64))
+
     def smooth_steps(self, order: np.ndarray, rho: float, gamma: float, omega: float, mu: float, kind: str, k: int,
-                     snapshot: np.ndarray | None, v: np.ndarray, c: np.ndarray | None, P: np.ndarray,
-                     scalars: np.ndarray) -> None:
+                     snapshot: np.ndarray | None, v: np.ndarray, c: np.ndarray | None, c_theta: np.ndarray | None,
+                     P: np.ndarray, scalars: np.ndarray) -> None:
         """Lazy steps ``w <- rho w - gamma A_i^T d - gamma c`` for i in ``order`` on ``w = a v + b c`` (in place
         on ``v``, ``P`` and ``scalars = [a, b, B, C, weight]``, the fields of
         :class:`structopt.solvers._lazy.LazyIterate`); ``d`` is the smoothed gradient statistics at ``w``
-        minus ``snapshot``'s (None: nothing subtracted)."""
+        minus ``snapshot``'s (None: nothing subtracted); ``c_theta = node_potentials(c)``, computed once
+        for the steps of an epoch."""
         empty = np.empty(0)
         self.family.lazy_smooth_steps(np.asarray(order, dtype=np.int64), float(rho), float(gamma), float(omega),
                                       *self._smooth_args(mu, kind, k), empty if snapshot is None else snapshot,
-                                      snapshot is not None, v, empty if c is None else c, c is not None, P, scalars,
+                                      snapshot is not None, v, empty if c is None else c,
+                                      np.empty((0, 0)) if c_theta is None else c_theta, c is not None, P, scalars,
                                       self.stats_buf)
 
     def smooth_oracle_only(self, order: np.ndarray, w: np.ndarray, mu: float, kind: str, k: int) -> float:

@@ -29,8 +29,17 @@ _TINY = 1e-12  # as structopt.solvers._lazy: fold the scale into v below this
 
 
 @njit(cache=True)
-def _lazy_potentials(i, v, a, c, b, use_c, pack, unary, pairwise):
-    """``A_i (a v + b c)``: unary (T, S) and the shared (S, S) transition block, as LazyIterate.potentials."""
+def all_unary(w, pack, out):
+    """``out[tok[i]:tok[i+1]]`` = the node potentials of every example i at ``w`` ((N, S), all tokens)."""
+    tok = pack.tok
+    for i in range(tok.shape[0] - 1):
+        chain_unary_scores(i, w, pack, out[tok[i]:tok[i + 1]])
+
+
+@njit(cache=True)
+def _lazy_potentials(i, v, a, c, c_unary, b, use_c, pack, unary, pairwise):
+    """``A_i (a v + b c)``: unary (T, S) and the shared (S, S) transition block, as LazyIterate.potentials;
+    the node potentials of the fixed ``c`` come precomputed (``c_unary``, all tokens)."""
     S, F = pack.n_states, pack.n_features
     p0 = F * S
     chain_unary_scores(i, v, pack, unary)
@@ -38,12 +47,11 @@ def _lazy_potentials(i, v, a, c, b, use_c, pack, unary, pairwise):
     for j in range(S * S):
         pairwise[j] = a * v[p0 + j]
     if use_c and b != 0.0:
-        T = unary.shape[0]
-        extra = np.empty((T, S))
-        chain_unary_scores(i, c, pack, extra)
-        for t in range(T):
+        first = pack.tok[i]
+        for t in range(unary.shape[0]):
+            row = c_unary[first + t]
             for s in range(S):
-                unary[t, s] += b * extra[t, s]
+                unary[t, s] += b * row[s]
         for j in range(S * S):
             pairwise[j] += b * c[p0 + j]
 
@@ -185,17 +193,18 @@ def smooth_oracle_only(order, w, mu, entropic, K, pack, gold, offsets, labels, b
 
 @njit(cache=True)
 def lazy_smooth_steps(order, rho, gamma, omega, mu, entropic, K, pack, gold, offsets, labels, snapshot, use_snapshot,
-                      v, c, use_c, P, scalars, buf):
+                      v, c, c_unary, use_c, P, scalars, buf):
     """Steps ``w <- rho w - gamma A_i^T d - gamma c`` on the lazy iterate ``(v, P, scalars = [a, b, B, C,
     weight])`` for i in ``order``, ``d`` = the smoothed gradient statistics at ``w`` (minus the
-    snapshot's, ``use_snapshot``); ``omega`` adds ``omega w`` to the running sum after each step."""
+    snapshot's, ``use_snapshot``); ``c_unary`` = :func:`all_unary` of ``c``; ``omega`` adds ``omega w``
+    to the running sum after each step."""
     S, tok = pack.n_states, pack.tok
     a, b, B, C, weight = scalars[0], scalars[1], scalars[2], scalars[3], scalars[4]
     pairwise = np.empty(S * S)
     for i in order:
         lo, hi = offsets[i], offsets[i + 1]
         unary = np.empty((pack.tok[i + 1] - pack.tok[i], S))
-        _lazy_potentials(i, v, a, c, b, use_c, pack, unary, pairwise)
+        _lazy_potentials(i, v, a, c, c_unary, b, use_c, pack, unary, pairwise)
         d = buf[:hi - lo]
         smooth_example(i, unary, pairwise, mu, entropic, K, pack, gold, labels[tok[i]:tok[i + 1]],
                        lo, d)

@@ -84,6 +84,11 @@ class ChainFamily(KernelFamily):
             return None
         return f"unknown smoothing kind {kind!r}"
 
+    def all_node_potentials(self, view: FusedProblem, w: np.ndarray) -> np.ndarray:
+        out = np.empty((int(view.pack.tok[-1]), int(view.pack.n_states)))
+        smooth.all_unary(w, view.pack, out)
+        return out
+
     def smooth_pack(self, view: FusedProblem) -> np.ndarray:
         # the gold labels of all tokens, concatenated (at the pack's token offsets): the gold score
         return np.concatenate([np.asarray(y, dtype=np.int64).ravel() for y in view.problem.Y])

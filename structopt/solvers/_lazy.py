@@ -126,8 +126,11 @@ class LazyIterate:
         """:meth:`step` for every i in ``order``, with ``d`` the smoothed gradient statistics at the current
         iterate (minus the flat ``snapshot``'s), in one call of the fused view's kernels
         (:meth:`structopt.fused.FusedProblem.smooth_steps`; unconstrained weights only)."""
+        if self.c is not None and getattr(self, "_c_theta", None) is None:  # c is fixed for the iterate's life
+            self._c_theta = view.node_potentials(self.c)
         scalars = np.array([self.a, self.b, self.B, self.C, self.weight])
-        view.smooth_steps(order, rho, gamma, omega, mu, kind, k, snapshot, self.v, self.c, self.P, scalars)
+        view.smooth_steps(order, rho, gamma, omega, mu, kind, k, snapshot, self.v, self.c,
+                          getattr(self, "_c_theta", None), self.P, scalars)
         self.a, self.b, self.B, self.C, self.weight = (float(x) for x in scalars)
 
     def project_nonnegative(self, index: np.ndarray) -> None:
