@@ -33,6 +33,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -172,7 +173,8 @@ def _worker_argmax(root: Path) -> dict:
 
     decode_us = _best_per_call(decode_all, rounds=30, number=3) / problem.n * 1e6
     lengths = [len(y) for y in train["y"][:200]]
-    return {"argmax_us": argmax_us, "viterbi_us": viterbi_us, "decode_us": decode_us, "decode_mean_T": float(np.mean(lengths))}
+    return {"argmax_us": argmax_us, "viterbi_us": viterbi_us, "decode_us": decode_us,
+            "decode_mean_T": float(np.mean(lengths))}
 
 
 CRF_WORKER = r"""
@@ -268,6 +270,10 @@ def main() -> None:
     parser.add_argument("--conll-passes", type=float, default=5)
     parser.add_argument("--crfsuite-python", help="a Python with python-crfsuite (a throwaway venv)")
     parser.add_argument("--crfsuite-iterations", type=int, default=50)
+    parser.add_argument("--crfsuite-repeats", type=int, default=1)
+    parser.add_argument("--numba-cache", type=Path, default=Path(tempfile.gettempdir()) / "structopt-bench-numba",
+                        help="NUMBA_CACHE_DIR of the measured processes: a directory of the benchmark's own, so "
+                             "that other work on the machine cannot prune the checkouts' caches mid-run")
     parser.add_argument("--skip", nargs="*", default=[], choices=["import", "help", "ocr", "conll", "argmax"])
     parser.add_argument("--out", type=Path, default=HERE.with_name("startup_memory_results.json"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -285,7 +291,8 @@ def main() -> None:
     sides = {"after": args.after.resolve()}
     if args.before:
         sides = {"before": args.before.resolve(), **sides}
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STRUCTOPT_NUMBA_CACHE_DIR")}
+    env["NUMBA_CACHE_DIR"] = str(args.numba_cache)
     rows: dict[str, dict[str, list]] = {side: {} for side in sides}
 
     def measure(kind: str, argv_of, repeats: int) -> None:
@@ -313,7 +320,7 @@ def main() -> None:
         script = args.out.with_name("_crfsuite_worker.py")
         script.write_text(CRF_WORKER)
         try:
-            for _ in range(max(1, args.repeats // 2)):
+            for _ in range(args.crfsuite_repeats):
                 wall, answer = _run([args.crfsuite_python, str(script), str(DATA / "conll2000"),
                                      str(args.out.with_name("_crfsuite.model")), str(args.crfsuite_iterations)],
                                     ROOT, env)
