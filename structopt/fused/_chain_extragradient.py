@@ -100,8 +100,8 @@ def chain_sum_sq_theta(data, x):
 
 
 @njit(cache=True)
-def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, labels, kappa, warm, tol, max_iter, r_out, q_out,
-                 stats):
+def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, labels, centre_potential, warm, tol, max_iter,
+                 r_out, q_out, stats):
     """One dual-extrapolation iteration's z-side over all examples (see module docstring).
 
     Parameters
@@ -113,9 +113,10 @@ def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, labels, kapp
     entropic : bool
         Entropic prox (CRF marginals of natural parameters) instead of Euclidean projections.
     labels : (N,) int64 gold labels of all tokens, or empty for the uniform prox-centre.
-    kappa : float
-        Prox-centre at the gold output: Euclidean, the gold vertex (any ``kappa``); entropic, the
-        chain distribution with node potentials ``kappa`` on the gold labels.
+    centre_potential : float
+        Prox-centre at the gold output: Euclidean, the gold vertex (any ``centre_potential``);
+        entropic, the chain distribution with node potentials ``centre_potential`` on the gold labels
+        (the extragradient solver's option of that name).
     warm : (2, 2, E, S)
         Projection multipliers (look-ahead / step, rows / columns) over all E edges; updated.
     tol, max_iter : projection tolerance and Newton-step cap.
@@ -164,7 +165,7 @@ def chain_z_pass(data, W, lam_acc, v_w, eta, beta, inv_n, entropic, labels, kapp
                 for s in range(S):
                     node_in[t, s] = sW[t, s] / beta
                 if gold:
-                    node_in[t, labels[a + t]] += kappa
+                    node_in[t, labels[a + t]] += centre_potential
             for t in range(E):
                 for x in range(S):
                     for y in range(S):

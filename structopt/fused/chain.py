@@ -112,7 +112,8 @@ class ChainZPass:
     compiled = True
 
     def __init__(self, view: FusedProblem, geometry: str, beta: float, sigma: float, tol: float,
-                 centre: str = "gold", kappa: float = 0.0, max_iter: int = 200):
+                 centre: str = "gold", centre_potential: float = 0.0, max_iter: int = 200,
+                 kappa: float | None = None):
         if geometry not in ZPASS_ORACLES:
             raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
         problem = view.problem
@@ -128,7 +129,9 @@ class ChainZPass:
         self.stats = np.zeros(4)
         self.max_residual = 0.0
         self.projection_iterations = 0.0
-        self.kappa = float(kappa)
+        # kappa: the former name of centre_potential, still passed by solvers/extragradient.py until it
+        # passes centre_potential (Casimir's kappa is a prox weight)
+        self.centre_potential = float(centre_potential if kappa is None else kappa)
         self.labels = (np.concatenate([np.asarray(y, dtype=np.int64) for y in problem.Y]) if centre == "gold"
                        else np.zeros(0, dtype=np.int64))
 
@@ -137,7 +140,8 @@ class ChainZPass:
         r = np.empty(self.problem.n_params)
         q = np.empty(self.problem.n_params)
         zk.chain_z_pass(self.data, W, float(lam_acc), v_w, float(eta), self.beta, 1.0 / self.problem.n,
-                        self.entropic, self.labels, self.kappa, self.warm, self.tol, self.max_iter, r, q, self.stats)
+                        self.entropic, self.labels, self.centre_potential, self.warm, self.tol, self.max_iter, r, q,
+                        self.stats)
         if not self.entropic and self.stats[2] > 100.0 * self.tol:  # stalls just above tol are round-off
             raise RuntimeError(f"chain projection not certified: residual {self.stats[2]:.2e} > 100 x {self.tol:.1e}")
         self.max_residual = max(self.max_residual, float(self.stats[2]))

@@ -137,7 +137,7 @@ def smooth_view(problem: SSVMProblem, fused: bool | None, kind: str):
     view = select(problem, fused)
     reason = None if view is None else view.smooth_refusal(kind)
     if reason is not None and fused:
-        raise NotSupportedError(f"{problem.model!r} has no fused {kind} smoothed passes: {reason}")
+        raise NotSupportedError(f"fused=True: this problem has no fused {kind} smoothed passes: {reason}")
     return view if reason is None else None
 
 

@@ -62,6 +62,7 @@ from structopt.solvers._smooth import (
     sgd_pass,
     smooth_view,
 )
+from structopt.solvers._smooth_options import Flag, Kind, OptionalPositive, TopK
 from structopt.solvers.base import (
     Method,
     Monitor,
@@ -136,10 +137,10 @@ def _learning_rate_option(name: str, value) -> None:
 
 @solver("casimir_svrg", needs=smoothing_needs())
 def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHEDULES)] = "decreasing",
-                 mu: Annotated[float | None, optional(positive)] = None,
-                 kind: Annotated[str, one_of("topk", "entropy")] = "topk", k: Annotated[int, positive_int] = 5,
-                 L: Annotated[float | None, optional(positive)] = None,
-                 kappa: Annotated[float | None, optional(positive)] = None,
+                 mu: OptionalPositive = None,
+                 kind: Kind = "topk", k: TopK = 5,
+                 L: OptionalPositive = None,
+                 kappa: OptionalPositive = None,
                  learning_rate: Annotated[float | str | None, _learning_rate_option] = None,
                  mu_min: Annotated[float, non_negative] = 0.0,
                  warm_start: Annotated[str | None, optional(one_of(*WARM_STARTS))] = None,
@@ -147,7 +148,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHED
                  inner_steps: Annotated[int | None, optional(positive_int)] = None,
                  iterate: Annotated[str | None, optional(one_of("average", "last"))] = None,
                  sgd_init: Annotated[bool | None, optional(one_of(True, False))] = None,
-                 guard: Annotated[bool, one_of(True, False)] = True, max_passes: float = 50, tol: float = 0.0,
+                 guard: Flag = True, max_passes: float = 50, tol: float = 0.0,
                  w0: np.ndarray | None = None, time_limit: float | None = None,
                  random_state: int | np.random.Generator | None = None, progress: bool = False,
                  checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,

@@ -43,6 +43,7 @@ from structopt.archive import state_type
 from structopt.errors import InvalidInputError
 from structopt.nonconvex import LinearisedProblem, NonconvexProblem
 from structopt.solvers._smooth import Counters, estimate_lipschitz
+from structopt.solvers._smooth_options import Kind, OptionalPositive, TopK
 from structopt.solvers.base import (
     Method,
     Monitor,
@@ -51,9 +52,7 @@ from structopt.solvers.base import (
     initial_weights,
     make_rng,
     one_of,
-    optional,
     positive,
-    positive_int,
     refuse_tol,
     run,
     smoothing_needs,
@@ -110,9 +109,9 @@ def prox_linear(problem: NonconvexProblem, *, inner: Annotated[str, one_of(*INNE
                 eta: Annotated[float, positive] = 1.0, inner_passes: Annotated[float, positive] = 10.0,
                 mu: Annotated[float, positive] = 1.0,
                 smoothing: Annotated[str, one_of("adaptive", "constant")] = "adaptive",
-                kind: Annotated[str, one_of("topk", "entropy")] = "topk", k: Annotated[int, positive_int] = 5,
-                L: Annotated[float | None, optional(positive)] = None,
-                eps0: Annotated[float | None, optional(positive)] = None,
+                kind: Kind = "topk", k: TopK = 5,
+                L: OptionalPositive = None,
+                eps0: OptionalPositive = None,
                 accept: Annotated[str, one_of("descent", "always")] = "descent",
                 inner_options: Annotated[dict | None, _inner_options_option] = None,
                 max_passes: float = 50, tol: float = 0.0, w0: np.ndarray | None = None, time_limit: float | None = None,

@@ -23,6 +23,7 @@ from structopt.archive import state_type
 from structopt.problem import SSVMProblem
 from structopt.solvers._lazy import LazyIterate
 from structopt.solvers._smooth import Counters, GuardCount, estimate_lipschitz, regrown_step, rose, shortened_step
+from structopt.solvers._smooth_options import Flag, Kind, OptionalPositive, TopK
 from structopt.solvers.base import (
     Method,
     Monitor,
@@ -31,9 +32,6 @@ from structopt.solvers.base import (
     initial_weights,
     make_rng,
     one_of,
-    optional,
-    positive,
-    positive_int,
     refuse_tol,
     run,
     smoothing_needs,
@@ -51,11 +49,11 @@ def _subgradient_stats(problem: SSVMProblem, i: int, theta):
 
 @solver("sgd", needs=(Need("max_oracle", "mu=None", lambda o: o["mu"] is None),
                      *smoothing_needs(lambda o: o["mu"] is not None, "mu set and ")))
-def sgd(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)] = None,
-        kind: Annotated[str, one_of("topk", "entropy")] = "topk", k: Annotated[int, positive_int] = 5,
-        gamma0: Annotated[float | None, optional(positive)] = None,
-        t0: Annotated[float | None, optional(positive)] = None,
-        averaging: Annotated[str, one_of(*AVERAGING)] = "weighted", guard: Annotated[bool, one_of(True, False)] = True,
+def sgd(problem: SSVMProblem, *, mu: OptionalPositive = None,
+        kind: Kind = "topk", k: TopK = 5,
+        gamma0: OptionalPositive = None,
+        t0: OptionalPositive = None,
+        averaging: Annotated[str, one_of(*AVERAGING)] = "weighted", guard: Flag = True,
         max_passes: float = 50, eval_every: float = 1, tol: float = 0.0, w0: np.ndarray | None = None,
         time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
         progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,

@@ -24,6 +24,7 @@ import numpy as np
 from structopt.archive import state_type
 from structopt.nonconvex import NonconvexProblem
 from structopt.solvers._smooth import Counters, estimate_lipschitz
+from structopt.solvers._smooth_options import OptionalPositive
 from structopt.solvers.base import (
     Method,
     Monitor,
@@ -32,8 +33,6 @@ from structopt.solvers.base import (
     initial_weights,
     make_rng,
     one_of,
-    optional,
-    positive,
     refuse_tol,
     run,
     solver,
@@ -53,7 +52,7 @@ def step_size(gamma0: float, t: int, schedule: str) -> float:
 
 @solver("sgd_nonconvex", needs=(Need("max_oracle", "any options"),))
 def sgd_nonconvex(problem: NonconvexProblem, *, schedule: Annotated[str, one_of(*SCHEDULES)] = "sqrt",
-                  gamma0: Annotated[float | None, optional(positive)] = None,
+                  gamma0: OptionalPositive = None,
                   max_passes: float = 50, eval_every: float = 1, tol: float = 0.0, w0: np.ndarray | None = None,
                   time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
                   progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,

@@ -47,6 +47,7 @@ from structopt.solvers._smooth import (
     stats_nbytes,
     subtract,
 )
+from structopt.solvers._smooth_options import Flag, Iterate, Kind, OptionalPositive, TopK
 from structopt.solvers.base import (
     Method,
     Monitor,
@@ -54,9 +55,6 @@ from structopt.solvers.base import (
     initial_weights,
     make_rng,
     one_of,
-    optional,
-    positive,
-    positive_int,
     refuse_tol,
     run,
     smoothing_needs,
@@ -137,13 +135,13 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
 
 
 @solver("svrg", needs=smoothing_needs())
-def svrg(problem: SSVMProblem, *, mu: Annotated[float | None, optional(positive)] = None,
+def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
          mu_schedule: Annotated[str, one_of(*MU_SCHEDULES)] = "decreasing",
-         kind: Annotated[str, one_of("topk", "entropy")] = "topk", k: Annotated[int, positive_int] = 5,
-         learning_rate: Annotated[float | None, optional(positive)] = None,
-         L: Annotated[float | None, optional(positive)] = None,
-         iterate: Annotated[str, one_of("average", "last")] = "average",
-         sgd_init: Annotated[bool, one_of(True, False)] = True, guard: Annotated[bool, one_of(True, False)] = True,
+         kind: Kind = "topk", k: TopK = 5,
+         learning_rate: OptionalPositive = None,
+         L: OptionalPositive = None,
+         iterate: Iterate = "average",
+         sgd_init: Flag = True, guard: Flag = True,
          max_passes: float = 50, tol: float = 0.0,
          w0: np.ndarray | None = None, time_limit: float | None = None,
          random_state: int | np.random.Generator | None = None, progress: bool = False,
