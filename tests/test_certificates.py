@@ -110,6 +110,8 @@ def gap_bcfw_runs(full: bool) -> Iterator[tuple[Callable, dict]]:
         hits = options.pop("hits")
         if options["sampling"] != "gap" and options["cache_size"] == 0 and options["steps"] == "fw":
             continue  # plain BCFW, swept above
+        if options["cache_size"] == 0 and hits == "eager":
+            continue  # no cache, no hits: the same run
         if hits == "eager":  # accept almost any cached corner: the most steps without the oracle
             options.update(cache_factor=0.01, cache_nu=0.001)
         yield bcfw, {"max_passes": 4 if full else 3, "eval_every": 0.5, **options}
