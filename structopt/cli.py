@@ -487,6 +487,13 @@ def _number(kind: Callable[[str], Any], low: float, inclusive: bool, what: str) 
     return parse
 
 
+def _wrap(text: str, indent: str = "") -> str:
+    """``text`` wrapped to 79 columns (help text shown raw), continuation lines indented two more spaces."""
+    import textwrap
+
+    return textwrap.fill(text, 79, initial_indent=indent, subsequent_indent=indent + "  " if indent else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``structopt`` argument parser (``train`` and ``check`` subcommands)."""
     from structopt import __version__
@@ -501,12 +508,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", parents=[debug], help="train a structural SVM on a built-in task",
-                           description="Tasks: ocr (embedded data; the BCFW paper's model: pixels, per-letter "
-                                       "bias, start/end scores, transitions, Hamming loss normalised by word "
-                                       "length), conll (CoNLL-2000 chunking), alignment (Hansards), horses "
-                                       "(Weizmann horses segmentation; writes test_masks.png) and localization "
-                                       "(--dataset horses|raccoon boxes; writes boxes.png); all but ocr read "
-                                       "../shared/data or --data.")
+                           description="Tasks: " + "; ".join(f"{name} ({getattr(spec, 'summary', '')})"
+                                                             for name, spec in TASKS.items())
+                                       + ". All but ocr read ../shared/data or --data. Every run writes "
+                                         "trace.json, convergence.png and the saved model model.npz into --out "
+                                         "(structopt predict reads it).")
     train.add_argument("task", choices=sorted(TASKS), help="the task")
     solvers = task_solvers()
     others = sorted(set(SOLVERS) - set(solvers))
@@ -548,13 +554,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     predict = sub.add_parser("predict", parents=[debug], help="predict with a model saved by structopt train",
                              formatter_class=argparse.RawDescriptionHelpFormatter,
-                             description="Reads a model that structopt train saved (OUT/model.npz: weights, model "
-                                         "and the task's preprocessing) and the task's own input; writes the "
-                                         "predictions in the task's format. When the input carries gold outputs, "
-                                         "prints the metric train prints.\n\nINPUT per task:\n  "
-                                         + "\n  ".join(spec.input_help for spec in specs)
-                                         + "\n\nOUTPUT per task:\n  "
-                                         + "\n  ".join(spec.output_help for spec in specs))
+                             description=_wrap("Reads a model that structopt train saved (OUT/model.npz: weights, "
+                                               "model and the task's preprocessing) and the task's own input; "
+                                               "writes the predictions in the task's format. When the input "
+                                               "carries gold outputs, prints the metric train prints.")
+                             + "\n\nINPUT per task:\n" + "\n".join(_wrap(spec.input_help, "  ") for spec in specs)
+                             + "\n\nOUTPUT per task:\n" + "\n".join(_wrap(spec.output_help, "  ") for spec in specs))
     predict.add_argument("model", metavar="MODEL", help="a model file saved by structopt train")
     predict.add_argument("input", metavar="INPUT", help="the task's input (see above)")
     predict.add_argument("--out", default=None, metavar="OUTPUT",

@@ -68,6 +68,8 @@ class TaskSpec:
     ----------
     name : str
         The ``structopt train`` / ``predict`` task name.
+    summary : str
+        One line for ``structopt train --help``.
     input_help, output_help : str
         What ``structopt predict`` reads as INPUT and writes to ``--out`` (shown in its help).
     default_output : str
@@ -77,6 +79,7 @@ class TaskSpec:
     """
 
     name = ""
+    summary = ""
     input_help = ""
     output_help = ""
     default_output = ""
@@ -111,6 +114,8 @@ class OCRTask(TaskSpec):
     """Handwritten words (chain). Preprocessing: the letters and the split; INPUT: an OCR ``.npz``."""
 
     name = "ocr"
+    summary = ("embedded data; the BCFW paper's model: pixels, per-letter bias, start/end scores, transitions, "
+               "Hamming loss normalised by word length")
     input_help = ("ocr: an .npz in the embedded letters format (pixels, labels, lengths, folds; e.g. one split "
                   "written by structopt.tasks.ocr.write_ocr); its labels are the gold for the printed letter error")
     output_help = "ocr: a text file, one word per line: the predicted letters, a tab, the gold letters"
@@ -152,6 +157,7 @@ class CoNLLTask(TaskSpec):
     """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names."""
 
     name = "conll"
+    summary = "CoNLL-2000 chunking"
     input_help = ("conll: a CoNLL column file, 'word POS' per line (the model uses POS features), optionally a "
                   "gold tag column last, blank lines between sentences")
     output_help = "conll: the input columns and a predicted tag column (conlleval's input when the gold is there)"
@@ -206,6 +212,7 @@ class AlignmentTask(TaskSpec):
     corpus and digests of the held-out pairs (so that ``predict`` reports the held-out AER)."""
 
     name = "alignment"
+    summary = "Hansards"
     input_help = ("alignment: a prefix PREFIX of PREFIX.en and PREFIX.fr (one tokenized sentence per line, e.g. "
                   "hansards/test.en-fr), with the gold PREFIX.naacl if it exists")
     output_help = "alignment: predicted links in the NAACL format, 'sentence english french' per line, 1-based"
@@ -274,6 +281,7 @@ class HorsesTask(TaskSpec):
     the training pixels' mean and deviation."""
 
     name = "horses"
+    summary = "Weizmann horses segmentation; writes test_masks.png"
     input_help = ("horses: a folder of grey images, or a folder with gray/ and figure_ground/ (masks of the "
                   "same names, the gold)")
     output_help = "horses: a folder of PNG masks (255 = horse) at each image's own size, named after the images"
@@ -334,6 +342,7 @@ class LocalizationTask(TaskSpec):
     codebooks and the per-cell foreground classifier's coefficients."""
 
     name = "localization"
+    summary = "--dataset horses|raccoon boxes; writes boxes.png"
     input_help = ("localization: a folder of images, or a dataset folder (gray/ + figure_ground/ masks, or "
                   "images/ + VOC annotations/) whose boxes are the gold")
     output_help = ("localization: a CSV, one row per image: name, the box in cells (top, left, bottom, right) and "
