@@ -298,6 +298,7 @@ def _predict(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"model {args.model} was not trained on a built-in task (its task is "
                                 f"{saved.task!r}); load it in Python with structopt.saved_model.load_model")
     spec = TASKS[saved.task]
+    spec.check_preprocessing(saved)
     out = Path(args.out or spec.default_output)
     if spec.output_is_folder:
         _check_writable_dir(out, "--out")

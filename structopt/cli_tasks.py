@@ -79,6 +79,8 @@ class TaskSpec:
     """
 
     name = ""
+    #: the preprocessing keys ``read_inputs`` reads and their types (checked on a model read from disk)
+    preprocessing_types: tuple[tuple[str, type], ...] = ()
     summary = ""
     input_help = ""
     output_help = ""
@@ -88,6 +90,14 @@ class TaskSpec:
     def __call__(self, args: argparse.Namespace) -> Task:
         """Build the training task from the parsed ``structopt train`` arguments."""
         raise NotImplementedError
+
+    def check_preprocessing(self, saved: Any) -> None:
+        """Refuse, naming the model file, preprocessing that lacks a key of :attr:`preprocessing_types` or
+        holds a value of another type (a file is untrusted even when its checksum holds)."""
+        for key, kind in self.preprocessing_types:
+            if not isinstance(saved.preprocessing.get(key), kind):
+                raise InvalidInputError(f"model {saved.path}: its {self.name} preprocessing lacks {key!r} or holds "
+                                        f"a {type(saved.preprocessing.get(key)).__name__} there")
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         """Read ``structopt predict``'s INPUT with a saved model's preprocessing."""
@@ -114,6 +124,7 @@ class OCRTask(TaskSpec):
     """Handwritten words (chain). Preprocessing: the letters and the split; INPUT: an OCR ``.npz``."""
 
     name = "ocr"
+    preprocessing_types = (("letters", list),)
     summary = ("embedded data; the BCFW paper's model: pixels, per-letter bias, start/end scores, transitions, "
                "Hamming loss normalised by word length")
     input_help = ("ocr: an .npz in the embedded letters format (pixels, labels, lengths, folds; e.g. one split "
@@ -157,6 +168,8 @@ class CoNLLTask(TaskSpec):
     """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names."""
 
     name = "conll"
+    preprocessing_types = (("tags", list), ("n_features", int), ("window", int), ("affix_lengths", list),
+                           ("use_pos", bool))
     summary = "CoNLL-2000 chunking"
     input_help = ("conll: a CoNLL column file, 'word POS' per line (the model uses POS features), optionally a "
                   "gold tag column last, blank lines between sentences")
@@ -212,6 +225,7 @@ class AlignmentTask(TaskSpec):
     corpus and digests of the held-out pairs (so that ``predict`` reports the held-out AER)."""
 
     name = "alignment"
+    preprocessing_types = (("statistics", dict), ("heldout", list))
     summary = "Hansards"
     input_help = ("alignment: a prefix PREFIX of PREFIX.en and PREFIX.fr (one tokenized sentence per line, e.g. "
                   "hansards/test.en-fr), with the gold PREFIX.naacl if it exists")
@@ -281,6 +295,7 @@ class HorsesTask(TaskSpec):
     the training pixels' mean and deviation."""
 
     name = "horses"
+    preprocessing_types = (("size", int), ("edge_features", list), ("mean", np.ndarray), ("std", np.ndarray))
     summary = "Weizmann horses segmentation; writes test_masks.png"
     input_help = ("horses: a folder of grey images, or a folder with gray/ and figure_ground/ (masks of the "
                   "same names, the gold)")
@@ -342,6 +357,9 @@ class LocalizationTask(TaskSpec):
     codebooks and the per-cell foreground classifier's coefficients."""
 
     name = "localization"
+    preprocessing_types = (("image_size", int), ("cell_size", int), ("context", int), ("colour_context", int),
+                           ("position_bins", int), ("foreground", bool), ("codebook", np.ndarray),
+                           ("codebook2", np.ndarray), ("colour_codebook", np.ndarray))
     summary = "--dataset horses|raccoon boxes; writes boxes.png"
     input_help = ("localization: a folder of images, or a dataset folder (gray/ + figure_ground/ masks, or "
                   "images/ + VOC annotations/) whose boxes are the gold")

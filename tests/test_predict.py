@@ -204,7 +204,10 @@ def test_predict_refuses_tampered_foreign_and_taskless_models(tmp_path, capsys):
     save_model(model, MultiClassModel(2, 3), np.zeros(6))  # saved from Python, no task
     assert main(["predict", str(model), str(source), "--out", str(tmp_path / "o.txt")]) == 2
     assert "not trained on a built-in task" in _one_line_error(capsys)
-    save_model(model, MultiClassModel(2, 3), np.zeros(6), task="ocr")
+    save_model(model, MultiClassModel(2, 3), np.zeros(6), task="ocr")  # sealed, but no letters in it
+    assert main(["predict", str(model), str(source), "--out", str(tmp_path / "o.txt")]) == 2
+    assert f"model {model}: its ocr preprocessing lacks 'letters'" in _one_line_error(capsys)
+    save_model(model, MultiClassModel(2, 3), np.zeros(6), task="ocr", preprocessing={"letters": []})
     assert main(["predict", str(model), str(tmp_path / "absent.npz"), "--out", str(tmp_path / "o.txt")]) == 2
     assert "absent.npz does not exist" in _one_line_error(capsys)
     assert not (tmp_path / "o.txt").exists()
