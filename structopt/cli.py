@@ -226,7 +226,10 @@ def _train(args: argparse.Namespace) -> int:
         _write_text_atomic(out / "trace.json", json.dumps(summary, indent=1))
         _plot_convergence(result.trace, out / "convergence.png",
                           f"{task.description}, {args.solver}, λ={problem.lam:.3g}, n={problem.n}")
-        _save_trained(out / MODEL_FILE, args, task, result, metrics, status)
+        try:
+            _save_trained(out / MODEL_FILE, args, task, result, metrics, status)
+        except InvalidInputError as error:  # a model the format cannot describe: the run's results still count
+            print(f"structopt: warning: the trained model was not saved: {error}", file=sys.stderr)
     except OSError as error:
         print(line)  # the results reach the terminal even when the disk refuses them
         kept = f"; the trained state is in {args.checkpoint}" if args.checkpoint else ""
