@@ -44,6 +44,8 @@ exclude_patterns = ["_build", "ARCHITECTURE.md", "auto_examples/*.ipynb", "auto_
 templates_path = ["_templates"]
 html_theme = "furo"
 html_title = f"structopt {release}"
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 
 myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
@@ -52,6 +54,7 @@ autosummary_generate = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented"  # types for documented parameters only: no "Return type" noise
 autodoc_typehints_format = "short"
 napoleon_numpy_docstring = True
 napoleon_google_docstring = False
@@ -101,6 +104,7 @@ API_MODULES: list[tuple[str, str]] = [
     ("structopt.problem", "The SSVM problem"),
     ("structopt.nonconvex", "Non-convex problems"),
     ("structopt.solvers", "Solvers"),
+    ("structopt.solvers.base", "Solver machinery: options, results, the run loop, checkpoints"),
     ("structopt.estimator", "scikit-learn estimator"),
     ("structopt.marginals", "Marginal inference and MAP for UAI models"),
     ("structopt.validate", "Validation of structures and models"),
@@ -194,6 +198,11 @@ def write_api_pages() -> int:
             lines.append("")
         _write_if_changed(out / f"{mod_name}.rst", "\n".join(lines))
     _write_if_changed(out / "index.rst", "\n".join(index) + "\n")
+    # stubs of names no longer documented where they were (moved, renamed, removed) would be orphans
+    expected = {f"{m}.{n}.rst" for (m, n), owner in owner_of.items() if owner == m}
+    for stub in (out / "generated").glob("*.rst"):
+        if stub.name not in expected:
+            stub.unlink()
     return total
 
 
