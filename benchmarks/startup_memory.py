@@ -42,7 +42,7 @@ ROOT = HERE.parents[1]
 DATA = ROOT.parent / "shared" / "data"
 
 
-MARK = "@@result "  # prefix of the line a worker process answers on
+MARK = "@@result "  # prefix of the line a worker process answers on (CRF_WORKER spells it out too)
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -232,7 +232,7 @@ correct = total = 0
 for sent in read(data / "test.txt"):
     pred = tagger.tag([token_features(sent, t) for t in range(len(sent))])
     correct += sum(p == tok[2] for p, tok in zip(pred, sent)); total += len(sent)
-print(json.dumps({"token_accuracy": correct / total, "seconds_in": time.perf_counter() - t0,
+print("@@result " + json.dumps({"token_accuracy": correct / total, "seconds_in": time.perf_counter() - t0,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}))
 """
 
