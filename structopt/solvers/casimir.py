@@ -299,7 +299,10 @@ class _Casimir(Method):
         monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
         if self.sgd_init:  # one call per step, shortened to a budget below one pass
             monitor.restart()
-            w_sgd = sgd_pass(problem, w, gamma=1.0 / (L + lam), mu=self.mu, kind=self.kind, k=self.k, rng=rng,
+            gamma = 1.0 / (L + lam)
+            if self.schedule == "decreasing":  # the first outer iteration's cap (its subproblem's lam + kappa)
+                gamma = decreasing_schedule(self.mu, gamma, lam + kappa, n, 0)[1]
+            w_sgd = sgd_pass(problem, w, gamma=gamma, mu=self.mu, kind=self.kind, k=self.k, rng=rng,
                              counters=counters, n_steps=min(n, monitor.step_budget(n)), view=self.view)
             monitor.pause()
             primal_sgd = executor.primal(w_sgd)

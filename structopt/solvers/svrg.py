@@ -13,6 +13,11 @@ Sparse features: gradients stay in statistics space (``A_i^T diff``) and the den
 step are folded into scalars (``w = a v + b c``, :class:`~structopt.solvers._lazy.LazyIterate`),
 so a step touches only the weight rows of the features present in ``x_i``. Oracle counting: see
 :mod:`structopt.solvers._smooth` (2 calls per step as in the paper; full-gradient passes apart).
+
+Fused passes: on problems a kernel family serves for the smoothing kind (chain models,
+:func:`~structopt.solvers._smooth.smooth_view`), the snapshot and the lazy steps run in numba
+(:mod:`structopt.fused._chain_smooth`), in chunks of ``_smooth.FUSED_CHUNK`` steps so that Ctrl-C is
+honoured; the iterates are the generic path's (tests/test_fast_paths.py).
 """
 
 from __future__ import annotations
@@ -273,10 +278,11 @@ class _SVRG(Method):
     def advance(self, state: SVRGState, monitor: Monitor) -> None:
         problem, n, counters = self.problem, self.problem.n, state.counters
         budget = monitor.step_budget(n)  # in paper-counted oracle calls
-        self.sgd_start = self.sgd_init and state.epoch == 0
-        if self.sgd_start:  # one call per step: shortened to the budget like an epoch
-            self.mu_e = self.mu
-            self.w_new = sgd_pass(problem, state.w, gamma=state.gamma, mu=self.mu, kind=self.kind, k=self.k,
+        if self.sgd_init and state.epoch == 0:  # one call per step: shortened to the budget like an epoch
+            self.mu_e, gamma = self.mu, state.gamma
+            if self.mu_schedule == "decreasing":  # the first epoch's cap
+                gamma = decreasing_schedule(self.mu, gamma, problem.lam, n, 0)[1]
+            self.w_new = sgd_pass(problem, state.w, gamma=gamma, mu=self.mu, kind=self.kind, k=self.k,
                                   rng=state.rng, counters=counters, n_steps=min(n, budget - counters.oracle_calls),
                                   view=self.view)
         else:  # two calls per step: an odd remainder ends one call (1/n pass) past the budget
