@@ -38,8 +38,9 @@ gaps used to *choose* blocks and corners may be stale, and are never reported.
 *Gap sampling* draws block i with probability ``(1 - eta) g_i / G + eta / n`` (``eta =``
 :data:`UNIFORM_MIX`: no block starves when its stored gap is stale-small), unvisited blocks first;
 the stored gaps are refreshed by an exact pass at the current iterate at each evaluation (the
-evaluation pass itself when it is at the current iterate, ``averaging="none"``), so no estimate
-is older than ``eval_every`` passes.
+evaluation pass itself when it is at the current iterate, ``averaging="none"``; that pass then
+runs in this process, :meth:`GapBlockUpdater.exact_pass`), so no estimate is older than
+``eval_every`` passes.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import numpy as np
 
 from structopt.archive import state_type
 from structopt.potentials import flatten, unflatten
-from structopt.problem import SSVMProblem
+from structopt.problem import Decoded, SSVMProblem
 from structopt.solvers._blocks import BlockState
 
 #: share of uniform sampling mixed into gap sampling (a block whose stored gap is stale and small is
@@ -133,17 +134,22 @@ class GapBlockUpdater:
         return self.state.averaged(self.problem)
 
     # ------------------------------------------------------------------ block gaps
-    def refresh_gaps(self, w: np.ndarray, hinge: np.ndarray) -> None:
-        """Store every block's exact gap at feasible weights ``w`` from the hinge losses ``H_i(w)`` of one
-        exact pass (the oracle calls are the caller's to count)."""
+    def exact_pass(self, w: np.ndarray) -> np.ndarray:
+        """One exact oracle pass at feasible weights ``w``: store every block's exact gap and return the hinge
+        losses ``H_i(w)`` (the oracle calls are the caller's to count). The potentials of each example
+        are computed once for both (on grids they cost half an oracle call)."""
         p, st = self.problem, self.state
         n = p.n
         gold, offsets = p.compact_gold_stats()
+        hinge = np.empty(n)
         for i in range(n):
             seg = slice(offsets[i], offsets[i + 1])
-            theta = flatten(p.theta(i, w))
-            self.gap.gaps[i] = hinge[i] / n + float((gold[seg] - st.m[seg]) @ theta) / n - st.ell_i[i]
+            theta = p.theta(i, w)
+            y = p.augmented_argmax(i, theta)
+            hinge[i] = p.hinge(i, Decoded(y, p.loss_of(i, y, theta), theta))
+            self.gap.gaps[i] = hinge[i] / n + float((gold[seg] - st.m[seg]) @ flatten(theta)) / n - st.ell_i[i]
         self.gap.ages[:] = st.k
+        return hinge
 
     def sample(self, rng: np.random.Generator) -> int:
         """A block drawn by gap sampling: an unvisited one if any, else with probability
@@ -171,15 +177,18 @@ class GapBlockUpdater:
         for _ in range(count):
             self.step(self.sample(rng), line_search, averaging)
 
-    def _cache_answer(self, i: int, stats: np.ndarray, loss_s: float) -> int:
+    def _cache_answer(self, i: int, stats: np.ndarray, loss_s: float, theta_flat: np.ndarray) -> int:
         """Index of the answer in block i's cache, inserting it (and evicting past the size limit)."""
         g = self.gap
         corners, losses = g.corners[i], g.corner_loss[i]
         if corners.shape[0]:
-            same = np.flatnonzero((np.max(np.abs(corners - stats), axis=1) <= _SAME)
-                                  & (np.abs(losses - loss_s) <= _SAME))
-            if same.size:
-                return int(same[0])
+            # a copy has the same score: compare in full only the corners whose score is within rounding
+            scores = corners @ theta_flat
+            score = float(stats @ theta_flat)
+            close = np.flatnonzero(np.abs(scores - score) <= 1e-9 * (1.0 + abs(score)))
+            for c in close:
+                if abs(losses[c] - loss_s) <= _SAME and np.max(np.abs(corners[c] - stats)) <= _SAME:
+                    return int(c)
         limit = max(self.cache_size, 1)
         keep = np.arange(corners.shape[0])
         excess = corners.shape[0] + 1 - limit
@@ -220,7 +229,7 @@ class GapBlockUpdater:
             g.gaps[i] = float(stats @ theta_flat) / n + loss_s - current
             g.ages[i] = st.k
             if self.cache_size or self.active_sets:
-                target = self._cache_answer(i, stats, loss_s)
+                target = self._cache_answer(i, stats, loss_s, theta_flat)
                 scores = g.corners[i] @ theta_flat / n + g.corner_loss[i]
             else:  # plain BCFW step, nothing kept
                 self._move(i, seg, stats - st.m[seg], loss_s - st.ell_i[i], theta, line_search, 1.0, averaging)

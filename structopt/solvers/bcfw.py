@@ -237,8 +237,7 @@ class BCFWMethod(Method):
             if self.averaged and np.all(np.isfinite(gap.gaps)):
                 # refresh the stale gaps by an exact pass at the current iterate (counted: it is part of the
                 # method); with averaging="none" the evaluation pass is at the current iterate and did it
-                w_now = self.problem.project_weights(blocks.w)
-                self.updater.refresh_gaps(w_now, self.executor.hinge_losses(w_now))
+                self.updater.exact_pass(self.problem.project_weights(blocks.w))
                 gap.calls += n
             self.updater.run_sampled(count, state.rng, self.line_search, self.averaged)
             return
@@ -252,8 +251,7 @@ class BCFWMethod(Method):
         if gap is not None and self.sampling == "gap" and not self.averaged:
             # the evaluation pass is at the current iterate: its hinge losses refresh every block's gap
             w = problem.project_weights(w_hat)
-            hinge = self.executor.hinge_losses(w)
-            self.updater.refresh_gaps(w, hinge)
+            hinge = self.updater.exact_pass(w)
             half_sq = 0.5 * problem.lam * float(w @ w)
             primal = half_sq + float(np.mean(hinge))
             dual = ell_report - half_sq
