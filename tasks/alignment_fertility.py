@@ -1,0 +1,583 @@
+"""Word alignment with fertility constraints on the Hansards, as a factor graph solved by AD3.
+
+The matching task (:mod:`structopt.tasks.alignment`) links each word to at most one word. Here a
+sentence pair of L English and R French words is a factor graph (:class:`FactorGraph`) with one
+binary variable per word pair ``(j, k)`` (variable ``j * R + k``, 1 = linked) and
+
+- **budget factors** (hard): at most ``fertility_en`` links per English word (one budget over each
+  row) and at most ``fertility_fr`` per French word (each column);
+- optional **Markov factors**: a pairwise table between neighbouring links, scored only when both
+  are on (a learned weight per kind): ``"diag"`` joins ``(j, k)`` and ``(j+1, k+1)`` (monotone
+  continuation of the alignment), ``"row"`` joins ``(j, k)`` and ``(j, k+1)`` (an English word
+  linked to two adjacent French words) and ``"col"`` joins ``(j, k)`` and ``(j+1, k)``.
+
+With the budgets alone the relaxation is exact: row and column degree bounds of a bipartite graph
+form a totally unimodular system, so every vertex of the local polytope is a b-matching and AD3's
+LP-MAP answer is integral (up to ties). Markov factors add cycles: training then solves the
+relaxed structural SVM (as :class:`~structopt.models.graph.GraphModel` documents) and prediction
+takes the exact MAP by branch-and-bound.
+
+Link scores are linear in the edge features of :class:`~structopt.tasks.alignment.AlignmentFeaturizer`
+(``<f_jk, w_link>`` for state 1, 0 for state 0); a Markov table's (1, 1) entry is its kind's
+weight. Outputs are 0/1 labels of the ``L * R`` variables (:func:`link_matrix` reshapes them). The
+training target is a maximum subset of the sure links that meets the fertility bounds (ties broken
+by larger Dice, then nearness to the diagonal, as the matching task does), computed exactly on the
+budget-only graph. The loss is :class:`~structopt.losses.WeightedHamming` with false-positive cost 1
+and false-negative cost 3 (the matching task's MatchingHamming(1, 3) on links). Held-out AER uses
+the full gold (sure and possible links) on the same split as the matching task.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from numba import njit
+
+from structopt.errors import InvalidInputError, example_error
+from structopt.losses import WeightedHamming
+from structopt.models.base import Model
+from structopt.structures.base import Polytope, Structure, unsupported
+from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
+from structopt.tasks.alignment import AlignmentTask, aer, load_alignment
+
+MARKOV_KINDS = ("diag", "row", "col")
+DEFAULT_FERTILITY = 2
+
+
+class FertilityPotentials(NamedTuple):
+    """Scores (or statistics) of one sentence pair's factor graph: ``unary`` (L*R*2,) states of
+    every link variable, ``factors`` the Markov tables' entries (4 per table). Made by
+    :meth:`FertilityModel.potentials`, whose per-shape subclass carries its factor graph."""
+
+    unary: np.ndarray
+    factors: np.ndarray
+
+
+# per-shape potentials classes, keyed by (L, R, fertility_en, fertility_fr, markov): one factor graph each
+_TYPES: dict[tuple, type] = {}
+
+
+@njit(cache=True)
+def _bmatching(gain: np.ndarray, cap_row: int, cap_col: int) -> np.ndarray:
+    """Max-weight b-matching of an (L, R) gain matrix (each row in at most ``cap_row`` links, each
+    column in at most ``cap_col``) by successive shortest paths with Bellman-Ford.
+
+    Source -> row j (capacity cap_row), row j -> column k (capacity 1, cost -gain, only gain > 0),
+    column k -> sink (capacity cap_col). Each augmentation sends one unit along a cheapest residual
+    path; min-cost flow cost is convex in the flow value, so stopping at the first path of cost >= 0
+    gives the maximum-weight b-matching (exact in floating point up to the path sums).
+    """
+    L, R = gain.shape
+    x = np.zeros((L, R), dtype=np.int64)
+    row = np.zeros(L, dtype=np.int64)
+    col = np.zeros(R, dtype=np.int64)
+    V = L + R + 1  # rows 0..L-1, columns L..L+R-1, sink L+R (the source is implicit)
+    dist = np.empty(V)
+    pred = np.empty(V, dtype=np.int64)
+    for _ in range(min(cap_row * L, cap_col * R)):
+        dist[:] = np.inf
+        pred[:] = -1
+        for j in range(L):
+            if row[j] < cap_row:
+                dist[j] = 0.0
+        changed = True
+        rounds = 0
+        while changed and rounds <= V:
+            changed = False
+            rounds += 1
+            for j in range(L):
+                for k in range(R):
+                    g = gain[j, k]
+                    if x[j, k] == 0:
+                        if g > 0.0 and dist[j] - g < dist[L + k]:
+                            dist[L + k] = dist[j] - g
+                            pred[L + k] = j
+                            changed = True
+                    elif dist[L + k] + g < dist[j]:
+                        dist[j] = dist[L + k] + g
+                        pred[j] = L + k
+                        changed = True
+            for k in range(R):
+                if col[k] < cap_col and dist[L + k] < dist[L + R]:
+                    dist[L + R] = dist[L + k]
+                    pred[L + R] = L + k
+                    changed = True
+        if not dist[L + R] < -1e-12:
+            break
+        k = pred[L + R] - L
+        col[k] += 1
+        node = L + k
+        while True:
+            j = pred[node]
+            x[j, node - L] = 1
+            if pred[j] < 0:  # a path starts at a row with spare capacity (from the source)
+                row[j] += 1
+                break
+            node = pred[j]
+            x[j, node - L] = 0
+    return x.ravel()
+
+
+def _markov_pairs(L: int, R: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Variables ``(a, b)`` of every Markov table of ``kind`` on an L x R grid of links (vectorised)."""
+    idx = np.arange(L * R).reshape(L, R)
+    if kind == "diag":
+        return idx[:-1, :-1].ravel(), idx[1:, 1:].ravel()
+    if kind == "row":
+        return idx[:, :-1].ravel(), idx[:, 1:].ravel()
+    return idx[:-1, :].ravel(), idx[1:, :].ravel()
+
+
+def build_graph(L: int, R: int, fertility_en: int, fertility_fr: int, markov: Sequence[str] = ()) -> FactorGraph:
+    """The factor graph of an L x R sentence pair: binary link variables, a budget per row and per
+    column (each capped at its scope size), and the Markov tables of the kinds in ``markov`` in the
+    order of :data:`MARKOV_KINDS` (kind by kind, pairs in row-major order)."""
+    fg = FactorGraph([2] * (L * R))
+    idx = np.arange(L * R).reshape(L, R)
+    for j in range(L):
+        fg.add_budget(idx[j].tolist(), min(int(fertility_en), R))
+    for k in range(R):
+        fg.add_budget(idx[:, k].tolist(), min(int(fertility_fr), L))
+    for kind in MARKOV_KINDS:
+        if kind in markov:
+            for a, b in zip(*_markov_pairs(L, R, kind)):
+                fg.add_table([int(a), int(b)])
+    return fg
+
+
+def _potentials_type(L: int, R: int, fertility_en: int, fertility_fr: int, markov: tuple[str, ...]) -> type:
+    key = (int(L), int(R), int(fertility_en), int(fertility_fr), tuple(markov))
+    cls = _TYPES.get(key)
+    if cls is None:
+        cls = type("FertilityPotentials", (FertilityPotentials,), {
+            "__slots__": (), "key": key, "_fg": None, "factor_graph": property(_factor_graph),
+            "__reduce_ex__": _reduce})
+        _TYPES[key] = cls
+    return cls
+
+
+def _factor_graph(theta: FertilityPotentials) -> FactorGraph:
+    cls = type(theta)
+    if cls._fg is None:
+        cls._fg = build_graph(*cls.key)
+    return cls._fg
+
+
+def _rebuild(key: tuple, fields: tuple) -> FertilityPotentials:
+    return _potentials_type(*key)(*fields)
+
+
+def _reduce(self: FertilityPotentials, protocol: int) -> tuple:
+    return _rebuild, (type(self).key, tuple(self))
+
+
+def _graph_of(theta: Any, index: int | None = None) -> FactorGraph:
+    if not isinstance(theta, FertilityPotentials) or type(theta) is FertilityPotentials:
+        raise example_error(index, f"FertilityStructure potentials must come from FertilityModel.potentials (they "
+                                   f"carry their graph), got {type(theta).__name__}")
+    return theta.factor_graph
+
+
+def bmatching(theta: FertilityPotentials) -> np.ndarray:
+    """Exact MAP labels of budget-only fertility potentials by max-weight b-matching (min-cost flow).
+
+    A link's gain is its state-1 minus its state-0 score; the labeling's score is the sum of the
+    state-0 scores plus the gains of its links, so the MAP is the b-matching of maximum gain.
+    """
+    L, R, fe, ff, markov = type(theta).key
+    if markov:
+        raise InvalidInputError("the b-matching oracle serves fertility graphs without Markov tables")
+    unary = np.asarray(theta.unary, dtype=np.float64).reshape(L, R, 2)
+    return _bmatching(np.ascontiguousarray(unary[..., 1] - unary[..., 0]), int(fe), int(ff))
+
+
+class FertilityStructure(Structure):
+    """Alignments of a sentence pair with bounded fertility: 0/1 labels of its L*R link variables
+    that meet every budget (the graph comes with the potentials, see :class:`FertilityModel`).
+
+    Parameters
+    ----------
+    exact : bool, default False
+        False: :meth:`argmax` is AD3's LP-MAP point (integral without Markov factors); True: exact
+        MAP by branch-and-bound.
+    time_limit : float, optional
+        Seconds per oracle call.
+    oracle : {"auto", "flow", "ad3"}
+        ``"auto"``: the b-matching flow (:func:`bmatching`, exact) whenever the graph declares it
+        can (:meth:`flow_capable`: budgets only, finite scores), else AD3 / branch-and-bound;
+        ``"ad3"``: always the factor-graph path; ``"flow"``: the flow, refusing potentials it
+        cannot serve.
+    """
+
+    name = "FertilityStructure"
+
+    def __init__(self, exact: bool = False, time_limit: float | None = None, oracle: str = "auto"):
+        if oracle not in ("auto", "flow", "ad3"):
+            raise InvalidInputError(f"FertilityStructure oracle must be 'auto', 'flow' or 'ad3', got {oracle!r}")
+        if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
+            raise InvalidInputError(f"FertilityStructure needs time_limit > 0 seconds or None, got {time_limit!r}")
+        self.exact = bool(exact)
+        self.time_limit = time_limit
+        self.oracle = oracle
+
+    def __repr__(self) -> str:
+        return f"FertilityStructure(exact={self.exact}, oracle={self.oracle!r})"
+
+    @staticmethod
+    def _flat(theta: FertilityPotentials) -> FactorGraphPotentials:
+        return FactorGraphPotentials(theta.unary, theta.factors)
+
+    @staticmethod
+    def flow_capable(theta: FertilityPotentials) -> bool:
+        """Whether the b-matching flow computes the exact MAP of ``theta``: no Markov tables and
+        finite unary scores (a -inf state would be a hard constraint the flow does not model)."""
+        return not type(theta).key[4] and bool(np.isfinite(theta.unary).all())
+
+    def _use_flow(self, theta: FertilityPotentials) -> bool:
+        if self.oracle == "ad3":
+            return False
+        capable = self.flow_capable(theta)
+        if self.oracle == "flow" and not capable:
+            raise InvalidInputError("FertilityStructure(oracle='flow') serves budget-only graphs with finite scores; "
+                                    "these potentials have Markov tables or -inf scores")
+        return capable
+
+    def argmax(self, theta: FertilityPotentials) -> Any:
+        """Labels when AD3 certifies them (or with ``exact=True``, or from the flow), else the
+        fractional LP-MAP point."""
+        theta = self.expand(theta)
+        fg = _graph_of(theta)
+        if self._use_flow(theta):
+            return bmatching(theta)
+        if self.exact:
+            return fg.map_labels(self._flat(theta), exact=True, time_limit=self.time_limit)
+        sol, _ = fg.ad3(self._flat(theta), time_limit=self.time_limit)
+        if sol.status == "infeasible":
+            raise InvalidInputError("fertility potentials forbid every alignment (no feasible output)")
+        if sol.optimal:
+            return sol.labels
+        return type(theta)(sol.marginals.unary, sol.marginals.factors)
+
+    def map_labels(self, theta: FertilityPotentials, exact: bool = True) -> np.ndarray:
+        """A labeling: exact MAP (branch-and-bound), or AD3's best rounding with ``exact=False``."""
+        theta = self.expand(theta)
+        if self._use_flow(theta):
+            return bmatching(theta)
+        return _graph_of(theta).map_labels(self._flat(theta), exact=exact, time_limit=self.time_limit)
+
+    def stats(self, y: Any, like: FertilityPotentials) -> FertilityPotentials:
+        if isinstance(y, FertilityPotentials):
+            return type(like)(np.asarray(y.unary, dtype=float), np.asarray(y.factors, dtype=float))
+        mu = _graph_of(like).stats(self.validate_output(y, like))
+        return type(like)(mu.unary, mu.factors)
+
+    def outputs(self, theta: FertilityPotentials):
+        theta = self.expand(theta)
+        return _graph_of(theta).outputs(self._flat(theta))
+
+    def polytope(self, theta: FertilityPotentials) -> Polytope:
+        """The local polytope of the graph (exact without Markov factors)."""
+        theta = self.expand(theta)
+        poly = _graph_of(theta).polytope(self._flat(theta))
+        return poly._replace(like=type(theta)(np.zeros_like(theta.unary), np.zeros_like(theta.factors)))
+
+    def expand(self, theta: FertilityPotentials, index: int | None = None) -> FertilityPotentials:
+        fg = _graph_of(theta, index)
+        checked = fg.check_theta(self._flat(theta), index)
+        return type(theta)(checked.unary, checked.factors)
+
+    def validate_output(self, y: Any, like: FertilityPotentials, index: int | None = None) -> np.ndarray:
+        fg = _graph_of(like, index)
+        y = fg.validate_output(y, index=index)
+        L, R, fe, ff, _ = type(like).key
+        links = y.reshape(L, R)
+        rows, cols = np.flatnonzero(links.sum(axis=1) > fe), np.flatnonzero(links.sum(axis=0) > ff)
+        if rows.size or cols.size:
+            what = f"English word {int(rows[0])}" if rows.size else f"French word {int(cols[0])}"
+            raise example_error(index, f"alignment links {what} to more words than its fertility bound "
+                                       f"({fe} per English, {ff} per French word)")
+        return y
+
+    # ----- per-node loss hooks (Hamming, WeightedHamming)
+    @property
+    def states_per_node(self) -> int:
+        """Two states per link variable (the per-node loss hook)."""
+        return 2
+
+    def node_potentials(self, costs: np.ndarray, like: FertilityPotentials) -> FertilityPotentials:
+        """Potentials with per-link-state scores ``costs`` (L*R, 2) and no table scores."""
+        costs = np.asarray(costs, dtype=float)
+        if costs.shape != (like.unary.size // 2, 2):
+            raise InvalidInputError(f"node costs of shape {costs.shape} for {like.unary.size // 2} link variables")
+        return type(like)(costs.ravel(), np.zeros_like(like.factors))
+
+    @unsupported
+    def topk(self, theta: FertilityPotentials, k: int) -> tuple[list[Any], np.ndarray]:
+        from structopt.errors import NotSupportedError
+
+        raise NotSupportedError("FertilityStructure has no top-K oracle (its max oracle is AD3's LP-MAP); train "
+                                "with bcfw, frank_wolfe or ssg")
+
+    @unsupported
+    def marginals(self, theta: FertilityPotentials) -> tuple[float, FertilityPotentials]:
+        from structopt.errors import NotSupportedError
+
+        raise NotSupportedError("FertilityStructure has no marginals (counting b-matchings is #P-hard); train "
+                                "with bcfw, frank_wolfe or ssg")
+
+
+class FertilityModel(Model):
+    """Linear link scores ``<f_jk, w_link>`` and one weight per Markov kind on the fertility factor graph.
+
+    Inputs are (L, R, F) edge-feature arrays (:class:`~structopt.tasks.alignment.AlignmentFeaturizer`);
+    outputs are 0/1 labels ``(L * R,)`` meeting the fertility bounds.
+
+    Parameters
+    ----------
+    n_features : int
+        F.
+    fertility_en, fertility_fr : int
+        Most links per English / French word.
+    markov : sequence of str
+        Markov kinds among :data:`MARKOV_KINDS`.
+    exact : bool
+        Exact MAP as the training oracle (default: AD3's LP-MAP, exact without Markov factors).
+    time_limit : float, optional
+        Seconds per AD3 / branch-and-bound call.
+    oracle : {"auto", "flow", "ad3"}
+        See :class:`FertilityStructure` (default: the exact b-matching flow when there are no Markov factors).
+    """
+
+    def __init__(self, n_features: int, fertility_en: int = DEFAULT_FERTILITY, fertility_fr: int = DEFAULT_FERTILITY,
+                 markov: Sequence[str] = (), *, exact: bool = False, time_limit: float | None = None,
+                 oracle: str = "auto"):
+        for label, value in (("n_features", n_features), ("fertility_en", fertility_en),
+                             ("fertility_fr", fertility_fr)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise InvalidInputError(f"FertilityModel {label} must be an integer >= 1, got {value!r}")
+        markov = tuple(markov)
+        bad = [m for m in markov if m not in MARKOV_KINDS]
+        if bad or len(set(markov)) != len(markov):
+            raise InvalidInputError(f"FertilityModel markov must be distinct kinds among {MARKOV_KINDS}, got {markov}")
+        self.n_features = int(n_features)
+        self.fertility_en, self.fertility_fr = int(fertility_en), int(fertility_fr)
+        self.markov = tuple(k for k in MARKOV_KINDS if k in markov)
+        self.structure = FertilityStructure(exact, time_limit, oracle)
+
+    def __repr__(self) -> str:
+        return (f"FertilityModel(n_features={self.n_features}, fertility_en={self.fertility_en}, "
+                f"fertility_fr={self.fertility_fr}, markov={self.markov})")
+
+    @property
+    def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
+        blocks = [("link", (self.n_features,))]
+        if self.markov:
+            blocks.append(("markov", (len(self.markov),)))
+        return blocks
+
+    def validate_input(self, x: Any, index: int | None = None) -> np.ndarray:
+        try:
+            arr = np.ascontiguousarray(x, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise example_error(index, "alignment features must be a numeric (L, R, F) array") from None
+        if arr.ndim != 3 or arr.shape[2] != self.n_features or min(arr.shape[:2]) < 1:
+            raise example_error(index, f"alignment features must have shape (L>=1, R>=1, {self.n_features}), got "
+                                       f"{arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise example_error(index, "alignment features contain NaN or infinite values")
+        return arr
+
+    def _table_counts(self, L: int, R: int) -> list[int]:
+        return [_markov_pairs(L, R, kind)[0].size for kind in self.markov]
+
+    def potentials(self, x: np.ndarray, w: np.ndarray) -> FertilityPotentials:
+        blocks = self.unpack(w)
+        L, R, _ = x.shape
+        cls = _potentials_type(L, R, self.fertility_en, self.fertility_fr, self.markov)
+        unary = np.zeros((L * R, 2))
+        unary[:, 1] = x.reshape(L * R, -1) @ blocks["link"]
+        tables = [np.zeros((n, 4)) for n in self._table_counts(L, R)]
+        for t, weight in zip(tables, blocks.get("markov", ())):
+            t[:, 3] = weight  # entry (1, 1), row-major
+        factors = np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(0)
+        return cls(unary.ravel(), factors)
+
+    def add_features(self, x: np.ndarray, mu: FertilityPotentials, out: np.ndarray, scale: float = 1.0) -> None:
+        blocks = self.unpack(out)
+        L, R, F = x.shape
+        unary = np.asarray(mu[0], dtype=float).reshape(L * R, 2)
+        blocks["link"] += scale * (x.reshape(L * R, F).T @ unary[:, 1])
+        if self.markov:
+            counts = self._table_counts(L, R)
+            on = np.asarray(mu[1], dtype=float).reshape(-1, 4)[:, 3]
+            blocks["markov"] += scale * np.add.reduceat(on, np.r_[0, np.cumsum(counts)[:-1]]) \
+                if on.size else 0.0
+
+    def predict(self, x: Any, w: np.ndarray, exact: bool = True) -> np.ndarray:
+        """0/1 link labels ``(L * R,)``: exact MAP, or AD3's rounding with ``exact=False``."""
+        x = self.validate_input(x)
+        return self.structure.map_labels(self.potentials(x, np.asarray(w, dtype=float)), exact=exact)
+
+
+def link_matrix(y: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """0/1 labels ``(L * R,)`` as an (L, R) link matrix."""
+    return np.asarray(y).reshape(shape)
+
+
+def link_set(y: np.ndarray, shape: tuple[int, int]) -> set[tuple[int, int]]:
+    """The links ``(j, k)`` of 0/1 labels."""
+    return {(int(j), int(k)) for j, k in zip(*np.nonzero(link_matrix(y, shape)))}
+
+
+def fertility_target(sure: set[tuple[int, int]], dice: np.ndarray, fertility_en: int, fertility_fr: int
+                     ) -> np.ndarray:
+    """Training labels: a maximum subset of the sure links within the fertility bounds (ties: larger
+    Dice, then nearer the diagonal), exact MAP on the budget-only graph."""
+    L, R = dice.shape
+    pos = np.abs((np.arange(L)[:, None] + 0.5) / L - (np.arange(R)[None, :] + 0.5) / R)
+    scores = np.full((L, R), -1.0)
+    for j, k in sure:
+        scores[j, k] = 1.0 + 0.1 * dice[j, k] + 0.01 * (1.0 - pos[j, k])
+    fg = build_graph(L, R, fertility_en, fertility_fr)
+    unary = np.zeros((L * R, 2))
+    unary[:, 1] = scores.ravel()
+    return fg.map_labels(FactorGraphPotentials(unary.ravel(), np.zeros(0)), exact=True)
+
+
+def link_loss(fp_cost: float = 1.0, fn_cost: float = 3.0) -> WeightedHamming:
+    """The training loss: ``fp_cost`` per predicted link not in the target, ``fn_cost`` per missed one."""
+    return WeightedHamming(np.array([[0.0, fp_cost], [fn_cost, 0.0]]))
+
+
+class FertilityTask(NamedTuple):
+    """The matching task's split with fertility targets.
+
+    Attributes
+    ----------
+    X_train, Y_train, X_test : features and 0/1 targets ``(L * R,)``
+    base : the underlying :class:`~structopt.tasks.alignment.AlignmentTask` (pairs, featurizer,
+        matching targets)
+    """
+
+    X_train: list[np.ndarray]
+    Y_train: list[np.ndarray]
+    X_test: list[np.ndarray]
+    base: AlignmentTask
+
+    def evaluate(self, predictions: Sequence[np.ndarray]) -> float:
+        """Held-out AER of 0/1 link labels (one per held-out pair)."""
+        if len(predictions) != len(self.base.test_pairs):
+            raise InvalidInputError(f"{len(predictions)} predictions for {len(self.base.test_pairs)} held-out pairs")
+        return aer([link_set(y, p.shape) for y, p in zip(predictions, self.base.test_pairs)], self.base.test_pairs)
+
+
+def load_fertility_alignment(path: str | os.PathLike | None = None, n_heldout: int = 200, random_state: int = 0,
+                             fertility_en: int = DEFAULT_FERTILITY, fertility_fr: int = DEFAULT_FERTILITY
+                             ) -> FertilityTask:
+    """The Hansards split of :func:`~structopt.tasks.alignment.load_alignment` (same held-out pairs for
+    the same ``n_heldout`` and ``random_state``) with fertility-bounded targets."""
+    base = load_alignment(path, n_heldout=n_heldout, random_state=random_state)
+    Y = [fertility_target(p.sure, base.featurizer.dice(p), fertility_en, fertility_fr) for p in base.train_pairs]
+    return FertilityTask(base.X_train, Y, base.X_test, base)
+
+
+# --------------------------------------------------------------------------- training task
+DEFAULT_LAMS = (1e-3, 1e-2, 1e-1)
+
+
+def _train(model: FertilityModel, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], lam: float, passes: float,
+           seed: int) -> np.ndarray:
+    from structopt.problem import SSVMProblem
+    from structopt.solvers.bcfw import bcfw
+
+    return bcfw(SSVMProblem(model, list(X), list(Y), link_loss(), lam), max_passes=passes, random_state=seed).w
+
+
+def select_lam(task: FertilityTask, model: FertilityModel, lams: Sequence[float] = DEFAULT_LAMS, n_folds: int = 3,
+               passes: float = 10, n_train: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """λ by ``n_folds``-fold cross-validation on the training pairs only (pair ``t`` in fold ``t % n_folds``),
+    scored by the AER of the held-out fold against its full gold.
+
+    Returns
+    -------
+    dict with ``lam`` (the best; ties: the larger) and ``scores`` ({λ: mean CV AER}).
+    """
+    n = len(task.X_train) if n_train is None else min(int(n_train), len(task.X_train))
+    if n_folds < 2 or n < n_folds:
+        raise InvalidInputError(f"cross-validation needs n_folds >= 2 and at least n_folds training pairs, got "
+                                f"n_folds={n_folds} and {n} pairs")
+    lams = [float(v) for v in lams]
+    if not lams or any(not (np.isfinite(v) and v > 0) for v in lams):
+        raise InvalidInputError(f"candidate λ values must be positive and finite, got {lams}")
+    fold = np.arange(n) % n_folds
+    pairs = task.base.train_pairs
+    scores = {}
+    for lam in lams:
+        values = []
+        for f in range(n_folds):
+            fit, held = np.flatnonzero(fold != f), np.flatnonzero(fold == f)
+            w = _train(model, [task.X_train[i] for i in fit], [task.Y_train[i] for i in fit], lam, passes, seed)
+            pred = [link_set(model.predict(task.X_train[i], w), pairs[i].shape) for i in held]
+            values.append(aer(pred, [pairs[i] for i in held]))
+        scores[lam] = float(np.mean(values))
+    best = min(scores, key=lambda v: (scores[v], -v))
+    return {"lam": best, "scores": scores}
+
+
+def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = None, lam: float | None = None,
+               seed: int = 0, *, fertility_en: int = DEFAULT_FERTILITY, fertility_fr: int = DEFAULT_FERTILITY,
+               markov: Sequence[str] = (), lams: Sequence[float] = DEFAULT_LAMS, cv_folds: int = 3,
+               cv_passes: float = 10, n_heldout: int = 200) -> tuple[Any, Any, str]:
+    """Fertility-bounded Hansards alignment as a training task: ``(problem, evaluate, description)``.
+
+    Parameters
+    ----------
+    data_dir : path, optional
+        The Hansards directory (default: see :func:`~structopt.tasks.alignment.resolve_data_dir`).
+    n_train : int, optional
+        Train on the first ``n_train`` training pairs (the held-out pairs are unchanged).
+    lam : float, optional
+        λ; None chooses it by :func:`select_lam` on the training pairs.
+    seed : int
+        Seed of the held-out choice (0: the matching task's split) and of the CV runs.
+    fertility_en, fertility_fr, markov
+        See :class:`FertilityModel`.
+    n_heldout : int
+        Held-out pairs (200 as in the matching task).
+
+    Returns
+    -------
+    problem : SSVMProblem
+        :class:`FertilityModel`, :func:`link_loss` (false positive 1, false negative 3).
+    evaluate : callable
+        ``evaluate(w)`` -> ``{"heldout_aer"}`` (exact MAP predictions).
+    description : str
+    """
+    from structopt.problem import SSVMProblem
+
+    if n_train is not None and (isinstance(n_train, bool) or not isinstance(n_train, (int, np.integer))
+                                or n_train < 1):
+        raise InvalidInputError(f"n_train must be a positive integer or None, got {n_train!r}")
+    if lam is not None and not (isinstance(lam, (int, float)) and np.isfinite(lam) and lam > 0):
+        raise InvalidInputError(f"lam must be a positive number or None, got {lam!r}")
+    task = load_fertility_alignment(data_dir, n_heldout=n_heldout, random_state=seed, fertility_en=fertility_en,
+                                    fertility_fr=fertility_fr)
+    model = FertilityModel(task.base.n_features, fertility_en, fertility_fr, markov)
+    n = len(task.X_train) if n_train is None else min(int(n_train), len(task.X_train))
+    cv = ""
+    if lam is None:
+        chosen = select_lam(task, model, lams, cv_folds, cv_passes, n, seed)
+        lam = chosen["lam"]
+        cv = " (cross-validated AER: " + ", ".join(f"{k:g}: {v:.4f}" for k, v in chosen["scores"].items()) + ")"
+    problem = SSVMProblem(model, task.X_train[:n], task.Y_train[:n], link_loss(), float(lam))
+
+    def evaluate(w: np.ndarray) -> dict[str, float]:
+        return {"heldout_aer": task.evaluate([model.predict(x, w) for x in task.X_test])}
+
+    description = (f"Hansards word alignment with fertility <= {fertility_en} (English) / {fertility_fr} (French)"
+                   f"{', Markov ' + '+'.join(model.markov) if model.markov else ''} ({n} training / "
+                   f"{len(task.X_test)} held-out pairs), λ={float(lam):g}{cv}")
+    return problem, evaluate, description

@@ -1,0 +1,650 @@
+"""Weizmann horses on SLIC superpixels: figure-ground segmentation as a pairwise CRF on each image's
+region adjacency graph (:class:`~structopt.models.graph.GraphModel`).
+
+Data and split are those of :mod:`structopt.tasks.horses` (``gray/`` and ``figure_ground/``;
+images sorted by name, every third one, index 2, 5, 8, ..., a test image). Per image, at full
+resolution:
+
+1. **Superpixels**: SLIC (Achanta et al., TPAMI 2012; :func:`skimage.segmentation.slic`) on the
+   grey image, relabelled ``0..N-1`` (:func:`superpixels`).
+2. **Region adjacency graph**: superpixels that touch horizontally or vertically, found from the
+   label image's neighbouring pixel pairs in one vectorised pass (:func:`region_adjacency`).
+3. **Node features**, pooled over each superpixel's pixels by one sparse product
+   (:func:`pool_mean`): the mean and standard deviation of every channel of the grid task's filter
+   bank (:func:`structopt.tasks.horses._filter_bank`: intensity, Gaussian smoothings, gradient
+   magnitudes, Laplacians of Gaussian, local deviations, Hessian eigenvalues, soft intensity
+   histogram); a texton histogram (each pixel's filter responses assigned to the nearest of
+   ``n_textons`` k-means centres fitted on pixels of training images only); position (centroid row
+   and column in [0, 1], their squares, squared distance to the centre, area fraction); the mean
+   filter response relative to the image's mean (contrast with the whole image); and the
+   area-weighted mean of the neighbours' filter means and textons (context); and the mean over the
+   superpixel of the filter bank computed on the image downscaled 4 and 8 times (the same filters
+   at coarser scales: the full-resolution bank sees only a few pixels around each one).
+4. **Edge features**: a constant, the mean contrast ``exp(-beta (I_p - I_q)^2)`` over the pixel
+   pairs of the shared boundary (smoothed image, ``beta`` the inverse of twice the image's mean
+   squared neighbour difference: Boykov and Jolly's term), the similarity ``exp(-|m_u - m_v| / s)``
+   of the two regions' mean intensities, and the boundary length relative to the smaller region's
+   perimeter scale.
+5. **Labels**: a superpixel is foreground when at least half its pixels are (majority of the mask).
+
+Steps 1-4 are cached as a sealed archive (:mod:`structopt.archive`) under the cache directory of
+:func:`structopt.tasks.localization.cache_dir`, keyed on every parameter and on the data
+directory's listing (names, sizes, modification times): an edited file is never served stale.
+
+After loading, a **stacked foreground score** is prepended to the node features: the log-odds of a
+gradient-boosted classifier of "superpixel is foreground" on the features above, cross-fitted on
+the training images (image ``i`` of the training split gets the score of the fit on the other
+folds) and fitted on all training images for the test images, as :mod:`~structopt.tasks.localization`
+does for cells. All features but the bias are standardised with the training split's statistics,
+and, as in the grid task, every node and edge feature is divided by the image's number of
+superpixels so that with the normalised Hamming loss ``lam`` means the same for every graph size.
+
+Metrics are on pixels at full resolution (:func:`project_labels` maps superpixel labels back):
+pixel accuracy and foreground IoU pooled over the test images
+(:func:`structopt.tasks.horses.segmentation_scores`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from structopt.archive import write_archive
+from structopt.errors import InvalidInputError, OutputError
+from structopt.models.graph import GraphInput, GraphModel
+from structopt.tasks._data import find_data_dir, read_image
+from structopt.tasks.horses import SOURCE, _filter_bank, paired_names, segmentation_scores
+from structopt.tasks.localization import _listing, _read_cache, cache_dir
+
+N_BANK = 22  # channels of the grid task's filter bank
+EDGE_FEATURE_NAMES = ("constant", "boundary_contrast", "mean_similarity", "boundary_length")
+DEFAULT_N_SEGMENTS = 400
+DEFAULT_COMPACTNESS = 0.1
+DEFAULT_N_TEXTONS = 24
+DEFAULT_LAMS = (1e-4, 1e-3, 1e-2)
+COARSE_FACTORS = (4, 8)  # downscaling factors of the coarse filter banks
+_CACHE_VERSION = 2
+_TEXTON_IMAGES = 40  # training images whose pixels fit the texton codebook
+_TEXTON_PIXELS = 2000  # pixels drawn per such image
+
+
+# --------------------------------------------------------------------------- graph primitives
+def superpixels(image: np.ndarray, n_segments: int = DEFAULT_N_SEGMENTS,
+                compactness: float = DEFAULT_COMPACTNESS) -> np.ndarray:
+    """SLIC superpixels of a grey image in [0, 1]: an int64 label image with labels ``0..N-1``, every
+    label present (SLIC's labels relabelled in increasing order)."""
+    from skimage.segmentation import slic
+
+    image = np.asarray(image, dtype=np.float64)
+    if image.ndim != 2 or min(image.shape) < 2:
+        raise InvalidInputError(f"superpixels need a 2-d grey image of at least 2 x 2 pixels, got shape {image.shape}")
+    labels = slic(image, n_segments=int(n_segments), compactness=float(compactness), channel_axis=None,
+                  start_label=0)
+    _, dense = np.unique(labels, return_inverse=True)
+    return dense.reshape(image.shape).astype(np.int64)
+
+
+def _check_labels(labels: np.ndarray) -> tuple[np.ndarray, int]:
+    labels = np.asarray(labels)
+    if labels.ndim != 2 or not np.issubdtype(labels.dtype, np.integer) or labels.size == 0:
+        raise InvalidInputError(f"a superpixel label image must be a non-empty 2-d integer array, got "
+                                f"{labels.dtype} {labels.shape}")
+    if labels.min() < 0:
+        raise InvalidInputError(f"superpixel labels must be >= 0, found {int(labels.min())}")
+    return labels.astype(np.int64, copy=False), int(labels.max()) + 1
+
+
+def _neighbour_pairs(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Labels ``(a, b)`` of every horizontally or vertically adjacent pixel pair whose labels differ,
+    with the flat pixel indices ``(p, q)`` of the pair."""
+    H, W = labels.shape
+    index = np.arange(H * W).reshape(H, W)
+    a = np.concatenate([labels[:, :-1].ravel(), labels[:-1, :].ravel()])
+    b = np.concatenate([labels[:, 1:].ravel(), labels[1:, :].ravel()])
+    p = np.concatenate([index[:, :-1].ravel(), index[:-1, :].ravel()])
+    q = np.concatenate([index[:, 1:].ravel(), index[1:, :].ravel()])
+    cut = a != b
+    return a[cut], b[cut], p[cut], q[cut]
+
+
+def region_adjacency(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The region adjacency graph of a label image (4-connectivity), vectorised.
+
+    Returns
+    -------
+    edges : ndarray of int64, shape (E, 2)
+        Each pair of touching regions once, ``u < v``, sorted lexicographically.
+    boundary : ndarray of int64, shape (E,)
+        Number of adjacent pixel pairs across each edge's boundary.
+    """
+    labels, N = _check_labels(labels)
+    a, b, _, _ = _neighbour_pairs(labels)
+    key = np.minimum(a, b) * N + np.maximum(a, b)
+    uniq, counts = np.unique(key, return_counts=True)
+    return np.stack([uniq // N, uniq % N], axis=1).astype(np.int64), counts.astype(np.int64)
+
+
+def pool_matrix(labels: np.ndarray) -> sp.csr_matrix:
+    """The (N, pixels) sparse matrix averaging pixel values over each region (rows sum to 1)."""
+    labels, N = _check_labels(labels)
+    flat = labels.ravel()
+    size = np.bincount(flat, minlength=N).astype(np.float64)
+    return sp.csr_matrix((1.0 / size[flat], (flat, np.arange(flat.size))), shape=(N, flat.size))
+
+
+def pool_mean(labels: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Mean of ``values`` (H, W) or (H, W, C) over each region of ``labels``: (N,) or (N, C)."""
+    labels = np.asarray(labels)
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape[:2] != labels.shape:
+        raise InvalidInputError(f"values of shape {values.shape} do not match the label image {labels.shape}")
+    flat = values.reshape(labels.size, -1)
+    out = pool_matrix(labels) @ flat
+    return out.ravel() if values.ndim == 2 else out
+
+
+def majority_labels(labels: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per region, 1 when at least half of its pixels are foreground in ``mask``, else 0 (int64)."""
+    mask = np.asarray(mask)
+    if mask.shape != np.shape(labels):
+        raise InvalidInputError(f"mask of shape {mask.shape} does not match the label image {np.shape(labels)}")
+    return (pool_mean(labels, mask.astype(np.float64)) >= 0.5).astype(np.int64)
+
+
+def project_labels(labels: np.ndarray, node_labels: np.ndarray) -> np.ndarray:
+    """Pixel mask (H, W) from one label per region: ``node_labels[labels]``."""
+    labels, N = _check_labels(labels)
+    node_labels = np.asarray(node_labels)
+    if node_labels.shape != (N,):
+        raise InvalidInputError(f"{node_labels.shape[0] if node_labels.ndim == 1 else node_labels.shape} region "
+                                f"labels for a label image with {N} regions")
+    return node_labels[labels]
+
+
+# --------------------------------------------------------------------------- per-image features
+def _textons(bank: np.ndarray, centres: np.ndarray, scale: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Index of the nearest texton centre of every pixel's standardised filter responses (H*W,)."""
+    z = (bank.reshape(-1, bank.shape[-1]) - scale[0]) / scale[1]
+    # ||z - c||^2 = ||z||^2 - 2 z.c + ||c||^2; the first term is the same for every centre
+    return np.argmin(centres @ z.T * -2.0 + (centres * centres).sum(axis=1)[:, None], axis=0)
+
+
+def _edge_raw(labels: np.ndarray, smooth: np.ndarray, node_mean: np.ndarray, sizes: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Edges of the RAG and their raw features (see :data:`EDGE_FEATURE_NAMES`)."""
+    N = sizes.size
+    a, b, p, q = _neighbour_pairs(labels)
+    flat = smooth.ravel()
+    d2 = (flat[p] - flat[q]) ** 2
+    all_h = np.diff(smooth, axis=1) ** 2
+    all_v = np.diff(smooth, axis=0) ** 2
+    mean = (all_h.sum() + all_v.sum()) / max(all_h.size + all_v.size, 1)
+    beta = 1.0 / (2.0 * mean) if mean > 0 else 0.0
+    key = np.minimum(a, b) * N + np.maximum(a, b)
+    uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    edges = np.stack([uniq // N, uniq % N], axis=1).astype(np.int64)
+    contrast = np.bincount(inverse, np.exp(-beta * d2), minlength=uniq.size) / counts
+    spread = float(np.std(node_mean)) or 1.0
+    similarity = np.exp(-np.abs(node_mean[edges[:, 0]] - node_mean[edges[:, 1]]) / spread)
+    length = counts / np.sqrt(np.minimum(sizes[edges[:, 0]], sizes[edges[:, 1]]))
+    feats = np.stack([np.ones(len(edges)), contrast, similarity, length], axis=1)
+    return edges, feats
+
+
+def _coarse_bank(image: np.ndarray, factor: int) -> np.ndarray:
+    """The filter bank of the image downscaled ``factor`` times (anti-aliased), read back at every
+    full-resolution pixel from the coarse pixel it falls in: the same filters over a ``factor``
+    times larger neighbourhood (the full-resolution bank only sees a few pixels around each one)."""
+    from skimage.transform import resize
+
+    H, W = image.shape
+    h, w = max(2, round(H / factor)), max(2, round(W / factor))
+    small = _filter_bank(resize(image, (h, w), order=1, anti_aliasing=True, preserve_range=True, mode="reflect"))
+    rows = np.minimum((np.arange(H) * h) // H, h - 1)
+    cols = np.minimum((np.arange(W) * w) // W, w - 1)
+    return small[rows[:, None], cols[None, :]]
+
+
+def image_features(image: np.ndarray, mask: np.ndarray, centres: np.ndarray,
+                   scale: tuple[np.ndarray, np.ndarray], n_segments: int = DEFAULT_N_SEGMENTS,
+                   compactness: float = DEFAULT_COMPACTNESS) -> dict[str, np.ndarray]:
+    """Superpixels, RAG and raw (unstandardised) node and edge features of one grey image.
+
+    Returns
+    -------
+    dict with ``segments`` (H, W) int64 region labels, ``nodes`` (N, C) raw node features (see the
+    module docstring), ``edges`` (E, 2), ``edge_features`` (E, 4) and ``labels`` (N,) majority labels.
+    """
+    image = np.asarray(image, dtype=np.float64)
+    if mask.shape != image.shape:
+        raise InvalidInputError(f"mask of shape {mask.shape} does not match the image {image.shape}")
+    segments = superpixels(image, n_segments, compactness)
+    N = int(segments.max()) + 1
+    H, W = image.shape
+    bank = _filter_bank(image)
+    P = pool_matrix(segments)
+    flat = bank.reshape(H * W, -1)
+    mean = P @ flat
+    coarse = [P @ _coarse_bank(image, factor).reshape(H * W, -1) for factor in COARSE_FACTORS]
+    std = np.sqrt(np.maximum(P @ (flat * flat) - mean * mean, 0.0))
+    K = centres.shape[0]
+    words = _textons(bank, centres, scale)
+    hist = (P @ sp.csr_matrix((np.ones(H * W), (np.arange(H * W), words)), shape=(H * W, K))).toarray()
+    rows, cols = np.meshgrid(np.linspace(0.0, 1.0, H), np.linspace(0.0, 1.0, W), indexing="ij")
+    r, c = P @ rows.ravel(), P @ cols.ravel()
+    sizes = np.bincount(segments.ravel(), minlength=N).astype(np.float64)
+    position = np.stack([r, c, r * r, c * c, (r - 0.5) ** 2 + (c - 0.5) ** 2, sizes / (H * W)], axis=1)
+    relative = mean - flat.mean(axis=0)
+    edges, edge_feats = _edge_raw(segments, bank[..., 2], mean[:, 0], sizes)
+    # context: area-weighted mean of the neighbours' filter means and texton histograms
+    A = sp.csr_matrix((np.ones(2 * len(edges)), (np.r_[edges[:, 0], edges[:, 1]], np.r_[edges[:, 1], edges[:, 0]])),
+                      shape=(N, N)) @ sp.diags(sizes)
+    weight = np.asarray(A.sum(axis=1)).ravel()
+    weight[weight == 0] = 1.0
+    context = (A @ np.concatenate([mean, hist], axis=1)) / weight[:, None]
+    nodes = np.concatenate([mean, std, hist, position, relative, context, *coarse], axis=1)
+    return {"segments": segments, "nodes": nodes, "edges": edges, "edge_features": edge_feats,
+            "labels": majority_labels(segments, mask)}
+
+
+def feature_names(n_textons: int = DEFAULT_N_TEXTONS) -> list[str]:
+    """Names of the raw node features of :func:`image_features` (before the stacked score and bias)."""
+    bank = [f"bank{c}" for c in range(N_BANK)]
+    words = [f"texton{k}" for k in range(n_textons)]
+    return ([f"mean_{b}" for b in bank] + [f"std_{b}" for b in bank] + words
+            + ["row", "col", "row2", "col2", "centre_dist2", "area"] + [f"relative_{b}" for b in bank]
+            + [f"context_mean_{b}" for b in bank] + [f"context_{w}" for w in words]
+            + [f"coarse{f}_mean_{b}" for f in COARSE_FACTORS for b in bank])
+
+
+def _read_pair(root: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+    image = read_image(root / "gray" / name, "L").astype(np.float64) / 255.0
+    mask = read_image(root / "figure_ground" / name, "L") > 127
+    if image.shape != mask.shape:
+        raise InvalidInputError(f"{root / 'gray' / name}: image is {image.shape[1]}x{image.shape[0]} pixels but its "
+                                f"mask {root / 'figure_ground' / name} is {mask.shape[1]}x{mask.shape[0]}")
+    return image, mask
+
+
+def _fit_textons(root: Path, names: Sequence[str], n_textons: int, seed: int
+                 ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """k-means texton centres (standardised responses) from pixels of the given training images."""
+    from sklearn.cluster import KMeans
+
+    rng = np.random.default_rng(seed)
+    samples = []
+    for name in names:
+        image, _ = _read_pair(root, name)
+        bank = _filter_bank(image).reshape(-1, N_BANK)
+        samples.append(bank[rng.choice(bank.shape[0], size=min(_TEXTON_PIXELS, bank.shape[0]), replace=False)])
+    data = np.concatenate(samples)
+    mu, sd = data.mean(axis=0), data.std(axis=0)
+    sd[sd == 0] = 1.0
+    km = KMeans(n_clusters=int(n_textons), n_init=2, random_state=seed).fit((data - mu) / sd)
+    return km.cluster_centers_, (mu, sd)
+
+
+def _compute(root: Path, names: list[str], is_test: np.ndarray, n_segments: int, compactness: float,
+             n_textons: int, seed: int, progress: bool) -> dict[str, np.ndarray]:
+    train_names = [names[i] for i in np.flatnonzero(~is_test)]
+    step = max(1, len(train_names) // _TEXTON_IMAGES)
+    centres, (mu, sd) = _fit_textons(root, train_names[::step][:_TEXTON_IMAGES], n_textons, seed)
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("segments", "masks", "nodes", "edges", "edge_features",
+                                                           "labels")}
+    shapes, n_nodes, n_edges = [], [], []
+    start = time.perf_counter()
+    for i, name in enumerate(names):
+        image, mask = _read_pair(root, name)
+        f = image_features(image, mask, centres, (mu, sd), n_segments, compactness)
+        if f["nodes"].shape[0] > np.iinfo(np.int16).max:
+            raise InvalidInputError(f"{root / 'gray' / name}: {f['nodes'].shape[0]} superpixels, more than the cache "
+                                    f"stores; lower n_segments")
+        parts["segments"].append(f["segments"].ravel().astype(np.int16))
+        parts["masks"].append(mask.ravel())
+        for key in ("nodes", "edges", "edge_features", "labels"):
+            parts[key].append(f[key])
+        shapes.append(image.shape)
+        n_nodes.append(f["nodes"].shape[0])
+        n_edges.append(f["edges"].shape[0])
+        if progress and (i + 1) % 25 == 0:
+            print(f"  superpixel features: {i + 1}/{len(names)} images, {time.perf_counter() - start:.0f} s",
+                  flush=True)
+    data = {key: np.concatenate(value) for key, value in parts.items()}
+    data.update(shapes=np.array(shapes, dtype=np.int64), n_nodes=np.array(n_nodes, dtype=np.int64),
+                n_edges=np.array(n_edges, dtype=np.int64), centres=centres, names=np.array(names))
+    return data
+
+
+# --------------------------------------------------------------------------- stacking
+def _stacked_scores(nodes: list[np.ndarray], labels: list[np.ndarray], is_train: np.ndarray, n_folds: int,
+                    seed: int) -> list[np.ndarray]:
+    """Cross-fitted log-odds of a gradient-boosted "foreground" classifier for every image (see the
+    module docstring): training image ``t`` (its rank among training images) is in fold ``t % n_folds``."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from threadpoolctl import threadpool_limits
+
+    train = np.flatnonzero(is_train)
+    if len(train) < n_folds:
+        raise InvalidInputError(f"stacking needs at least n_folds={n_folds} training images, got {len(train)}")
+
+    def fit(index: Sequence[int]) -> Any:
+        X = np.concatenate([nodes[i] for i in index])
+        y = np.concatenate([labels[i] for i in index])
+        if np.unique(y).size < 2:
+            raise InvalidInputError("stacking: the training superpixels are all of one class")
+        return HistGradientBoostingClassifier(max_iter=150, learning_rate=0.1, max_leaf_nodes=31,
+                                              l2_regularization=1.0, early_stopping=False,
+                                              random_state=seed).fit(X, y)
+
+    def predict(clf: Any, index: np.ndarray) -> None:
+        # one call over all the images' rows (a call per image pays the thread start-up each time)
+        if index.size:
+            out = clf.decision_function(np.concatenate([nodes[i] for i in index]))
+            for i, part in zip(index, _split(out, np.array([nodes[i].shape[0] for i in index]))):
+                scores[i] = part
+
+    scores: list[np.ndarray] = [np.empty(0)] * len(nodes)
+    fold = np.arange(len(train)) % n_folds
+    with threadpool_limits(1):  # the machine's cores are shared: OpenMP spinning threads only contend
+        for f in range(n_folds):
+            predict(fit(train[fold != f]), train[fold == f])
+        predict(fit(train), np.flatnonzero(~is_train))
+    return scores
+
+
+# --------------------------------------------------------------------------- loader
+def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments: int = DEFAULT_N_SEGMENTS,
+                           compactness: float = DEFAULT_COMPACTNESS, n_textons: int = DEFAULT_N_TEXTONS,
+                           max_images: int | None = None, stacked: bool = True, n_folds: int = 3, seed: int = 0,
+                           cache: bool = True, progress: bool = False) -> dict[str, Any]:
+    """Load the Weizmann horses as superpixel graphs (see the module docstring).
+
+    Parameters
+    ----------
+    path : path, optional
+        Directory with ``gray/`` and ``figure_ground/`` (default as :func:`~structopt.tasks.horses.load_horses`).
+    n_segments, compactness : SLIC's target number of superpixels and compactness.
+    n_textons : int
+        Size of the texton codebook (k-means on pixels of training images).
+    max_images : int, optional
+        Only the first images (sorted by name), for quick runs; the split rule is unchanged.
+    stacked : bool
+        Prepend the cross-fitted boosted foreground score (``n_folds`` folds).
+    seed : int
+        Seed of the texton sample, k-means and the boosted classifier.
+    cache : bool
+        Read/write steps 1-4 in the cache directory.
+    progress : bool
+        Print progress while computing features.
+
+    Returns
+    -------
+    dict
+        ``train`` / ``test``: ``{"X": list of GraphInput, "y": list of (N,) labels, "segments": list of
+        (H, W) region label images, "masks": list of (H, W) bool full-resolution masks, "names"}``;
+        ``model``: :class:`GraphModel` (2 states, symmetric pairwise weights); ``info``.
+
+    Raises
+    ------
+    DataNotFoundError
+        The directory, an image's mask or a mask's image is missing.
+    InvalidInputError
+        Bad options; an undecodable image or one whose mask differs in size (naming the files).
+    """
+    for name, value, low in (("n_segments", n_segments, 2), ("n_textons", n_textons, 2), ("n_folds", n_folds, 2)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise InvalidInputError(f"{name} must be an integer >= {low}, got {value!r}")
+    if not (isinstance(compactness, (int, float)) and compactness > 0):
+        raise InvalidInputError(f"compactness must be a positive number, got {compactness!r}")
+    if max_images is not None and (not isinstance(max_images, (int, np.integer)) or max_images < 3):
+        raise InvalidInputError(f"max_images must be an integer >= 3 (one test image per three), got {max_images!r}")
+    root = find_data_dir("horses", path, required=["gray", "figure_ground"], source=SOURCE)
+    names = paired_names(root)
+    if max_images is not None:
+        names = names[: int(max_images)]
+    is_test = np.arange(len(names)) % 3 == 2
+    params = {"root": str(root), "names": names, "n_segments": int(n_segments), "compactness": float(compactness),
+              "n_textons": int(n_textons), "seed": int(seed), "version": _CACHE_VERSION,
+              "files": _listing(root)}  # an edited, added or removed file makes a new key: never a stale cache
+    key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
+    file = cache_dir() / "horses_superpixels" / f"features-{key}.npz"
+    data = _read_cache(file) if cache else None
+    if data is None:
+        data = _compute(root, names, is_test, int(n_segments), float(compactness), int(n_textons), int(seed),
+                        progress)
+        if cache:
+            try:
+                write_archive(file, {"kind": "structopt horses superpixel features", "params": params}, data,
+                              "feature cache", compress=True)
+            except OutputError as error:  # a cache that cannot be written only costs time
+                warnings.warn(f"{error}; the features will be computed again next time", stacklevel=2)
+    return _assemble(data, names, is_test, stacked, int(n_folds), int(seed), n_textons,
+                     {"root": str(root), "n_segments": int(n_segments), "compactness": float(compactness),
+                      "n_textons": int(n_textons), "cache_file": str(file) if cache else None})
+
+
+def _split(array: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    return np.split(array, np.cumsum(counts)[:-1])
+
+
+def _assemble(data: dict[str, np.ndarray], names: list[str], is_test: np.ndarray, stacked: bool, n_folds: int,
+              seed: int, n_textons: int, info: dict[str, Any]) -> dict[str, Any]:
+    shapes, n_nodes, n_edges = data["shapes"], data["n_nodes"], data["n_edges"]
+    if len(shapes) != len(names) or [str(n) for n in data["names"]] != names:
+        raise InvalidInputError(f"feature cache {info.get('cache_file')} does not list the expected images")
+    pixels = shapes.prod(axis=1)
+    segments = [s.reshape(shape).astype(np.int64) for s, shape in zip(_split(data["segments"], pixels), shapes)]
+    masks = [m.reshape(shape) for m, shape in zip(_split(data["masks"], pixels), shapes)]
+    nodes = _split(data["nodes"], n_nodes)
+    labels = [y.astype(np.int64) for y in _split(data["labels"], n_nodes)]
+    edges = _split(data["edges"], n_edges)
+    efeats = _split(data["edge_features"], n_edges)
+    names_out = feature_names(n_textons)
+    if stacked:
+        scores = _stacked_scores(nodes, labels, ~is_test, n_folds, seed)
+        nodes = [np.concatenate([s[:, None], x], axis=1) for s, x in zip(scores, nodes)]
+        names_out = ["stacked_score", *names_out]
+    train_rows = np.concatenate([nodes[i] for i in np.flatnonzero(~is_test)])
+    mean, std = train_rows.mean(axis=0), train_rows.std(axis=0)
+    std[std == 0] = 1.0
+    e_train = np.concatenate([efeats[i] for i in np.flatnonzero(~is_test)])
+    e_scale = np.abs(e_train).mean(axis=0)
+    e_scale[e_scale == 0] = 1.0
+    X = []
+    for x, e, f in zip(nodes, edges, efeats):
+        n = x.shape[0]
+        X.append(GraphInput(np.concatenate([np.ones((n, 1)), (x - mean) / std], axis=1) / n, e, f / e_scale / n))
+
+    def pick(sel: np.ndarray) -> dict[str, list]:
+        index = np.flatnonzero(sel)
+        return {"X": [X[i] for i in index], "y": [labels[i] for i in index], "segments": [segments[i] for i in index],
+                "masks": [masks[i] for i in index], "names": [names[i] for i in index]}
+
+    info = dict(info, n_images=len(names), feature_names=["bias", *names_out],
+                edge_feature_names=list(EDGE_FEATURE_NAMES), stacked=bool(stacked),
+                mean_nodes=float(n_nodes.mean()), mean_edges=float(n_edges.mean()),
+                split="sorted by name; every third image (index % 3 == 2) is a test image")
+    return {"train": pick(~is_test), "test": pick(is_test),
+            "model": GraphModel(X[0].nodes.shape[1], len(EDGE_FEATURE_NAMES), 2, symmetric=True), "info": info}
+
+
+# --------------------------------------------------------------------------- training task
+def predict_masks(model: GraphModel, w: np.ndarray, X: Sequence[GraphInput], segments: Sequence[np.ndarray],
+                  exact: bool = True) -> list[np.ndarray]:
+    """Full-resolution 0/1 masks: each graph's MAP labels (exact, or AD3's rounding) projected on its pixels."""
+    if len(X) != len(segments):
+        raise InvalidInputError(f"{len(X)} graphs but {len(segments)} superpixel label images")
+    return [project_labels(s, model.predict(x, w, exact=exact)) for x, s in zip(X, segments)]
+
+
+def pixel_scores(masks: Sequence[np.ndarray], predicted: Sequence[np.ndarray]) -> dict[str, float]:
+    """Pixel accuracy, foreground IoU and mean per-image IoU at full resolution (the grid task's metric)."""
+    return segmentation_scores([np.asarray(m, dtype=np.int64) for m in masks],
+                               [np.asarray(p, dtype=np.int64) for p in predicted])
+
+
+def _train(model: GraphModel, X: Sequence[GraphInput], Y: Sequence[np.ndarray], lam: float, passes: float,
+           seed: int) -> np.ndarray:
+    from structopt.losses import Hamming
+    from structopt.problem import SSVMProblem
+    from structopt.solvers.bcfw import bcfw
+
+    problem = SSVMProblem(model, list(X), list(Y), Hamming(normalize=True), lam)
+    return bcfw(problem, max_passes=passes, random_state=seed).w
+
+
+def select_lam(data: dict[str, Any], lams: Sequence[float] = DEFAULT_LAMS, n_folds: int = 3, passes: float = 5,
+               n_train: int | None = None, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """λ by ``n_folds``-fold cross-validation on the training images only (image ``t`` in fold ``t % n_folds``):
+    BCFW for ``passes`` passes on the other folds, scored by the mean of pixel accuracy and foreground
+    IoU on the held-out fold (AD3's rounded labels, projected on the pixels).
+
+    Returns
+    -------
+    dict with ``lam`` (the best), ``scores`` ({λ: mean CV score}) and ``seconds``.
+    """
+    train = data["train"]
+    n = len(train["X"]) if n_train is None else min(int(n_train), len(train["X"]))
+    if n < n_folds or n_folds < 2:
+        raise InvalidInputError(f"cross-validation needs n_folds >= 2 and at least n_folds training images, got "
+                                f"n_folds={n_folds} and {n} images")
+    lams = [float(v) for v in lams]
+    if not lams or any(not (np.isfinite(v) and v > 0) for v in lams):
+        raise InvalidInputError(f"candidate λ values must be positive and finite, got {lams}")
+    fold = np.arange(n) % n_folds
+    start = time.perf_counter()
+    scores: dict[float, float] = {}
+    for lam in lams:
+        values = []
+        for f in range(n_folds):
+            fit, held = np.flatnonzero(fold != f), np.flatnonzero(fold == f)
+            w = _train(data["model"], [train["X"][i] for i in fit], [train["y"][i] for i in fit], lam, passes, seed)
+            pred = predict_masks(data["model"], w, [train["X"][i] for i in held],
+                                 [train["segments"][i] for i in held], exact=False)
+            s = pixel_scores([train["masks"][i] for i in held], pred)
+            values.append(0.5 * (s["pixel_accuracy"] + s["foreground_iou"]))
+        scores[lam] = float(np.mean(values))
+        if progress:
+            print(f"  cv λ={lam:g}: score {scores[lam]:.4f} ({time.perf_counter() - start:.0f} s)", flush=True)
+    best = max(scores, key=lambda v: (scores[v], v))  # ties: the larger λ (the simpler model)
+    return {"lam": best, "scores": scores, "seconds": time.perf_counter() - start}
+
+
+def write_mask_png(path: str | os.PathLike, root: str | os.PathLike, names: Sequence[str],
+                   masks: Sequence[np.ndarray], predicted: Sequence[np.ndarray],
+                   segments: Sequence[np.ndarray] | None = None, n: int = 4) -> Path:
+    """A PNG of ``n`` test images (grey, with superpixel boundaries when ``segments`` is given), their
+    gold masks and the predicted masks; returns the path written.
+
+    Raises
+    ------
+    OutputError
+        The file cannot be written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from skimage.segmentation import find_boundaries
+
+    n = min(int(n), len(names))
+    if n < 1:
+        raise InvalidInputError("write_mask_png needs at least one image")
+    path = Path(path)
+    fig, axes = plt.subplots(n, 3, figsize=(8, 2.4 * n), squeeze=False)
+    for row in range(n):
+        image, _ = _read_pair(Path(root), names[row])
+        shown = np.repeat(image[..., None], 3, axis=2)
+        if segments is not None:
+            shown[find_boundaries(segments[row], mode="inner")] = (1.0, 0.85, 0.0)
+        for ax, picture, title in zip(axes[row], (shown, masks[row], predicted[row]),
+                                      (names[row], "gold", "predicted")):
+            ax.imshow(picture, cmap="gray", interpolation="nearest")
+            ax.set_title(title, fontsize=9)
+            ax.axis("off")
+    fig.tight_layout()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    except OSError as error:
+        raise OutputError(f"cannot write {path}: {error.strerror or error}") from error
+    finally:
+        plt.close(fig)
+    return path
+
+
+def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = None, lam: float | None = None,
+               seed: int = 0, *, lams: Sequence[float] = DEFAULT_LAMS, cv_folds: int = 3, cv_passes: float = 5,
+               exact_predict: bool = True, png: str | os.PathLike | None = None, progress: bool = False,
+               **load_options: Any) -> tuple[Any, Callable[[np.ndarray], dict[str, float]], str]:
+    """The superpixel horses as a training task: ``(problem, evaluate, description)``.
+
+    Parameters
+    ----------
+    data_dir : path, optional
+        The horses directory (default: see :func:`load_superpixel_horses`).
+    n_train : int, optional
+        Train on the first ``n_train`` training images only (the test split is unchanged).
+    lam : float, optional
+        λ; None chooses it by :func:`select_lam` on the training images (``lams``, ``cv_folds``
+        folds, ``cv_passes`` BCFW passes each).
+    seed : int
+        Seed of the features (textons, stacking) and of the CV runs.
+    exact_predict : bool
+        ``evaluate`` predicts by exact MAP (branch-and-bound over AD3) or AD3's rounding.
+    png : path, optional
+        ``evaluate`` also writes the test masks there (:func:`write_mask_png`).
+    progress : bool
+        Print progress (features, CV).
+    **load_options
+        Passed to :func:`load_superpixel_horses` (``n_segments``, ``compactness``, ``n_textons``,
+        ``max_images``, ``stacked``, ``cache``).
+
+    Returns
+    -------
+    problem : SSVMProblem
+        :class:`GraphModel` (relaxed AD3 oracle), normalised Hamming loss over superpixels.
+    evaluate : callable
+        ``evaluate(w)`` -> ``{"test_pixel_accuracy", "test_foreground_iou", "test_mean_image_iou"}``
+        on full-resolution test masks.
+    description : str
+        Names the task, the graph sizes and the λ chosen (with the CV scores).
+    """
+    from structopt.losses import Hamming
+    from structopt.problem import SSVMProblem
+
+    if n_train is not None and (isinstance(n_train, bool) or not isinstance(n_train, (int, np.integer))
+                                or n_train < 1):
+        raise InvalidInputError(f"n_train must be a positive integer or None, got {n_train!r}")
+    if lam is not None and not (isinstance(lam, (int, float)) and np.isfinite(lam) and lam > 0):
+        raise InvalidInputError(f"lam must be a positive number or None, got {lam!r}")
+    data = load_superpixel_horses(data_dir, seed=seed, progress=progress, **load_options)
+    train, test, info = data["train"], data["test"], data["info"]
+    n = len(train["X"]) if n_train is None else min(int(n_train), len(train["X"]))
+    cv = ""
+    if lam is None:
+        chosen = select_lam(data, lams, cv_folds, cv_passes, n, seed, progress)
+        lam = chosen["lam"]
+        cv = " (cross-validated: " + ", ".join(f"{k:g}: {v:.4f}" for k, v in chosen["scores"].items()) + ")"
+    model = data["model"]
+    problem = SSVMProblem(model, train["X"][:n], train["y"][:n], Hamming(normalize=True), float(lam))
+
+    def evaluate(w: np.ndarray) -> dict[str, float]:
+        pred = predict_masks(model, w, test["X"], test["segments"], exact=exact_predict)
+        if png is not None:
+            write_mask_png(png, info["root"], test["names"], test["masks"], pred, test["segments"])
+        return {f"test_{name}": value for name, value in pixel_scores(test["masks"], pred).items()}
+
+    description = (f"Weizmann horses on SLIC superpixels ({n} training / {len(test['X'])} test images, "
+                   f"{info['mean_nodes']:.0f} nodes and {info['mean_edges']:.0f} edges per graph), "
+                   f"λ={float(lam):g}{cv}")
+    return problem, evaluate, description

@@ -1,0 +1,190 @@
+"""Horses on superpixels: the region adjacency graph against a brute-force scan, pooling and
+back-projection, features on small synthetic images, the cache, and a few training passes (the real
+data run is marked slow)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from structopt.errors import InvalidInputError
+from structopt.models.graph import GraphInput
+from structopt.solvers.bcfw import bcfw
+from structopt.tasks import horses_superpixels as hs
+from tests._shared_data import needs_data
+
+
+def _brute_rag(labels: np.ndarray) -> dict[tuple[int, int], int]:
+    # every pixel against its right and lower neighbour, one by one
+    counts: dict[tuple[int, int], int] = {}
+    H, W = labels.shape
+    for r in range(H):
+        for c in range(W):
+            for rr, cc in ((r, c + 1), (r + 1, c)):
+                if rr < H and cc < W and labels[r, c] != labels[rr, cc]:
+                    key = (min(labels[r, c], labels[rr, cc]), max(labels[r, c], labels[rr, cc]))
+                    counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rag_matches_brute_force_scan(seed):
+    rng = np.random.default_rng(seed)
+    H, W = rng.integers(1, 9, size=2)
+    labels = rng.integers(0, rng.integers(1, 7), size=(H, W))  # regions need not be connected
+    edges, boundary = hs.region_adjacency(labels)
+    brute = _brute_rag(labels)
+    assert [tuple(e) for e in edges.tolist()] == sorted(brute)
+    assert boundary.tolist() == [brute[k] for k in sorted(brute)]
+    assert edges.dtype == np.int64 and edges.shape == (len(brute), 2)
+
+
+def test_rag_of_superpixels_matches_brute_force():
+    rng = np.random.default_rng(0)
+    image = np.clip(rng.normal(0.5, 0.2, size=(30, 40)), 0, 1)
+    labels = hs.superpixels(image, n_segments=20)
+    assert labels.min() == 0 and set(np.unique(labels)) == set(range(labels.max() + 1))
+    edges, boundary = hs.region_adjacency(labels)
+    brute = _brute_rag(labels)
+    assert [tuple(e) for e in edges.tolist()] == sorted(brute)
+    assert boundary.tolist() == [brute[k] for k in sorted(brute)]
+
+
+def test_pooling_majority_and_back_projection():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 5, size=(7, 9))
+    labels[0, :5] = np.arange(5)  # every region present
+    values = rng.normal(size=(7, 9, 3))
+    pooled = hs.pool_mean(labels, values)
+    for r in range(5):
+        np.testing.assert_allclose(pooled[r], values[labels == r].mean(axis=0))
+    np.testing.assert_allclose(hs.pool_mean(labels, values[..., 0]), pooled[:, 0])
+    mask = rng.random((7, 9)) < 0.5
+    major = hs.majority_labels(labels, mask)
+    for r in range(5):
+        assert major[r] == int(mask[labels == r].mean() >= 0.5)
+    back = hs.project_labels(labels, major)
+    assert back.shape == labels.shape and np.array_equal(back, major[labels])
+    constant = np.isin(labels, [1, 3])  # a mask constant on every region comes back exactly
+    assert np.array_equal(hs.project_labels(labels, hs.majority_labels(labels, constant)), constant)
+
+
+def test_bad_inputs_are_refused():
+    labels = np.zeros((3, 3), dtype=np.int64)
+    with pytest.raises(InvalidInputError, match="2 region labels for a label image with 1 regions"):
+        hs.project_labels(labels, np.array([0, 1]))
+    with pytest.raises(InvalidInputError, match="integer"):
+        hs.region_adjacency(np.zeros((3, 3)))
+    with pytest.raises(InvalidInputError, match=">= 0"):
+        hs.region_adjacency(-np.ones((2, 2), dtype=np.int64))
+    with pytest.raises(InvalidInputError, match="does not match"):
+        hs.majority_labels(labels, np.zeros((2, 3), dtype=bool))
+    with pytest.raises(InvalidInputError, match="2-d grey image"):
+        hs.superpixels(np.zeros((4, 4, 3)))
+
+
+def _synthetic_horses(root, n: int = 6, seed: int = 0) -> None:
+    """``n`` grey images with a bright noisy ellipse (the "horse") on a darker textured background."""
+    rng = np.random.default_rng(seed)
+    (root / "gray").mkdir()
+    (root / "figure_ground").mkdir()
+    for i in range(n):
+        H, W = 36 + 2 * i, 48
+        rr, cc = np.mgrid[:H, :W]
+        cy, cx = H / 2 + rng.integers(-3, 4), W / 2 + rng.integers(-4, 5)
+        mask = ((rr - cy) / (H / 4)) ** 2 + ((cc - cx) / (W / 4)) ** 2 <= 1
+        image = np.where(mask, 0.75, 0.3) + rng.normal(0, 0.05, size=(H, W))
+        Image.fromarray((np.clip(image, 0, 1) * 255).astype(np.uint8)).save(root / "gray" / f"horse{i:03d}.jpg")
+        Image.fromarray(mask.astype(np.uint8) * 255).save(root / "figure_ground" / f"horse{i:03d}.jpg")
+
+
+OPTIONS = {"n_segments": 40, "n_textons": 4, "n_folds": 2}
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    root = tmp_path_factory.mktemp("horses")
+    _synthetic_horses(root)
+    return root
+
+
+def test_features_shapes_and_split(synthetic):
+    data = hs.load_superpixel_horses(synthetic, cache=False, **OPTIONS)
+    train, test, info = data["train"], data["test"], data["info"]
+    assert test["names"] == ["horse002.jpg", "horse005.jpg"] and len(train["X"]) == 4
+    F = 1 + 1 + len(hs.feature_names(4))  # bias, stacked score, raw features
+    assert len(info["feature_names"]) == F and data["model"].n_node_features == F
+    for x, y, seg, mask in zip(train["X"] + test["X"], train["y"] + test["y"], train["segments"] + test["segments"],
+                               train["masks"] + test["masks"]):
+        assert isinstance(x, GraphInput)
+        N = seg.max() + 1
+        assert x.nodes.shape == (N, F) and y.shape == (N,) and seg.shape == mask.shape
+        assert np.all(np.isfinite(x.nodes)) and np.all(np.isfinite(x.edge_features))
+        np.testing.assert_allclose(x.nodes[:, 0], 1.0 / N)  # the bias, scaled per node
+        edges, _ = hs.region_adjacency(seg)
+        assert np.array_equal(x.edges, edges)
+        assert x.edge_features.shape == (len(edges), len(hs.EDGE_FEATURE_NAMES))
+        assert np.array_equal(y, hs.majority_labels(seg, mask))
+        data["model"].validate_input(tuple(x))
+    # back-projected gold labels explain most pixels (superpixels follow the ellipse)
+    gold = [hs.project_labels(s, y) for s, y in zip(test["segments"], test["y"])]
+    assert hs.pixel_scores(test["masks"], gold)["pixel_accuracy"] > 0.9
+
+
+def test_feature_cache_roundtrip_and_corruption(synthetic, tmp_path, monkeypatch):
+    monkeypatch.setenv("STRUCTOPT_CACHE", str(tmp_path))
+    first = hs.load_superpixel_horses(synthetic, stacked=False, **OPTIONS)
+    file = first["info"]["cache_file"]
+    assert file is not None and file.startswith(str(tmp_path))
+    second = hs.load_superpixel_horses(synthetic, stacked=False, **OPTIONS)
+    for a, b in zip(first["train"]["X"] + first["test"]["X"], second["train"]["X"] + second["test"]["X"]):
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v)
+    with open(file, "r+b") as fh:  # flip one byte: the seal fails, the features are recomputed
+        fh.seek(100)
+        byte = fh.read(1)
+        fh.seek(100)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.warns(UserWarning, match="computing the features again"):
+        third = hs.load_superpixel_horses(synthetic, stacked=False, **OPTIONS)
+    np.testing.assert_array_equal(third["test"]["X"][0].nodes, first["test"]["X"][0].nodes)
+
+
+def test_mismatched_mask_names_the_file(tmp_path):
+    _synthetic_horses(tmp_path, n=3)
+    Image.fromarray(np.zeros((5, 5), dtype=np.uint8)).save(tmp_path / "figure_ground" / "horse001.jpg")
+    with pytest.raises(InvalidInputError, match=r"horse001\.jpg.*mask"):
+        hs.load_superpixel_horses(tmp_path, cache=False, **OPTIONS)
+
+
+def test_loader_option_errors(synthetic):
+    with pytest.raises(InvalidInputError, match="n_segments"):
+        hs.load_superpixel_horses(synthetic, n_segments=1)
+    with pytest.raises(InvalidInputError, match="compactness"):
+        hs.load_superpixel_horses(synthetic, compactness=0)
+    with pytest.raises(InvalidInputError, match="lam"):
+        hs.build_task(synthetic, lam=-1.0)
+
+
+def test_build_task_trains_and_evaluates(synthetic, tmp_path):
+    png = tmp_path / "masks.png"
+    problem, evaluate, description = hs.build_task(synthetic, lam=None, lams=(0.01, 0.1), cv_folds=2, cv_passes=2,
+                                                   png=png, cache=False, **OPTIONS)
+    assert "superpixels" in description and "cross-validated" in description
+    result = bcfw(problem, max_passes=4, random_state=0)
+    gaps = [row["gap"] for row in result.trace]
+    assert gaps[-1] < gaps[0]
+    scores = evaluate(result.w)
+    assert set(scores) == {"test_pixel_accuracy", "test_foreground_iou", "test_mean_image_iou"}
+    assert scores["test_pixel_accuracy"] > 0.85 and scores["test_foreground_iou"] > 0.6
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@needs_data("horses")
+def test_real_horses_reach_the_target():
+    problem, evaluate, _ = hs.build_task(lam=1e-3)
+    result = bcfw(problem, max_passes=10, random_state=0)
+    scores = evaluate(result.w)
+    assert scores["test_pixel_accuracy"] >= 0.90 and scores["test_foreground_iou"] >= 0.70
