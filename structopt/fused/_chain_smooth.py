@@ -155,15 +155,15 @@ def smooth_example(i, unary, pairwise, mu, entropic, K, pack, gold, labels, lo, 
 
 
 @njit(cache=True)
-def smooth_snapshot(w, mu, entropic, K, pack, gold, offsets, labels, inv_n, diffs, grad):
-    """SVRG snapshot at ``w``: every example's compact gradient statistics into ``diffs`` (flat),
-    ``grad += inv_n sum_i A_i^T diffs_i``; returns ``inv_n sum_i f_i(w)``."""
+def smooth_snapshot(w, mu, entropic, K, pack, gold, offsets, labels, inv_n, diffs, grad, start, stop):
+    """SVRG snapshot at ``w`` over the examples ``start:stop``: their compact gradient statistics into
+    ``diffs`` (flat), ``grad += inv_n sum_i A_i^T diffs_i``; returns ``inv_n sum_i f_i(w)``."""
     S, F = pack.n_states, pack.n_features
     p0 = F * S
     tok = pack.tok
     pairwise = w[p0:p0 + S * S].copy()
     value = 0.0
-    for i in range(offsets.shape[0] - 1):
+    for i in range(start, stop):
         lo, hi = offsets[i], offsets[i + 1]
         unary = np.empty((tok[i + 1] - tok[i], S))
         chain_unary_scores(i, w, pack, unary)
