@@ -257,6 +257,23 @@ def test_forbidden_entries_are_respected():
         assert sol.labels[0] != sol.labels[1] and sol.score == pytest.approx(6.0), method
 
 
+def test_eta_schedules_and_warm_starts_reach_the_highs_lp_value():
+    # η balanced throughout, frozen early, never balanced, and warm starts from another problem's
+    # iterate: every bound is valid and the converged ones equal HiGHS' LP value
+    rng = np.random.default_rng(5)
+    fg, theta = big_grid(5, rng)
+    lp = fg.lp(theta).upper_bound
+    other = FactorGraphPotentials(theta.unary + rng.normal(size=theta.unary.size),
+                                  theta.factors + rng.normal(size=theta.factors.size))
+    _, warm = fg.ad3(other, max_iter=300)
+    for kwargs in ({"eta_iters": 10**9}, {}, {"eta_iters": 20}, {"adapt_eta": False}, {"state": warm}):
+        sol, _ = fg.ad3(theta, max_iter=50_000, **kwargs)
+        assert sol.upper_bound >= lp - 1e-7 * (1 + abs(lp)), kwargs
+        assert sol.score == pytest.approx(fg.score_labels(theta, sol.labels))
+        if sol.status in ("lp_converged", "optimal"):
+            assert sol.upper_bound == pytest.approx(lp, abs=1e-6) or sol.status == "optimal", kwargs
+
+
 def big_grid(n: int, rng: np.random.Generator) -> tuple[FactorGraph, FactorGraphPotentials]:
     fg = FactorGraph([2] * (n * n))
     for r in range(n):
@@ -272,7 +289,7 @@ def big_grid(n: int, rng: np.random.Generator) -> tuple[FactorGraph, FactorGraph
 def test_ad3_returns_to_python_in_chunks_and_honours_time_limits():
     fg, theta = big_grid(30, np.random.default_rng(0))
     start = time.perf_counter()
-    sol, _ = fg.ad3(theta, time_limit=0.6, tol_gap=0.0, tol_lp=0.0)
+    sol, _ = fg.ad3(theta, time_limit=0.6, tol_gap=-1.0, tol_lp=-1.0)  # never stops by itself
     elapsed = time.perf_counter() - start
     assert sol.status == "time_limit" and elapsed < 1.5
     times = [0.0] + [t["time"] for t in sol.trace]
@@ -287,7 +304,8 @@ def test_ctrl_c_during_ad3_raises_promptly():
     start = time.perf_counter()
     timer.start()
     with pytest.raises(KeyboardInterrupt):
-        fg.ad3(theta, time_limit=30, tol_gap=0.0, tol_lp=0.0)
+        # negative tolerances: no stopping test can pass (with η frozen AD3 may close a gap of 0 exactly)
+        fg.ad3(theta, time_limit=30, tol_gap=-1.0, tol_lp=-1.0)
     assert time.perf_counter() - start < 1.5
     timer.join()
 

@@ -98,6 +98,22 @@ def test_bad_potentials_and_labelings():
         FactorGraph([2], time_limit=-1)
 
 
+def test_one_time_limit_check_refuses_booleans_everywhere():
+    import structopt as so
+    from structopt.marginals import PairwiseMRF, map_inference
+
+    fg = small_graph()
+    theta = fg.potentials()
+    calls = [lambda: FactorGraph([2], time_limit=True), lambda: fg.map(theta, time_limit=True),
+             lambda: fg.ad3(theta, time_limit=True), lambda: fg.bnb(theta, time_limit=True),
+             lambda: fg.cpsat(theta, time_limit=True), lambda: fg.map_labels(theta, time_limit=True),
+             lambda: so.GraphModel(2, 1, 2, time_limit=True),
+             lambda: map_inference(PairwiseMRF.from_potentials([np.zeros(2)], [], []), time_limit=True)]
+    for call in calls:
+        with pytest.raises(InvalidInputError, match="time_limit must be a finite number > 0, got True"):
+            call()
+
+
 # --------------------------------------------------------------------------- layout, statistics, scores
 def test_layout_potentials_and_scores():
     fg = small_graph()
@@ -143,17 +159,58 @@ def test_check_structure_on_a_tree(exact):
     report = check_structure(fg, theta)
     for oracle in ("lp_relaxation", "argmax", "project"):
         assert report.row(oracle).ok, report.table()
-    for oracle in ("topk", "marginals"):
-        assert "not supported" in report.row(oracle).detail
+    assert report.row("topk").ok, report.table()
+    assert "not supported" in report.row("marginals").detail
 
 
-def test_topk_and_marginals_are_refused_with_reasons():
+def test_marginals_are_refused_pointing_to_the_marginals_module():
     fg = small_graph()
-    theta = fg.potentials()
-    with pytest.raises(NotSupportedError, match="NP-hard"):
-        fg.topk(theta, 3)
-    with pytest.raises(NotSupportedError, match="#P-hard"):
-        fg.marginals(theta)
+    with pytest.raises(NotSupportedError, match=r"#P-hard.*structopt.marginals"):
+        fg.marginals(fg.potentials())
+
+
+def _enumerated_scores(fg, theta):
+    return np.sort([fg.score_labels(theta, y) for y in fg.outputs(theta)])[::-1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_topk_against_enumeration(seed):
+    # loopy graphs with logic factors, integer scores (ties) half of the time, -inf entries
+    rng = np.random.default_rng(seed)
+    fg = FactorGraph([2, 3, 2, 2, 3])
+    for scope in ([0, 1], [1, 2], [2, 3], [3, 0], [1, 4], [4, 3]):
+        fg.add_table(scope, rng.normal(size=tuple(int(fg.n_states[v]) for v in scope)))
+    fg.add_logic("or", [0, 2, 3])
+    theta = fg.potentials(unary=[rng.normal(size=int(s)) for s in fg.n_states])
+    if seed % 2:
+        theta = FactorGraphPotentials(np.round(theta.unary), np.round(theta.factors))
+    theta.factors[3] = -np.inf
+    ref = _enumerated_scores(fg, theta)
+    for k in (1, 4, 9, len(ref) + 3):
+        outs, scores = fg.topk(theta, k)
+        assert len(outs) == min(k, len(ref))
+        assert np.allclose(scores, ref[:len(outs)])
+        assert len({tuple(y) for y in outs}) == len(outs)  # distinct labelings
+        for y, s in zip(outs, scores, strict=True):
+            assert fg.score_labels(theta, y) == pytest.approx(s)
+
+
+def test_topk_with_a_structured_factor_and_its_refusals():
+    from structopt.structures.chain import Chain, ChainPotentials
+
+    rng = np.random.default_rng(1)
+    fg = FactorGraph([3, 3, 3, 2])
+    fg.add_structure(Chain(3), [0, 1, 2], ChainPotentials(rng.normal(size=(3, 3)), rng.normal(size=(2, 3, 3))))
+    fg.add_table([2, 3], rng.normal(size=(3, 2)))
+    fg.add_table([0, 3], rng.normal(size=(3, 2)))
+    theta = fg.potentials(unary=[rng.normal(size=int(s)) for s in fg.n_states])
+    _, scores = fg.topk(theta, 7)
+    assert np.allclose(scores, _enumerated_scores(fg, theta)[:7])
+    with pytest.raises(NotSupportedError, match="beyond the limit"):
+        fg.topk(theta, 10_000)
+    for k in (0, 2.5, True):
+        with pytest.raises(InvalidInputError, match="positive integer k"):
+            fg.topk(theta, k)
 
 
 def test_relaxed_argmax_returns_a_local_polytope_point_on_a_frustrated_cycle():

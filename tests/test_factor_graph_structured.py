@@ -120,9 +120,10 @@ def tree_shaped(rng: np.random.Generator, kind: str, exact: bool):
     return fg, fg.potentials(unary=[rng.normal(size=int(s)) for s in fg.n_states])
 
 
-@pytest.mark.parametrize("kind", ["chain", "matching"])
+@pytest.mark.parametrize("kind", ["chain", pytest.param("matching", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("exact", [False, True])
 def test_check_structure_with_structured_factors(kind, exact):
+    # (matching: minutes, its projection check calls the Python-driven AD3 hundreds of times)
     fg, theta = tree_shaped(np.random.default_rng(11), kind, exact)
     report = check_structure(fg, theta)
     for oracle in ("lp_relaxation", "argmax", "project"):

@@ -228,3 +228,22 @@ def test_smoothed_solvers_refuse_before_the_run_naming_the_missing_oracle(name, 
     assert not problem.has_topk and not problem.has_marginals
     with pytest.raises(so.NotSupportedError, match=f"needs a {oracle} oracle"):
         get_solver(name)(problem, max_passes=1, **options)
+
+
+def test_warm_started_relaxed_oracle_matches_cold_starts():
+    # drifting weights, as in training: the warm-started oracle's point is LP-optimal like a cold one's
+    rng = np.random.default_rng(8)
+    x = random_graph(rng, 9, 3, 2, p=0.5)
+    cold, warm = so.GraphModel(3, 2, 2), so.GraphModel(3, 2, 2, warm_start=True)
+    w = rng.normal(size=cold.n_params)
+    for _ in range(6):
+        w = w + 0.05 * rng.normal(size=w.size)
+        theta = cold.potentials(cold.validate_input(x), w)
+        values = []
+        for model in (cold, warm):
+            point = model.structure.argmax(theta)
+            values.append(so.potentials.inner(theta, model.structure.stats(point, theta)))
+        assert values[1] == pytest.approx(values[0], abs=1e-6)
+    assert type(theta)._warm is not None
+    with pytest.raises(so.InvalidInputError, match="warm_start"):
+        so.GraphModel(3, 2, 2, warm_start="yes")

@@ -14,7 +14,6 @@ forbidden) and one of its MAP methods runs:
 
 from __future__ import annotations
 
-import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +22,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError
 from structopt.marginals.mrf import PairwiseMRF
-from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials, MAPSolution
+from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials, MAPSolution, check_time_limit
 
 METHODS = ("ad3", "bnb", "lp", "cpsat")
 
@@ -126,9 +125,7 @@ def map_inference(mrf: PairwiseMRF, method: str = "ad3", time_limit: float | Non
     t0 = time.perf_counter()
     if method not in METHODS:
         raise InvalidInputError(f"unknown MAP method {method!r}; use one of {', '.join(METHODS)}")
-    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real)
-                                   or not time_limit > 0):
-        raise InvalidInputError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+    check_time_limit("time_limit", time_limit)
     fg, theta = mrf_to_factor_graph(mrf)
     sol: MAPSolution = fg.map(theta, method=method, time_limit=None if method == "lp" else time_limit, **options)
     if sol.labels is None:

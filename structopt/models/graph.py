@@ -17,7 +17,7 @@ import numpy as np
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error
 from structopt.models.base import Model
 from structopt.structures.base import Polytope, Structure, check_flag, unsupported
-from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
+from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials, check_time_limit
 
 
 class GraphInput(NamedTuple):
@@ -63,7 +63,8 @@ def _graph_type(n_nodes: int, n_states: int, edges: np.ndarray) -> type:
     if cls is None:
         cls = type("GraphPotentials", (GraphPotentials,), {
             "__slots__": (), "n_nodes": int(n_nodes), "n_states": int(n_states), "edges": edges,
-            "_fg": None, "factor_graph": property(_factor_graph), "__reduce_ex__": _reduce_graph_potentials})
+            "_fg": None, "_warm": None, "factor_graph": property(_factor_graph),
+            "__reduce_ex__": _reduce_graph_potentials})
         _GRAPH_TYPES[key] = cls
     return cls
 
@@ -107,15 +108,21 @@ class GraphStructure(Structure):
         the exact MAP labeling by branch-and-bound over AD3 (exponential in the worst case).
     time_limit : float, optional
         Seconds per oracle call (None: no limit).
+    warm_start : bool, default False
+        Start the relaxed oracle's AD3 from its previous iterate on the same graph (kept per graph in
+        this process; the potentials of a training run drift slowly, so the previous multipliers are
+        close). The answer meets the same tolerances; which LP-optimal point is returned on a tied face
+        may depend on the call history, so a run resumed from a checkpoint is not bit-identical.
     """
 
     name = "GraphStructure"
 
-    def __init__(self, n_states: int, exact: bool = False, time_limit: float | None = None):
+    def __init__(self, n_states: int, exact: bool = False, time_limit: float | None = None,
+                 warm_start: bool = False):
         self.n_states = check_count(n_states, "n_states", "GraphStructure")
         self.exact = check_flag(exact, "exact", "GraphStructure")
-        if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
-            raise InvalidInputError(f"GraphStructure needs time_limit > 0 seconds or None, got {time_limit!r}")
+        self.warm_start = check_flag(warm_start, "warm_start", "GraphStructure")
+        check_time_limit("GraphStructure time_limit", time_limit)
         self.time_limit = None if time_limit is None else float(time_limit)
 
     def __repr__(self) -> str:
@@ -129,21 +136,21 @@ class GraphStructure(Structure):
         """Relaxed oracle (labels, or the fractional LP-MAP point as :class:`GraphPotentials`), or
         the exact MAP labels with ``exact=True``."""
         theta = self.expand(theta)
+        # expand made the checks FactorGraph.check_theta would repeat: the oracle skips them
         fg = _graph_of(theta)
-        if self.exact:
-            return fg.map_labels(self._flat(theta), exact=True, time_limit=self.time_limit)
-        sol, _ = fg.ad3(self._flat(theta), time_limit=self.time_limit)
-        if sol.status == "infeasible":
-            raise InvalidInputError("graph potentials forbid every labeling (no feasible output)")
-        if sol.optimal:  # AD3 certified its rounded labeling: the LP optimum is (also) this vertex
-            return sol.labels
-        p = sol.marginals
-        return type(theta)(p.unary.reshape(theta.unary.shape), p.factors.reshape(theta.pairwise.shape))
+        if self.warm_start and not self.exact:
+            cls = type(theta)
+            out, cls._warm = fg.relaxed_oracle(self._flat(theta), self.time_limit, cls._warm, checked=True)
+        else:
+            out = fg.oracle(self._flat(theta), self.exact, self.time_limit, checked=True)
+        if isinstance(out, FactorGraphPotentials):
+            return type(theta)(out.unary.reshape(theta.unary.shape), out.factors.reshape(theta.pairwise.shape))
+        return out
 
     def map_labels(self, theta: GraphPotentials, exact: bool = True) -> np.ndarray:
         """A labeling: exact MAP (branch-and-bound) or AD3's best rounded labeling (``exact=False``)."""
         theta = self.expand(theta)
-        return _graph_of(theta).map_labels(self._flat(theta), exact=exact, time_limit=self.time_limit)
+        return _graph_of(theta).labels_checked(self._flat(theta), exact=exact, time_limit=self.time_limit)
 
     def stats(self, y: Any, like: GraphPotentials) -> GraphPotentials:
         """One-hot node and edge indicators of labels ``y`` (N,), or a relaxed point unchanged."""
@@ -243,6 +250,9 @@ class GraphModel(Model):
         (below); True, exact MAP by branch-and-bound (exponential in the worst case).
     time_limit : float, optional
         Seconds per oracle call.
+    warm_start : bool, default False
+        The relaxed oracle starts AD3 from its previous iterate on the same graph (see
+        :class:`GraphStructure`; faster on slowly drifting weights, not bit-identical on resume).
 
     Notes
     -----
@@ -271,12 +281,12 @@ class GraphModel(Model):
     """
 
     def __init__(self, n_node_features: int, n_edge_features: int, n_states: int, symmetric: bool = False, *,
-                 exact: bool = False, time_limit: float | None = None):
+                 exact: bool = False, time_limit: float | None = None, warm_start: bool = False):
         self.n_node_features = check_count(n_node_features, "n_node_features", "GraphModel")
         self.n_edge_features = check_count(n_edge_features, "n_edge_features", "GraphModel", 0)
         self.n_states = check_count(n_states, "n_states", "GraphModel")
         self.symmetric = check_flag(symmetric, "symmetric", "GraphModel")
-        self.structure = GraphStructure(self.n_states, exact, time_limit)
+        self.structure = GraphStructure(self.n_states, exact, time_limit, warm_start)
         self._triu = np.triu_indices(self.n_states)
 
     def __repr__(self) -> str:

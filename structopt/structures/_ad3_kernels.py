@@ -188,6 +188,21 @@ def _config_allowed(y, f, fptr, evar, voff, vallow):
 
 
 @njit(cache=True)
+def _compact(acfg, aw, ys, a0, n, k, wnew):
+    """Give the active members their new weights ``wnew``, dropping those at (numerically) 0; return
+    the new size."""
+    m_ok = 0
+    for a in range(n):
+        if wnew[a] > 1e-15:
+            acfg[a0 + m_ok] = acfg[a0 + a]
+            aw[a0 + m_ok] = wnew[a]
+            for j in range(k):
+                ys[m_ok, j] = ys[a, j]
+            m_ok += 1
+    return m_ok
+
+
+@njit(cache=True)
 def dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta, acfg, aw, aoff, acount,
              qe, qt, max_inner):
     """AD3's local QP of a dense table factor by a primal active-set method over its configurations.
@@ -247,6 +262,7 @@ def dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
     KK = np.empty((cap + 1, cap + 1))
     rhs = np.empty(cap + 1)
     wstar = np.empty(cap)
+    wnew = np.empty(cap)
     marg_len = eoff[e0 + k] - eoff[e0]
     m = np.empty(marg_len)
     tol = 1e-12
@@ -279,16 +295,9 @@ def dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
                     r = aw[a0 + a] / (aw[a0 + a] - wstar[a])
                     if r < alpha:
                         alpha = r
-            m_ok = 0
             for a in range(n):
-                w = aw[a0 + a] + alpha * (wstar[a] - aw[a0 + a])
-                if w > 1e-15:
-                    acfg[a0 + m_ok] = acfg[a0 + a]
-                    aw[a0 + m_ok] = w
-                    for j in range(k):
-                        ys[m_ok, j] = ys[a, j]
-                    m_ok += 1
-            n = m_ok
+                wnew[a] = aw[a0 + a] + alpha * (wstar[a] - aw[a0 + a])
+            n = _compact(acfg, aw, ys, a0, n, k, wnew)
             tot = 0.0
             for a in range(n):
                 tot += aw[a0 + a]
@@ -365,16 +374,9 @@ def dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
                         alpha = r
             if not np.isfinite(alpha):
                 break
-            m_ok = 0
             for a in range(n):
-                w = aw[a0 + a] - alpha * rhs[a]
-                if w > 1e-15:
-                    acfg[a0 + m_ok] = acfg[a0 + a]
-                    aw[a0 + m_ok] = w
-                    for j in range(k):
-                        ys[m_ok, j] = ys[a, j]
-                    m_ok += 1
-            n = m_ok
+                wnew[a] = aw[a0 + a] - alpha * rhs[a]
+            n = _compact(acfg, aw, ys, a0, n, k, wnew)
             if n >= cap:
                 break
             acfg[a0 + n] = best
@@ -799,14 +801,16 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
 @njit(cache=True)
 def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff,
               order, efac, u, tab, p, lam, qe, qt, acfg, aw, acount, scal, best_y, y_work,
-              n_iter, bound_every, tau_step, tol_res, tol_gap, tol_lp, max_inner, adapt, stop_upper):
+              n_iter, bound_every, tau_step, tol_res, tol_gap, tol_lp, max_inner, adapt_until, stop_upper):
     """Run up to ``n_iter`` AD3 iterations in place; return a status code.
 
     State (``p, lam, qe, qt``, active sets, ``scal``, ``best_y``) persists across calls, so the
     caller runs the loop in chunks (returning to Python keeps Ctrl-C and time limits honoured).
     Every ``bound_every`` iterations: g(λ) (the best kept in ``scal[S_UPPER]``), two roundings
     (per variable, and sequential along ``order`` from the table marginals) + repair + local search,
-    scored exactly (the best kept in ``scal[S_LOWER]`` / ``best_y``), η rebalanced when ``adapt``.
+    scored exactly (the best kept in ``scal[S_LOWER]`` / ``best_y``), η rebalanced while fewer than
+    ``adapt_until`` iterations have run (then frozen: ADMM converges for a fixed η, and balancing
+    that never stops can keep toggling η and stall, measured on 100-node loopy graphs).
     Returns GAP_CLOSED when lower >= upper - tol_gap·(1+|upper|), LP_CONVERGED when both residuals
     are below ``tol_res`` and the bound meets the primal objective to ``tol_lp·(1+|upper|)``,
     INFEASIBLE when g = -inf (no labeling satisfies the clamps and hard factors), BELOW_TARGET when
@@ -965,7 +969,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                     and upper - scal[S_LOWER] > 1e-6 * (1.0 + abs(upper))):
                 status = LP_CONVERGED
                 break
-            if adapt:
+            if scal[S_ITER] < adapt_until:
                 # residual balancing (Boyd et al. 2011, §3.4.1): a large disagreement asks for a larger η
                 if r_p > 10.0 * r_d and eta < 1e8:
                     eta *= 2.0

@@ -64,6 +64,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.options import optional, positive
 from structopt.potentials import flatten
 from structopt.structures import _ad3_kernels as K
 from structopt.structures._ad3_structured import ActiveSet, StructuredFactor, penalised, solve_qp
@@ -74,6 +75,11 @@ _LOGIC_KINDS = {"xor": K.XOR, "atmost1": K.ATMOST1, "or": K.OR}
 _KIND_NAMES = {K.DENSE: "table", K.XOR: "xor", K.ATMOST1: "atmost1", K.OR: "or", K.BUDGET: "budget",
                K.STRUCT: "structure"}
 MAX_TABLE_ARITY = 3
+#: the one time-limit check of factor graphs, GraphModel and the MAP / marginal inference entry points:
+#: None or a finite number of seconds > 0 (booleans refused)
+check_time_limit = optional(positive)
+#: top-K solves up to k·n_vars + 1 exact branch-and-bound subproblems; beyond this many it refuses
+TOPK_MAX_SUBPROBLEMS = 2000
 
 
 class FactorGraphPotentials(NamedTuple):
@@ -176,6 +182,8 @@ class MAPSolution:
     nodes: int = 0
     resolution: float | None = None
     trace: list[dict] = field(default_factory=list)
+    #: bnb: the root node's final AD3 iterate (a warm start for the next call on similar potentials)
+    root_state: AD3State | None = None
 
 
 def _as_index(value: Any, what: str) -> int:
@@ -237,8 +245,7 @@ class FactorGraph(Structure):
                 raise InvalidInputError(f"variable {i} has {s} states; each variable needs at least 1")
         self.n_states = np.array(states, dtype=np.int64)
         self.exact = bool(exact)
-        if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit > 0):
-            raise InvalidInputError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+        check_time_limit("FactorGraph time_limit", time_limit)
         self.time_limit = None if time_limit is None else float(time_limit)
         self._kinds: list[int] = []
         self._scopes: list[tuple[int, ...]] = []
@@ -586,7 +593,8 @@ class FactorGraph(Structure):
 
     def ad3(self, theta: FactorGraphPotentials, *, max_iter: int = 100_000, time_limit: float | None = None,
             tol_gap: float = 1e-9, tol_lp: float = 1e-9, tol_res: float | None = None, bound_every: int = 10,
-            max_inner: int = 50, tau: float = 1.0, adapt_eta: bool = True, state: AD3State | None = None,
+            max_inner: int = 50, tau: float = 1.0, adapt_eta: bool = True, eta_iters: int = 500,
+            state: AD3State | None = None,
             chunk_seconds: float = 0.1, stop_upper: float = -np.inf) -> tuple[MAPSolution, AD3State]:
         """Run AD3; return the solution and the final iterate (a warm start for another run).
 
@@ -610,7 +618,11 @@ class FactorGraph(Structure):
         tau : float
             Multiplier step factor in (0, (1+√5)/2).
         adapt_eta : bool
-            Residual balancing of η.
+            Residual balancing of η (Boyd et al. 2011, §3.4.1) ...
+        eta_iters : int
+            ... during the first ``eta_iters`` iterations of this call only; η is then frozen (ADMM
+            converges for a fixed η, while balancing that never stops can keep toggling η and stall:
+            on 100-node loopy graphs some calls ran 100,000 iterations without converging).
         state : AD3State, optional
             Warm start (its bounds are reset: they belong to the problem it came from).
         chunk_seconds : float
@@ -619,8 +631,19 @@ class FactorGraph(Structure):
         stop_upper : float
             Stop (status ``"below_target"``) once the certified bound is <= this value.
         """
+        check_time_limit("time_limit", time_limit)
+        return self._ad3(self.check_theta(theta), max_iter=max_iter, time_limit=time_limit, tol_gap=tol_gap,
+                         tol_lp=tol_lp, tol_res=tol_res, bound_every=bound_every, max_inner=max_inner, tau=tau,
+                         adapt_eta=adapt_eta, eta_iters=eta_iters, state=state, chunk_seconds=chunk_seconds,
+                         stop_upper=stop_upper)
+
+    def _ad3(self, theta: FactorGraphPotentials, *, max_iter: int = 100_000, time_limit: float | None = None,
+             tol_gap: float = 1e-9, tol_lp: float = 1e-9, tol_res: float | None = None, bound_every: int = 10,
+             max_inner: int = 50, tau: float = 1.0, adapt_eta: bool = True, eta_iters: int = 500,
+             state: AD3State | None = None,
+             chunk_seconds: float = 0.1, stop_upper: float = -np.inf) -> tuple[MAPSolution, AD3State]:
+        # AD3 on checked potentials: the internal entry point (branch-and-bound nodes, argmax, map)
         t0 = time.perf_counter()
-        theta = self.check_theta(theta)
         fl = self.flat
         if state is None:
             state = self.new_state(theta)
@@ -631,7 +654,8 @@ class FactorGraph(Structure):
         if self._structs:
             return self._ad3_structured(theta, state, t0, max_iter=max_iter, time_limit=time_limit, tol_gap=tol_gap,
                                         tol_lp=tol_lp, tol_res=tol_res, bound_every=bound_every, max_inner=max_inner,
-                                        tau=tau, adapt_eta=adapt_eta, stop_upper=stop_upper)
+                                        tau=tau, adapt_eta=adapt_eta and eta_iters > 0, eta_iters=eta_iters,
+                                        stop_upper=stop_upper)
         best_y = np.zeros(fl.n_vars, dtype=np.int64)
         y_work = np.zeros(fl.n_vars, dtype=np.int64)
         chunk = 20
@@ -648,7 +672,7 @@ class FactorGraph(Structure):
                                  theta.unary, theta.factors,
                                  state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
                                  state.scal, best_y, y_work, n_iter, int(bound_every), float(tau), tol_res,
-                                 float(tol_gap), float(tol_lp), int(max_inner), bool(adapt_eta),
+                                 float(tol_gap), float(tol_lp), int(max_inner), int(eta_iters) if adapt_eta else 0,
                                  float(stop_upper))
             spent = time.perf_counter() - c0
             done = int(state.scal[K.S_ITER])
@@ -685,7 +709,7 @@ class FactorGraph(Structure):
 
     def _ad3_structured(self, theta: FactorGraphPotentials, state: AD3State, t0: float, *, max_iter: int,
                         time_limit: float | None, tol_gap: float, tol_lp: float, tol_res: float, bound_every: int,
-                        max_inner: int, tau: float, adapt_eta: bool, stop_upper: float
+                        max_inner: int, tau: float, adapt_eta: bool, eta_iters: int, stop_upper: float
                         ) -> tuple[MAPSolution, AD3State]:
         """AD3 on a graph with structured factors: one compiled iteration at a time.
 
@@ -733,7 +757,7 @@ class FactorGraph(Structure):
             K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
                         fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors, state.p,
                         state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, scal, best_y, y_work, 1, 0,
-                        float(tau), tol_res, float(tol_gap), float(tol_lp), int(max_inner), False, float(stop_upper))
+                        float(tau), tol_res, float(tol_gap), float(tol_lp), int(max_inner), 0, float(stop_upper))
             done = int(scal[K.S_ITER])
             if done % bound_every and done < max_iter and not (time_limit is not None and
                                                                time.perf_counter() - t0 >= time_limit):
@@ -789,7 +813,7 @@ class FactorGraph(Structure):
                 status = "time_limit"
             if status != "running":
                 break
-            if adapt_eta:  # residual balancing, as in the kernel
+            if adapt_eta and done < eta_iters:  # residual balancing, as in the kernel
                 if r_p > 10.0 * r_d and eta < 1e8:
                     scal[K.S_ETA] = 2.0 * eta
                 elif r_d > 10.0 * r_p and eta > 1e-8:
@@ -806,7 +830,7 @@ class FactorGraph(Structure):
 
     # ------------------------------------------------------------------ branch and bound
     def bnb(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, node_iter: int = 3000,
-            max_nodes: int = 100_000, tol: float = 1e-9) -> MAPSolution:
+            max_nodes: int = 100_000, tol: float = 1e-9, state: AD3State | None = None) -> MAPSolution:
         """Exact MAP by branch-and-bound over AD3.
 
         Each node runs AD3 (warm-started from its parent) on the graph with some states forbidden
@@ -814,10 +838,18 @@ class FactorGraph(Structure):
         child's labelings are a subset). A node closes when its rounded labeling meets its bound or
         the bound does not beat the incumbent. Otherwise it branches on the most fractional variable
         i with its likeliest state s: ``y_i = s`` versus ``y_i != s``. Best-bound order.
-        ``optimal`` is True when every node closed (within ``tol``·(1+|bound|)).
+        ``optimal`` is True when every node closed (within ``tol``·(1+|bound|)). ``state`` warm-starts
+        the root node (e.g. ``root_state`` of a previous answer on nearby potentials: a sequence of
+        oracle calls); any iterate is a valid start, the bounds are recomputed.
         """
+        check_time_limit("time_limit", time_limit)
+        return self._bnb(self.check_theta(theta), time_limit=time_limit, node_iter=node_iter, max_nodes=max_nodes,
+                         tol=tol, state=state)
+
+    def _bnb(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, node_iter: int = 3000,
+             max_nodes: int = 100_000, tol: float = 1e-9, state: AD3State | None = None) -> MAPSolution:
+        # branch-and-bound on checked potentials (each node runs the unchecked AD3 entry point)
         t0 = time.perf_counter()
-        theta = self.check_theta(theta)
         fl = self.flat
         counter = itertools.count()
         best_y: np.ndarray | None = None
@@ -837,7 +869,7 @@ class FactorGraph(Structure):
                 warm.acount[:] = 0
             # the node ends as soon as its bound cannot beat the incumbent
             prune = best + tol * (1.0 + abs(best)) if np.isfinite(best) else -np.inf
-            sol, st = self.ad3(th, max_iter=node_iter, time_limit=remaining(), tol_gap=tol, tol_lp=1e-7, state=warm,
+            sol, st = self._ad3(th, max_iter=node_iter, time_limit=remaining(), tol_gap=tol, tol_lp=1e-7, state=warm,
                                stop_upper=prune)
             iterations += sol.iterations
             nodes += 1
@@ -846,7 +878,8 @@ class FactorGraph(Structure):
             return min(sol.upper_bound, cap), sol, st
 
         open_nodes: list = []
-        bound, sol, st = run(theta.unary.copy(), None, np.inf)
+        bound, sol, st = run(theta.unary.copy(), state, np.inf)
+        root_state = st.copy()
         heapq.heappush(open_nodes, (-bound, next(counter), theta.unary.copy(), st, sol))
         status = "optimal"
         while open_nodes:
@@ -895,7 +928,7 @@ class FactorGraph(Structure):
         if optimal:
             upper = max(upper, best)
         return MAPSolution(best_y, best, float(upper), optimal, status, "bnb", time.perf_counter() - t0,
-                           iterations, nodes=nodes)
+                           iterations, nodes=nodes, root_state=root_state)
 
     # ------------------------------------------------------------------ CP-SAT
     def cpsat(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, resolution_bits: int = 30,
@@ -915,6 +948,7 @@ class FactorGraph(Structure):
         from structopt.interrupt import interruptible
 
         t0 = time.perf_counter()
+        check_time_limit("time_limit", time_limit)
         theta = self.check_theta(theta)
         if self._structs:
             raise NotSupportedError("CP-SAT has no model of structured factors (a Structure's own constraints); "
@@ -1180,7 +1214,7 @@ class FactorGraph(Structure):
         p = np.clip(x[:nu], 0.0, 1.0)
         y = np.zeros(fl.n_vars, dtype=np.int64)
         K.round_and_repair(p, fl.n_vars, fl.voff, np.isfinite(theta.unary), fl.fkind, fl.fparam, fl.fptr, fl.evar, y)
-        score = self.score_labels(theta, y)
+        score = self._score(theta, y)
         labels = y if np.isfinite(score) else None
         optimal = bool(np.isfinite(score) and score >= value - 1e-7 * (1.0 + abs(value)))
         return MAPSolution(labels, score, value, optimal, "optimal" if optimal else "lp_solved", "lp",
@@ -1196,8 +1230,7 @@ class FactorGraph(Structure):
         :meth:`bnb`, :meth:`cpsat`).
         """
         theta = self.potentials() if theta is None else theta
-        if time_limit is not None and not (isinstance(time_limit, numbers.Real) and time_limit > 0):
-            raise InvalidInputError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+        check_time_limit("time_limit", time_limit)
         if method == "ad3":
             return self.ad3(theta, time_limit=time_limit, **options)[0]
         if method == "bnb":
@@ -1218,17 +1251,34 @@ class FactorGraph(Structure):
         :class:`FactorGraphPotentials` (marginals, feasible up to AD3's residual tolerance). With
         ``exact=True``: the exact MAP labeling by branch-and-bound (within ``time_limit``).
         """
-        if self.exact:
-            sol = self.bnb(theta, time_limit=self.time_limit)
+        return self.oracle(theta, self.exact, self.time_limit)
+
+    def oracle(self, theta: FactorGraphPotentials, exact: bool, time_limit: float | None, *,
+               checked: bool = False) -> np.ndarray | FactorGraphPotentials:
+        """:meth:`argmax` with explicit options: the exact MAP labeling (``exact``), else AD3's certified
+        labeling or its relaxed point. ``checked=True`` skips :meth:`check_theta` for callers whose
+        potentials already passed an equivalent check (``GraphStructure``)."""
+        theta = theta if checked else self.check_theta(theta)
+        if exact:
+            sol = self._bnb(theta, time_limit=time_limit)
             if sol.labels is None:
                 raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output)")
             return sol.labels
-        sol, _ = self.ad3(theta, time_limit=self.time_limit)
+        return self.relaxed_oracle(theta, time_limit, checked=True)[0]
+
+    def relaxed_oracle(self, theta: FactorGraphPotentials, time_limit: float | None = None,
+                       state: AD3State | None = None, *, checked: bool = False
+                       ) -> tuple[np.ndarray | FactorGraphPotentials, AD3State]:
+        """The relaxed oracle (AD3's certified labeling or LP-MAP point) from the iterate ``state``
+        (a warm start: the previous call's, for a sequence of nearby potentials), and AD3's final
+        iterate. Any start is valid; the answer meets the same tolerances as a cold start's."""
+        theta = theta if checked else self.check_theta(theta)
+        sol, state = self._ad3(theta, time_limit=time_limit, state=state)
         if sol.status == "infeasible":
             raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output)")
-        if sol.optimal:
-            return sol.labels
-        return sol.marginals
+        if sol.optimal:  # AD3 certified its rounded labeling: the LP optimum is (also) this vertex
+            return sol.labels, state
+        return sol.marginals, state
 
     def map_labels(self, theta: FactorGraphPotentials, exact: bool = True, time_limit: float | None = None
                    ) -> np.ndarray:
@@ -1241,8 +1291,14 @@ class FactorGraph(Structure):
         InvalidInputError
             When the potentials and logic factors leave no feasible labeling (or none was found in time).
         """
+        check_time_limit("time_limit", time_limit)
+        return self.labels_checked(self.check_theta(theta), exact, time_limit)
+
+    def labels_checked(self, theta: FactorGraphPotentials, exact: bool = True, time_limit: float | None = None
+                       ) -> np.ndarray:
+        """:meth:`map_labels` on potentials that already passed :meth:`check_theta` (or an equivalent check)."""
         limit = self.time_limit if time_limit is None else time_limit
-        sol = self.bnb(theta, time_limit=limit) if exact else self.ad3(theta, time_limit=limit)[0]
+        sol = self._bnb(theta, time_limit=limit) if exact else self._ad3(theta, time_limit=limit)[0]
         if sol.labels is None:
             raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output found)")
         return sol.labels
@@ -1326,11 +1382,76 @@ class FactorGraph(Structure):
                                        f"{int(self.n_states[i]) - 1}")
         return arr
 
-    @unsupported
-    def topk(self, theta: FactorGraphPotentials, k: int) -> tuple[list[Any], np.ndarray]:
-        raise NotSupportedError("FactorGraph has no top-K oracle: MAP on a general factor graph is NP-hard, and "
-                                "the K best labelings would need branch-and-bound with no-good constraints "
-                                "(not implemented)")
+    def topk(self, theta: FactorGraphPotentials, k: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """The ``k`` best labelings (fewer when fewer exist) and their scores, exactly.
+
+        Lawler's partition: after the j-th best labeling y is taken from a subproblem (a set of
+        clamps), the rest of that subproblem splits into disjoint subproblems "the first t variables
+        (in the subproblem's free order) as in y, variable t not in its state in y" — y's no-good
+        constraint written as clamps, which branch-and-bound takes as -inf unaries. Every subproblem
+        is solved exactly by :meth:`bnb`, so at most ``k·n_vars + 1`` of them are solved; ``k`` is
+        refused when that exceeds :data:`TOPK_MAX_SUBPROBLEMS` (MAP is NP-hard: the K best would cost
+        that many exact solves). Ties between equal scores are ordered arbitrarily.
+
+        Raises
+        ------
+        InvalidInputError
+            ``k`` not a positive integer, or potentials forbidding every labeling.
+        NotSupportedError
+            ``k·n_vars`` beyond the budget.
+        RuntimeError
+            A subproblem not proven optimal within ``time_limit`` (the list would not be exact).
+        """
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral) or k < 1:
+            raise InvalidInputError(f"top-K needs a positive integer k, got {k!r}")
+        k = int(k)
+        if k * self.n_vars + 1 > TOPK_MAX_SUBPROBLEMS:
+            raise NotSupportedError(f"FactorGraph top-K by branch-and-bound solves up to k·n_vars + 1 = "
+                                    f"{k * self.n_vars + 1} exact MAP subproblems, beyond the limit of "
+                                    f"{TOPK_MAX_SUBPROBLEMS} (MAP on a general factor graph is NP-hard); "
+                                    f"ask for a smaller k")
+        theta = self.check_theta(theta)
+        fl = self.flat
+        t0 = time.perf_counter()
+        counter = itertools.count()
+
+        def solve(unary: np.ndarray) -> MAPSolution:
+            limit = None if self.time_limit is None else max(self.time_limit - (time.perf_counter() - t0), 1e-3)
+            sol = self._bnb(FactorGraphPotentials(unary, theta.factors), time_limit=limit)
+            if sol.status not in ("optimal", "infeasible"):
+                raise RuntimeError(f"FactorGraph top-K: a branch-and-bound subproblem ended with status "
+                                   f"{sol.status!r}, not proven optimal (raise time_limit)")
+            return sol
+
+        heap: list = []
+        first = solve(theta.unary.copy())
+        if first.labels is None:
+            raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output)")
+        heap.append((-first.score, next(counter), theta.unary.copy(), first.labels, np.zeros(fl.n_vars, bool)))
+        outputs, scores = [], []
+        while heap and len(outputs) < k:
+            neg, _, unary, y, fixed = heapq.heappop(heap)
+            outputs.append(y)
+            scores.append(-neg)
+            if len(outputs) == k:
+                break
+            base = unary.copy()
+            fixed = fixed.copy()
+            for i in range(fl.n_vars):
+                if fixed[i]:
+                    continue
+                lo, hi = int(fl.voff[i]), int(fl.voff[i + 1])
+                child = base.copy()
+                child[lo + y[i]] = -np.inf  # variable i differs from y; the earlier free ones agree
+                if np.isfinite(child[lo:hi]).any():
+                    sol = solve(child)
+                    if sol.labels is not None:
+                        heapq.heappush(heap, (-sol.score, next(counter), child, sol.labels, fixed.copy()))
+                keep = base[lo + y[i]]
+                base[lo:hi] = -np.inf
+                base[lo + y[i]] = keep
+                fixed[i] = True
+        return outputs, np.array(scores)
 
     @unsupported
     def marginals(self, theta: FactorGraphPotentials) -> tuple[float, FactorGraphPotentials]:
