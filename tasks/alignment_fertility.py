@@ -29,8 +29,9 @@ the full gold (sure and possible links) on the same split as the matching task.
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -61,16 +62,18 @@ _TYPES: dict[tuple, type] = {}
 
 
 @njit(cache=True)
-def _bmatching(gain: np.ndarray, cap_row: int, cap_col: int) -> np.ndarray:
-    """Max-weight b-matching of an (L, R) gain matrix (each row in at most ``cap_row`` links, each
-    column in at most ``cap_col``) by successive shortest paths with Bellman-Ford.
+def _bmatching(gain: np.ndarray, row_cost: np.ndarray, col_cost: np.ndarray) -> np.ndarray:
+    """Max-weight b-matching of an (L, R) gain matrix with convex per-unit degree costs, by successive
+    shortest paths with Bellman-Ford.
 
-    Source -> row j (capacity cap_row), row j -> column k (capacity 1, cost -gain, only gain > 0),
-    column k -> sink (capacity cap_col). Each augmentation sends one unit along a cheapest residual
-    path; min-cost flow cost is convex in the flow value, so stopping at the first path of cost >= 0
-    gives the maximum-weight b-matching (exact in floating point up to the path sums).
+    Source -> row j: ``row_cost.shape[1]`` units, the u-th (0-based) costing ``row_cost[j, u]``
+    (non-decreasing in u); row j -> column k: capacity 1, cost -gain (only gain > 0); column k ->
+    sink: the same with ``col_cost``. Each augmentation sends one unit along a cheapest residual
+    path; min-cost flow cost is convex in the flow value (convex unit costs), so stopping at the
+    first path of cost >= 0 gives the maximum-weight b-matching (exact up to floating-point path sums).
     """
     L, R = gain.shape
+    cap_row, cap_col = row_cost.shape[1], col_cost.shape[1]
     x = np.zeros((L, R), dtype=np.int64)
     row = np.zeros(L, dtype=np.int64)
     col = np.zeros(R, dtype=np.int64)
@@ -82,7 +85,7 @@ def _bmatching(gain: np.ndarray, cap_row: int, cap_col: int) -> np.ndarray:
         pred[:] = -1
         for j in range(L):
             if row[j] < cap_row:
-                dist[j] = 0.0
+                dist[j] = row_cost[j, row[j]]
         changed = True
         rounds = 0
         while changed and rounds <= V:
@@ -101,8 +104,8 @@ def _bmatching(gain: np.ndarray, cap_row: int, cap_col: int) -> np.ndarray:
                         pred[j] = L + k
                         changed = True
             for k in range(R):
-                if col[k] < cap_col and dist[L + k] < dist[L + R]:
-                    dist[L + R] = dist[L + k]
+                if col[k] < cap_col and dist[L + k] + col_cost[k, col[k]] < dist[L + R]:
+                    dist[L + R] = dist[L + k] + col_cost[k, col[k]]
                     pred[L + R] = L + k
                     changed = True
         if not dist[L + R] < -1e-12:
@@ -131,16 +134,30 @@ def _markov_pairs(L: int, R: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
     return idx[:-1, :].ravel(), idx[1:, :].ravel()
 
 
-def build_graph(L: int, R: int, fertility_en: int, fertility_fr: int, markov: Sequence[str] = ()) -> FactorGraph:
-    """The factor graph of an L x R sentence pair: binary link variables, a budget per row and per
-    column (each capped at its scope size), and the Markov tables of the kinds in ``markov`` in the
-    order of :data:`MARKOV_KINDS` (kind by kind, pairs in row-major order)."""
-    fg = FactorGraph([2] * (L * R))
-    idx = np.arange(L * R).reshape(L, R)
+def build_graph(L: int, R: int, fertility_en: int, fertility_fr: int, markov: Sequence[str] = (),
+                penalty: bool = False) -> FactorGraph:
+    """The factor graph of an L x R sentence pair: binary link variables ``0..L*R-1``, a budget per row
+    and per column, and the Markov tables of the kinds in ``markov`` in the order of
+    :data:`MARKOV_KINDS` (kind by kind, pairs in row-major order).
+
+    With ``penalty``, each English word also has ``fertility_en - 1`` binary *slack* variables
+    (after the links, row by row), then each French word ``fertility_fr - 1`` (column by column),
+    inside its budget: ``links + slacks on <= fertility``. A slack scores when on, so each link
+    beyond a word's first switches one off and pays its score: a learned per-link fertility cost
+    expressed with budget factors only. Without slacks a budget is capped at its scope size."""
+    fe, ff = int(fertility_en), int(fertility_fr)
+    n_links = L * R
+    rs, cs = (fe - 1, ff - 1) if penalty else (0, 0)
+    fg = FactorGraph([2] * (n_links + L * rs + R * cs))
+    idx = np.arange(n_links).reshape(L, R)
+    row_slack = n_links + np.arange(L * rs).reshape(L, rs)
+    col_slack = n_links + L * rs + np.arange(R * cs).reshape(R, cs)
     for j in range(L):
-        fg.add_budget(idx[j].tolist(), min(int(fertility_en), R))
+        scope = idx[j].tolist() + row_slack[j].tolist()
+        fg.add_budget(scope, min(fe, len(scope)))
     for k in range(R):
-        fg.add_budget(idx[:, k].tolist(), min(int(fertility_fr), L))
+        scope = idx[:, k].tolist() + col_slack[k].tolist()
+        fg.add_budget(scope, min(ff, len(scope)))
     for kind in MARKOV_KINDS:
         if kind in markov:
             for a, b in zip(*_markov_pairs(L, R, kind)):
@@ -148,8 +165,9 @@ def build_graph(L: int, R: int, fertility_en: int, fertility_fr: int, markov: Se
     return fg
 
 
-def _potentials_type(L: int, R: int, fertility_en: int, fertility_fr: int, markov: tuple[str, ...]) -> type:
-    key = (int(L), int(R), int(fertility_en), int(fertility_fr), tuple(markov))
+def _potentials_type(L: int, R: int, fertility_en: int, fertility_fr: int, markov: tuple[str, ...],
+                     penalty: bool = False) -> type:
+    key = (int(L), int(R), int(fertility_en), int(fertility_fr), tuple(markov), bool(penalty))
     cls = _TYPES.get(key)
     if cls is None:
         cls = type("FertilityPotentials", (FertilityPotentials,), {
@@ -181,17 +199,72 @@ def _graph_of(theta: Any, index: int | None = None) -> FactorGraph:
     return theta.factor_graph
 
 
-def bmatching(theta: FertilityPotentials) -> np.ndarray:
-    """Exact MAP labels of budget-only fertility potentials by max-weight b-matching (min-cost flow).
+def _layout(key: tuple) -> tuple[int, int, int, int]:
+    """``(links, row slacks per English word, column slacks per French word, variables)`` of a graph key."""
+    L, R, fe, ff, _, penalty = key
+    rs, cs = (fe - 1, ff - 1) if penalty else (0, 0)
+    return L * R, rs, cs, L * R + L * rs + R * cs
 
-    A link's gain is its state-1 minus its state-0 score; the labeling's score is the sum of the
-    state-0 scores plus the gains of its links, so the MAP is the b-matching of maximum gain.
+
+def _slack_costs(gains: np.ndarray, cap: int) -> np.ndarray:
+    """Per-unit degree costs of words whose slacks have ``gains`` (n, cap - 1): the first link is free,
+    the c-th (c >= 2) switches off the slack of the (cap - c + 1)-th largest positive gain."""
+    costs = np.zeros((gains.shape[0], cap))
+    if cap > 1:
+        top = -np.sort(-np.maximum(gains, 0.0), axis=1)  # descending
+        costs[:, 1:] = top[:, ::-1][:, : cap - 1]  # unit 2 pays the smallest kept gain, unit cap the largest
+    return costs
+
+
+def _complete(key: tuple, links: np.ndarray, gains: np.ndarray | None = None) -> np.ndarray:
+    """Full labels (links, then slacks) from link labels: each word's allowed slacks (its fertility
+    minus its links, at most all of them) are on; with ``gains`` only those of gain >= 0, largest first."""
+    L, R, fe, ff, _, _ = key
+    n_links, rs, cs, n_vars = _layout(key)
+    out = np.zeros(n_vars, dtype=np.int64)
+    out[:n_links] = links
+    grid = np.asarray(links).reshape(L, R)
+    start = n_links
+    for count, slacks, cap, n in ((grid.sum(axis=1), rs, fe, L), (grid.sum(axis=0), cs, ff, R)):
+        if slacks:
+            allowed = np.minimum(slacks, cap - count)
+            rank = np.arange(slacks)[None, :]
+            if gains is None:
+                on = rank < allowed[:, None]
+            else:
+                g = gains[start - n_links: start - n_links + n * slacks].reshape(n, slacks)
+                order = np.argsort(-g, axis=1, kind="stable")
+                on_sorted = (rank < allowed[:, None]) & (np.take_along_axis(g, order, axis=1) >= 0)
+                on = np.zeros_like(on_sorted)
+                np.put_along_axis(on, order, on_sorted, axis=1)
+            out[start: start + n * slacks] = on.ravel()
+            start += n * slacks
+    return out
+
+
+def bmatching(theta: FertilityPotentials) -> np.ndarray:
+    """Exact MAP of budget-only fertility potentials (all variables: links, then slacks) by
+    max-weight b-matching (min-cost flow).
+
+    A variable's gain is its state-1 minus its state-0 score; a labeling's score is the sum of the
+    state-0 scores plus the gains of the variables on. A word's slacks (``penalty``) become convex
+    per-unit costs of its degree (:func:`_slack_costs`), so the MAP is a b-matching of maximum gain
+    minus degree costs, completed by the best slacks its degrees allow.
     """
-    L, R, fe, ff, markov = type(theta).key
+    key = type(theta).key
+    L, R, fe, ff, markov, _ = key
     if markov:
         raise InvalidInputError("the b-matching oracle serves fertility graphs without Markov tables")
-    unary = np.asarray(theta.unary, dtype=np.float64).reshape(L, R, 2)
-    return _bmatching(np.ascontiguousarray(unary[..., 1] - unary[..., 0]), int(fe), int(ff))
+    n_links, rs, cs, _ = _layout(key)
+    unary = np.asarray(theta.unary, dtype=np.float64).reshape(-1, 2)
+    gains = unary[:, 1] - unary[:, 0]
+    row_cost = _slack_costs(gains[n_links: n_links + L * rs].reshape(L, rs), fe) if rs else np.zeros((L, fe))
+    col_cost = _slack_costs(gains[n_links + L * rs:].reshape(R, cs), ff) if cs else np.zeros((R, ff))
+    # a word cannot take more links than the other sentence has words
+    row_cost, col_cost = row_cost[:, : min(fe, R)], col_cost[:, : min(ff, L)]
+    links = _bmatching(np.ascontiguousarray(gains[:n_links].reshape(L, R)), np.ascontiguousarray(row_cost),
+                       np.ascontiguousarray(col_cost))
+    return _complete(key, links, gains[n_links:]) if rs or cs else links
 
 
 class FertilityStructure(Structure):
@@ -236,6 +309,16 @@ class FertilityStructure(Structure):
         finite unary scores (a -inf state would be a hard constraint the flow does not model)."""
         return not type(theta).key[4] and bool(np.isfinite(theta.unary).all())
 
+    @staticmethod
+    def _output(theta: FertilityPotentials, labels: np.ndarray) -> Any:
+        # link labels without slacks; with slacks the statistics of the full labeling (an output's
+        # own statistics complete it with every allowed slack on, which only an optimum with
+        # non-negative slack scores does)
+        if _layout(type(theta).key)[3] == _layout(type(theta).key)[0]:
+            return labels
+        mu = theta.factor_graph.stats(labels)
+        return type(theta)(mu.unary, mu.factors)
+
     def _use_flow(self, theta: FertilityPotentials) -> bool:
         if self.oracle == "ad3":
             return False
@@ -246,40 +329,55 @@ class FertilityStructure(Structure):
         return capable
 
     def argmax(self, theta: FertilityPotentials) -> Any:
-        """Labels when AD3 certifies them (or with ``exact=True``, or from the flow), else the
-        fractional LP-MAP point."""
+        """Link labels when AD3 certifies them (or with ``exact=True``, or from the flow), else the
+        fractional LP-MAP point; with slack variables the statistics of the full optimum."""
         theta = self.expand(theta)
         fg = _graph_of(theta)
         if self._use_flow(theta):
-            return bmatching(theta)
+            return self._output(theta, bmatching(theta))
         if self.exact:
-            return fg.map_labels(self._flat(theta), exact=True, time_limit=self.time_limit)
+            return self._output(theta, fg.map_labels(self._flat(theta), exact=True, time_limit=self.time_limit))
         sol, _ = fg.ad3(self._flat(theta), time_limit=self.time_limit)
         if sol.status == "infeasible":
             raise InvalidInputError("fertility potentials forbid every alignment (no feasible output)")
         if sol.optimal:
-            return sol.labels
+            return self._output(theta, sol.labels)
         return type(theta)(sol.marginals.unary, sol.marginals.factors)
 
     def map_labels(self, theta: FertilityPotentials, exact: bool = True) -> np.ndarray:
-        """A labeling: exact MAP (branch-and-bound), or AD3's best rounding with ``exact=False``."""
+        """Link labels ``(L * R,)`` of the MAP: the flow when capable, else branch-and-bound (or AD3's
+        best rounding with ``exact=False``)."""
         theta = self.expand(theta)
         if self._use_flow(theta):
-            return bmatching(theta)
-        return _graph_of(theta).map_labels(self._flat(theta), exact=exact, time_limit=self.time_limit)
+            full = bmatching(theta)
+        else:
+            full = _graph_of(theta).map_labels(self._flat(theta), exact=exact, time_limit=self.time_limit)
+        return full[: _layout(type(theta).key)[0]]
 
     def stats(self, y: Any, like: FertilityPotentials) -> FertilityPotentials:
+        """Statistics of link labels (completed with every allowed slack on), or a relaxed point unchanged."""
         if isinstance(y, FertilityPotentials):
             return type(like)(np.asarray(y.unary, dtype=float), np.asarray(y.factors, dtype=float))
-        mu = _graph_of(like).stats(self.validate_output(y, like))
+        full = _complete(type(like).key, self.validate_output(y, like))
+        mu = _graph_of(like).stats(full)
         return type(like)(mu.unary, mu.factors)
 
-    def outputs(self, theta: FertilityPotentials):
+    def outputs(self, theta: FertilityPotentials) -> Iterator[np.ndarray]:
+        """Every link labeling within the bounds whose statistics score finitely (tiny pairs only)."""
         theta = self.expand(theta)
-        return _graph_of(theta).outputs(self._flat(theta))
+        fg, flat = _graph_of(theta), self._flat(theta)
+        key = type(theta).key
+        L, R, fe, ff = key[:4]
+        for bits in itertools.product((0, 1), repeat=L * R):
+            y = np.array(bits, dtype=np.int64)
+            grid = y.reshape(L, R)
+            if (grid.sum(axis=1) <= fe).all() and (grid.sum(axis=0) <= ff).all() and \
+                    np.isfinite(fg.score_labels(flat, _complete(key, y))):
+                yield y
 
     def polytope(self, theta: FertilityPotentials) -> Polytope:
-        """The local polytope of the graph (exact without Markov factors)."""
+        """The local polytope of the graph (exact without Markov factors and slacks; with slacks it
+        also holds labelings whose slacks are off where they could be on)."""
         theta = self.expand(theta)
         poly = _graph_of(theta).polytope(self._flat(theta))
         return poly._replace(like=type(theta)(np.zeros_like(theta.unary), np.zeros_like(theta.factors)))
@@ -290,16 +388,22 @@ class FertilityStructure(Structure):
         return type(theta)(checked.unary, checked.factors)
 
     def validate_output(self, y: Any, like: FertilityPotentials, index: int | None = None) -> np.ndarray:
-        fg = _graph_of(like, index)
-        y = fg.validate_output(y, index=index)
-        L, R, fe, ff, _ = type(like).key
-        links = y.reshape(L, R)
+        _graph_of(like, index)
+        key = type(like).key
+        L, R, fe, ff = key[:4]
+        arr = np.asarray(y)
+        if arr.shape != (L * R,) or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+            raise example_error(index, f"an alignment must be an integer array of shape ({L * R},) (one 0/1 label "
+                                       f"per word pair, English-major), got {arr.dtype} {arr.shape}")
+        if ((arr != 0) & (arr != 1)).any():
+            raise example_error(index, "alignment labels must be 0 or 1")
+        links = arr.astype(np.int64).reshape(L, R)
         rows, cols = np.flatnonzero(links.sum(axis=1) > fe), np.flatnonzero(links.sum(axis=0) > ff)
         if rows.size or cols.size:
             what = f"English word {int(rows[0])}" if rows.size else f"French word {int(cols[0])}"
             raise example_error(index, f"alignment links {what} to more words than its fertility bound "
                                        f"({fe} per English, {ff} per French word)")
-        return y
+        return links.ravel()
 
     # ----- per-node loss hooks (Hamming, WeightedHamming)
     @property
@@ -308,11 +412,14 @@ class FertilityStructure(Structure):
         return 2
 
     def node_potentials(self, costs: np.ndarray, like: FertilityPotentials) -> FertilityPotentials:
-        """Potentials with per-link-state scores ``costs`` (L*R, 2) and no table scores."""
+        """Potentials with per-link-state scores ``costs`` (L*R, 2), no slack or table scores."""
         costs = np.asarray(costs, dtype=float)
-        if costs.shape != (like.unary.size // 2, 2):
-            raise InvalidInputError(f"node costs of shape {costs.shape} for {like.unary.size // 2} link variables")
-        return type(like)(costs.ravel(), np.zeros_like(like.factors))
+        n_links = _layout(type(like).key)[0]
+        if costs.shape != (n_links, 2):
+            raise InvalidInputError(f"node costs of shape {costs.shape} for {n_links} link variables")
+        unary = np.zeros_like(like.unary)
+        unary[: 2 * n_links] = costs.ravel()
+        return type(like)(unary, np.zeros_like(like.factors))
 
     @unsupported
     def topk(self, theta: FertilityPotentials, k: int) -> tuple[list[Any], np.ndarray]:
@@ -347,13 +454,16 @@ class FertilityModel(Model):
         Exact MAP as the training oracle (default: AD3's LP-MAP, exact without Markov factors).
     time_limit : float, optional
         Seconds per AD3 / branch-and-bound call.
+    penalty : bool
+        Learned fertility costs: every link beyond a word's first costs a weight per side (``fertility``
+        block, kept >= 0), through slack variables inside the budgets (see :func:`build_graph`).
     oracle : {"auto", "flow", "ad3"}
         See :class:`FertilityStructure` (default: the exact b-matching flow when there are no Markov factors).
     """
 
     def __init__(self, n_features: int, fertility_en: int = DEFAULT_FERTILITY, fertility_fr: int = DEFAULT_FERTILITY,
-                 markov: Sequence[str] = (), *, exact: bool = False, time_limit: float | None = None,
-                 oracle: str = "auto"):
+                 markov: Sequence[str] = (), *, penalty: bool = False, exact: bool = False,
+                 time_limit: float | None = None, oracle: str = "auto"):
         for label, value in (("n_features", n_features), ("fertility_en", fertility_en),
                              ("fertility_fr", fertility_fr)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -365,17 +475,25 @@ class FertilityModel(Model):
         self.n_features = int(n_features)
         self.fertility_en, self.fertility_fr = int(fertility_en), int(fertility_fr)
         self.markov = tuple(k for k in MARKOV_KINDS if k in markov)
+        if not isinstance(penalty, (bool, np.bool_)):
+            raise InvalidInputError(f"FertilityModel penalty must be True or False, got {penalty!r}")
+        self.penalty = bool(penalty) and (self.fertility_en > 1 or self.fertility_fr > 1)
+        # a slack's score is a reward for a word's unused fertility: kept >= 0, so that the slacks an
+        # output's statistics switch on (every allowed one) are the best ones for every weight vector
+        self.nonnegative_blocks = ("fertility",) if self.penalty else ()
         self.structure = FertilityStructure(exact, time_limit, oracle)
 
     def __repr__(self) -> str:
         return (f"FertilityModel(n_features={self.n_features}, fertility_en={self.fertility_en}, "
-                f"fertility_fr={self.fertility_fr}, markov={self.markov})")
+                f"fertility_fr={self.fertility_fr}, markov={self.markov}, penalty={self.penalty})")
 
     @property
     def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
         blocks = [("link", (self.n_features,))]
         if self.markov:
             blocks.append(("markov", (len(self.markov),)))
+        if self.penalty:
+            blocks.append(("fertility", (2,)))
         return blocks
 
     def validate_input(self, x: Any, index: int | None = None) -> np.ndarray:
@@ -396,9 +514,13 @@ class FertilityModel(Model):
     def potentials(self, x: np.ndarray, w: np.ndarray) -> FertilityPotentials:
         blocks = self.unpack(w)
         L, R, _ = x.shape
-        cls = _potentials_type(L, R, self.fertility_en, self.fertility_fr, self.markov)
-        unary = np.zeros((L * R, 2))
-        unary[:, 1] = x.reshape(L * R, -1) @ blocks["link"]
+        cls = _potentials_type(L, R, self.fertility_en, self.fertility_fr, self.markov, self.penalty)
+        n_links, rs, _, n_vars = _layout(cls.key)
+        unary = np.zeros((n_vars, 2))
+        unary[:n_links, 1] = x.reshape(L * R, -1) @ blocks["link"]
+        if self.penalty:
+            unary[n_links: n_links + L * rs, 1] = blocks["fertility"][0]
+            unary[n_links + L * rs:, 1] = blocks["fertility"][1]
         tables = [np.zeros((n, 4)) for n in self._table_counts(L, R)]
         for t, weight in zip(tables, blocks.get("markov", ())):
             t[:, 3] = weight  # entry (1, 1), row-major
@@ -408,8 +530,12 @@ class FertilityModel(Model):
     def add_features(self, x: np.ndarray, mu: FertilityPotentials, out: np.ndarray, scale: float = 1.0) -> None:
         blocks = self.unpack(out)
         L, R, F = x.shape
-        unary = np.asarray(mu[0], dtype=float).reshape(L * R, 2)
-        blocks["link"] += scale * (x.reshape(L * R, F).T @ unary[:, 1])
+        unary = np.asarray(mu[0], dtype=float).reshape(-1, 2)
+        blocks["link"] += scale * (x.reshape(L * R, F).T @ unary[: L * R, 1])
+        if self.penalty:
+            rs = self.fertility_en - 1
+            blocks["fertility"] += scale * np.array([unary[L * R: L * R + L * rs, 1].sum(),
+                                                     unary[L * R + L * rs:, 1].sum()])
         if self.markov:
             counts = self._table_counts(L, R)
             on = np.asarray(mu[1], dtype=float).reshape(-1, 4)[:, 3]

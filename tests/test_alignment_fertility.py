@@ -18,11 +18,11 @@ from structopt.tasks.alignment import AlignmentTask, SentencePair
 from tests._shared_data import needs_data
 
 
-def _random_theta(rng, markov=(), fe=None, ff=None):
+def _random_theta(rng, markov=(), fe=None, ff=None, penalty=False):
     L, R = (int(v) for v in rng.integers(1, 6, size=2))
     fe = int(rng.integers(1, 4)) if fe is None else fe
     ff = int(rng.integers(1, 4)) if ff is None else ff
-    model = af.FertilityModel(3, fe, ff, markov)
+    model = af.FertilityModel(3, fe, ff, markov, penalty=penalty)
     theta = model.potentials(rng.normal(size=(L, R, 3)), rng.normal(size=model.n_params))
     # generic scores on both states (as loss-augmented potentials have), no ties
     return model, type(theta)(theta.unary + rng.normal(size=theta.unary.shape), theta.factors)
@@ -48,6 +48,37 @@ def test_flow_equals_branch_and_bound_and_ad3(seed):
         relaxed = ad3.argmax(theta)  # the budget-only local polytope is integral: AD3 certifies a labeling
         assert isinstance(relaxed, np.ndarray) and np.array_equal(relaxed, y_flow)
         assert np.array_equal(flow.map_labels(theta), y_flow)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_flow_with_fertility_costs_equals_branch_and_bound(seed):
+    rng = np.random.default_rng(10 + seed)
+    for _ in range(30):
+        _, theta = _random_theta(rng, penalty=True)
+        full = af.bmatching(theta)
+        fg, flat = theta.factor_graph, FactorGraphPotentials(theta.unary, theta.factors)
+        exact = fg.map_labels(flat, exact=True)
+        assert fg.score_labels(flat, full) == pytest.approx(fg.score_labels(flat, exact), abs=1e-9)
+        assert np.array_equal(full, exact)
+        flow = af.FertilityStructure(oracle="flow")
+        bnb = af.FertilityStructure(oracle="ad3", exact=True)
+        a, b = flow.argmax(theta), bnb.argmax(theta)  # statistics of the full optimum, slacks included
+        np.testing.assert_array_equal(flow.stats(a, theta).unary, bnb.stats(b, theta).unary)
+        n_links = type(theta).key[0] * type(theta).key[1]
+        assert np.array_equal(flow.map_labels(theta), full[:n_links])
+
+
+def test_fertility_costs_charge_links_beyond_the_first():
+    model = af.FertilityModel(1, 3, 1, penalty=True)
+    x = np.ones((1, 3, 1))
+    w = np.array([1.0, 0.6, 0.0])  # each link gains 1; a second or third link of the English word costs 0.6
+    assert model.predict(x, w).sum() == 3
+    w = np.array([1.0, 1.5, 0.0])  # extra links cost more than they gain
+    assert model.predict(x, w).sum() == 1
+    theta = model.potentials(x, w)
+    mu = model.structure.stats(np.array([1, 1, 0]), theta)  # two links: one of the two slacks stays on
+    assert mu.unary.reshape(-1, 2)[3:, 1].tolist() == [1.0, 0.0]
+    assert model.nonnegative_blocks == ("fertility",)
 
 
 def test_flow_matches_brute_force_on_tiny_graphs():
@@ -101,7 +132,7 @@ def test_graph_layout():
 
 def test_adjoint_matches_potentials():
     rng = np.random.default_rng(2)
-    model = af.FertilityModel(4, markov=("diag", "row", "col"))
+    model = af.FertilityModel(4, 3, 2, markov=("diag", "row", "col"), penalty=True)
     x = rng.normal(size=(3, 5, 4))
     w = rng.normal(size=model.n_params)
     theta = model.potentials(x, w)
