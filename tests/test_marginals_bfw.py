@@ -90,8 +90,10 @@ def test_marginal_oracle_paths_match_enumeration(seed):
     mrf = random_mrf(cards, LOOPY_EDGES, rng)
     theta = rng.normal(size=mrf.dim) * 2
     best = best_vertex_value(mrf, theta)
-    paths = [({}, {"elimination"}), ({"max_elimination_table": 0, "try_lp": False}, {"cpsat"}),
-             ({"max_elimination_table": 0}, {"lp", "cpsat"})]
+    paths = [({}, {"elimination"}),
+             ({"max_elimination_table": 0, "try_lp": False, "map_solver": "cpsat"}, {"cpsat"}),
+             ({"max_elimination_table": 0, "map_solver": "cpsat"}, {"lp", "cpsat"}),
+             ({"max_elimination_table": 0}, {"bnb", "cpsat"})]
     for kwargs, solvers in paths:
         result = MarginalPolytopeOracle(mrf, **kwargs)(theta)
         assert result.value == pytest.approx(best, abs=1e-6)
@@ -116,11 +118,38 @@ def test_mincut_path_on_submodular_models(seed):
     assert result.value == pytest.approx(best_vertex_value(mrf, mrf.theta), abs=1e-9)
 
 
+def test_bnb_oracle_is_exact_only_when_proven_and_backs_off():
+    # frustrated couplings on a loopy graph: the local polytope is loose, so branch-and-bound must
+    # branch; with no time it proves nothing and CP-SAT answers, the certificate keeps proven bounds
+    rng = np.random.default_rng(4)
+    mrf = ising_grid(3, 4, 3.0, rng)
+    starved = MarginalPolytopeOracle(mrf, max_elimination_table=0, bnb_seconds=1e-9)
+    roomy = MarginalPolytopeOracle(mrf, max_elimination_table=0, bnb_seconds=30.0)
+    for _ in range(6):
+        theta = rng.normal(size=mrf.dim) * 2
+        best = best_vertex_value(mrf, theta)
+        for oracle in (starved, roomy):
+            result = oracle(theta)
+            assert result.value == pytest.approx(best, abs=1e-6)
+            assert result.bound >= best - 1e-9
+    assert starved.calls["cpsat"] >= 1  # missed (or skipped after a miss): CP-SAT answered
+    assert roomy.calls["bnb"] == 6 and roomy.calls["cpsat"] == 0
+
+
+def test_bfw_certificate_with_either_map_solver():
+    rng = np.random.default_rng(2)
+    mrf = ising_grid(3, 3, 3.0, rng)
+    exact = enumerate_inference(mrf)
+    for map_solver in ("bnb", "cpsat"):
+        result = barrier_fw(mrf, polytope="marginal", rho="uniform", tol=1e-2, map_solver=map_solver)
+        assert result.upper_bound >= exact.log_z - 1e-9
+
+
 def test_integral_lp_is_used_as_map_on_trees():
     rng = np.random.default_rng(9)
     tree = random_mrf([2, 3, 2, 2, 3, 2], random_tree_edges(6, rng), rng)  # 𝕃 = 𝓜 on a tree
     theta = rng.normal(size=tree.dim)
-    result = MarginalPolytopeOracle(tree, max_elimination_table=0)(theta)
+    result = MarginalPolytopeOracle(tree, max_elimination_table=0, map_solver="cpsat")(theta)
     assert result.solver == "lp"
     assert result.value == pytest.approx(best_vertex_value(tree, theta), abs=1e-7)
     assert result.bound >= result.value
@@ -330,7 +359,7 @@ def test_bfw_budget_and_input_checks():
     ("oracle_time_limit", 0.0, "oracle_time_limit must be a finite number > 0"),
     ("progress", None, "progress must be True or False"), ("polytope", "cycle", "polytope must be one of"),
     ("rho", "random", "rho must be 'optimize', 'uniform' or an array"),
-    ("rho", np.full(12, np.nan), "rho must have shape (12,) with entries in (0, 1]"),
+    ("rho", np.full(12, np.nan), "rho must have shape (12,) with finite entries in (0, 1]"),
     ("rho", np.ones(5), "rho must have shape (12,)"), ("rhoo", "uniform", "got unknown option(s) rhoo"),
 ])
 def test_bfw_refuses_every_bad_option_naming_it(option, value, match):

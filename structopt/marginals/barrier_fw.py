@@ -29,6 +29,7 @@ from structopt.marginals._options import (
 from structopt.marginals.mrf import InferenceInterrupted, InferenceResult, PairwiseMRF
 from structopt.marginals.oracles import LocalPolytopeOracle, MarginalPolytopeOracle, icm
 from structopt.marginals.trw import (
+    check_rho,
     entropy_coefficients,
     line_search,
     max_spanning_tree,
@@ -160,12 +161,13 @@ _CONTRACTION = in_interval(0.0, 0.25, False, True)
                   max_iter=optional(positive_int), time_limit=optional(positive), tol=non_negative, rho_iters=count,
                   delta_init=_CONTRACTION, fixed_delta=optional(_CONTRACTION), correction=boolean,
                   correction_steps=positive_int, local_search=count, oracle_time_limit=optional(positive),
-                  progress=boolean)
+                  map_solver=one_of("bnb", "cpsat"), progress=boolean)
 def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarray = "optimize",
                max_iter: int | None = 2000, time_limit: float | None = None, tol: float = 0.5,
                rho_iters: int = 10, delta_init: float = 0.01, fixed_delta: float | None = None,
                correction: bool = True, correction_steps: int = 200, local_search: int = 0,
-               oracle_time_limit: float | None = None, progress: bool = False) -> InferenceResult:
+               oracle_time_limit: float | None = None, map_solver: str = "bnb",
+               progress: bool = False) -> InferenceResult:
     """Marginals and an upper bound on log Z by Barrier Frank-Wolfe on the TRW objective.
 
     Parameters
@@ -203,6 +205,11 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
         vertex joins the atoms. Cheap, and it cuts the number of (expensive) exact MAP calls.
     oracle_time_limit : float, optional
         Per-call limit of the CP-SAT MAP solver (its proven bound then enters the certificate).
+    map_solver : {"bnb", "cpsat"}
+        Over 𝓜, when neither min-cut nor variable elimination applies: branch-and-bound over AD3
+        (warm-started across calls; CP-SAT only when it is not proven optimal within a second) or
+        CP-SAT alone (see :class:`~structopt.marginals.oracles.MarginalPolytopeOracle`). Either way the
+        certificate uses only proven bounds.
     progress : bool
         Show a progress bar over oracle calls.
 
@@ -233,17 +240,12 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
         n_rho_updates = rho_iters if rho == "optimize" else 0
         rho_vec = spanning_tree_rho(mrf)
     else:
-        try:
-            rho_vec = np.asarray(rho, dtype=np.float64)
-        except (TypeError, ValueError):
-            rho_vec = np.full(0, np.nan)
-        if rho_vec.shape != (mrf.n_edges,) or not ((rho_vec > 0) & (rho_vec <= 1)).all():  # NaN fails too
-            raise InvalidInputError(f"barrier_fw: rho must have shape ({mrf.n_edges},) with entries in (0, 1]")
+        rho_vec = check_rho(mrf, rho, "barrier_fw", at_most_one=True)
         n_rho_updates = 0
     if np.all(rho_vec >= 1.0 - 1e-12):  # a forest: TRW is the exact entropy, nothing to tighten
         n_rho_updates = 0
-    oracle = (MarginalPolytopeOracle(mrf, time_limit=oracle_time_limit) if polytope == "marginal"
-              else LocalPolytopeOracle(mrf))
+    oracle = (MarginalPolytopeOracle(mrf, time_limit=oracle_time_limit, map_solver=map_solver)
+              if polytope == "marginal" else LocalPolytopeOracle(mrf))
     theta = mrf.theta
     u0 = mrf.uniform()
     state = _ActiveSet.start(u0, fixed_delta if fixed_delta is not None else delta_init)

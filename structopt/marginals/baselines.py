@@ -25,7 +25,8 @@ from structopt.marginals._options import (
     random_state_option,
 )
 from structopt.marginals.mrf import InferenceInterrupted, InferenceResult, PairwiseMRF
-from structopt.marginals.trw import spanning_tree_rho, trw_objective
+from structopt.marginals.oracles import local_field
+from structopt.marginals.trw import check_rho, spanning_tree_rho, trw_objective
 
 
 def _message_offsets(mrf: PairwiseMRF) -> np.ndarray:
@@ -240,12 +241,7 @@ def trbp(mrf: PairwiseMRF, rho: np.ndarray | None = None, damping: float = 0.5, 
     if rho is None:
         rho = spanning_tree_rho(mrf)
     else:
-        try:
-            rho = np.asarray(rho, dtype=np.float64)
-        except (TypeError, ValueError):
-            rho = np.full(0, np.nan)
-        if rho.shape != (mrf.n_edges,) or not (np.isfinite(rho) & (rho > 0)).all():
-            raise InvalidInputError(f"{method}: rho must be finite and positive with shape ({mrf.n_edges},)")
+        rho = check_rho(mrf, rho, method, at_most_one=False)
     msg_off = _message_offsets(mrf)
     logm = -np.log(np.repeat(np.diff(msg_off), np.diff(msg_off)).astype(np.float64))
     # initial messages are uniform: each adds ρ log(1/|x_t|) to S_t
@@ -286,28 +282,11 @@ def _mean_field_sweep(cards, offsets, edges, theta, indptr, adj_edge, adj_first,
     """One sequential pass of naive mean-field updates; returns the largest change of q."""
     n = cards.size
     buf = np.empty(cards.max())
+    no_x = np.empty(0, dtype=np.int64)
     change = 0.0
     for i in range(n):
         ci = cards[i]
-        for a in range(ci):
-            buf[a] = theta[offsets[i] + a]
-        for k in range(indptr[i], indptr[i + 1]):
-            e = adj_edge[k]
-            u, v = edges[e, 0], edges[e, 1]
-            cv = cards[v]
-            base = offsets[n + e]
-            if adj_first[k] == 1:  # i is u: Σ_b θ(a, b) q_v(b)
-                for a in range(ci):
-                    acc = 0.0
-                    for b in range(cv):
-                        acc += theta[base + a * cv + b] * q[offsets[v] + b]
-                    buf[a] += acc
-            else:  # i is v: Σ_b θ(b, a) q_u(b)
-                for a in range(ci):
-                    acc = 0.0
-                    for b in range(cards[u]):
-                        acc += theta[base + b * cv + a] * q[offsets[u] + b]
-                    buf[a] += acc
+        local_field(i, cards, offsets, edges, theta, indptr, adj_edge, adj_first, no_x, q, buf)
         top = -np.inf
         for a in range(ci):
             if buf[a] > top:

@@ -10,9 +10,17 @@ tables even when θ is submodular, so the 𝓜 oracle checks submodularity at ev
   variable elimination, in floats (tens of milliseconds on a 10×10 grid);
 - otherwise, when the local-polytope LP (HiGHS) has an integral optimum: that optimum (it is a
   vertex of 𝓜; it is exact on trees, and occasionally hits on perturbed Potts segmentations);
-- otherwise: OR-Tools CP-SAT on the 0/1 program (one Boolean per binary variable and a product
-  Boolean per edge; one-hot node and edge indicators for larger cardinalities), objective scaled to
-  integers, warm-started from the previous solution, one worker. Measured on one (shared) core:
+- otherwise (``map_solver="bnb"``, the default): branch-and-bound over AD3 on the factor graph of the
+  model (:meth:`~structopt.structures.factor_graph.FactorGraph.bnb`), warm-started from the previous
+  call's root iterate, within ``bnb_seconds``; its labeling counts as exact only when proven optimal
+  (the certified ``bound`` is then its own upper bound). When it is not proven in time, CP-SAT below
+  runs from its labeling (hint) and the smaller of the two proven bounds enters the certificate;
+  after such a miss the next 1, 2, 4, ... calls (up to 64) go to CP-SAT directly, so a model whose
+  relaxation is loose (frustrated grids) costs little more than CP-SAT alone;
+- otherwise (or ``map_solver="cpsat"``): OR-Tools CP-SAT on the 0/1 program (one Boolean per binary
+  variable and a product Boolean per edge; one-hot node and edge indicators for larger
+  cardinalities), objective scaled to integers, warm-started from the previous solution, one
+  worker. Measured on one (shared) core:
   tens of binary variables take milliseconds; the shipped frustrated 10×10 toroidal grids (100
   variables, 200 edges, couplings up to |4.2|) 0.6-1.5 s per call; the 230-variable, 620-edge
   segmentation models with perturbed (non-submodular) potentials 0.4-1 s per call. Beyond a few
@@ -212,14 +220,33 @@ class MarginalPolytopeOracle:
     max_elimination_table : int
         Use variable elimination when its largest table has at most this many entries.
     try_lp : bool
-        Before CP-SAT, solve the local-polytope LP and keep its solution when it is integral.
+        Before CP-SAT, solve the local-polytope LP and keep its solution when it is integral
+        (``map_solver="cpsat"`` only: AD3 solves the same LP faster on the ``"bnb"`` path).
+    map_solver : {"bnb", "cpsat"}
+        The MAP solver when neither min-cut nor elimination applies: branch-and-bound over AD3 first
+        (CP-SAT only when it is not proven optimal within ``bnb_seconds``), or CP-SAT alone.
+    bnb_seconds : float
+        Per-call budget of branch-and-bound before CP-SAT takes over.
     """
+
+    #: after a branch-and-bound miss, skip it for 1, 2, 4, ... calls, at most this many
+    MAX_BNB_SKIP = 64
 
     polytope = "marginal"
 
     def __init__(self, mrf: PairwiseMRF, time_limit: float | None = None,
-                 max_elimination_table: int = 1 << 16, try_lp: bool = True) -> None:
+                 max_elimination_table: int = 1 << 16, try_lp: bool = True, map_solver: str = "bnb",
+                 bnb_seconds: float = 0.5) -> None:
         from structopt.marginals.exact import elimination_order, elimination_width
+
+        if map_solver not in ("bnb", "cpsat"):
+            raise InvalidInputError(f"map_solver must be 'bnb' or 'cpsat', got {map_solver!r}")
+        self.map_solver = map_solver
+        self.bnb_seconds = float(bnb_seconds)
+        self._fg = None
+        self._warm = None
+        self._skip = 0  # calls left before branch-and-bound is tried again
+        self._backoff = 1
 
         self.mrf = mrf
         self._cpsat = _CpSatMap(mrf, time_limit)
@@ -227,7 +254,7 @@ class MarginalPolytopeOracle:
         self._use_elimination = elimination_width(mrf, self._order) <= max_elimination_table
         self.try_lp = try_lp
         self._lp = LocalPolytopeOracle(mrf) if try_lp else None
-        self.calls = {"mincut": 0, "elimination": 0, "lp": 0, "cpsat": 0}
+        self.calls = {"mincut": 0, "elimination": 0, "lp": 0, "bnb": 0, "cpsat": 0}
 
     @property
     def time_limit(self) -> float | None:
@@ -263,7 +290,17 @@ class MarginalPolytopeOracle:
             slack, proven, solver = 1e-9 * (1.0 + float(np.abs(theta[np.isfinite(theta)]).sum())), None, "elimination"
         else:
             x, slack, proven, solver = None, 0.0, None, "lp"
-            if self.try_lp and np.isfinite(theta).all():
+            bnb_bound = np.inf
+            if self.map_solver == "bnb" and self._skip > 0:
+                self._skip -= 1
+            elif self.map_solver == "bnb":
+                x, slack, bnb_bound = self._bnb(theta)
+                solver = "bnb"
+                if x is None:  # missed: back off exponentially
+                    self._skip, self._backoff = self._backoff, min(2 * self._backoff, self.MAX_BNB_SKIP)
+                else:
+                    self._backoff = 1
+            elif self.try_lp and np.isfinite(theta).all():
                 # an integral optimum of the local-polytope LP is a MAP (𝓜 ⊆ 𝕃), and a cheap one
                 relaxed = self._lp(theta)
                 if np.abs(relaxed.vertex - np.round(relaxed.vertex)).max() <= 1e-7:
@@ -278,7 +315,29 @@ class MarginalPolytopeOracle:
         vertex = self.mrf.vertex(x)
         value = float(theta @ vertex) if np.isfinite(theta).all() else float(theta[vertex > 0].sum())
         bound = value + slack + (proven if proven is not None else 0.0)
+        if solver == "cpsat" and self.map_solver == "bnb":
+            bound = min(bound, bnb_bound)  # both are proven upper bounds
         return OracleResult(vertex, value, bound, x, solver)
+
+    def _bnb(self, theta: np.ndarray) -> tuple[np.ndarray | None, float, float]:
+        """Branch-and-bound over AD3: ``(labels, slack, upper bound)``, labels None unless proven optimal
+        (CP-SAT then starts from the best labeling found, as its hint)."""
+        from structopt.marginals.map import mrf_to_factor_graph
+        from structopt.structures.factor_graph import FactorGraphPotentials
+
+        if self._fg is None:
+            self._fg, _ = mrf_to_factor_graph(self.mrf)
+        nn = self.mrf.n_node_entries
+        limit = self.bnb_seconds if self.time_limit is None else min(self.bnb_seconds, self.time_limit)
+        sol = self._fg.bnb(FactorGraphPotentials(theta[:nn], theta[nn:]), time_limit=limit, state=self._warm)
+        self._warm = sol.root_state
+        if sol.labels is not None:
+            self._cpsat.hint = sol.labels
+        if not sol.optimal:
+            return None, 0.0, float(sol.upper_bound)
+        # optimal: every open bound closed to within 1e-9·(1 + |bound|) of the incumbent
+        slack = max(float(sol.upper_bound) - float(sol.score), 0.0) + 2e-9 * (1.0 + abs(float(sol.score)))
+        return sol.labels, slack, float(sol.upper_bound)
 
 
 class LocalPolytopeOracle:
@@ -313,28 +372,42 @@ class LocalPolytopeOracle:
 
 
 @njit(cache=True)
+def local_field(i, cards, offsets, edges, theta, indptr, adj_edge, adj_first, x, q, buf):  # pragma: no cover
+    """``buf[a] = θ_i(a) + Σ_{edges e at i} θ_e(a, ·)`` taken at each neighbour's label ``x`` (ICM) when
+    ``q`` is empty, else in expectation under its marginal ``q`` (mean field)."""
+    n = cards.size
+    ci = cards[i]
+    for a in range(ci):
+        buf[a] = theta[offsets[i] + a]
+    for k in range(indptr[i], indptr[i + 1]):
+        e = adj_edge[k]
+        u, v = edges[e, 0], edges[e, 1]
+        cv = cards[v]
+        base = offsets[n + e]
+        first = adj_first[k] == 1  # i is u: θ(a, b) over the neighbour's b, else θ(b, a)
+        other = v if first else u
+        for a in range(ci):
+            if q.size == 0:
+                buf[a] += theta[base + a * cv + x[v]] if first else theta[base + x[u] * cv + a]
+                continue
+            acc = 0.0
+            for b in range(cards[other]):
+                acc += (theta[base + a * cv + b] if first else theta[base + b * cv + a]) * q[offsets[other] + b]
+            buf[a] += acc
+
+
+@njit(cache=True)
 def _icm_kernel(cards, offsets, edges, theta, indptr, adj_edge, adj_first, x, max_sweeps):  # pragma: no cover
     """Iterated conditional modes: set each x_i to its best state given its neighbours until stable."""
     n = cards.size
     buf = np.empty(cards.max())
+    no_q = np.empty(0)
     for _ in range(max_sweeps):
         changed = False
         for i in range(n):
-            ci = cards[i]
-            for a in range(ci):
-                buf[a] = theta[offsets[i] + a]
-            for k in range(indptr[i], indptr[i + 1]):
-                e = adj_edge[k]
-                u, v = edges[e, 0], edges[e, 1]
-                cv = cards[v]
-                base = offsets[n + e]
-                for a in range(ci):
-                    if adj_first[k] == 1:
-                        buf[a] += theta[base + a * cv + x[v]]
-                    else:
-                        buf[a] += theta[base + x[u] * cv + a]
+            local_field(i, cards, offsets, edges, theta, indptr, adj_edge, adj_first, x, no_q, buf)
             best = x[i]
-            for a in range(ci):
+            for a in range(cards[i]):
                 if buf[a] > buf[best]:
                     best = a
             if best != x[i]:

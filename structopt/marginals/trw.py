@@ -95,6 +95,23 @@ def trw_objective(mrf: PairwiseMRF, mu: np.ndarray, rho: np.ndarray) -> float:
     return float(trw_value(mrf.theta, entropy_coefficients(mrf, rho), np.asarray(mu, dtype=np.float64))) + mrf.constant
 
 
+def check_rho(mrf: PairwiseMRF, rho: object, method: str, at_most_one: bool) -> np.ndarray:
+    """User-given edge appearance weights ``rho`` as a float array of shape ``(n_edges,)``.
+
+    Entries must be finite and > 0 (TRBP's reweighting), and <= 1 when ``at_most_one`` (edge
+    appearance probabilities of a distribution over spanning trees, as Barrier Frank-Wolfe needs).
+    """
+    try:
+        arr = np.asarray(rho, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.full(0, np.nan)
+    ok = arr.shape == (mrf.n_edges,) and bool((np.isfinite(arr) & (arr > 0) & (~at_most_one | (arr <= 1))).all())
+    if not ok:  # NaN fails every comparison
+        interval = "(0, 1]" if at_most_one else "(0, inf)"
+        raise InvalidInputError(f"{method}: rho must have shape ({mrf.n_edges},) with finite entries in {interval}")
+    return arr
+
+
 def spanning_tree_rho(mrf: PairwiseMRF, weights: np.ndarray | None = None) -> np.ndarray:
     """Edge appearance probabilities of the weighted random spanning tree (matrix-tree theorem).
 
