@@ -308,7 +308,7 @@ def _predict(args: argparse.Namespace) -> int:
     else:
         _check_writable_file(out, "--out")
     source = Path(args.input)
-    if not source.exists() and not (saved.task == "alignment" and source.with_name(source.name + ".en").exists()):
+    if not spec.input_exists(source):
         raise DataNotFoundError(f"input {source} does not exist ({spec.input_help})")
     start = time.perf_counter()
     inputs = spec.read_inputs(saved, source)
@@ -550,6 +550,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the batch passes on the dask cluster at ADDRESS (e.g. tcp://host:8786)")
     train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from structopt.tasks.own_data import add_flat_arguments
+
+    own = train.add_argument_group("your own data (structopt train sequence|segmentation|boxes|bitext)")
+    TASK_OPTIONS.update(add_flat_arguments(own))
     train.set_defaults(run=_train)
 
     from structopt.cli_tasks import TaskSpec

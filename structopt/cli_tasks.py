@@ -99,6 +99,10 @@ class TaskSpec:
                 raise InvalidInputError(f"model {saved.path}: its {self.name} preprocessing lacks {key!r} or holds "
                                         f"a {type(saved.preprocessing.get(key)).__name__} there")
 
+    def input_exists(self, path: Path) -> bool:
+        """Whether ``structopt predict``'s INPUT names something to read (checked before the model runs)."""
+        return path.exists()
+
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         """Read ``structopt predict``'s INPUT with a saved model's preprocessing."""
         raise NotImplementedError
@@ -244,6 +248,9 @@ class AlignmentTask(TaskSpec):
                          "heldout": [_pair_key(p) for p in task.test_pairs]}
         return Task(problem, lambda w: {"heldout_aer": task.evaluate(problem.predict(task.X_test, w))},
                     "Hansards word alignment", preprocessing)
+
+    def input_exists(self, path: Path) -> bool:
+        return path.exists() or path.with_name(path.name + ".en").exists()  # a prefix of PREFIX.en / PREFIX.fr
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.alignment import AlignmentFeaturizer, read_parallel
@@ -447,4 +454,11 @@ TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (OCRTask(), CoNLLTask(
 SPLIT_TASKS = ("ocr",)
 
 #: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
-TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",))}
+TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",)),
+                "--data": ("data", tuple(TASKS))}
+
+# the own-data tasks (structopt/cli_own.py) subclass the specs above; their flags join TASK_OPTIONS when
+# the parser declares them (cli.build_parser)
+from structopt.cli_own import OWN_SPECS  # noqa: E402
+
+TASKS.update(OWN_SPECS)

@@ -44,9 +44,10 @@ from structopt.tasks.own_common import (
 )
 
 
-def read_bitext(source: str | os.PathLike, target: str | os.PathLike, gold: str | os.PathLike,
+def read_bitext(source: str | os.PathLike, target: str | os.PathLike, gold: str | os.PathLike | None,
                   part: str = "train") -> list[SentencePair]:
-    """Sentence pairs of parallel files with their gold links (0-based in the result).
+    """Sentence pairs of parallel files with their gold links (0-based in the result; none when ``gold``
+    is None: an input to align).
 
     Raises
     ------
@@ -57,7 +58,7 @@ def read_bitext(source: str | os.PathLike, target: str | os.PathLike, gold: str 
         link out of range (naming the file and line).
     """
     source, target = existing_file(source, "source text"), existing_file(target, "target text")
-    gold = existing_file(gold, "gold alignments")
+    gold = None if gold is None else existing_file(gold, "gold alignments")
     src, tgt = _sentences(source), _sentences(target)
     for path, sentences in ((source, src), (target, tgt)):
         if not sentences:
@@ -67,7 +68,7 @@ def read_bitext(source: str | os.PathLike, target: str | os.PathLike, gold: str 
         raise InvalidInputError(f"{shorter}:{n}: the file ends here, but {target if shorter == source else source} "
                                 f"has {max(len(src), len(tgt))} lines (parallel files need one sentence per line "
                                 "each)")
-    sure, possible = _links(gold, src, tgt)
+    sure, possible = _links(gold, src, tgt) if gold is not None else ([set() for _ in src], [set() for _ in src])
     return [SentencePair(e, f, sure[i], possible[i], part, i + 1) for i, (e, f) in enumerate(zip(src, tgt))]
 
 

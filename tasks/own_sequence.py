@@ -150,6 +150,12 @@ def _union(a: list[sp.csr_matrix], b: list[sp.csr_matrix]) -> list[sp.csr_matrix
     return out
 
 
+def token_rows(path: str | os.PathLike, encoding: str = "utf-8") -> list[list[str]]:
+    """The columns of every token line of a column file (blank and ``-DOCSTART-`` lines left out), in order."""
+    rows = (line.split() for line in read_text_lines(existing_file(path, "a column file"), encoding))
+    return [row for row in rows if row and row[0] != _DOCSTART]
+
+
 def featurize_columns(files: Sequence[ColumnFile], n_features: int = 2**16, window: int = 2,
                       affix_lengths: Sequence[int] = (1, 2, 3)) -> list[list[sp.csr_matrix]]:
     """Hashed binary features of every sentence of every file (one shared hashing; see the module docstring).
@@ -282,4 +288,4 @@ def build_sequence(options: SequenceOptions) -> BuiltTask:
 
 
 __all__ = ["ColumnFile", "SequenceOptions", "build_sequence", "encode_labels", "featurize_columns",
-           "is_chunk_tagging", "load_sequence", "read_columns"]
+           "is_chunk_tagging", "load_sequence", "read_columns", "token_rows"]

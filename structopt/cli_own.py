@@ -1,0 +1,137 @@
+"""The command line's own-data tasks: ``structopt train sequence|segmentation|boxes|bitext`` and ``predict``.
+
+Each wraps a kind of :data:`structopt.tasks.own_data.OWN_TASKS` (the readers, features and options)
+as a :class:`~structopt.cli_tasks.TaskSpec`. A kind's preprocessing has the layout of the built-in
+task whose features it uses, so ``predict`` reads new inputs as that task does (segmentation as
+``horses``, boxes as ``localization``); sequence and bitext read their own files.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from structopt.cli_tasks import HorsesTask, Inputs, LocalizationTask, Task, TaskSpec
+from structopt.errors import InvalidInputError
+
+
+class OwnDataTask(TaskSpec):
+    """An own-data kind as a task: ``structopt train NAME`` builds it from the kind's flags."""
+
+    def __init__(self, name: str):
+        from structopt.tasks.own_data import OWN_TASKS
+
+        self.own = OWN_TASKS[name]
+        self.name, self.summary = name, self.own.summary
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        built = self.own.build(args)
+        return Task(built.problem, built.evaluate, built.description, built.preprocessing)
+
+
+class OwnSegmentationTask(OwnDataTask):
+    """Segmentation of your images and masks; predicts like ``horses`` (the same preprocessing)."""
+
+    preprocessing_types = HorsesTask.preprocessing_types
+    input_help = "segmentation: a folder of images (or one with gray/ and figure_ground/, the gold masks)"
+    output_help = HorsesTask.output_help.replace("horses:", "segmentation:")
+    default_output, output_is_folder = "masks", True
+    read_inputs, write, scores = HorsesTask.read_inputs, HorsesTask.write, HorsesTask.scores
+
+
+class OwnBoxesTask(OwnDataTask):
+    """One box per image from your images and boxes; predicts like ``localization``."""
+
+    preprocessing_types = LocalizationTask.preprocessing_types
+    input_help = "boxes: a folder of images"
+    output_help = LocalizationTask.output_help.replace("localization:", "boxes:")
+    default_output, output_is_folder = LocalizationTask.default_output, LocalizationTask.output_is_folder
+    read_inputs, write, scores = LocalizationTask.read_inputs, LocalizationTask.write, LocalizationTask.scores
+
+
+class OwnSequenceTask(OwnDataTask):
+    """Sequence labeling of your column files; ``predict`` reads the training layout, the label column
+    optional (present when the file has it)."""
+
+    preprocessing_types = (("tags", list), ("n_features", int), ("window", int), ("affix_lengths", list),
+                           ("token_column", int), ("feature_columns", (list, tuple)))
+    input_help = ("sequence: a column file in the training file's layout (token and feature columns), the label "
+                  "column optional")
+    output_help = "sequence: the input columns and a predicted label column"
+    default_output = "predictions.conll"
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.own_sequence import encode_labels, featurize_columns, read_columns, token_rows
+
+        p = saved.preprocessing
+        token, label, features = int(p["token_column"]), p.get("label_column"), [int(c) for c in p["feature_columns"]]
+        rows = token_rows(path)
+        width = len(rows[0]) if rows else 0
+        # the label column is there when the file has a column beyond the token and feature columns
+        # (label counted from the end) or reaches the label's column number
+        needed = max(abs(c) for c in [token, *features])
+        has_gold = label is not None and (width > needed if int(label) < 0 else width >= int(label))
+        file = read_columns(path, token, int(label) if has_gold else None, features)
+        (X,) = featurize_columns([file], int(p["n_features"]), int(p["window"]), [int(a) for a in p["affix_lengths"]])
+        gold = encode_labels(file, list(p["tags"]), "error") if has_gold else None
+        return Inputs(X, gold, {"rows": rows, "lengths": file.corpus.lengths})
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        from structopt.tasks.conll import write_tagged
+
+        tags = np.array(saved.preprocessing["tags"], dtype=object)
+        flat = [str(tags[t]) for y in predictions for t in np.asarray(y, dtype=np.int64)]
+        write_tagged(out, inputs.extra["rows"], inputs.extra["lengths"], flat)
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        from structopt.tasks.conll import chunk_f1, token_accuracy
+        from structopt.tasks.own_sequence import is_chunk_tagging
+
+        tags = list(saved.preprocessing["tags"])
+        out = {"test_token_accuracy": token_accuracy(inputs.gold, predictions)}
+        if is_chunk_tagging(tags):
+            out["test_chunk_f1"] = chunk_f1(inputs.gold, predictions, tags)["f1"]
+        return out
+
+
+class OwnBitextTask(OwnDataTask):
+    """Word alignment of your parallel text; ``predict`` reads ``SOURCE,TARGET[,GOLD]``."""
+
+    preprocessing_types = (("statistics", dict),)
+    input_help = ("bitext: SOURCE,TARGET or SOURCE,TARGET,GOLD — the parallel files (one tokenized sentence per "
+                  "line) and optionally the NAACL gold")
+    output_help = "bitext: predicted links in the NAACL format, 'sentence source target' per line, 1-based"
+    default_output = "predictions.naacl"
+
+    def input_exists(self, path: Path) -> bool:
+        return all(Path(part).is_file() for part in str(path).split(","))
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.alignment import AlignmentFeaturizer
+        from structopt.tasks.own_alignment import read_bitext
+
+        parts = str(path).split(",")
+        if len(parts) not in (2, 3):
+            raise InvalidInputError(f"bitext input {path}: expected SOURCE,TARGET or SOURCE,TARGET,GOLD")
+        pairs = read_bitext(parts[0], parts[1], parts[2] if len(parts) == 3 else None, Path(parts[0]).stem)
+        featurizer = AlignmentFeaturizer.from_state(saved.preprocessing["statistics"])
+        return Inputs([featurizer(p) for p in pairs], pairs if len(parts) == 3 else None, {"pairs": pairs})
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        from structopt.tasks.alignment import write_naacl
+
+        write_naacl(out, inputs.extra["pairs"], predictions)
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        from structopt.tasks.alignment import aer, links
+
+        return {"test_aer": aer([links(y) for y in predictions], inputs.gold)}
+
+
+#: the own-data tasks, by name (merged into :data:`structopt.cli_tasks.TASKS`)
+OWN_SPECS: dict[str, TaskSpec] = {spec.name: spec for spec in (
+    OwnSequenceTask("sequence"), OwnSegmentationTask("segmentation"), OwnBoxesTask("boxes"),
+    OwnBitextTask("bitext"))}

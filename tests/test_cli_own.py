@@ -1,0 +1,97 @@
+"""`structopt train sequence|segmentation|boxes|bitext` on files made here, then `structopt predict` on
+the test files gives the metric train printed; flags of one kind are refused for another."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_own_data import _bitext, _box_images, _segmentation_folders, _sentences, _write_boxes_csv, _write_conll
+
+from structopt.cli import main
+
+
+def _round_trip(tmp_path: Path, capsys, train_args: list[str], predict_input: str) -> tuple[dict, dict]:
+    out = tmp_path / "run"
+    assert main(["train", *train_args, "--passes", "4", "--out", str(out), "--no-progress"]) == 0
+    closing = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"{out}/model.npz" in closing
+    trained = json.loads((out / "trace.json").read_text())
+    metrics = tmp_path / "metrics.json"
+    assert main(["predict", str(out / "model.npz"), predict_input, "--out", str(tmp_path / "pred"),
+                 "--json", str(metrics)]) == 0
+    return trained, json.loads(metrics.read_text())
+
+
+def _same_metrics(trained: dict, predicted: dict, names: list[str]) -> None:
+    for name in names:
+        assert predicted[name] == pytest.approx(trained[name], abs=1e-12), name
+
+
+def test_sequence_round_trip(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    train = _write_conll(tmp_path / "train.txt", _sentences(rng, 40))  # token POS chunk
+    test = _write_conll(tmp_path / "test.txt", _sentences(rng, 12))
+    trained, predicted = _round_trip(tmp_path, capsys, ["sequence", "--train", str(train), "--test", str(test),
+                                                        "--feature-columns", "2"], str(test))
+    _same_metrics(trained, predicted, ["test_token_accuracy", "test_chunk_f1"])
+    assert trained["test_token_accuracy"] > 0.8
+    lines = [line.split() for line in (tmp_path / "pred").read_text().splitlines() if line]
+    assert all(len(fields) == 4 for fields in lines)  # the input's three columns and the predicted label
+    # an input without the label column is labelled too (no metric)
+    unlabelled = _write_conll(tmp_path / "raw.txt", _sentences(rng, 3), order=(0, 1))
+    assert main(["predict", str(tmp_path / "run" / "model.npz"), str(unlabelled), "--out",
+                 str(tmp_path / "raw.out")]) == 0
+    assert all(len(line.split()) == 3 for line in (tmp_path / "raw.out").read_text().splitlines() if line)
+
+
+def test_segmentation_round_trip(tmp_path, capsys):
+    images, masks = _segmentation_folders(tmp_path, 6, 0)
+    test_images, test_masks = _segmentation_folders(tmp_path, 3, 1, "_test")
+    gold = tmp_path / "gold"
+    (gold / "gray").mkdir(parents=True)
+    (gold / "figure_ground").mkdir()
+    for file in test_images.iterdir():
+        (gold / "gray" / file.name).write_bytes(file.read_bytes())
+    for file in test_masks.iterdir():  # 0/1 masks as the horses reader expects 0/255
+        from skimage import io
+
+        io.imsave(gold / "figure_ground" / file.name, ((io.imread(file) > 0) * 255).astype(np.uint8),
+                  check_contrast=False)
+    trained, predicted = _round_trip(tmp_path, capsys, [
+        "segmentation", "--images", str(images), "--masks", str(masks), "--test-images", str(test_images),
+        "--test-masks", str(test_masks)], str(gold))
+    assert sorted(p.name for p in (tmp_path / "pred").iterdir()) == sorted(p.name for p in test_images.iterdir())
+    assert set(predicted) >= {"test_pixel_accuracy"}
+    assert predicted["test_pixel_accuracy"] > 0.8
+
+
+@pytest.mark.slow
+def test_boxes_round_trip(tmp_path, capsys):
+    images, rows = _box_images(tmp_path, 12, 0)
+    csv = _write_boxes_csv(tmp_path / "boxes.csv", rows)
+    trained, predicted = _round_trip(tmp_path, capsys, ["boxes", "--images", str(images), "--boxes", str(csv),
+                                                        "--test-fraction", "0.25"], str(images))
+    assert (tmp_path / "pred").exists()
+
+
+def test_bitext_round_trip(tmp_path, capsys):
+    source, target, gold = _bitext(tmp_path, 40, 0)
+    test = _bitext(tmp_path, 12, 1, "test")
+    trained, predicted = _round_trip(tmp_path, capsys, [
+        "bitext", "--source", str(source), "--target", str(target), "--gold", str(gold),
+        "--test-source", str(test[0]), "--test-target", str(test[1]), "--test-gold", str(test[2])],
+        ",".join(map(str, test)))
+    _same_metrics(trained, predicted, ["test_aer"])
+    assert len((tmp_path / "pred").read_text().splitlines()) > 0
+
+
+def test_flags_of_another_kind_are_refused(tmp_path, capsys):
+    assert main(["train", "sequence", "--images", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "--images applies to" in capsys.readouterr().err
+    assert main(["train", "ocr", "--source", "a.txt", "--out", str(tmp_path / "o")]) == 2
+    assert main(["train", "bitext", "--data", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert main(["train", "sequence", "--out", str(tmp_path / "o")]) == 2
+    assert "--train" in capsys.readouterr().err
