@@ -551,6 +551,11 @@ def test_argmax_entry_refuses_like_the_generic_path():
         ChainPotentials(np.full((4, 3), np.nan), good.pairwise),      # NaN
         ChainPotentials(good.unary, np.full((3, 3), np.inf)),         # +inf
         ChainPotentials(np.full((4, 3), -np.inf), good.pairwise),     # every output forbidden
+        ChainPotentials(np.zeros(4), good.pairwise),                  # 1-d unary
+        ChainPotentials(np.zeros((4, 3, 1)), good.pairwise),          # 3-d unary
+        ChainPotentials(good.unary, np.zeros(3)),                     # 1-d pairwise
+        ChainPotentials(good.unary, np.zeros((1, 3, 3, 3))),          # 4-d pairwise
+        ChainPotentials(np.zeros(()), np.zeros(())),                  # scalars
     ]
     for theta in cases:
         fast, generic = _outcome(chain.argmax, theta), _outcome(lambda th: _generic_argmax(chain, th), theta)

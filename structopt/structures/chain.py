@@ -344,7 +344,7 @@ class Chain(Structure):
             # checks the shapes, scans for NaN / +inf and decodes; anything else (other dtypes, views,
             # lists, masks, a bad status) takes the generic path below, which converts or names the problem
             unary, pairwise = theta
-            if _kernel_ready(unary) and _kernel_ready(pairwise):
+            if _kernel_ready(unary) and _kernel_ready(pairwise) and unary.ndim == 2 and 2 <= pairwise.ndim <= 3:
                 y, status = kern.argmax_entry(unary, pairwise, self.n_states)
                 if not status:
                     return y
