@@ -142,6 +142,36 @@ def test_resume_equals_uninterrupted(tmp_path, options):
         np.testing.assert_array_equal(a.alpha[i], b.alpha[i])
 
 
+def test_a_resumed_gap_state_that_does_not_fit_is_refused():
+    import copy
+
+    from structopt.solvers.bcfw import BCFWMethod, BCFWState
+
+    problem = chain()
+    result = bcfw(problem, max_passes=2, cache_size=3, steps="pairwise", random_state=0)
+    options = {"cache_size": 3, "cache_factor": 0.25, "cache_nu": 0.01, "steps": "pairwise"}
+    method = BCFWMethod(problem, None, line_search=True, averaging="weighted", sampling="perm", batch_size=1,
+                        eval_every=1, fused=None, progress=False, random_state=0, gap_options=options)
+    good = BCFWState(result.info["state"], np.random.default_rng(0), result.info["gap"])
+    assert method.resume(good) is good
+
+    def broken(edit):
+        state = copy.deepcopy(good)
+        edit(state.gap)
+        return state
+
+    cases = {"corners": lambda g: g.corners.__setitem__(1, g.corners[1][:, :-1]),
+             "blocks": lambda g: g.alpha.pop(),
+             "weights": lambda g: g.alpha.__setitem__(0, g.alpha[0] * 2.0),
+             "values": lambda g: setattr(g, "gaps", g.gaps[:-1])}
+    for edit in cases.values():
+        with pytest.raises(InvalidInputError, match="does not fit this problem"):
+            method.resume(broken(edit))
+    plain = BCFWState(result.info["state"], np.random.default_rng(0), None)
+    with pytest.raises(InvalidInputError, match="without the options"):
+        method.resume(plain)
+
+
 def test_plain_checkpoints_unchanged_and_options_fingerprinted(tmp_path):
     problem = chain()
     plain = tmp_path / "plain.npz"

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from structopt.archive import state_type
+from structopt.errors import InvalidInputError
 from structopt.potentials import flatten, unflatten
 from structopt.problem import Decoded, SSVMProblem
 from structopt.solvers._blocks import BlockState
@@ -97,6 +98,34 @@ class GapState:
             used.append(np.zeros(rows, dtype=np.int64))
         return cls(gaps=np.full(n, np.inf), ages=np.zeros(n, dtype=np.int64), corners=corners,
                    corner_loss=losses, alpha=alpha, used=used)
+
+    def check(self, blocks: BlockState, active_sets: bool) -> None:
+        """Refuse (one line) a gap state that does not fit ``blocks`` (e.g. a checkpoint's, read back from disk)."""
+        n = blocks.ell_i.size
+        sizes = np.diff(blocks.offsets)
+        problems = []
+        if not (isinstance(self.gaps, np.ndarray) and self.gaps.shape == (n,) and isinstance(self.ages, np.ndarray)
+                and self.ages.shape == (n,)):
+            problems.append(f"gaps/ages are not {n} values")
+        lists = (self.corners, self.corner_loss, self.alpha, self.used)
+        if not all(isinstance(part, list) and len(part) == n for part in lists):
+            problems.append(f"the caches are not {n} blocks")
+        else:
+            for i in range(n):
+                corners, loss, alpha, used = (part[i] for part in lists)
+                if not all(isinstance(a, np.ndarray) for a in (corners, loss, alpha, used)):
+                    problems.append(f"block {i}'s cache is not arrays")
+                elif corners.ndim != 2 or corners.shape[1] != sizes[i] or not (
+                        loss.shape == alpha.shape == used.shape == (corners.shape[0],)):
+                    problems.append(f"block {i}'s cache has shape {corners.shape}, its statistics {sizes[i]} entries")
+                elif not (np.all(np.isfinite(corners)) and np.all(np.isfinite(loss)) and np.all(alpha >= 0.0)):
+                    problems.append(f"block {i}'s cache holds non-finite corners or negative weights")
+                elif active_sets and abs(float(alpha.sum()) - 1.0) > 1e-9:
+                    problems.append(f"block {i}'s active-set weights sum to {float(alpha.sum()):g}, not 1")
+                if problems:
+                    break
+        if problems:
+            raise InvalidInputError(f"the gap-BCFW state does not fit this problem: {problems[0]}")
 
     def global_gap(self) -> float:
         """Sum of the stored exact block gaps (unvisited blocks count 0)."""

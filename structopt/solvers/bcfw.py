@@ -217,6 +217,16 @@ class BCFWMethod(Method):
             gap = GapState.initial(self.problem, blocks, self.gap_options["steps"] != "fw")
         return BCFWState(blocks, make_rng(self.random_state), gap)
 
+    def resume(self, state: BCFWState) -> BCFWState:
+        if not isinstance(state, BCFWState):
+            raise InvalidInputError(f"bcfw: the checkpoint holds a {type(state).__name__}, not a BCFW state")
+        if (state.gap is None) != (self.gap_options is None):
+            raise InvalidInputError("bcfw: the checkpoint's state was written "
+                                    f"{'without' if state.gap is None else 'with'} the options for expensive oracles")
+        if state.gap is not None:
+            state.gap.check(state.blocks, self.gap_options["steps"] != "fw")
+        return state
+
     def warm_up(self, state: BCFWState) -> None:
         if state.gap is not None:
             self.updater = GapBlockUpdater(self.problem, state.blocks, state.gap, **self.gap_options)
