@@ -12,6 +12,11 @@ Every quantity of a step comes from the oracle's own products: the line-search n
 ``||A_i^T (m_s - m_i)||^2 / (lam n^2)``; the weighted average of the iterates is kept lazily
 (``w_bar_k = w_k - 2 u_k / (k (k+1))`` with ``u_k = sum_j j(j-1)/2 (w_j - w_{j-1})``), so a step
 touches only the weights its example uses.
+
+Where one oracle call is expensive (grids, boxes, ILPs), the options ``sampling="gap"``,
+``cache_size`` and ``steps="pairwise"``/``"away"`` (Osokin et al., ICML 2016) run the steps of
+:mod:`structopt.solvers._gap_blocks` on the generic operators; :mod:`structopt.solvers.reg_path`
+warm-starts BCFW along a decreasing grid of lambdas.
 """
 
 from __future__ import annotations
@@ -157,7 +162,9 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
     Result
         ``w`` (averaged iterate unless ``averaging="none"``), the trace (``passes``,
         ``oracle_calls``, ``time``, ``primal``, ``dual``, ``gap`` of the reported iterate,
-        ``dual_iterate`` of the current iterate, which line search never decreases) and ``info``.
+        ``dual_iterate`` of the current iterate, which line search never decreases; with the options for
+        expensive oracles ``oracle_calls`` counts exact calls and ``cache_hits`` the cached steps) and
+        ``info`` (``state``: the blocks; ``gap``: the :class:`~structopt.solvers._gap_blocks.GapState`).
     """
     gap_options = {"cache_size": cache_size, "cache_factor": cache_factor, "cache_nu": cache_nu, "steps": steps}
     expensive = sampling == "gap" or cache_size > 0 or steps != "fw"
