@@ -191,11 +191,12 @@ def write_api_pages() -> int:
                       "   :nosignatures:", ""] + [f"   {n}" for n in own] + [""]
             total += len(own)
         if other:
-            lines += ["Also exported here", "------------------", "", ".. list-table::", "   :widths: 30 70", ""]
-            for n in other:
-                target = f"{owner_of[mod_name, n]}.{n}"
-                lines += [f"   * - :obj:`{n} <{target}>`", f"     - defined in :mod:`{owner_of[mod_name, n]}`"]
-            lines.append("")
+            # re-exports: autosummary rows (link and summary) pointing at the page where each is documented
+            heading = "Names" if mod_name == "structopt" else "Also exported here"
+            lines += [heading, "-" * len(heading), "",
+                      "Each documented in the module named on its page (``structopt.X`` is the same object).", "",
+                      ".. currentmodule:: None", "", ".. autosummary::", "   :nosignatures:", ""]
+            lines += [f"   ~{owner_of[mod_name, n]}.{n}" for n in other] + [""]
         _write_if_changed(out / f"{mod_name}.rst", "\n".join(lines))
     _write_if_changed(out / "index.rst", "\n".join(index) + "\n")
     # stubs of names no longer documented where they were (moved, renamed, removed) would be orphans
