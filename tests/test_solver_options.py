@@ -116,8 +116,8 @@ def test_an_undeclared_check_is_an_import_time_error():
 
 def test_get_solver_introspects_the_declarations():
     options = so.get_solver("casimir").options
-    assert options["schedule"].default == "const"
-    assert options["schedule"].description == "One of 'const', 'adapt'."
+    assert options["schedule"].default == "decreasing"
+    assert options["schedule"].description == "One of 'decreasing', 'const', 'adapt'."
     assert options["alpha0"].description.startswith("None or ")
     assert options["max_passes"].common and not options["kappa"].common
 

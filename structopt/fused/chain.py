@@ -24,7 +24,7 @@ from structopt.fused import _chain_smooth as smooth
 from structopt.fused._chain_pack import pack_chain_problem
 from structopt.models.chain import ChainModel
 from structopt.structures.base import unchanged_methods
-from structopt.structures.chain import Chain, chain_kernels_serve
+from structopt.structures.chain import chain_kernels_serve
 
 #: what the kernels reproduce: the model's methods and the structure's oracles
 KERNEL_METHODS = ("potentials", "add_features", "reduce_stats", "features_sqnorm", "unpack", "blocks")
@@ -72,10 +72,10 @@ class ChainFamily(KernelFamily):
         return pack, np.diff(pack.tok) * model.n_states + model.n_states ** 2
 
     def smooth_refusal(self, structure: Any, kind: str) -> str | None:
-        # top-K: Chain's own top-K Viterbi under the masks (kernel_oracles() covers the masks; it does not
-        # list topk); entropy: the marginals the kernels reproduce (unconstrained chains)
+        # top-K: Chain's own top-K Viterbi under the masks; entropy: the marginals the kernels reproduce
+        # (unconstrained chains); both as the structure's kernel_oracles() declare them
         if kind == "topk":
-            if type(structure).topk is not Chain.topk:
+            if not chain_kernels_serve(structure, {"topk"}):
                 return f"{type(structure).__name__} overrides topk, which the chain kernels compute"
             return None
         if kind == "entropy":
@@ -112,8 +112,7 @@ class ChainZPass:
     compiled = True
 
     def __init__(self, view: FusedProblem, geometry: str, beta: float, sigma: float, tol: float,
-                 centre: str = "gold", centre_potential: float = 0.0, max_iter: int = 200,
-                 kappa: float | None = None):
+                 centre: str = "gold", centre_potential: float = 0.0, max_iter: int = 200):
         if geometry not in ZPASS_ORACLES:
             raise InvalidInputError(f"unknown geometry {geometry!r}; use 'euclidean' or 'entropic'")
         problem = view.problem
@@ -129,9 +128,7 @@ class ChainZPass:
         self.stats = np.zeros(4)
         self.max_residual = 0.0
         self.projection_iterations = 0.0
-        # kappa: the former name of centre_potential, still passed by solvers/extragradient.py until it
-        # passes centre_potential (Casimir's kappa is a prox weight)
-        self.centre_potential = float(centre_potential if kappa is None else kappa)
+        self.centre_potential = float(centre_potential)
         self.labels = (np.concatenate([np.asarray(y, dtype=np.int64) for y in problem.Y]) if centre == "gold"
                        else np.zeros(0, dtype=np.int64))
 

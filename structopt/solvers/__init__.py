@@ -14,6 +14,7 @@ from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
 from structopt.solvers.casimir import casimir_svrg
 from structopt.solvers.extragradient import dual_extragradient
 from structopt.solvers.prox_linear import prox_linear
+from structopt.solvers.reg_path import PathPoint, regularization_path
 from structopt.solvers.sgd import sgd
 from structopt.solvers.sgd_nonconvex import sgd_nonconvex
 from structopt.solvers.svrg import svrg
@@ -47,5 +48,6 @@ def option_table() -> str:
     return "\n".join(rows)
 
 
-__all__ = ["COMMON_OPTIONS", "SOLVERS", "Result", "bcfw", "casimir_svrg", "dual_extragradient", "frank_wolfe",
-           "get_solver", "option_table", "prox_linear", "sgd", "sgd_nonconvex", "ssg", "svrg"]
+__all__ = ["COMMON_OPTIONS", "SOLVERS", "PathPoint", "Result", "bcfw", "casimir_svrg", "dual_extragradient",
+           "frank_wolfe", "get_solver", "option_table", "prox_linear", "regularization_path", "sgd", "sgd_nonconvex",
+           "ssg", "svrg"]

@@ -122,7 +122,8 @@ def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, fused, 
                                 "per-example Python path has; fused=True cannot be honoured")
     view = None if keep_z else select(problem, fused, zpass=geometry)
     if view is not None:
-        return view.zpass(geometry, beta=beta, sigma=sigma, tol=tol, centre=centre, kappa=centre_potential)
+        return view.zpass(geometry, beta=beta, sigma=sigma, tol=tol, centre=centre,
+                          centre_potential=centre_potential)
     return PythonZPass(problem, geometry, beta, sigma, memory_light, warm, tol, keep_z, centre, centre_potential)
 
 

@@ -110,10 +110,10 @@ class Chain(Structure):
         return f"{type(self).__name__}(n_states={self.n_states}{masks})"
 
     def kernel_oracles(self) -> frozenset[str]:
-        """Oracles the fused chain kernels reproduce: Viterbi and statistics always (masks included);
-        the projection and entropic prox only for unconstrained chains."""
-        names = ("argmax", "stats", "score", "expand", "check_potentials", "masked_potentials", "transition_bias",
-                 "boundary_bias")
+        """Oracles the fused chain kernels reproduce: Viterbi, top-K Viterbi and statistics always (masks
+        included); the projection and entropic prox only for unconstrained chains."""
+        names = ("argmax", "topk", "stats", "score", "expand", "check_potentials", "masked_potentials",
+                 "transition_bias", "boundary_bias")
         if not self.constrained:
             names += ("project", "prox_entropy", "marginals")
         return unchanged_methods(self, Chain, names)
