@@ -18,7 +18,7 @@ relaxed structural SVM (as :class:`~structopt.models.graph.GraphModel` documents
 takes the exact MAP by branch-and-bound.
 
 Link scores are linear in the edge features of :class:`~structopt.tasks.alignment.AlignmentFeaturizer`
-(``<f_jk, w_link>`` for state 1, 0 for state 0); a Markov table's (1, 1) entry is its kind's
+plus a bias (``<f_jk, w_link> + b`` for state 1, 0 for state 0); a Markov table's (1, 1) entry is its kind's
 weight. Outputs are 0/1 labels of the ``L * R`` variables (:func:`link_matrix` reshapes them). The
 training target is a maximum subset of the sure links that meets the fertility bounds (ties broken
 by larger Dice, then nearness to the diagonal, as the matching task does), computed exactly on the
@@ -437,7 +437,8 @@ class FertilityStructure(Structure):
 
 
 class FertilityModel(Model):
-    """Linear link scores ``<f_jk, w_link>`` and one weight per Markov kind on the fertility factor graph.
+    """Linear link scores ``<f_jk, w_link> + b`` and one weight per Markov kind on the fertility factor graph
+    (the bias ``b`` sets how good a link must be to be made: the matching model's unmatched scores).
 
     Inputs are (L, R, F) edge-feature arrays (:class:`~structopt.tasks.alignment.AlignmentFeaturizer`);
     outputs are 0/1 labels ``(L * R,)`` meeting the fertility bounds.
@@ -489,7 +490,7 @@ class FertilityModel(Model):
 
     @property
     def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
-        blocks = [("link", (self.n_features,))]
+        blocks = [("link", (self.n_features,)), ("bias", (1,))]
         if self.markov:
             blocks.append(("markov", (len(self.markov),)))
         if self.penalty:
@@ -517,7 +518,7 @@ class FertilityModel(Model):
         cls = _potentials_type(L, R, self.fertility_en, self.fertility_fr, self.markov, self.penalty)
         n_links, rs, _, n_vars = _layout(cls.key)
         unary = np.zeros((n_vars, 2))
-        unary[:n_links, 1] = x.reshape(L * R, -1) @ blocks["link"]
+        unary[:n_links, 1] = x.reshape(L * R, -1) @ blocks["link"] + blocks["bias"][0]
         if self.penalty:
             unary[n_links: n_links + L * rs, 1] = blocks["fertility"][0]
             unary[n_links + L * rs:, 1] = blocks["fertility"][1]
@@ -532,6 +533,7 @@ class FertilityModel(Model):
         L, R, F = x.shape
         unary = np.asarray(mu[0], dtype=float).reshape(-1, 2)
         blocks["link"] += scale * (x.reshape(L * R, F).T @ unary[: L * R, 1])
+        blocks["bias"] += scale * unary[: L * R, 1].sum()
         if self.penalty:
             rs = self.fertility_en - 1
             blocks["fertility"] += scale * np.array([unary[L * R: L * R + L * rs, 1].sum(),
@@ -611,19 +613,21 @@ def load_fertility_alignment(path: str | os.PathLike | None = None, n_heldout: i
 
 
 # --------------------------------------------------------------------------- training task
-DEFAULT_LAMS = (1e-3, 1e-2, 1e-1)
+DEFAULT_LAMS = (1e-4, 1e-3, 1e-2)
 
 
 def _train(model: FertilityModel, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], lam: float, passes: float,
-           seed: int) -> np.ndarray:
+           seed: int, loss: WeightedHamming | None = None) -> np.ndarray:
     from structopt.problem import SSVMProblem
     from structopt.solvers.bcfw import bcfw
 
-    return bcfw(SSVMProblem(model, list(X), list(Y), link_loss(), lam), max_passes=passes, random_state=seed).w
+    problem = SSVMProblem(model, list(X), list(Y), link_loss() if loss is None else loss, lam)
+    return bcfw(problem, max_passes=passes, random_state=seed).w
 
 
 def select_lam(task: FertilityTask, model: FertilityModel, lams: Sequence[float] = DEFAULT_LAMS, n_folds: int = 3,
-               passes: float = 10, n_train: int | None = None, seed: int = 0) -> dict[str, Any]:
+               passes: float = 10, n_train: int | None = None, seed: int = 0,
+               loss: WeightedHamming | None = None) -> dict[str, Any]:
     """λ by ``n_folds``-fold cross-validation on the training pairs only (pair ``t`` in fold ``t % n_folds``),
     scored by the AER of the held-out fold against its full gold.
 
@@ -645,7 +649,8 @@ def select_lam(task: FertilityTask, model: FertilityModel, lams: Sequence[float]
         values = []
         for f in range(n_folds):
             fit, held = np.flatnonzero(fold != f), np.flatnonzero(fold == f)
-            w = _train(model, [task.X_train[i] for i in fit], [task.Y_train[i] for i in fit], lam, passes, seed)
+            w = _train(model, [task.X_train[i] for i in fit], [task.Y_train[i] for i in fit], lam, passes, seed,
+                       loss)
             pred = [link_set(model.predict(task.X_train[i], w), pairs[i].shape) for i in held]
             values.append(aer(pred, [pairs[i] for i in held]))
         scores[lam] = float(np.mean(values))
@@ -655,8 +660,9 @@ def select_lam(task: FertilityTask, model: FertilityModel, lams: Sequence[float]
 
 def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = None, lam: float | None = None,
                seed: int = 0, *, fertility_en: int = DEFAULT_FERTILITY, fertility_fr: int = DEFAULT_FERTILITY,
-               markov: Sequence[str] = (), lams: Sequence[float] = DEFAULT_LAMS, cv_folds: int = 3,
-               cv_passes: float = 10, n_heldout: int = 200) -> tuple[Any, Any, str]:
+               markov: Sequence[str] = (), penalty: bool = True, fn_cost: float = 3.0,
+               lams: Sequence[float] = DEFAULT_LAMS, cv_folds: int = 3, cv_passes: float = 10,
+               n_heldout: int = 200) -> tuple[Any, Any, str]:
     """Fertility-bounded Hansards alignment as a training task: ``(problem, evaluate, description)``.
 
     Parameters
@@ -669,15 +675,17 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
         λ; None chooses it by :func:`select_lam` on the training pairs.
     seed : int
         Seed of the held-out choice (0: the matching task's split) and of the CV runs.
-    fertility_en, fertility_fr, markov
+    fertility_en, fertility_fr, markov, penalty
         See :class:`FertilityModel`.
+    fn_cost : float
+        Price of a missed target link in the loss (a wrong link costs 1; :func:`link_loss`).
     n_heldout : int
         Held-out pairs (200 as in the matching task).
 
     Returns
     -------
     problem : SSVMProblem
-        :class:`FertilityModel`, :func:`link_loss` (false positive 1, false negative 3).
+        :class:`FertilityModel`, :func:`link_loss` (false positive 1, false negative ``fn_cost``).
     evaluate : callable
         ``evaluate(w)`` -> ``{"heldout_aer"}`` (exact MAP predictions).
     description : str
@@ -691,19 +699,21 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
         raise InvalidInputError(f"lam must be a positive number or None, got {lam!r}")
     task = load_fertility_alignment(data_dir, n_heldout=n_heldout, random_state=seed, fertility_en=fertility_en,
                                     fertility_fr=fertility_fr)
-    model = FertilityModel(task.base.n_features, fertility_en, fertility_fr, markov)
+    model = FertilityModel(task.base.n_features, fertility_en, fertility_fr, markov, penalty=penalty)
+    loss = link_loss(1.0, fn_cost)
     n = len(task.X_train) if n_train is None else min(int(n_train), len(task.X_train))
     cv = ""
     if lam is None:
-        chosen = select_lam(task, model, lams, cv_folds, cv_passes, n, seed)
+        chosen = select_lam(task, model, lams, cv_folds, cv_passes, n, seed, loss)
         lam = chosen["lam"]
         cv = " (cross-validated AER: " + ", ".join(f"{k:g}: {v:.4f}" for k, v in chosen["scores"].items()) + ")"
-    problem = SSVMProblem(model, task.X_train[:n], task.Y_train[:n], link_loss(), float(lam))
+    problem = SSVMProblem(model, task.X_train[:n], task.Y_train[:n], loss, float(lam))
 
     def evaluate(w: np.ndarray) -> dict[str, float]:
         return {"heldout_aer": task.evaluate([model.predict(x, w) for x in task.X_test])}
 
     description = (f"Hansards word alignment with fertility <= {fertility_en} (English) / {fertility_fr} (French)"
+                   f"{', learned fertility costs' if model.penalty else ''}"
                    f"{', Markov ' + '+'.join(model.markov) if model.markov else ''} ({n} training / "
                    f"{len(task.X_test)} held-out pairs), λ={float(lam):g}{cv}")
     return problem, evaluate, description

@@ -71,9 +71,9 @@ def test_flow_with_fertility_costs_equals_branch_and_bound(seed):
 def test_fertility_costs_charge_links_beyond_the_first():
     model = af.FertilityModel(1, 3, 1, penalty=True)
     x = np.ones((1, 3, 1))
-    w = np.array([1.0, 0.6, 0.0])  # each link gains 1; a second or third link of the English word costs 0.6
+    w = np.array([1.0, 0.0, 0.6, 0.0])  # each link gains 1 (no bias); a second or third link costs 0.6
     assert model.predict(x, w).sum() == 3
-    w = np.array([1.0, 1.5, 0.0])  # extra links cost more than they gain
+    w = np.array([1.0, 0.0, 1.5, 0.0])  # extra links cost more than they gain
     assert model.predict(x, w).sum() == 1
     theta = model.potentials(x, w)
     mu = model.structure.stats(np.array([1, 1, 0]), theta)  # two links: one of the two slacks stays on
@@ -86,7 +86,7 @@ def test_flow_matches_brute_force_on_tiny_graphs():
     for _ in range(60):
         L, R = (int(v) for v in rng.integers(1, 4, size=2))
         model = af.FertilityModel(2, int(rng.integers(1, 3)), int(rng.integers(1, 3)))
-        theta = model.potentials(rng.normal(size=(L, R, 2)), rng.normal(size=2))
+        theta = model.potentials(rng.normal(size=(L, R, 2)), rng.normal(size=model.n_params))
         y, value = _brute_force(theta)
         got = af.bmatching(theta)
         fg = theta.factor_graph
