@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from structopt.archive import decode, encode, read_archive, write_archive
 from structopt.errors import InvalidInputError, NotSupportedError
@@ -355,7 +354,7 @@ class Monitor:
                              "disable": not options.get("progress", False),
                              "bar_format": "{desc}: {percentage:3.0f}%|{bar}| {n:.4g}/{total:g} passes "
                                            "[{elapsed}<{remaining}{postfix}]"}
-        self._bar: tqdm | None = None  # created when the optimisation starts (after any kernel loading)
+        self._bar: Any = None  # a tqdm bar, created when the optimisation starts (after any kernel loading)
         self.stop_reason = ""
 
     # ----- budget and fingerprint
@@ -457,8 +456,10 @@ class Monitor:
         if self._bar is not None:
             self._bar.close()
 
-    def _progress(self) -> tqdm:
+    def _progress(self) -> Any:
         if self._bar is None:
+            from tqdm.auto import tqdm  # imported with the first bar: most runs in tests and scripts show none
+
             self._bar = tqdm(**self._bar_options)
         return self._bar
 
