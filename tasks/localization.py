@@ -188,6 +188,33 @@ def voc_box(bndbox: ET.Element, size: tuple[int, int], xml_path: Path, where: st
     return max(y0 - 1, 0), max(x0 - 1, 0), min(y1, h), min(x1, w)
 
 
+def voc_annotation(xml_path: Path, images: Path) -> tuple[Path, tuple[int, int], list[tuple[int, int, int, int]]]:
+    """One Pascal VOC XML annotation: the image it names (in the folder ``images``), the (height, width)
+    it declares and the box of every object (0-based, end-exclusive), each checked.
+
+    Raises
+    ------
+    DataNotFoundError
+        The named image does not exist.
+    InvalidInputError
+        Naming the XML file: malformed XML, a missing element, a size that is not positive integers,
+        a box outside the image.
+    """
+    tree = _parse_xml(xml_path)
+    image = images / _xml_text(tree, "filename", xml_path, "annotation/")
+    if not image.is_file():
+        raise DataNotFoundError(f"{xml_path}: its image {image} does not exist")
+    width = _xml_number(tree, "size/width", xml_path, "annotation/")
+    height = _xml_number(tree, "size/height", xml_path, "annotation/")
+    if width < 1 or height < 1 or not float(width).is_integer() or not float(height).is_integer():
+        raise InvalidInputError(f"{xml_path}: <annotation/size> must be positive integers, got "
+                                f"width {width:g} and height {height:g}")
+    size = (int(height), int(width))
+    boxes = [voc_box(_xml_find(obj, "bndbox", xml_path, f"object {k}/"), size, xml_path, f"object {k}/")
+             for k, obj in enumerate(tree.findall("object"))]
+    return image, size, boxes
+
+
 def _raccoon_items(root: Path) -> tuple[list[Item], int]:
     def number(path: Path) -> int:
         found = re.findall(r"\d+", path.stem)
@@ -195,21 +222,9 @@ def _raccoon_items(root: Path) -> tuple[list[Item], int]:
 
     items, dropped, named = [], 0, set()
     for xml_path in sorted((root / "annotations").glob("*.xml"), key=lambda p: (number(p), p.name)):
-        tree = _parse_xml(xml_path)
-        filename = _xml_text(tree, "filename", xml_path, "annotation/")
-        image = root / "images" / filename
-        if not image.is_file():
-            raise DataNotFoundError(f"{xml_path}: its image {image} does not exist")
-        named.add(image.name)
-        width = _xml_number(tree, "size/width", xml_path, "annotation/")
-        height = _xml_number(tree, "size/height", xml_path, "annotation/")
-        if width < 1 or height < 1 or not float(width).is_integer() or not float(height).is_integer():
-            raise InvalidInputError(f"{xml_path}: <annotation/size> must be positive integers, got "
-                                    f"width {width:g} and height {height:g}")
-        size = (int(height), int(width))
         # every object is checked, also in images dropped for having several
-        boxes = [voc_box(_xml_find(obj, "bndbox", xml_path, f"object {k}/"), size, xml_path, f"object {k}/")
-                 for k, obj in enumerate(tree.findall("object"))]
+        image, size, boxes = voc_annotation(xml_path, root / "images")
+        named.add(image.name)
         if len(boxes) != 1:
             dropped += 1
             continue

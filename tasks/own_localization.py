@@ -37,18 +37,14 @@ from structopt.tasks.localization import (
     _check_size,
     _image_counts,
     _image_descriptors,
-    _parse_xml,
     _read_grey,
-    _xml_find,
-    _xml_number,
-    _xml_text,
     cell_box,
     detection_rate,
     foreground_features,
     mean_box_prior,
     mean_iou,
     rescale_box,
-    voc_box,
+    voc_annotation,
 )
 from structopt.tasks.own_common import (
     BuiltTask,
@@ -165,18 +161,7 @@ def read_voc_boxes(annotations: str | os.PathLike, images: str | os.PathLike) ->
     items: list[Item] = []
     listed: set[Path] = set()
     for xml_path in files:
-        tree = _parse_xml(xml_path)
-        image = images / _xml_text(tree, "filename", xml_path, "annotation/")
-        if not image.is_file():
-            raise DataNotFoundError(f"{xml_path}: its image {image} does not exist")
-        width = _xml_number(tree, "size/width", xml_path, "annotation/")
-        height = _xml_number(tree, "size/height", xml_path, "annotation/")
-        if width < 1 or height < 1 or not float(width).is_integer() or not float(height).is_integer():
-            raise InvalidInputError(f"{xml_path}: <annotation/size> must be positive integers, got width {width:g} "
-                                    f"and height {height:g}")
-        size = (int(height), int(width))
-        boxes = [voc_box(_xml_find(obj, "bndbox", xml_path, f"object {k}/"), size, xml_path, f"object {k}/")
-                 for k, obj in enumerate(tree.findall("object"))]
+        image, size, boxes = voc_annotation(xml_path, images)
         if len(boxes) != 1:
             raise InvalidInputError(f"{xml_path}: {len(boxes)} objects; the model predicts exactly one box per image")
         _check_size(image, size, xml_path)
