@@ -93,7 +93,7 @@ def test_marginal_oracle_paths_match_enumeration(seed):
     paths = [({}, {"elimination"}),
              ({"max_elimination_table": 0, "try_lp": False, "map_solver": "cpsat"}, {"cpsat"}),
              ({"max_elimination_table": 0, "map_solver": "cpsat"}, {"lp", "cpsat"}),
-             ({"max_elimination_table": 0}, {"bnb", "cpsat"})]
+             ({"max_elimination_table": 0, "map_solver": "bnb"}, {"bnb", "cpsat"})]
     for kwargs, solvers in paths:
         result = MarginalPolytopeOracle(mrf, **kwargs)(theta)
         assert result.value == pytest.approx(best, abs=1e-6)
@@ -123,8 +123,8 @@ def test_bnb_oracle_is_exact_only_when_proven_and_backs_off():
     # branch; with no time it proves nothing and CP-SAT answers, the certificate keeps proven bounds
     rng = np.random.default_rng(4)
     mrf = ising_grid(3, 4, 3.0, rng)
-    starved = MarginalPolytopeOracle(mrf, max_elimination_table=0, bnb_seconds=1e-9)
-    roomy = MarginalPolytopeOracle(mrf, max_elimination_table=0, bnb_seconds=30.0)
+    starved = MarginalPolytopeOracle(mrf, max_elimination_table=0, map_solver="bnb", bnb_seconds=1e-9)
+    roomy = MarginalPolytopeOracle(mrf, max_elimination_table=0, map_solver="bnb", bnb_seconds=30.0)
     for _ in range(6):
         theta = rng.normal(size=mrf.dim) * 2
         best = best_vertex_value(mrf, theta)

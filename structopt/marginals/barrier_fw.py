@@ -161,12 +161,12 @@ _CONTRACTION = in_interval(0.0, 0.25, False, True)
                   max_iter=optional(positive_int), time_limit=optional(positive), tol=non_negative, rho_iters=count,
                   delta_init=_CONTRACTION, fixed_delta=optional(_CONTRACTION), correction=boolean,
                   correction_steps=positive_int, local_search=count, oracle_time_limit=optional(positive),
-                  map_solver=one_of("bnb", "cpsat"), progress=boolean)
+                  map_solver=one_of("cpsat", "bnb"), progress=boolean)
 def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarray = "optimize",
                max_iter: int | None = 2000, time_limit: float | None = None, tol: float = 0.5,
                rho_iters: int = 10, delta_init: float = 0.01, fixed_delta: float | None = None,
                correction: bool = True, correction_steps: int = 200, local_search: int = 0,
-               oracle_time_limit: float | None = None, map_solver: str = "bnb",
+               oracle_time_limit: float | None = None, map_solver: str = "cpsat",
                progress: bool = False) -> InferenceResult:
     """Marginals and an upper bound on log Z by Barrier Frank-Wolfe on the TRW objective.
 
@@ -205,11 +205,12 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
         vertex joins the atoms. Cheap, and it cuts the number of (expensive) exact MAP calls.
     oracle_time_limit : float, optional
         Per-call limit of the CP-SAT MAP solver (its proven bound then enters the certificate).
-    map_solver : {"bnb", "cpsat"}
-        Over 𝓜, when neither min-cut nor variable elimination applies: branch-and-bound over AD3
-        (warm-started across calls; CP-SAT only when it is not proven optimal within a second) or
-        CP-SAT alone (see :class:`~structopt.marginals.oracles.MarginalPolytopeOracle`). Either way the
-        certificate uses only proven bounds.
+    map_solver : {"cpsat", "bnb"}
+        Over 𝓜, when neither min-cut nor variable elimination applies: CP-SAT (default) or
+        branch-and-bound over AD3 first (warm-started across calls; CP-SAT when it is not proven
+        optimal within half a second), see :class:`~structopt.marginals.oracles.MarginalPolytopeOracle`
+        and ``benchmarks/barrier_fw_map_oracle_results.md``. Either way the certificate uses only
+        proven bounds.
     progress : bool
         Show a progress bar over oracle calls.
 
