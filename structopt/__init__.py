@@ -29,6 +29,7 @@ _LAZY: dict[str, str] = {
                      "LPStructure", "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Structure",
                      "TreePotentials", "TreeStructure", "VectorPotentials"), "structopt.structures"),
     "StructuredSVM": "structopt.estimator",
+    **dict.fromkeys(("SavedModel", "load_model", "save_model"), "structopt.saved_model"),  # trained models on disk
     **dict.fromkeys(("map_inference", "MAPResult"), "structopt.marginals.map"),  # MAP for UAI models
 }
 
@@ -53,6 +54,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "SavedModel",
+    "load_model",
+    "save_model",
     "BinaryGrid",
     "BipartiteMatching",
     "BoundingBox",
