@@ -54,9 +54,6 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "SavedModel",
-    "load_model",
-    "save_model",
     "BinaryGrid",
     "BipartiteMatching",
     "BoundingBox",
@@ -92,6 +89,7 @@ __all__ = [
     "OracleResult",
     "Result",
     "SSVMProblem",
+    "SavedModel",
     "StructoptError",
     "Structure",
     "StructuredSVM",
@@ -102,5 +100,7 @@ __all__ = [
     "WeightedHamming",
     "__version__",
     "get_solver",
+    "load_model",
     "map_inference",
+    "save_model",
 ]
