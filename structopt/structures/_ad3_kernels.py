@@ -168,6 +168,17 @@ def pair_closed_form(c1, c2, c12):
     return z1, 1.0 - z2f, z1 - min(z1, z2f)
 
 
+@njit(cache=True, inline="always")
+def _store_pair(qt, qe, t0, ta, tb, z1, z2, z12):
+    """Write a binary pairwise factor's marginal table and its two variables' copies from (z1, z2, z12)."""
+    qt[t0] = 1.0 - z1 - z2 + z12
+    qt[t0 + 1] = z2 - z12
+    qt[t0 + 2] = z1 - z12
+    qt[t0 + 3] = z12
+    qe[ta], qe[ta + 1] = 1.0 - z1, z1
+    qe[tb], qe[tb + 1] = 1.0 - z2, z2
+
+
 # --------------------------------------------------------------------------- dense factors: active set
 @njit(cache=True)
 def _decode(cfg, f, fptr, evar, vstates, out):
@@ -450,12 +461,7 @@ def local_qp(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, tof
             c2 += (th01 - th00) / (2.0 * eta)
             c12 = (th00 - th01 - th10 + th11) / (2.0 * eta)
             z1, z2, z12 = pair_closed_form(c1, c2, c12)
-            qt[t0] = 1.0 - z1 - z2 + z12
-            qt[t0 + 1] = z2 - z12
-            qt[t0 + 2] = z1 - z12
-            qt[t0 + 3] = z12
-            qe[ta], qe[ta + 1] = 1.0 - z1, z1
-            qe[tb], qe[tb + 1] = 1.0 - z2, z2
+            _store_pair(qt, qe, t0, ta, tb, z1, z2, z12)
             return True
         return dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta, acfg, aw, aoff,
                         acount, qe, qt, max_inner)
@@ -866,12 +872,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                                                                    + th01 - th00)
                 c12 = half_inv * (th00 - th01 - th10 + th11)
                 z1, z2, z12 = pair_closed_form(c1, c2, c12)
-                qt[t0] = 1.0 - z1 - z2 + z12
-                qt[t0 + 1] = z2 - z12
-                qt[t0 + 2] = z1 - z12
-                qt[t0 + 3] = z12
-                qe[ta], qe[ta + 1] = 1.0 - z1, z1
-                qe[tb], qe[tb + 1] = 1.0 - z2, z2
+                _store_pair(qt, qe, t0, ta, tb, z1, z2, z12)
                 continue
             for e in range(fptr[f], fptr[f + 1]):
                 i = evar[e]
