@@ -106,6 +106,7 @@ API_MODULES: list[tuple[str, str]] = [
     ("structopt.solvers", "Solvers"),
     ("structopt.solvers.base", "Solver machinery: options, results, the run loop, checkpoints"),
     ("structopt.estimator", "scikit-learn estimator"),
+    ("structopt.saved_model", "Saved models: trained weights and preprocessing on disk"),
     ("structopt.marginals", "Marginal inference and MAP for UAI models"),
     ("structopt.validate", "Validation of structures and models"),
     ("structopt.parallel", "Executors: processes and dask"),
@@ -114,12 +115,14 @@ API_MODULES: list[tuple[str, str]] = [
     ("structopt.archive", "Sealed archives (checkpoints)"),
     ("structopt.interrupt", "Ctrl-C handling"),
     ("structopt.errors", "Errors"),
+    ("structopt.options", "Option checks"),
     ("structopt.smoothing", "Smoothed max operators"),
     ("structopt.tasks.ocr", "Task: OCR handwriting"),
     ("structopt.tasks.conll", "Task: CoNLL chunking and NER"),
     ("structopt.tasks.alignment", "Task: word alignment"),
     ("structopt.tasks.horses", "Task: figure-ground segmentation"),
     ("structopt.tasks.localization", "Task: object localization"),
+    ("structopt.tasks.own_data", "Your own data: sequence, segmentation, boxes, bitext"),
 ]
 
 #: names left out of the reference on purpose (with the reason)
@@ -222,19 +225,10 @@ _write_if_changed(DOCS / "guide" / "_solver_options.md", solver_option_tables() 
 # documented object's full name: (text in the raw docstring, replacement).
 # ---------------------------------------------------------------------------------------------
 DOCSTRING_MENDS: dict[str, list[tuple[str, str]]] = {
-    # structopt/models/chain.py: the closing paragraph sits inside "Parameters" (napoleon reads it
-    # as one more parameter); it belongs under a "Notes" heading
-    "structopt.models.ChainModel": [("\nFused passes over a whole problem",
-                                     "\nNotes\n-----\nFused passes over a whole problem")],
-    # structopt/marginals/trw.py, structures/factor_graph.py, tasks/alignment.py: |x| is a
-    # reStructuredText substitution; the absolute values / set sizes need ``...`` or \\|
+    # structopt/marginals/trw.py, structures/factor_graph.py: |x| is a reStructuredText substitution;
+    # the absolute values / set sizes need ``...`` or \\|
     "structopt.marginals.spanning_tree_rho": [("|component|", "``|component|``")],
     "structopt.structures.FactorGraph.ad3": [("|", "\\|")],
-    "structopt.tasks.alignment": [("(|A∩S| + |A∩P|) / (|A| + |S|)", "``(|A∩S| + |A∩P|) / (|A| + |S|)``")],
-    # tasks/localization.py: item 5 of the feature list is written inside item 4, so the list
-    # jumps from 4 to 6 (docutils ends the list there); item 5 needs its own line
-    "structopt.tasks.localization": [(", and 5. their\n   counts averaged", ";\n5. their counts averaged")],
-    "structopt.tasks.alignment.aer": [("(|A∩S| + |A∩P|) / (|A| + |S|)", "``(|A∩S| + |A∩P|) / (|A| + |S|)``")],
 }
 
 

@@ -267,3 +267,6 @@ def load_model(path: str | os.PathLike) -> SavedModel:
         raise InvalidInputError(f"model {path} is malformed (task or preprocessing of the wrong kind)")
     return SavedModel(model, w, loss, task, preprocessing, info if isinstance(info, dict) else {},
                       str(meta.get("structopt_version", "")), str(path))
+
+
+__all__ = ["LOSS_TYPES", "MODEL_TYPES", "SavedModel", "build_model", "describe_model", "load_model", "save_model"]

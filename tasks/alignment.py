@@ -8,7 +8,7 @@ co-occurrence is counted over all their sentences (unsupervised: it never looks 
 Training targets are one-to-one: the gold has many-to-one *sure* links (about 80 English words
 have several), so the target is a maximum-cardinality one-to-one subset of the sure links, ties
 broken by larger Dice and then by closeness to the diagonal (a max-weight matching restricted to
-sure links). Evaluation uses the full gold: AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|), with S the
+sure links). Evaluation uses the full gold: AER = 1 - ``(|A∩S| + |A∩P|) / (|A| + |S|)``, with S the
 sure links and P the sure plus possible links, summed over the evaluated sentence pairs.
 """
 
@@ -304,7 +304,7 @@ def links(y: np.ndarray) -> set[tuple[int, int]]:
 
 
 def aer(predicted: list[set[tuple[int, int]]], pairs: list[SentencePair]) -> float:
-    """Alignment error rate summed over the pairs: 1 - (|A∩S| + |A∩P|) / (|A| + |S|)."""
+    """Alignment error rate summed over the pairs: 1 - ``(|A∩S| + |A∩P|) / (|A| + |S|)``."""
     if len(predicted) != len(pairs):
         raise InvalidInputError(f"{len(predicted)} predicted alignments for {len(pairs)} sentence pairs")
     a_s = a_p = n_a = n_s = 0

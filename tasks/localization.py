@@ -24,8 +24,8 @@ whole image sums to ``sqrt(H W)`` times a distribution (the word groups) or the 
    (zero padding): a cell's surroundings, which tell object from background far better than
    its own four descriptors;
 3. ``n_words`` words of HOG at twice the scale (blocks of 2 x 2 cells, own codebook);
-4. ``n_colours`` CIE-Lab colour words (codebook on pixels of the training images), and 5. their
-   counts averaged over a ``colour_context`` window (grey images only have lightness words);
+4. ``n_colours`` CIE-Lab colour words (codebook on pixels of the training images);
+5. their counts averaged over a ``colour_context`` window (grey images only have lightness words);
 6. separable position indicators: the cell's row bin and its column bin out of
    ``position_bins`` each (``2 * position_bins`` features: a spatial prior, the size/shape part
    of which a sum over cells can express through these and the area term);

@@ -36,6 +36,8 @@ class ChainModel(Model):
         then takes the generic path: the fused kernels serve only what ``kernel_oracles()`` lists).
         Its ``n_states`` must equal ``n_states``; masks then belong to it (not to this call).
 
+    Notes
+    -----
     Fused passes over a whole problem are the chain kernel family's (:mod:`structopt.fused.chain`).
     """
 
