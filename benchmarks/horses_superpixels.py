@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
         "",
         "| step | CPU s |",
         "| --- | ---: |",
-        f"| features + stacked score (cache {'hit' if t_load < 60 else 'miss or stacking'}) | {t_load:.0f} |",
+        f"| features (from the sealed cache when present) + cross-fitted stacked score | {t_load:.0f} |",
         f"| cross-validation ({len(args.lams)} λ × 3 folds) | {t_cv:.0f} |",
         f"| BCFW training, {args.passes:g} passes ({calls} AD3 oracle calls, {1e3 * t_train / max(calls, 1):.1f} ms "
         f"per step) | {t_train:.0f} |",

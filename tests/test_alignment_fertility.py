@@ -229,6 +229,7 @@ def test_training_with_markov_factors_runs_on_ad3():
 @pytest.mark.slow
 @needs_data("hansards")
 def test_real_hansards_beats_the_matching_target():
-    problem, evaluate, _ = af.build_task(lam=0.01)
-    result = bcfw(problem, max_passes=10, random_state=0)
-    assert evaluate(result.w)["heldout_aer"] < 0.20
+    # benchmarks/alignment_fertility_results.md: 0.185 with fertility costs, 0.166 with diagonal Markov factors
+    problem, evaluate, _ = af.build_task(lam=1e-3)
+    result = bcfw(problem, max_passes=30, random_state=0)
+    assert evaluate(result.w)["heldout_aer"] < 0.18
