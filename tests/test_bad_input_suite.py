@@ -427,8 +427,9 @@ def all_cases() -> list[tuple[str, Callable]]:
 LEFT_OUT: dict[str, str] = {}  # none today
 
 
-def outcome(call: Callable, seconds: float = 10.0) -> str:
-    """'refused', 'silent', 'hang' or 'other: <exception type>' for one case."""
+def outcome(call: Callable, seconds: float = 60.0) -> str:
+    """'refused', 'silent', 'hang' or 'other: <exception type>' for one case (a hang: no answer within
+    ``seconds``, which leaves room for a kernel's first compile on a loaded machine with a cold cache)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
