@@ -349,14 +349,14 @@ ACCEPTED: dict[str, tuple[str, ...]] = {
     "mu": ("frac",), "gamma0": ("none", "frac"), "t0": ("none", "frac"), "learning_rate": ("none", "frac"),
     "L": ("none", "frac"), "kappa": ("none", "frac"), "alpha0": ("none", "frac"), "step": ("none", "frac"),
     "z_weight": ("none", "frac"), "eps0": ("none", "frac"), "inner_steps": ("none",), "iterate": ("none",),
-    "k": (), "power_iters": (),
+    "k": (), "power_iters": (), "cache_size": ("zero",),  # 0: no cache (plain BCFW steps)
 }
 #: options whose generic bad set is the one for strings (a fixed set of choices)
 CHOICES = {"averaging", "sampling", "kind", "iterate", "schedule", "geometry", "centre", "w_block", "inner",
-           "smoothing", "accept"}
+           "smoothing", "accept", "steps", "mu_schedule"}
 BOOLEANS = {"progress", "fused", "line_search", "guard", "sgd_init", "warm_start", "backtracking", "memory_light",
             "warm_projections", "keep_z"}
-COUNTS = {"batch_size", "k", "power_iters", "inner_steps", "n_workers", "random_state"}
+COUNTS = {"batch_size", "k", "power_iters", "inner_steps", "n_workers", "random_state", "cache_size"}
 PATHS = {"checkpoint", "resume"}
 
 
