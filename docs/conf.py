@@ -224,12 +224,7 @@ _write_if_changed(DOCS / "guide" / "_solver_options.md", solver_option_tables() 
 # the fix to make in the source; a mend whose text is no longer there is skipped). Keyed by the
 # documented object's full name: (text in the raw docstring, replacement).
 # ---------------------------------------------------------------------------------------------
-DOCSTRING_MENDS: dict[str, list[tuple[str, str]]] = {
-    # structopt/marginals/trw.py, structures/factor_graph.py: |x| is a reStructuredText substitution;
-    # the absolute values / set sizes need ``...`` or \\|
-    "structopt.marginals.spanning_tree_rho": [("|component|", "``|component|``")],
-    "structopt.structures.FactorGraph.ad3": [("|", "\\|")],
-}
+DOCSTRING_MENDS: dict[str, list[tuple[str, str]]] = {}
 
 
 def _mend_docstring(app, what, name, obj, options, lines):

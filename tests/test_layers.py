@@ -13,14 +13,9 @@ import structopt
 
 ROOT = Path(structopt.__file__).resolve().parent
 
-#: private imports across packages that predate the rule, outside the fast paths (importer, imported
-#: module; validate is becoming a package): remove an entry when its import goes, never add one
-KNOWN = {
-    ("structopt.marginals.oracles", "structopt.structures._ilp"),
-    ("structopt.marginals.oracles", "structopt.structures._mincut"),
-    ("structopt.validate", "structopt.structures._minnorm"),
-    ("structopt.validate.oracles", "structopt.structures._minnorm"),
-}
+#: private imports across packages that predate the rule: none left (keep it empty; a layer that needs a
+#: structure's backend imports it from structopt.structures.backends)
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _module_names(path: Path) -> tuple[str, str]:

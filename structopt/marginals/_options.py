@@ -1,6 +1,6 @@
 """Option checks of the inference methods: every keyword is validated before any work, with errors naming it.
 
-The checks are the solvers' (:mod:`structopt.solvers.base`), so ``time_limit=0`` or ``tol=nan`` get
+The checks are the solvers' (:mod:`structopt.options`), so ``time_limit=0`` or ``tol=nan`` get
 the same message from ``barrier_fw`` as from ``bcfw`` and from the command line.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError
 from structopt.marginals.mrf import PairwiseMRF
-from structopt.solvers.base import boolean, non_negative, one_of, optional, positive, positive_int, random_state_option
+from structopt.options import boolean, non_negative, one_of, optional, positive, positive_int, random_state_option
 
 Check = Callable[[str, Any], None]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from structopt.errors import InvalidInputError
+from structopt.errors import InvalidInputError, refuse_nonfinite
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,8 +77,7 @@ class PairwiseMRF:
             if u.ndim != 1 or u.size == 0:
                 raise InvalidInputError(f"variable {i}: "
                                         f"unary potential must be a non-empty 1-D array, got shape {u.shape}")
-            if np.isnan(u).any() or np.isposinf(u).any():
-                raise InvalidInputError(f"variable {i}: unary potential contains NaN or +inf")
+            refuse_nonfinite(u, f"variable {i}: unary potential", allow_neginf=True)
         cards = np.array([u.size for u in unary], dtype=np.int64)
         n = cards.size
         edge_arr = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
@@ -92,8 +91,7 @@ class PairwiseMRF:
             if table.shape != (cards[i], cards[j]):
                 raise InvalidInputError(f"edge {e} ({i}, {j}): table shape {table.shape}, "
                                         f"expected {(int(cards[i]), int(cards[j]))}")
-            if np.isnan(table).any() or np.isposinf(table).any():
-                raise InvalidInputError(f"edge {e} ({i}, {j}): pairwise potential contains NaN or +inf")
+            refuse_nonfinite(table, f"edge {e} ({i}, {j}): pairwise potential", allow_neginf=True)
             if i > j:
                 i, j, table = j, i, table.T
             tables[(i, j)] = tables[(i, j)] + table if (i, j) in tables else table

@@ -44,7 +44,7 @@ from scipy.sparse import csr_matrix
 from structopt.errors import InvalidInputError
 from structopt.interrupt import interruptible
 from structopt.marginals.mrf import PairwiseMRF
-from structopt.structures._ilp import highs_solve
+from structopt.structures.backends import highs_solve
 
 
 @dataclass
@@ -85,7 +85,7 @@ def _mincut_map(mrf: PairwiseMRF, theta: np.ndarray) -> tuple[np.ndarray, float]
     E = −score; per edge E(xi, xj) = A + (C−A)xi + (D−C)xj + (B+C−A−D)(1−xi)xj with A..D the energies of
     00, 01, 10, 11; x_i = 1 puts i on the sink side.
     """
-    from structopt.structures._mincut import ortools_min_cut
+    from structopt.structures.backends import ortools_min_cut
 
     n = mrf.n_nodes
     node, edge = _edge_tables_binary(mrf, theta)

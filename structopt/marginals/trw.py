@@ -117,7 +117,7 @@ def spanning_tree_rho(mrf: PairwiseMRF, weights: np.ndarray | None = None) -> np
 
     ρ_ij = w_ij R_ij, with R_ij the effective resistance between i and j in the graph whose edge
     conductances are w (w ≡ 1: the uniform distribution over spanning trees). Per connected
-    component Σ ρ = |component| − 1, 0 < ρ ≤ 1, and ρ ≡ 1 on a forest.
+    component Σ ρ = ``|component|`` − 1, 0 < ρ ≤ 1, and ρ ≡ 1 on a forest.
 
     Parameters
     ----------

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error
+from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, refuse_nonfinite
 from structopt.models.base import Model
 from structopt.structures.base import Polytope, Structure, check_flag, unsupported
 from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials, check_time_limit
@@ -187,8 +187,7 @@ class GraphStructure(Structure):
             arr = np.asarray(arr, dtype=np.float64)
             if arr.shape != shape:
                 raise example_error(index, f"graph potentials: {label} has shape {arr.shape}, expected {shape}")
-            if np.isnan(arr).any() or np.isposinf(arr).any():
-                raise example_error(index, f"graph potentials: {label} contains NaN or +inf")
+            refuse_nonfinite(arr, f"graph potentials: {label}", index, allow_neginf=True)
             fields.append(arr)
         return cls(*fields)
 

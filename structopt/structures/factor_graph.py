@@ -63,7 +63,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.errors import InvalidInputError, NotSupportedError, example_error, refuse_nonfinite
 from structopt.options import optional, positive
 from structopt.potentials import flatten
 from structopt.structures import _ad3_kernels as K
@@ -540,10 +540,7 @@ class FactorGraph(Structure):
                 raise example_error(index, f"FactorGraph potentials: {name} is not numeric") from None
             if arr.size != size:
                 raise example_error(index, f"FactorGraph potentials: {name} has {arr.size} entries, expected {size}")
-            if np.isnan(arr).any() or np.isposinf(arr).any():
-                bad = int(np.flatnonzero(np.isnan(arr) | np.isposinf(arr))[0])
-                raise example_error(index, f"FactorGraph potentials: {name}[{bad}] is {arr[bad]} (NaN and +inf are "
-                                           f"refused; -inf forbids an entry)")
+            refuse_nonfinite(arr, f"FactorGraph potentials: {name}", index, allow_neginf=True)
             fields.append(arr)
         for f in self._structs:
             block = fields[1][fl.toff[f]:fl.toff[f + 1]]
@@ -606,9 +603,9 @@ class FactorGraph(Structure):
         time_limit : float, optional
             Seconds; checked between chunks of iterations.
         tol_gap : float
-            ``optimal`` when the best labeling's score >= upper bound - tol_gap·(1 + |upper|).
+            ``optimal`` when the best labeling's score >= upper bound - tol_gap·(1 + ``|upper|``).
         tol_lp : float
-            LP convergence: residuals below ``tol_res`` and |g(λ) - primal| <= tol_lp·(1 + |g|).
+            LP convergence: residuals below ``tol_res`` and ``|g(λ) - primal| <= tol_lp·(1 + |g|)``.
         tol_res : float, optional
             Residual tolerance (sums of squares); default 1e-14 per agreement entry.
         bound_every : int

@@ -18,7 +18,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.smoothing import logsumexp
-from structopt.structures._minnorm import project_hull
+from structopt.structures.backends import project_hull
 from structopt.structures.base import Potentials, Structure, flatten, inner, random_like, unflatten
 
 #: what a check returns: agreement with enumeration, with the LP description, seconds, detail

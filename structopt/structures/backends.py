@@ -1,0 +1,17 @@
+"""The exact solvers behind the structures' oracles, for the layers that reuse them.
+
+- :func:`highs_solve`: an LP or MILP by HiGHS (interruptible), as ``LPStructure`` and the factor
+  graphs' ``lp`` method use it; the marginal-inference MAP oracle solves the local polytope with it.
+- :func:`ortools_min_cut`: a minimum s-t cut by OR-Tools, the binary grid's backend; the MAP oracle
+  uses it for submodular perturbed potentials.
+- :func:`project_hull`: the Euclidean projection onto the convex hull of given points (min-norm
+  point), which validation uses as the reference projection onto a polytope.
+"""
+
+from __future__ import annotations
+
+from structopt.structures._ilp import highs_solve
+from structopt.structures._mincut import ortools_min_cut
+from structopt.structures._minnorm import project_hull
+
+__all__ = ["highs_solve", "ortools_min_cut", "project_hull"]
