@@ -390,7 +390,8 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
     -------
     dict
         ``train`` / ``test``: ``{"X": list of GraphInput, "y": list of (N,) labels, "segments": list of
-        (H, W) region label images, "masks": list of (H, W) bool full-resolution masks, "names"}``;
+        (H, W) region label images, "masks": list of (H, W) bool full-resolution masks, "names",
+        "stacked": the raw stacked log-odds per node (None each without stacking)}``;
         ``model``: :class:`GraphModel` (2 states, symmetric pairwise weights); ``info``.
 
     Raises
@@ -449,6 +450,7 @@ def _assemble(data: dict[str, np.ndarray], names: list[str], is_test: np.ndarray
     edges = _split(data["edges"], n_edges)
     efeats = _split(data["edge_features"], n_edges)
     names_out = feature_names(n_textons)
+    scores: list[np.ndarray | None] = [None] * len(nodes)
     if stacked:
         scores = _stacked_scores(nodes, labels, ~is_test, n_folds, seed)
         nodes = [np.concatenate([s[:, None], x], axis=1) for s, x in zip(scores, nodes)]
@@ -467,7 +469,8 @@ def _assemble(data: dict[str, np.ndarray], names: list[str], is_test: np.ndarray
     def pick(sel: np.ndarray) -> dict[str, list]:
         index = np.flatnonzero(sel)
         return {"X": [X[i] for i in index], "y": [labels[i] for i in index], "segments": [segments[i] for i in index],
-                "masks": [masks[i] for i in index], "names": [names[i] for i in index]}
+                "masks": [masks[i] for i in index], "names": [names[i] for i in index],
+                "stacked": [scores[i] for i in index]}
 
     info = dict(info, n_images=len(names), feature_names=["bias", *names_out],
                 edge_feature_names=list(EDGE_FEATURE_NAMES), stacked=bool(stacked),
