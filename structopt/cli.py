@@ -534,6 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--dataset", default=None, choices=["horses", "raccoon"],
                        help=f"localization only (default {DEFAULT_DATASET}): the dataset (writes boxes.png of test "
                             "images beside the trace)")
+    train.add_argument("--graph", default=None, choices=["grid", "superpixels"],
+                       help="horses only (default grid): the 4-connected pixel grid, or SLIC superpixels with their "
+                            "region adjacency graph (a GraphModel trained with AD3; λ 0.01 by default)")
     train.add_argument("--out", default=None,
                        help="directory for trace.json, convergence.png and the saved model model.npz (default "
                             "runs/TASK); checked before training")

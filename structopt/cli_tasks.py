@@ -22,7 +22,7 @@ from structopt.errors import DataNotFoundError, InvalidInputError
 
 #: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization,
 #: the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py --select``)
-DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001,
+DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001, "horses superpixels": 0.01,
                "localization horses": 0.1, "localization raccoon": 0.001}
 
 #: localization's dataset when ``--dataset`` is not given
@@ -31,7 +31,11 @@ DEFAULT_DATASET = "horses"
 
 def task_key(args: argparse.Namespace) -> str:
     """The task and, for localization, its dataset: the key of :data:`DEFAULT_LAM`."""
-    return f"localization {args.dataset or DEFAULT_DATASET}" if args.task == "localization" else args.task
+    if args.task == "localization":
+        return f"localization {args.dataset or DEFAULT_DATASET}"
+    if args.task == "horses" and getattr(args, "graph", None) == "superpixels":
+        return "horses superpixels"
+    return args.task
 
 
 def task_lam(args: argparse.Namespace, n: int, task: str) -> float:
@@ -314,6 +318,9 @@ class HorsesTask(TaskSpec):
         from structopt.losses import Hamming
         from structopt.tasks.horses import load_horses, segmentation_scores
 
+        if getattr(args, "graph", None) == "superpixels":
+            return self._superpixels(args)
+
         data = load_horses(args.data)
         train, test, info = data["train"], data["test"], data["info"]
         problem = _problem(data["model"], train["X"], train["y"], Hamming(normalize=True), args, "horses")
@@ -328,6 +335,20 @@ class HorsesTask(TaskSpec):
         preprocessing = {"size": info["size"], "edge_features": info["edge_feature_names"], "mean": info["mean"],
                          "std": info["std"]}
         return Task(problem, evaluate, "Weizmann horses segmentation", preprocessing)
+
+    def _superpixels(self, args: argparse.Namespace) -> Task:
+        """``--graph superpixels``: SLIC region graphs, a GraphModel trained with AD3's relaxed oracle,
+        scored on pixels at full resolution (:mod:`structopt.tasks.horses_superpixels`). Its model is
+        not one the saved-model format describes: train prints that it was not saved."""
+        from structopt.tasks.horses_superpixels import build_task
+
+        lam = DEFAULT_LAM["horses superpixels"] if args.lam is None else args.lam
+        out = Path(args.out or "runs/horses")
+        problem, evaluate, description = build_task(args.data, n_train=args.n_train, lam=lam or 1.0, seed=args.seed,
+                                                    png=out / "test_masks.png", progress=not args.no_progress)
+        if lam == 0:  # --lam 0: 1/n for the n training images used (known once the task is built)
+            problem.lam = 1.0 / problem.n
+        return Task(problem, evaluate, description)
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.horses import gold_mask, image_input
@@ -455,6 +476,7 @@ SPLIT_TASKS = ("ocr",)
 
 #: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
 TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",)),
+                "--graph": ("graph", ("horses",)),
                 "--data": ("data", tuple(TASKS))}
 
 # the own-data tasks (structopt/cli_own.py) subclass the specs above; their flags join TASK_OPTIONS when

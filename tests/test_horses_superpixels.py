@@ -190,3 +190,18 @@ def test_real_horses_beat_the_pixel_grid():
     result = bcfw(problem, max_passes=10, random_state=0)
     scores = evaluate(result.w)
     assert scores["test_pixel_accuracy"] >= 0.90 and scores["test_foreground_iou"] >= 0.65
+
+
+@pytest.mark.slow
+@needs_data("horses")
+def test_cli_trains_horses_on_superpixels(tmp_path, capsys):
+    from structopt.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "horses", "--graph", "superpixels", "--n-train", "10", "--passes", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "test pixel accuracy" in captured.out and (out / "test_masks.png").is_file()
+    assert "not saved" in captured.err  # GraphModel is not a saved-model type: said, not silent
+    assert main(["train", "ocr", "--graph", "superpixels", "--out", str(tmp_path / "o")]) == 2
+    assert "--graph applies to horses only" in capsys.readouterr().err
