@@ -60,7 +60,7 @@ def test_segmentation_round_trip(tmp_path, capsys):
 
         io.imsave(gold / "figure_ground" / file.name, ((io.imread(file) > 0) * 255).astype(np.uint8),
                   check_contrast=False)
-    trained, predicted = _round_trip(tmp_path, capsys, [
+    _, predicted = _round_trip(tmp_path, capsys, [
         "segmentation", "--images", str(images), "--masks", str(masks), "--test-images", str(test_images),
         "--test-masks", str(test_masks)], str(gold))
     assert sorted(p.name for p in (tmp_path / "pred").iterdir()) == sorted(p.name for p in test_images.iterdir())
@@ -72,9 +72,12 @@ def test_segmentation_round_trip(tmp_path, capsys):
 def test_boxes_round_trip(tmp_path, capsys):
     images, rows = _box_images(tmp_path, 12, 0)
     csv = _write_boxes_csv(tmp_path / "boxes.csv", rows)
-    trained, predicted = _round_trip(tmp_path, capsys, ["boxes", "--images", str(images), "--boxes", str(csv),
-                                                        "--test-fraction", "0.25"], str(images))
-    assert (tmp_path / "pred").exists()
+    trained, _ = _round_trip(tmp_path, capsys, ["boxes", "--images", str(images), "--boxes", str(csv),
+                                                "--test-fraction", "0.25"], str(images))
+    assert trained["test_detection_rate"] >= 0.0
+    lines = (tmp_path / "pred").read_text().splitlines()  # a CSV row of cells and pixels per image
+    assert lines[0].startswith("name,") and sorted(line.split(",")[0] for line in lines[1:]) == sorted(
+        Path(row[0]).stem for row in rows)
 
 
 def test_bitext_round_trip(tmp_path, capsys):
