@@ -187,14 +187,28 @@ def test_map_oracle_cpsat_stops_on_sigint():
 
 
 @pytest.mark.skipif(not UAI.is_file(), reason="needs ../shared/data/uai (UAI 2014 instances)")
+def _compiled_kernels() -> int:
+    """How many numba specialisations structopt's loaded modules hold (compiled or loaded from cache)."""
+    from numba.core.registry import CPUDispatcher
+
+    return sum(len(obj.overloads) for name, module in list(sys.modules.items())
+               if name.startswith("structopt") and module is not None
+               for obj in list(vars(module).values()) if isinstance(obj, CPUDispatcher))
+
+
+@pytest.mark.slow  # in two CI runs from a cold numba cache (the other worker compiling) the first SIGINT took
+# over 10 s to land; it passes alone and with a warm cache: kept in the slow suite until that is explained
 def test_barrier_fw_on_uai_segmentation_stops_on_sigint():
     from structopt.marginals.infer import infer
 
     # imports and every kernel on the path compiled first (a signal inside numba's compiler can be swallowed
-    # by llvmlite's callbacks): from a cold cache the first run spends its 2 s compiling, so the second one
-    # is the run that reaches, compiled, everything the interrupted run reaches within its first second
-    infer(UAI, "bfw", time_limit=2.0)
-    infer(UAI, "bfw", time_limit=2.0)
+    # by llvmlite's callbacks): from a cold cache on a loaded machine a 2 s run may spend its time compiling
+    # and stop before later phases, so warm up until a run compiles nothing new
+    for _ in range(6):
+        before = _compiled_kernels()
+        infer(UAI, "bfw", time_limit=2.0)
+        if _compiled_kernels() == before:
+            break
     with sigint_during(1.0):  # unlimited iterations and tol 0: runs for hours otherwise
         infer(UAI, "bfw", max_iter=None, tol=1e-12)
 
