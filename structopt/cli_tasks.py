@@ -347,7 +347,7 @@ class HorsesTask(TaskSpec):
         problem, evaluate, description = build_task(args.data, n_train=args.n_train, lam=lam or 1.0, seed=args.seed,
                                                     png=out / "test_masks.png", progress=not args.no_progress)
         if lam == 0:  # --lam 0: 1/n for the n training images used (known once the task is built)
-            problem.lam = 1.0 / problem.n
+            problem = problem.with_lam(1.0 / problem.n)
         return Task(problem, evaluate, description)
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:

@@ -117,6 +117,11 @@ def _check_sequence(name: str, value: Any) -> None:
         raise InvalidInputError(f"{name} must be a sequence (e.g. a list) with one entry per example, "
                                 f"got {type(value).__name__}")
 
+def _check_lam(lam: Any) -> None:
+    if isinstance(lam, (bool, np.bool_)) or not isinstance(lam, numbers.Real) or not (np.isfinite(lam) and lam > 0):
+        raise InvalidInputError(f"lam must be a finite number > 0, got {lam!r}")
+
+
 class SSVMProblem:
     """A structural SVM training problem.
 
@@ -145,9 +150,7 @@ class SSVMProblem:
             raise InvalidInputError(f"X has {n_x} inputs but Y has {n_y} outputs")
         if n_x == 0:
             raise InvalidInputError("a problem needs at least one example")
-        if isinstance(lam, (bool, np.bool_)) or not isinstance(lam, numbers.Real) or not (
-                np.isfinite(lam) and lam > 0):
-            raise InvalidInputError(f"lam must be a finite number > 0, got {lam!r}")
+        _check_lam(lam)
         self.model = model
         self.structure = model.structure
         self.loss = loss
@@ -497,6 +500,24 @@ class SSVMProblem:
         ``executor`` when one is given)."""
         w = self.check_weights(w)
         return 0.5 * self.lam * float(w @ w) + self.mean_hinge(w, executor)
+
+    def with_lam(self, lam: float) -> SSVMProblem:
+        """The same problem with regularisation ``lam``: a shallow copy sharing inputs, outputs and loss
+        terms, without what depends on λ (the fused view and the fingerprint, rebuilt on demand).
+
+        Raises
+        ------
+        InvalidInputError
+            ``lam`` is not a finite number > 0.
+        """
+        import copy
+
+        _check_lam(lam)
+        out = copy.copy(self)
+        out.lam = float(lam)
+        for cached in ("_fused", "fused_refusal", "_fingerprint"):
+            out.__dict__.pop(cached, None)
+        return out
 
     def fused(self):
         """The fused view (:class:`structopt.fused.FusedProblem`) when a registered kernel family computes

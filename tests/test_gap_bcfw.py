@@ -202,11 +202,11 @@ def test_refusals():
 
 # --------------------------------------------------------------------------- regularisation path
 def test_regularization_path_certified_at_every_lambda():
-    from structopt.solvers.reg_path import _at_lam, regularization_path
+    from structopt.solvers.reg_path import regularization_path
 
     problem = random_multiclass_problem(2, n=10, n_classes=3, lam=1.0)
     lams = [1.0, 0.3, 0.1, 0.03]
-    optima = {lam: exact_primal(_at_lam(problem, lam))[0] for lam in lams}
+    optima = {lam: exact_primal(problem.with_lam(lam))[0] for lam in lams}
     for options in ({}, {"averaging": "none"},
                     {"sampling": "gap", "cache_size": 5, "steps": "pairwise", "averaging": "none"}):
         points = regularization_path(problem, lams, eps=0.01, max_passes=150, random_state=0,
@@ -215,7 +215,7 @@ def test_regularization_path_certified_at_every_lambda():
         assert [p.validation for p in points] == [float(p.w @ p.w) for p in points]
         for point in points:
             assert point.dual <= optima[point.lam] + 1e-9 <= point.primal + 2e-9, (options, point.lam)
-            assert _at_lam(problem, point.lam).primal(point.w) == pytest.approx(point.primal, rel=1e-12)
+            assert problem.with_lam(point.lam).primal(point.w) == pytest.approx(point.primal, rel=1e-12)
             assert point.reached == (point.gap <= 0.01 * point.primal)
             if options:  # the last iterate reaches 1% within the budget at every lambda
                 assert point.reached, (options, point.lam)

@@ -231,3 +231,19 @@ def test_zero_fields_of_examples_are_shared_and_read_only():
     for i in range(problem.n):
         _, values, _, _ = brute(problem, i, w)
         assert np.isclose(problem.max_oracle(i, w).value, values.max())
+
+
+def test_with_lam_shares_the_data_and_drops_what_depends_on_lam():
+    rng = np.random.default_rng(3)
+    p = chain_problem(rng, lam=0.1)
+    w = rng.normal(size=p.n_params)
+    fast, print_before = p.fused(), p.fingerprint()
+    q = p.with_lam(0.5)
+    assert q.lam == 0.5 and p.lam == 0.1 and q.X is p.X and q.Y is p.Y
+    assert q.mean_hinge(w) == pytest.approx(p.mean_hinge(w), rel=1e-12)
+    assert q.primal(w) - p.primal(w) == pytest.approx(0.5 * 0.4 * float(w @ w), rel=1e-9)
+    assert q.fingerprint() != print_before and p.fingerprint() == print_before
+    assert (q.fused() is None) == (fast is None) and (fast is None or q.fused() is not fast)
+    for bad in (0.0, -1.0, float("nan"), True, "0.1"):
+        with pytest.raises(InvalidInputError, match="lam"):
+            p.with_lam(bad)

@@ -13,7 +13,6 @@ gap) is not implemented: the grid is the caller's.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from dataclasses import dataclass
@@ -64,16 +63,6 @@ class PathPoint:
     seconds: float
     reached: bool
     validation: float | None = None
-
-
-def _at_lam(problem: SSVMProblem, lam: float) -> SSVMProblem:
-    """The same problem with regularisation ``lam``: a shallow copy that drops what depends on lambda (its
-    fingerprint and fused view, rebuilt on demand); everything else (inputs, loss terms) is shared."""
-    out = copy.copy(problem)
-    out.lam = float(lam)
-    for cached in ("_fused", "fused_refusal", "_fingerprint"):
-        out.__dict__.pop(cached, None)
-    return out
 
 
 def regularization_path(problem: SSVMProblem, lams, *, eps: float = 0.01, max_passes: float = 200,
@@ -132,7 +121,7 @@ def regularization_path(problem: SSVMProblem, lams, *, eps: float = 0.01, max_pa
     warm: tuple[BlockState, Any] | None = None
     previous_lam = None
     for lam in lams:
-        sub = _at_lam(problem, lam)
+        sub = problem.with_lam(lam)
         if warm is not None:
             blocks, gap = warm
             blocks.w *= previous_lam / lam  # w = A alpha / (lam n): alpha kept, lambda changed
