@@ -296,8 +296,31 @@ class _Featurizer:
     def __call__(self, corpus: Corpus) -> list[sp.csr_matrix]:
         if self.use_pos and corpus.pos is None:
             raise InvalidInputError(f"{corpus.source}: POS features requested but the file has no POS column")
-        lengths = corpus.lengths
-        n = corpus.n_tokens
+        lengths = np.asarray(corpus.lengths, dtype=np.int64)
+        wid = self.words.ids(corpus.words)
+        pid = self.pos.ids(corpus.pos) if self.use_pos else None
+        wtab = self.words.table()
+        ptab = self.pos.table()[:, 0] if self.use_pos else None
+        # whole sentences in chunks of about CHUNK_TOKENS tokens: the (tokens, ~50) key arrays of a whole
+        # corpus and their temporaries cost hundreds of MB at once; every sentence's matrix is the same
+        ends = np.cumsum(lengths)
+        cuts = np.searchsorted(ends, np.arange(self.CHUNK_TOKENS, int(ends[-1]) if ends.size else 0,
+                                               self.CHUNK_TOKENS), side="right")
+        out: list[sp.csr_matrix] = []
+        for a, b in itertools.pairwise([0, *np.unique(cuts).tolist(), lengths.size]):
+            if a == b:
+                continue
+            lo, hi = (int(ends[a - 1]) if a else 0), int(ends[b - 1])
+            out += self._sentences(wtab, ptab, wid[lo:hi], None if pid is None else pid[lo:hi], lengths[a:b])
+        return out
+
+    #: tokens featurised at once (whole sentences): bounds the memory of the hashing temporaries
+    CHUNK_TOKENS = 16384
+
+    def _sentences(self, wtab: np.ndarray, ptab: np.ndarray | None, wid: np.ndarray, pid: np.ndarray | None,
+                   lengths: np.ndarray) -> list[sp.csr_matrix]:
+        """The matrices of consecutive whole sentences (``wid``/``pid``: their tokens' type ids)."""
+        n = int(lengths.sum())
         starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
         t = np.arange(n) - starts  # position in the sentence
         size = np.repeat(lengths, lengths)
@@ -308,10 +331,6 @@ class _Featurizer:
             src = np.clip(np.arange(n) + o, 0, n - 1)
             return np.where(inside, ids[src], np.where(u < 0, bos, eos))
 
-        wid = self.words.ids(corpus.words)
-        pid = self.pos.ids(corpus.pos) if self.use_pos else None
-        wtab = self.words.table()
-        ptab = self.pos.table()[:, 0] if self.use_pos else None
         keys = []
         offsets = range(-self.window, self.window + 1)
         # key = template hash (32 bits) << 8 | offset slot: the same word at two offsets differs
@@ -326,7 +345,7 @@ class _Featurizer:
             for a, b, tag in ((p[0], p[1], 1), (p[1], p[2], 2)):
                 keys.append(((a << np.uint64(32)) ^ _mix64(b ^ np.uint64(tag << 40)))[:, None])
         keys.append(np.full((n, 1), _crc("bias"), dtype=np.uint64))
-        cols = (_mix64(np.hstack(keys)) % np.uint64(self.n_features)).astype(np.int64)
+        cols = (_mix64(np.hstack(keys)) % np.uint64(self.n_features)).astype(np.int32)
         return _rows_to_csr(cols, lengths, self.n_features)
 
 
