@@ -254,8 +254,9 @@ def pack_chain_problem(model, structure, X: list, node_costs: list[np.ndarray], 
     gram_off[1:] = np.cumsum(lengths * lengths)
     start, end = structure.boundary_bias()
     return ChainPack(
+        # copy=False: the stacked matrix is this function's own, so its float data need not be copied again
         indptr=stacked.indptr.astype(np.int64), indices=stacked.indices.astype(np.int64),
-        values=stacked.data.astype(np.float64), tok=tok,
+        values=stacked.data.astype(np.float64, copy=False), tok=tok,
         costs=np.ascontiguousarray(np.concatenate(node_costs), dtype=np.float64),
         const=np.asarray(consts, dtype=np.float64), n_states=S, n_features=F, start_end=bool(model.start_end),
         bias=bool(model.bias), gram=np.concatenate(grams), gram_off=gram_off,
