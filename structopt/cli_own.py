@@ -33,13 +33,35 @@ class OwnDataTask(TaskSpec):
 
 
 class OwnSegmentationTask(OwnDataTask):
-    """Segmentation of your images and masks; predicts like ``horses`` (the same preprocessing)."""
+    """Segmentation of your images and masks; featurises and writes like ``horses`` (the same
+    preprocessing), and reads gold masks as training read them (matched by stem, the saved threshold)."""
 
     preprocessing_types = HorsesTask.preprocessing_types
-    input_help = "segmentation: a folder of images (or one with gray/ and figure_ground/, the gold masks)"
+    input_help = ("segmentation: a folder of images, or a folder with images/ and masks/ (the gold, matched by file "
+                  "stem and read as training read them)")
     output_help = HorsesTask.output_help.replace("horses:", "segmentation:")
     default_output, output_is_folder = "masks", True
-    read_inputs, write, scores = HorsesTask.read_inputs, HorsesTask.write, HorsesTask.scores
+    write, scores = HorsesTask.write, HorsesTask.scores
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.horses import image_input
+        from structopt.tasks.own_common import image_files
+        from structopt.tasks.own_segmentation import gold_on_grid, paired_files
+
+        if (path / "images").is_dir() and (path / "masks").is_dir():
+            pairs = [(image, mask) for _, image, mask in paired_files(path / "images", path / "masks")]
+        else:
+            pairs = [(image, None) for _, image in sorted(image_files(path).items())]
+        threshold = saved.preprocessing.get("mask_threshold")
+        X, shapes, gold = [], [], []
+        for image, mask in pairs:
+            x, shape = image_input(image, saved.preprocessing)
+            X.append(x)
+            shapes.append(shape)
+            if mask is not None:
+                gold.append(gold_on_grid(mask, threshold, x.pixels.shape[:2], shape))
+        files = [image for image, _ in pairs]
+        return Inputs(X, gold if gold else None, {"files": files, "shapes": shapes})
 
 
 class OwnBoxesTask(OwnDataTask):
@@ -57,7 +79,7 @@ class OwnSequenceTask(OwnDataTask):
     optional (present when the file has it)."""
 
     preprocessing_types = (("tags", list), ("n_features", int), ("window", int), ("affix_lengths", list),
-                           ("token_column", int), ("feature_columns", (list, tuple)))
+                           ("token_column", int), ("label_column", int), ("feature_columns", (list, tuple)))
     input_help = ("sequence: a column file in the training file's layout (token and feature columns), the label "
                   "column optional")
     output_help = "sequence: the input columns and a predicted label column"
@@ -67,14 +89,14 @@ class OwnSequenceTask(OwnDataTask):
         from structopt.tasks.own_sequence import encode_labels, featurize_columns, read_columns, token_rows
 
         p = saved.preprocessing
-        token, label, features = int(p["token_column"]), p.get("label_column"), [int(c) for c in p["feature_columns"]]
+        token, label, features = int(p["token_column"]), int(p["label_column"]), [int(c) for c in p["feature_columns"]]
         rows = token_rows(path)
         width = len(rows[0]) if rows else 0
         # the label column is there when the file has a column beyond the token and feature columns
         # (label counted from the end) or reaches the label's column number
         needed = max(abs(c) for c in [token, *features])
-        has_gold = label is not None and (width > needed if int(label) < 0 else width >= int(label))
-        file = read_columns(path, token, int(label) if has_gold else None, features)
+        has_gold = width > needed if label < 0 else width >= label
+        file = read_columns(path, token, label if has_gold else None, features)
         (X,) = featurize_columns([file], int(p["n_features"]), int(p["window"]), [int(a) for a in p["affix_lengths"]])
         gold = encode_labels(file, list(p["tags"]), "error") if has_gold else None
         return Inputs(X, gold, {"rows": rows, "lengths": file.corpus.lengths})

@@ -289,15 +289,15 @@ def _pair_key(pair: Any) -> str:
 
 
 # --------------------------------------------------------------------------- horses
-_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
-
-
 def _images(folder: Path) -> list[Path]:
+    """The image files of a folder, sorted by name (the suffixes the own-data readers accept)."""
+    from structopt.tasks.own_common import IMAGE_SUFFIXES
+
     if not folder.is_dir():
         raise DataNotFoundError(f"{folder}: no such folder of images")
-    found = sorted(p for p in folder.iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES and p.is_file())
+    found = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not found:
-        raise InvalidInputError(f"{folder}: no image ({', '.join(_IMAGE_SUFFIXES)}) in it")
+        raise InvalidInputError(f"{folder}: no image ({', '.join(IMAGE_SUFFIXES)}) in it")
     return found
 
 

@@ -68,6 +68,17 @@ def paired_files(images: str | os.PathLike, masks: str | os.PathLike) -> list[tu
     return [(stem, by_image[stem], by_mask[stem]) for stem in sorted(by_image)]
 
 
+def gold_on_grid(path: Path, threshold: float | None, grid: tuple[int, int],
+                 image_shape: tuple[int, int]) -> np.ndarray:
+    """A gold mask file on the model's ``grid``, read as training reads masks (:func:`read_mask`); its
+    size must be its image's ``image_shape`` (height, width)."""
+    mask = read_mask(path, threshold)
+    if mask.shape != tuple(image_shape):
+        raise InvalidInputError(f"{path}: mask is {mask.shape[1]}x{mask.shape[0]} pixels but its image is "
+                                f"{image_shape[1]}x{image_shape[0]}")
+    return (_downscale(mask.astype(np.float64), grid) > 0.5).astype(np.int64)
+
+
 def read_mask(path: Path, threshold: float | None = None) -> np.ndarray:
     """A mask file as a boolean array (see the module docstring for the accepted values).
 
@@ -197,5 +208,6 @@ def build_segmentation(options: SegmentationOptions) -> BuiltTask:
     return BuiltTask(problem, evaluate, f"segmentation of {Path(str(options.images)).name}", preprocessing)
 
 
-__all__ = ["SegmentationOptions", "build_segmentation", "image_features", "load_segmentation", "paired_files",
+__all__ = ["SegmentationOptions", "build_segmentation", "gold_on_grid", "image_features", "load_segmentation",
+           "paired_files",
            "read_mask"]
