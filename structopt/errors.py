@@ -76,17 +76,31 @@ def numeric_array(value: object, what: str, index: int | None = None, finite: bo
     return array
 
 
-def refuse_nonfinite(array, what: str, index: int | None = None, allow_neginf: bool = False) -> None:
-    """Raise an :class:`InvalidInputError` naming the first NaN or infinite entry of ``array``.
+def refuse_nonfinite(fields, what: str, index: int | None = None, allow_neginf: bool = False) -> None:
+    """Raise an :class:`InvalidInputError` naming the first NaN or infinite entry of ``fields``.
 
-    With ``allow_neginf``, ``-inf`` is accepted (a forbidden entry of potentials) and only NaN and
-    ``+inf`` are refused. ``what`` names the array (and ``index`` the example) in the message.
+    ``fields`` is an iterable of ``(label, array)``; ``what`` names the potentials (and ``index`` the
+    example) in the message. With ``allow_neginf``, ``-inf`` is accepted (a forbidden entry, for
+    structures that honour it) and only NaN and ``+inf`` are refused. The scan is one ``isfinite``
+    per field; locating the entry is done on the error path only.
     """
     import numpy as np
 
-    array = np.asarray(array)
-    bad = np.isnan(array) | (np.isposinf(array) if allow_neginf else np.isinf(array))
-    if bad.any():
-        k = int(np.flatnonzero(bad.ravel())[0])
-        refused = "NaN and +inf are refused; -inf forbids an entry" if allow_neginf else "values must be finite"
-        raise example_error(index, f"{what}[{k}] is {array.ravel()[k]} ({refused})")
+    for label, arr in fields:
+        arr = np.asarray(arr)
+        if not arr.size or np.isfinite(arr).all():
+            continue
+        bad_mask = np.isnan(arr) | (np.isposinf(arr) if allow_neginf else np.isinf(arr))
+        if not bad_mask.any():
+            continue  # only -inf, which is allowed
+        bad = np.argwhere(bad_mask)[0]
+        value = arr[tuple(bad)]
+        kind = "NaN" if np.isnan(value) else ("+inf" if value > 0 else "-inf")
+        where = ", ".join(str(int(i)) for i in bad)
+        if allow_neginf:
+            rule = "NaN and +inf are refused; -inf forbids an entry"
+        else:
+            rule = "NaN or infinite values are not accepted" + (
+                " (-inf, a forbidden entry, is accepted by Chain only; use a large negative finite score)"
+                if kind == "-inf" else "")
+        raise example_error(index, f"{what} potentials contain {kind} ({label}[{where}] is {value}); {rule}")

@@ -77,7 +77,7 @@ class PairwiseMRF:
             if u.ndim != 1 or u.size == 0:
                 raise InvalidInputError(f"variable {i}: "
                                         f"unary potential must be a non-empty 1-D array, got shape {u.shape}")
-            refuse_nonfinite(u, f"variable {i}: unary potential", allow_neginf=True)
+            refuse_nonfinite(((f"unary of variable {i}", u),), "pairwise MRF", allow_neginf=True)
         cards = np.array([u.size for u in unary], dtype=np.int64)
         n = cards.size
         edge_arr = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
@@ -91,7 +91,7 @@ class PairwiseMRF:
             if table.shape != (cards[i], cards[j]):
                 raise InvalidInputError(f"edge {e} ({i}, {j}): table shape {table.shape}, "
                                         f"expected {(int(cards[i]), int(cards[j]))}")
-            refuse_nonfinite(table, f"edge {e} ({i}, {j}): pairwise potential", allow_neginf=True)
+            refuse_nonfinite(((f"pairwise of edge {e} ({i}, {j})", table),), "pairwise MRF", allow_neginf=True)
             if i > j:
                 i, j, table = j, i, table.T
             tables[(i, j)] = tables[(i, j)] + table if (i, j) in tables else table

@@ -187,7 +187,7 @@ class GraphStructure(Structure):
             arr = np.asarray(arr, dtype=np.float64)
             if arr.shape != shape:
                 raise example_error(index, f"graph potentials: {label} has shape {arr.shape}, expected {shape}")
-            refuse_nonfinite(arr, f"graph potentials: {label}", index, allow_neginf=True)
+            refuse_nonfinite(((label, arr),), "graph", index, allow_neginf=True)
             fields.append(arr)
         return cls(*fields)
 

@@ -19,31 +19,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.errors import InvalidInputError, NotSupportedError, example_error, refuse_nonfinite  # noqa: F401 (re-exported)
 
 # the potentials arithmetic lives on the ground floor; re-exported here for compatibility
 from structopt.potentials import Potentials, add, flatten, inner, scale, unflatten
-
-
-def refuse_nonfinite(fields: Any, what: str, index: int | None = None) -> None:
-    """Raise :class:`InvalidInputError` naming the first NaN or infinite entry of ``fields``.
-
-    ``fields`` is an iterable of ``(label, array)``. Structures whose outputs cannot be forbidden
-    entry by entry (every structure but :class:`~structopt.structures.chain.Chain`) call it: there,
-    -inf would only turn sums into NaN. The scan is one ``isfinite`` per field on the fast path;
-    locating the entry is done on the error path only.
-    """
-    for label, arr in fields:
-        arr = np.asarray(arr)
-        if arr.size and not np.isfinite(arr).all():
-            bad = np.argwhere(~np.isfinite(arr))[0]
-            value = arr[tuple(bad)]
-            kind = "NaN" if np.isnan(value) else ("+inf" if value > 0 else "-inf")
-            where = ", ".join(str(int(i)) for i in bad)
-            hint = (" (-inf, a forbidden entry, is accepted by Chain only; use a large negative finite score)"
-                    if kind == "-inf" else "")
-            raise example_error(index, f"{what} potentials contain {kind} ({label}[{where}]); NaN or infinite "
-                                       f"values are not accepted{hint}")
 
 
 def check_flag(value: Any, name: str, owner: str) -> bool:

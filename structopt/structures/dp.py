@@ -262,7 +262,7 @@ class DPStructure(Structure):
         if score.shape != (self.graph.n_scores,):
             raise InvalidInputError(f"{self.name} potentials must have shape ({self.graph.n_scores},), "
                                     f"got {score.shape}")
-        refuse_nonfinite(score, f"{self.name} potentials: score", allow_neginf=True)
+        refuse_nonfinite((("score", score),), self.name, allow_neginf=True)
         return DPPotentials(score)
 
     def flat_scores(self, theta: Potentials) -> np.ndarray:

@@ -540,7 +540,7 @@ class FactorGraph(Structure):
                 raise example_error(index, f"FactorGraph potentials: {name} is not numeric") from None
             if arr.size != size:
                 raise example_error(index, f"FactorGraph potentials: {name} has {arr.size} entries, expected {size}")
-            refuse_nonfinite(arr, f"FactorGraph potentials: {name}", index, allow_neginf=True)
+            refuse_nonfinite(((name, arr),), "FactorGraph", index, allow_neginf=True)
             fields.append(arr)
         for f in self._structs:
             block = fields[1][fl.toff[f]:fl.toff[f + 1]]
