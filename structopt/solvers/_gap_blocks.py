@@ -52,7 +52,7 @@ import numpy as np
 from structopt.archive import state_type
 from structopt.errors import InvalidInputError
 from structopt.potentials import flatten, unflatten
-from structopt.problem import Decoded, SSVMProblem
+from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
 
 #: share of uniform sampling mixed into gap sampling (a block whose stored gap is stale and small is
@@ -67,8 +67,8 @@ _SAME = 1e-12
 class GapState:
     """What gap sampling, the corner caches and the active sets add to a :class:`BlockState`.
 
-    ``gaps[i]`` is block i's exact gap at its last oracle call (``inf`` before the first one),
-    ``ages[i]`` the step count then. Block i's cache: ``corners[i]`` (one row of compact statistics
+    ``gaps[i]`` is block i's exact gap at its last oracle call (``inf`` before the first one). Block
+    i's cache: ``corners[i]`` (one row of compact statistics
     per corner), ``corner_loss[i]`` (loss shares ``L / n``), ``alpha[i]`` (the weights of ``m_i``
     over them when the steps use active sets, else zeros) and ``used[i]`` (the last step at which
     each was chosen). ``calls`` counts exact oracle calls (steps and refresh passes), ``hits`` the
@@ -76,7 +76,6 @@ class GapState:
     """
 
     gaps: np.ndarray
-    ages: np.ndarray
     corners: list
     corner_loss: list
     alpha: list
@@ -96,7 +95,7 @@ class GapState:
             losses.append(np.zeros(rows))
             alpha.append(np.ones(rows))
             used.append(np.zeros(rows, dtype=np.int64))
-        return cls(gaps=np.full(n, np.inf), ages=np.zeros(n, dtype=np.int64), corners=corners,
+        return cls(gaps=np.full(n, np.inf), corners=corners,
                    corner_loss=losses, alpha=alpha, used=used)
 
     def check(self, blocks: BlockState, active_sets: bool) -> None:
@@ -104,9 +103,8 @@ class GapState:
         n = blocks.ell_i.size
         sizes = np.diff(blocks.offsets)
         problems = []
-        if not (isinstance(self.gaps, np.ndarray) and self.gaps.shape == (n,) and isinstance(self.ages, np.ndarray)
-                and self.ages.shape == (n,)):
-            problems.append(f"gaps/ages are not {n} values")
+        if not (isinstance(self.gaps, np.ndarray) and self.gaps.shape == (n,)):
+            problems.append(f"gaps are not {n} values")
         lists = (self.corners, self.corner_loss, self.alpha, self.used)
         if not all(isinstance(part, list) and len(part) == n for part in lists):
             problems.append(f"the caches are not {n} blocks")
@@ -173,11 +171,9 @@ class GapBlockUpdater:
         hinge = np.empty(n)
         for i in range(n):
             seg = slice(offsets[i], offsets[i + 1])
-            theta = p.theta(i, w)
-            y = p.augmented_argmax(i, theta)
-            hinge[i] = p.hinge(i, Decoded(y, p.loss_of(i, y, theta), theta))
-            self.gap.gaps[i] = hinge[i] / n + float((gold[seg] - st.m[seg]) @ flatten(theta)) / n - st.ell_i[i]
-        self.gap.ages[:] = st.k
+            d = p.decode(i, w)
+            hinge[i] = p.hinge(i, d)
+            self.gap.gaps[i] = hinge[i] / n + float((gold[seg] - st.m[seg]) @ flatten(d.theta)) / n - st.ell_i[i]
         return hinge
 
     def sample(self, rng: np.random.Generator) -> int:
@@ -256,7 +252,6 @@ class GapBlockUpdater:
             stats = flatten(p.compact_stats(y, theta))
             g.calls += 1
             g.gaps[i] = float(stats @ theta_flat) / n + loss_s - current
-            g.ages[i] = st.k
             if self.cache_size or self.active_sets:
                 target = self._cache_answer(i, stats, loss_s, theta_flat)
                 scores = g.corners[i] @ theta_flat / n + g.corner_loss[i]
