@@ -78,6 +78,12 @@ def positive_int(name: str, value: Any) -> None:
         raise InvalidInputError(f"{name} must be an integer >= 1, got {value!r}")
 
 
+def non_negative_int(name: str, value: Any) -> None:
+    """An integer >= 0."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
+        raise InvalidInputError(f"{name} must be an integer >= 0, got {value!r}")
+
+
 def one_of(*choices: Any) -> Callable[[str, Any], None]:
     """One of a fixed set of values."""
     def run(name: str, value: Any) -> None:
@@ -120,5 +126,5 @@ def array_option(name: str, value: Any) -> None:
         raise InvalidInputError(f"{name} must be a finite 1-D float vector, got shape {arr.shape}")
 
 
-__all__ = ["array_option", "at_least", "boolean", "callable_option", "non_negative", "one_of", "open_unit", "optional",
-           "path_option", "positive", "positive_int", "random_state_option"]
+__all__ = ["array_option", "at_least", "boolean", "callable_option", "non_negative", "non_negative_int", "one_of",
+           "open_unit", "optional", "path_option", "positive", "positive_int", "random_state_option"]

@@ -16,7 +16,16 @@ import numpy as np
 
 from structopt.errors import InvalidInputError
 from structopt.marginals.mrf import PairwiseMRF
-from structopt.options import boolean, non_negative, one_of, optional, positive, positive_int, random_state_option
+from structopt.options import (
+    boolean,
+    non_negative,
+    non_negative_int,
+    one_of,
+    optional,
+    positive,
+    positive_int,
+    random_state_option,
+)
 
 Check = Callable[[str, Any], None]
 
@@ -24,10 +33,8 @@ __all__ = ["Check", "boolean", "count", "in_interval", "inference_method", "non_
            "positive", "positive_int", "random_state_option"]
 
 
-def count(name: str, value: Any) -> None:
-    """An integer >= 0."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
-        raise InvalidInputError(f"{name} must be an integer >= 0, got {value!r}")
+#: an integer >= 0
+count = non_negative_int
 
 
 def in_interval(low: float, high: float, low_closed: bool, high_closed: bool) -> Check:

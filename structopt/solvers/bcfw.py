@@ -21,7 +21,6 @@ warm-starts BCFW along a decreasing grid of lambdas.
 
 from __future__ import annotations
 
-import numbers
 import os
 from dataclasses import dataclass
 from typing import Annotated
@@ -31,6 +30,7 @@ import numpy as np
 from structopt.archive import state_type
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.fused import select
+from structopt.options import non_negative_int
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
 from structopt.solvers._gap_blocks import GapBlockUpdater, GapState
@@ -78,12 +78,6 @@ def _permutation_steps(state: BlockState, rng: np.random.Generator, count: int) 
         out[filled:filled + take] = state.perm[position:position + take]
         filled += take
     return out
-
-
-def non_negative_int(name: str, value) -> None:
-    """An integer >= 0."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
-        raise InvalidInputError(f"{name} must be an integer >= 0, got {value!r}")
 
 
 #: the ``fused`` option of the solvers with a fused pass
