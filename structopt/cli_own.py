@@ -28,8 +28,7 @@ class OwnDataTask(TaskSpec):
         self.name, self.summary = name, self.own.summary
 
     def __call__(self, args: argparse.Namespace) -> Task:
-        built = self.own.build(args)
-        return Task(built.problem, built.evaluate, built.description, built.preprocessing)
+        return self.own.build(args)
 
 
 class OwnSegmentationTask(OwnDataTask):

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
+from structopt.tasks.own_common import BuiltTask, resolve_lam
 
 #: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization,
 #: the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py --select``)
@@ -40,19 +40,12 @@ def task_key(args: argparse.Namespace) -> str:
 
 def task_lam(args: argparse.Namespace, n: int, task: str) -> float:
     """``--lam``, where 0 means 1/n for the n training examples used and no value the task's default."""
-    if args.lam is None:
-        return DEFAULT_LAM[task]
-    return args.lam if args.lam > 0 else 1.0 / n
+    return resolve_lam(args.lam, n, DEFAULT_LAM[task])
 
 
-class Task(NamedTuple):
-    """A built-in training task: its problem, a held-out evaluation, a description, and what a saved
-    model must keep to read new inputs (``preprocessing``, see each task's :class:`TaskSpec`)."""
-
-    problem: Any
-    evaluate: Callable[[np.ndarray], dict[str, float]]
-    description: str
-    preprocessing: dict[str, Any] | None = None
+#: a built task: its problem, a held-out evaluation, a description, and what a saved model must keep to read
+#: new inputs (``preprocessing``, see each task's :class:`TaskSpec`); the own-data kinds build the same tuple
+Task = BuiltTask
 
 
 @dataclass
