@@ -186,3 +186,10 @@ def test_models_that_cannot_be_described_are_refused_when_saving(tmp_path):
         save_model(tmp_path / "m.npz", model, np.full(6, np.nan))
     assert not (tmp_path / "m.npz").exists()
 
+
+
+def test_the_declared_type_lists_are_the_codecs():
+    from structopt import saved_model
+
+    assert set(saved_model.MODEL_TYPES) == set(saved_model._model_types())
+    assert set(saved_model.LOSS_TYPES) == set(saved_model._loss_types())
