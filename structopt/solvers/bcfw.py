@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 
@@ -160,26 +160,39 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
         expensive oracles ``oracle_calls`` counts exact calls and ``cache_hits`` the cached steps) and
         ``info`` (``state``: the blocks; ``gap``: the :class:`~structopt.solvers._gap_blocks.GapState`).
     """
-    gap_options = {"cache_size": cache_size, "cache_factor": cache_factor, "cache_nu": cache_nu, "steps": steps}
-    expensive = sampling == "gap" or cache_size > 0 or steps != "fw"
+    gap_options = expensive_options(sampling, cache_size, cache_factor, cache_nu, steps, line_search, batch_size,
+                                    fused)
+    method = BCFWMethod(problem, executor, line_search=line_search, averaging=averaging, sampling=sampling,
+                   batch_size=batch_size, eval_every=eval_every, fused=fused, progress=progress,
+                   random_state=random_state, gap_options=gap_options)
+    options = {key: value for key, value in locals().items() if key not in ("method", "gap_options")}
+    if gap_options is None:  # the options of plain BCFW: its checkpoints' fingerprints are unchanged
+        options = {key: value for key, value in options.items() if key not in GAP_OPTIONS}
+    return run(problem, method, options)
+
+
+#: bcfw's options for expensive oracles (besides ``sampling="gap"``)
+GAP_OPTIONS = ("cache_size", "cache_factor", "cache_nu", "steps")
+
+
+def expensive_options(sampling: str, cache_size: int, cache_factor: float, cache_nu: float, steps: str,
+                      line_search: bool, batch_size: int = 1, fused: bool | None = None) -> dict[str, Any] | None:
+    """The gap-BCFW options when any is in use (gap sampling, corner caches, pairwise/away steps), else None,
+    refusing the combinations that cannot work (one line naming them)."""
     if batch_size > 1 and fused:
         raise NotSupportedError("bcfw: mini-batches (batch_size > 1) decode through the generic oracles; "
                                 "fused=True cannot be honoured")
-    if expensive and fused:
+    if not (sampling == "gap" or cache_size > 0 or steps != "fw"):
+        return None
+    if fused:
         raise NotSupportedError("bcfw: gap sampling, corner caches and pairwise/away steps run on the generic "
                                 "oracles; fused=True cannot be honoured")
-    if expensive and batch_size > 1:
+    if batch_size > 1:
         raise NotSupportedError("bcfw: gap sampling, corner caches and pairwise/away steps take one block per "
                                 "step; use batch_size=1")
     if steps != "fw" and not line_search:
         raise NotSupportedError(f"bcfw: steps={steps!r} needs the exact line search (line_search=True)")
-    method = BCFWMethod(problem, executor, line_search=line_search, averaging=averaging, sampling=sampling,
-                   batch_size=batch_size, eval_every=eval_every, fused=fused, progress=progress,
-                   random_state=random_state, gap_options=gap_options if expensive else None)
-    options = {key: value for key, value in locals().items() if key not in ("method", "gap_options", "expensive")}
-    if not expensive:  # the options of plain BCFW: its checkpoints' fingerprints are unchanged
-        options = {key: value for key, value in options.items() if key not in gap_options}
-    return run(problem, method, options)
+    return {"cache_size": cache_size, "cache_factor": cache_factor, "cache_nu": cache_nu, "steps": steps}
 
 
 @state_type

@@ -25,7 +25,7 @@ from structopt.parallel import SerialExecutor
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
 from structopt.solvers.base import Monitor, make_rng
-from structopt.solvers.bcfw import BCFWMethod, bcfw
+from structopt.solvers.bcfw import BCFWMethod, bcfw, expensive_options
 
 
 @dataclass
@@ -114,8 +114,8 @@ def regularization_path(problem: SSVMProblem, lams, *, eps: float = 0.01, max_pa
         bcfw.options[key].check(f"regularization_path: {key}", values[key])
     for key in ("max_passes", "eval_every"):
         bcfw.options[key].check(f"regularization_path: {key}", locals()[key])
-    expensive = values["sampling"] == "gap" or values["cache_size"] > 0 or values["steps"] != "fw"
-    gap_options = {key: values[key] for key in ("cache_size", "cache_factor", "cache_nu", "steps")}
+    gap_options = expensive_options(values["sampling"], values["cache_size"], values["cache_factor"],
+                                    values["cache_nu"], values["steps"], values["line_search"])
     rng = make_rng(random_state)
     points: list[PathPoint] = []
     warm: tuple[BlockState, Any] | None = None
@@ -133,7 +133,7 @@ def regularization_path(problem: SSVMProblem, lams, *, eps: float = 0.01, max_pa
         method = BCFWMethod(sub, SerialExecutor(sub), line_search=values["line_search"], averaging=values["averaging"],
                        sampling=values["sampling"], batch_size=1, eval_every=eval_every,
                        fused=None, progress=False, random_state=rng,
-                       gap_options=gap_options if expensive else None, initial=warm)
+                       gap_options=gap_options, initial=warm)
         monitor = Monitor(sub, "bcfw", {"max_passes": max_passes, "tol": 0.0})
         state = method.init(monitor)
         method.warm_up(state)
