@@ -37,10 +37,16 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class _Codec:
-    """How one class is described (``describe(obj) -> kwargs``) and rebuilt (``cls(**kwargs)``)."""
+    """How one class is described (``describe(obj) -> kwargs``) and rebuilt (``cls(**kwargs)``).
+
+    ``keys`` are the keywords ``describe`` writes: a description read back must hold exactly
+    these (a missing one would silently take the constructor's default, an unknown one would be a
+    file that is not ours); their values are checked by the constructor itself.
+    """
 
     cls: type
     describe: Callable[[Any], dict[str, Any]]
+    keys: tuple[str, ...]
 
 
 def _plain(obj: Any, cls: type, what: str) -> None:
@@ -87,26 +93,46 @@ def _multiclass(model: Any) -> dict[str, Any]:
     return {"n_features": model.n_features, "n_classes": model.n_classes}
 
 
+def _graph(model: Any) -> dict[str, Any]:
+    from structopt.models.graph import GraphStructure
+
+    _plain(model.structure, GraphStructure, "a GraphModel whose structure is")
+    s = model.structure
+    # the whole configuration: the oracle options change what training and SSVMProblem.predict compute
+    return {"n_node_features": model.n_node_features, "n_edge_features": model.n_edge_features,
+            "n_states": model.n_states, "symmetric": model.symmetric, "exact": s.exact,
+            "time_limit": s.time_limit, "warm_start": s.warm_start}
+
+
 def _model_types() -> dict[str, _Codec]:
     from structopt.models import BoxModel, ChainModel, GridModel, MatchingModel, MultiClassModel
+    from structopt.models.graph import GraphModel
 
-    return {"ChainModel": _Codec(ChainModel, _chain), "GridModel": _Codec(GridModel, _grid),
-            "BoxModel": _Codec(BoxModel, _box), "MatchingModel": _Codec(MatchingModel, _matching),
-            "MultiClassModel": _Codec(MultiClassModel, _multiclass)}
+    return {"ChainModel": _Codec(ChainModel, _chain, ("n_features", "n_states", "start_end", "bias", "allowed",
+                                                      "allowed_start", "allowed_end")),
+            "GridModel": _Codec(GridModel, _grid, ("n_features", "n_edge_features", "pairwise")),
+            "BoxModel": _Codec(BoxModel, _box, ("n_features", "search")),
+            "MatchingModel": _Codec(MatchingModel, _matching, ("n_features", "allow_unmatched")),
+            "MultiClassModel": _Codec(MultiClassModel, _multiclass, ("n_features", "n_classes")),
+            "GraphModel": _Codec(GraphModel, _graph, ("n_node_features", "n_edge_features", "n_states", "symmetric",
+                                                      "exact", "time_limit", "warm_start"))}
 
 
 def _loss_types() -> dict[str, _Codec]:
     from structopt.losses import BoxLoss, Hamming, MatchingHamming, WeightedHamming
 
-    return {"Hamming": _Codec(Hamming, lambda loss: {"normalize": loss.normalize}),
-            "WeightedHamming": _Codec(WeightedHamming, lambda loss: {"cost": loss.cost, "normalize": loss.normalize}),
+    return {"Hamming": _Codec(Hamming, lambda loss: {"normalize": loss.normalize}, ("normalize",)),
+            "WeightedHamming": _Codec(WeightedHamming, lambda loss: {"cost": loss.cost, "normalize": loss.normalize},
+                                      ("cost", "normalize")),
             "MatchingHamming": _Codec(MatchingHamming,
-                                      lambda loss: {"fp_cost": loss.fp_cost, "fn_cost": loss.fn_cost}),
-            "BoxLoss": _Codec(BoxLoss, lambda loss: {})}
+                                      lambda loss: {"fp_cost": loss.fp_cost, "fn_cost": loss.fn_cost},
+                                      ("fp_cost", "fn_cost")),
+            "BoxLoss": _Codec(BoxLoss, lambda loss: {}, ())}
 
 
 #: model classes a saved model may name (the only ones :func:`load_model` rebuilds)
-MODEL_TYPES: tuple[str, ...] = ("ChainModel", "GridModel", "BoxModel", "MatchingModel", "MultiClassModel")
+MODEL_TYPES: tuple[str, ...] = ("ChainModel", "GridModel", "BoxModel", "MatchingModel", "MultiClassModel",
+                                "GraphModel")
 #: loss classes a saved model may name
 LOSS_TYPES: tuple[str, ...] = ("Hamming", "WeightedHamming", "MatchingHamming", "BoxLoss")
 
@@ -139,9 +165,17 @@ def _build(description: Any, registry: dict[str, _Codec], kind: str) -> Any:
     if not isinstance(description, dict) or not isinstance(description.get("args"), dict):
         raise InvalidInputError(f"the {kind} description is not a {{type, args}} object")
     name = description.get("type")
-    if name not in registry:
+    if not isinstance(name, str) or name not in registry:
         raise InvalidInputError(f"unknown {kind} type {name!r} (known: {', '.join(registry)})")
-    return registry[name].cls(**description["args"])
+    codec, args = registry[name], description["args"]
+    missing = [key for key in codec.keys if key not in args]
+    if missing:
+        raise InvalidInputError(f"the {name} description lacks {', '.join(map(repr, missing))}")
+    unknown = [repr(key) for key in args if key not in codec.keys]
+    if unknown:
+        raise InvalidInputError(f"the {name} description has unknown argument(s) {', '.join(unknown)} "
+                                f"(a {name} is described by {', '.join(codec.keys)})")
+    return codec.cls(**args)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from structopt.archive import write_archive
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.losses import BoxLoss, Hamming, MatchingHamming, WeightedHamming
 from structopt.models import BoxModel, ChainModel, FeatureModel, GridInput, GridModel, MatchingModel, MultiClassModel
+from structopt.models.graph import GraphModel
 from structopt.saved_model import FORMAT, LOSS_TYPES, MODEL_TYPES, describe_model, load_model, save_model
 from structopt.structures import Chain, MultiClass
 
@@ -43,8 +44,16 @@ def _multiclass_case(rng):
     return MultiClassModel(3, 4), [rng.normal(size=3) for _ in range(4)], Hamming()
 
 
+def _graph_case(rng):
+    # a 4-cycle with a chord; exact=True so that the oracle's answers are labels (tests/test_saved_graph_model.py
+    # covers the relaxed oracle and every option)
+    edges = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]])
+    X = [(rng.normal(size=(4, 3)), edges, rng.random((5, 1))) for _ in range(2)]
+    return GraphModel(3, 1, 3, symmetric=True, exact=True), X, Hamming()
+
+
 CASES = {"ChainModel": _chain_case, "GridModel": _grid_case, "BoxModel": _box_case,
-         "MatchingModel": _matching_case, "MultiClassModel": _multiclass_case}
+         "MatchingModel": _matching_case, "MultiClassModel": _multiclass_case, "GraphModel": _graph_case}
 
 
 def test_every_registered_type_has_a_case():
@@ -186,6 +195,38 @@ def test_models_that_cannot_be_described_are_refused_when_saving(tmp_path):
         save_model(tmp_path / "m.npz", model, np.full(6, np.nan))
     assert not (tmp_path / "m.npz").exists()
 
+
+def test_the_codec_keys_are_what_describe_writes():
+    from structopt import saved_model
+
+    codecs = saved_model._model_types()
+    for name, case in CASES.items():
+        model = case(np.random.default_rng(0))[0]
+        assert tuple(describe_model(model)["args"]) == codecs[name].keys
+        loss = case(np.random.default_rng(0))[2]
+        codec = saved_model._loss_types()[type(loss).__name__]
+        assert tuple(codec.describe(loss)) == codec.keys
+
+
+def test_missing_and_unknown_constructor_arguments_are_refused(tmp_path):
+    path = tmp_path / "m.npz"
+    body = {"$dict": {"model": {"$dict": {"type": "MultiClassModel", "args": {"$dict": {"n_features": 2}}}},
+                      "loss": None, "task": None, "preprocessing": {"$dict": {}}, "info": {"$dict": {}}}}
+    _sealed(path, body, np.zeros(6))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "MultiClassModel description lacks 'n_classes'" in _one_line(error, path)
+    body["$dict"]["model"]["$dict"]["args"]["$dict"].update(n_classes=3, structure="os.system")
+    _sealed(path, body, np.zeros(6))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "unknown argument(s) 'structure'" in _one_line(error, path)
+    body["$dict"]["model"]["$dict"]["args"]["$dict"].pop("structure")
+    body["$dict"]["loss"] = {"$dict": {"type": "Hamming", "args": {"$dict": {}}}}
+    _sealed(path, body, np.zeros(6))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "Hamming description lacks 'normalize'" in _one_line(error, path)
 
 
 def test_the_declared_type_lists_are_the_codecs():
