@@ -5,17 +5,36 @@ one ``meta.json``, with a SHA-256 seal in the zip comment). It holds
 
 - the weights ``w``;
 - the model's description: its type, as a name from :data:`MODEL_TYPES`, and its constructor
-  arguments (arrays such as a chain's transition masks travel as members);
+  arguments (arrays such as a chain's transition masks travel as members). A
+  :class:`~structopt.models.graph.GraphModel` keeps its whole configuration: feature counts, states,
+  ``symmetric``, and its oracle's ``exact``, ``time_limit`` and ``warm_start`` (an AD3 warm start's
+  iterates belong to the process and are not saved);
 - optionally the loss it was trained with (a name from :data:`LOSS_TYPES` and its arguments);
 - the task and its preprocessing (e.g. CoNLL's feature-hashing options and tag names, the
-  horses' feature standardisation), JSON and arrays through :func:`structopt.archive.encode`;
+  horses' feature standardisation, a superpixel task's texton centres and boosted-tree node
+  arrays), JSON and numeric arrays (any int, float or bool dtype, kept as it is; no object
+  arrays) through :func:`structopt.archive.encode`;
 - free-form ``info`` (solver, λ, passes, metrics) and the structopt version that wrote it.
 
 Reading is refused with one line naming the file when the seal does not match (a flipped byte,
 a truncation, an appended tail), when the file is another kind of archive or not an archive at
-all, when it was written by a newer format, or when a model or loss type is not one of the
-registered ones. Models and losses are rebuilt only from those registries, never from a name
-found in the file.
+all, when it was written by a newer format, when a model or loss type is not one of the
+registered ones, when its description lacks one of the arguments its type is described by or has
+another, when the constructor refuses a value (a wrong type or range: the constructor's own check,
+so a file is held to what ``GraphModel(...)`` accepts in Python), or when the weights do not fit
+the model. Models and losses are rebuilt only from those registries, never from a name found in
+the file.
+
+Examples
+--------
+>>> import tempfile, numpy as np
+>>> from structopt.models.graph import GraphModel
+>>> model = GraphModel(n_node_features=2, n_edge_features=1, n_states=2, symmetric=True)
+>>> path = tempfile.mkdtemp() + "/graph.npz"
+>>> _ = save_model(path, model, np.ones(model.n_params), preprocessing={"centres": np.zeros((4, 2))})
+>>> saved = load_model(path)
+>>> saved.model.symmetric, saved.preprocessing["centres"].shape
+(True, (4, 2))
 """
 
 from __future__ import annotations
@@ -212,7 +231,13 @@ class SavedModel:
     path: str = ""
 
     def predict(self, X: Sequence[Any]) -> list[Any]:
-        """MAP output of each input: ``structure.argmax(model.potentials(x, w))``, as training evaluated it."""
+        """MAP output of each input: ``structure.argmax(model.potentials(x, w))``, as training evaluated it.
+
+        For a :class:`~structopt.models.graph.GraphModel` this is its oracle: labels with
+        ``exact=True``, AD3's relaxed LP-MAP point with ``exact=False`` (labels when AD3 certifies
+        one optimal, else a fractional point). For labels whatever the oracle, call
+        ``saved.model.predict(x, saved.w)`` (exact MAP; ``exact=False``: AD3's rounding).
+        """
         structure = self.model.structure
         return [structure.argmax(self.model.potentials(self.model.validate_input(x, i), self.w))
                 for i, x in enumerate(X)]
@@ -227,7 +252,8 @@ def save_model(path: str | os.PathLike, model: Any, w: np.ndarray, *, loss: Any 
     path : path
         The file (conventionally ``model.npz``); written atomically.
     model : Model
-        A model of a type in :data:`MODEL_TYPES`.
+        A model of a type in :data:`MODEL_TYPES` (the class itself, on its own structure class;
+        subclasses are refused since they would be rebuilt as the base class).
     w : ndarray
         Its weights, ``model.n_params`` finite numbers.
     loss : Loss, optional
@@ -235,7 +261,8 @@ def save_model(path: str | os.PathLike, model: Any, w: np.ndarray, *, loss: Any 
     task : str, optional
         The task name (``structopt predict`` reads it to find the task's input and output formats).
     preprocessing : dict, optional
-        Task preprocessing: None, bool, int, float, str, numpy arrays, tuples, lists and dicts.
+        Task preprocessing: None, bool, int, float, str, numpy arrays (numeric; their dtype is
+        kept), tuples, lists and dicts, nested. Object arrays are refused.
     info : dict, optional
         Provenance, of the same kinds of values.
 
@@ -273,7 +300,8 @@ def load_model(path: str | os.PathLike) -> SavedModel:
     InvalidInputError
         One line naming the file: not a structopt archive, a failed checksum (tampered, truncated,
         corrupted), another kind of structopt archive (e.g. a checkpoint), a newer format, an
-        unknown model or loss type, or weights that do not fit the model.
+        unknown model or loss type, a description with a missing or unknown argument or a value
+        its constructor refuses, or weights that do not fit the model.
     """
     meta, arrays = read_archive(path, "model")
     kind = meta.get("format")
