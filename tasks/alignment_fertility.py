@@ -70,9 +70,11 @@ def _bmatching(gain: np.ndarray, row_cost: np.ndarray, col_cost: np.ndarray) -> 
     (non-decreasing in u); row j -> column k: capacity 1, cost -gain (only gain > 0); column k ->
     sink: the same with ``col_cost``. Each augmentation sends one unit along a cheapest residual
     path; min-cost flow cost is convex in the flow value (convex unit costs), so stopping at the
-    first path of cost >= 0 gives the maximum-weight b-matching (exact up to floating-point path sums).
+    first path of cost >= 0 gives the maximum-weight b-matching (exact up to floating-point path sums:
+    a path must cost below -1e-12 times the largest |score| to count as negative, a scale-free test).
     """
     L, R = gain.shape
+    tiny = -1e-12 * max(np.abs(gain).max(), np.abs(row_cost).max(), np.abs(col_cost).max()) if gain.size else 0.0
     cap_row, cap_col = row_cost.shape[1], col_cost.shape[1]
     x = np.zeros((L, R), dtype=np.int64)
     row = np.zeros(L, dtype=np.int64)
@@ -108,7 +110,7 @@ def _bmatching(gain: np.ndarray, row_cost: np.ndarray, col_cost: np.ndarray) -> 
                     dist[L + R] = dist[L + k] + col_cost[k, col[k]]
                     pred[L + R] = L + k
                     changed = True
-        if not dist[L + R] < -1e-12:
+        if not dist[L + R] < tiny:
             break
         k = pred[L + R] - L
         col[k] += 1
@@ -242,14 +244,12 @@ def _complete(key: tuple, links: np.ndarray, gains: np.ndarray | None = None) ->
     return out
 
 
-def bmatching(theta: FertilityPotentials) -> np.ndarray:
-    """Exact MAP of budget-only fertility potentials (all variables: links, then slacks) by
-    max-weight b-matching (min-cost flow).
+def _degree_problem(theta: FertilityPotentials) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The b-matching of budget-only potentials: ``(gain (L, R), row_cost, col_cost, slack gains)``.
 
-    A variable's gain is its state-1 minus its state-0 score; a labeling's score is the sum of the
-    state-0 scores plus the gains of the variables on. A word's slacks (``penalty``) become convex
-    per-unit costs of its degree (:func:`_slack_costs`), so the MAP is a b-matching of maximum gain
-    minus degree costs, completed by the best slacks its degrees allow.
+    A variable's gain is its state-1 minus its state-0 score; a word's slacks become convex per-unit costs
+    of its degree (:func:`_slack_costs`), truncated to the other sentence's length (a word cannot take
+    more links than it has words to link to).
     """
     key = type(theta).key
     L, R, fe, ff, markov, _ = key
@@ -260,11 +260,102 @@ def bmatching(theta: FertilityPotentials) -> np.ndarray:
     gains = unary[:, 1] - unary[:, 0]
     row_cost = _slack_costs(gains[n_links: n_links + L * rs].reshape(L, rs), fe) if rs else np.zeros((L, fe))
     col_cost = _slack_costs(gains[n_links + L * rs:].reshape(R, cs), ff) if cs else np.zeros((R, ff))
-    # a word cannot take more links than the other sentence has words
-    row_cost, col_cost = row_cost[:, : min(fe, R)], col_cost[:, : min(ff, L)]
-    links = _bmatching(np.ascontiguousarray(gains[:n_links].reshape(L, R)), np.ascontiguousarray(row_cost),
-                       np.ascontiguousarray(col_cost))
-    return _complete(key, links, gains[n_links:]) if rs or cs else links
+    return (np.ascontiguousarray(gains[:n_links].reshape(L, R)), np.ascontiguousarray(row_cost[:, : min(fe, R)]),
+            np.ascontiguousarray(col_cost[:, : min(ff, L)]), gains[n_links:])
+
+
+def bmatching_value(links: np.ndarray, gain: np.ndarray, row_cost: np.ndarray, col_cost: np.ndarray) -> float:
+    """The b-matching objective of 0/1 ``links`` (L * R,): their gains minus every word's degree costs
+    (the sum of its first ``degree`` unit costs, which are non-decreasing)."""
+    grid = np.asarray(links).reshape(gain.shape)
+    deg_r, deg_c = grid.sum(axis=1), grid.sum(axis=0)
+    if (deg_r > row_cost.shape[1]).any() or (deg_c > col_cost.shape[1]).any():
+        return -np.inf
+    prefix_r = np.concatenate([np.zeros((row_cost.shape[0], 1)), np.cumsum(row_cost, axis=1)], axis=1)
+    prefix_c = np.concatenate([np.zeros((col_cost.shape[0], 1)), np.cumsum(col_cost, axis=1)], axis=1)
+    return float(gain[grid == 1].sum() - prefix_r[np.arange(grid.shape[0]), deg_r].sum()
+                 - prefix_c[np.arange(grid.shape[1]), deg_c].sum())
+
+
+#: relative tolerance of the OR-Tools b-matching's float certificate (:func:`_ortools_links`)
+ORTOOLS_RTOL = 1e-12
+
+
+def _ortools_links(gain: np.ndarray, row_cost: np.ndarray, col_cost: np.ndarray,
+                   rtol: float = ORTOOLS_RTOL) -> np.ndarray | None:
+    """Max-weight b-matching by OR-Tools' min-cost flow on integer-scaled costs, certified in floats.
+
+    The network of :func:`_bmatching` (source -> row j: one unit arc per unit of ``row_cost[j]``; row ->
+    column: capacity 1, cost -gain, only gain > 0; column -> sink likewise) plus a zero-cost source -> sink
+    arc that carries the flow the matching does not want, so that a min-cost flow of the full supply is a
+    maximum-weight b-matching. Costs ``c`` become ``round(c * s)`` with ``s`` a power of two (exact
+    scaling) as large as OR-Tools accepts; with ``d`` the largest rounding error ``|round(c s)/s - c|``,
+    every flow of at most ``U`` units (3 U arcs) changes cost by at most ``3 U d``, so the float optimum
+    is at most ``-opt_int / s + 3 U d``.
+
+    Returns
+    -------
+    The link labels (L * R,) when their float objective is within ``rtol * (|value| + max |c|)`` of that
+    bound (certified), else None (the caller answers with the exact float flow).
+    """
+    from structopt.structures.backends import max_cost_magnitude, ortools_min_cost_flow
+
+    L, R = gain.shape
+    cap_r, cap_c = row_cost.shape[1], col_cost.shape[1]
+    pos = np.flatnonzero(gain.ravel() > 0.0)
+    if pos.size == 0 or cap_r == 0 or cap_c == 0:
+        return np.zeros(L * R, dtype=np.int64)
+    src, snk = L + R, L + R + 1
+    units = min(L * cap_r, R * cap_c, pos.size)  # the most flow a b-matching carries
+    tails = np.concatenate([np.full(L * cap_r, src), pos // R, L + np.repeat(np.arange(R), cap_c), [src]])
+    heads = np.concatenate([np.repeat(np.arange(L), cap_r), L + pos % R, np.full(R * cap_c, snk), [snk]])
+    caps = np.ones(tails.size, dtype=np.int64)
+    caps[-1] = units
+    costs = np.concatenate([row_cost.ravel(), -gain.ravel()[pos], col_cost.ravel(), [0.0]])
+    biggest = float(np.abs(costs).max())
+    scale = 2.0 ** np.floor(np.log2(max_cost_magnitude(L + R + 2) / biggest))
+    icosts = np.rint(costs * scale)
+    rounding = float(np.abs(icosts / scale - costs).max())
+    supplies = np.zeros(L + R + 2, dtype=np.int64)
+    supplies[src], supplies[snk] = units, -units
+    flows, cost = ortools_min_cost_flow(tails, heads, caps, icosts.astype(np.int64), supplies)
+    links = np.zeros(L * R, dtype=np.int64)
+    links[pos] = flows[L * cap_r: L * cap_r + pos.size]
+    value = bmatching_value(links, gain, row_cost, col_cost)
+    # an upper bound on the float optimum (the last term covers the int -> float conversion of the cost)
+    upper = -cost / scale + 3 * units * rounding + 4 * np.finfo(float).eps * abs(cost / scale)
+    return links if upper - value <= rtol * (abs(value) + biggest) else None
+
+
+def bmatching(theta: FertilityPotentials, solver: str = "numba", rtol: float = ORTOOLS_RTOL) -> np.ndarray:
+    """Exact MAP of budget-only fertility potentials (all variables: links, then slacks) by
+    max-weight b-matching (min-cost flow).
+
+    A variable's gain is its state-1 minus its state-0 score; a labeling's score is the sum of the
+    state-0 scores plus the gains of the variables on. A word's slacks (``penalty``) become convex
+    per-unit costs of its degree (:func:`_slack_costs`), so the MAP is a b-matching of maximum gain
+    minus degree costs, completed by the best slacks its degrees allow.
+
+    Parameters
+    ----------
+    theta : FertilityPotentials
+        From :meth:`FertilityModel.potentials` without Markov factors.
+    solver : {"numba", "ortools"}
+        ``"numba"``: successive shortest paths in floats (:func:`_bmatching`); ``"ortools"``: OR-Tools'
+        min-cost flow on integer-scaled costs (:func:`_ortools_links`), its answer kept when certified
+        within ``rtol`` in floats, else the numba flow's.
+    rtol : float
+        The OR-Tools certificate's relative tolerance.
+    """
+    if solver not in ("numba", "ortools"):
+        raise InvalidInputError(f"bmatching solver must be 'numba' or 'ortools', got {solver!r}")
+    key = type(theta).key
+    gain, row_cost, col_cost, slack_gains = _degree_problem(theta)
+    links = _ortools_links(gain, row_cost, col_cost, rtol) if solver == "ortools" else None
+    if links is None:
+        links = _bmatching(gain, row_cost, col_cost)
+    _, rs, cs, _ = _layout(key)
+    return _complete(key, links, slack_gains) if rs or cs else links
 
 
 class FertilityStructure(Structure):
@@ -278,18 +369,21 @@ class FertilityStructure(Structure):
         MAP by branch-and-bound.
     time_limit : float, optional
         Seconds per oracle call.
-    oracle : {"auto", "flow", "ad3"}
+    oracle : {"auto", "flow", "ortools", "ad3"}
         ``"auto"``: the b-matching flow (:func:`bmatching`, exact) whenever the graph declares it
         can (:meth:`flow_capable`: budgets only, finite scores), else AD3 / branch-and-bound;
-        ``"ad3"``: always the factor-graph path; ``"flow"``: the flow, refusing potentials it
-        cannot serve.
+        ``"ad3"``: always the factor-graph path; ``"flow"``: the numba flow, refusing potentials it
+        cannot serve; ``"ortools"``: the same with OR-Tools' min-cost flow (certified in floats, see
+        :func:`_ortools_links`). ``"auto"`` takes the numba flow, the faster on every size measured
+        (``benchmarks/alignment_fertility_results.md``).
     """
 
     name = "FertilityStructure"
 
     def __init__(self, exact: bool = False, time_limit: float | None = None, oracle: str = "auto"):
-        if oracle not in ("auto", "flow", "ad3"):
-            raise InvalidInputError(f"FertilityStructure oracle must be 'auto', 'flow' or 'ad3', got {oracle!r}")
+        if oracle not in ("auto", "flow", "ortools", "ad3"):
+            raise InvalidInputError(f"FertilityStructure oracle must be 'auto', 'flow', 'ortools' or 'ad3', got "
+                                    f"{oracle!r}")
         if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
             raise InvalidInputError(f"FertilityStructure needs time_limit > 0 seconds or None, got {time_limit!r}")
         self.exact = bool(exact)
@@ -319,22 +413,26 @@ class FertilityStructure(Structure):
         mu = theta.factor_graph.stats(labels)
         return type(theta)(mu.unary, mu.factors)
 
-    def _use_flow(self, theta: FertilityPotentials) -> bool:
+    def _flow_solver(self, theta: FertilityPotentials) -> str | None:
+        """The :func:`bmatching` solver serving ``theta``, or None for the factor-graph path."""
         if self.oracle == "ad3":
-            return False
+            return None
         capable = self.flow_capable(theta)
-        if self.oracle == "flow" and not capable:
-            raise InvalidInputError("FertilityStructure(oracle='flow') serves budget-only graphs with finite scores; "
-                                    "these potentials have Markov tables or -inf scores")
-        return capable
+        if self.oracle != "auto" and not capable:
+            raise InvalidInputError(f"FertilityStructure(oracle={self.oracle!r}) serves budget-only graphs with finite "
+                                    f"scores; these potentials have Markov tables or -inf scores")
+        if not capable:
+            return None
+        return "ortools" if self.oracle == "ortools" else "numba"
 
     def argmax(self, theta: FertilityPotentials) -> Any:
         """Link labels when AD3 certifies them (or with ``exact=True``, or from the flow), else the
         fractional LP-MAP point; with slack variables the statistics of the full optimum."""
         theta = self.expand(theta)
         fg = _graph_of(theta)
-        if self._use_flow(theta):
-            return self._output(theta, bmatching(theta))
+        solver = self._flow_solver(theta)
+        if solver is not None:
+            return self._output(theta, bmatching(theta, solver))
         if self.exact:
             return self._output(theta, fg.map_labels(self._flat(theta), exact=True, time_limit=self.time_limit))
         sol, _ = fg.ad3(self._flat(theta), time_limit=self.time_limit)
@@ -348,8 +446,9 @@ class FertilityStructure(Structure):
         """Link labels ``(L * R,)`` of the MAP: the flow when capable, else branch-and-bound (or AD3's
         best rounding with ``exact=False``)."""
         theta = self.expand(theta)
-        if self._use_flow(theta):
-            full = bmatching(theta)
+        solver = self._flow_solver(theta)
+        if solver is not None:
+            full = bmatching(theta, solver)
         else:
             full = _graph_of(theta).map_labels(self._flat(theta), exact=exact, time_limit=self.time_limit)
         return full[: _layout(type(theta).key)[0]]
@@ -458,7 +557,7 @@ class FertilityModel(Model):
     penalty : bool
         Learned fertility costs: every link beyond a word's first costs a weight per side (``fertility``
         block, kept >= 0), through slack variables inside the budgets (see :func:`build_graph`).
-    oracle : {"auto", "flow", "ad3"}
+    oracle : {"auto", "flow", "ortools", "ad3"}
         See :class:`FertilityStructure` (default: the exact b-matching flow when there are no Markov factors).
     """
 
