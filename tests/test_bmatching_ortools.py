@@ -110,30 +110,30 @@ def test_mixed_magnitudes_keep_small_gains():
 
 
 def test_certificate_is_sound_under_coarse_scaling(monkeypatch):
-    """With integer costs of at most 2^6 the rounded optimum is often not the float optimum: whatever the
+    """With integer costs of at most 16 the rounded optimum is often not the float optimum: whatever the
     certificate accepts is within its tolerance of the optimum, what it refuses the numba flow answers."""
-    monkeypatch.setattr(backends, "max_cost_magnitude", lambda n: 64)
+    monkeypatch.setattr(backends, "max_cost_magnitude", lambda n: 16)
     rng = np.random.default_rng(4)
-    accepted = refused = wrong_refused = 0
+    suboptimal = accepted = accepted_suboptimal = 0
     for _ in range(200):
         L, R = (int(v) for v in rng.integers(2, 7, size=2))
         theta = _theta(rng, L, R, int(rng.integers(1, 4)), int(rng.integers(1, 4)), bool(rng.integers(2)))
         gain, row_cost, col_cost, _ = af._degree_problem(theta)
         best = af.bmatching_value(af._bmatching(gain, row_cost, col_cost), gain, row_cost, col_cost)
-        for rtol in (1e-12, 1e-3):
+        biggest = max(np.abs(gain).max(), row_cost.max(), col_cost.max())
+        raw = af._ortools_links(gain, row_cost, col_cost, rtol=np.inf)  # the rounded optimum, uncertified
+        suboptimal += best - af.bmatching_value(raw, gain, row_cost, col_cost) > 1e-9 * biggest
+        for rtol in (1e-12, 0.2):
             links = af._ortools_links(gain, row_cost, col_cost, rtol)
-            if links is None:
-                refused += 1
-                continue
-            accepted += 1
-            value = af.bmatching_value(links, gain, row_cost, col_cost)
-            biggest = max(np.abs(gain).max(), row_cost.max(initial=0.0), col_cost.max(initial=0.0))
-            assert best - value <= rtol * (abs(value) + biggest) + 1e-12
-        wrong_refused += af._ortools_links(gain, row_cost, col_cost, 1e-12) is None and \
-            best - af.bmatching_value(af._bmatching(gain, row_cost, col_cost), gain, row_cost, col_cost) > 0
+            if links is not None:
+                accepted += 1
+                value = af.bmatching_value(links, gain, row_cost, col_cost)
+                assert best - value <= rtol * (abs(value) + biggest) + 1e-12
+                accepted_suboptimal += best - value > 1e-9 * biggest
         # the fallback keeps bmatching exact whatever the scaling
         assert _close(_score(theta, af.bmatching(theta, "ortools")), _score(theta, af.bmatching(theta, "numba")))
-    assert accepted and refused and not wrong_refused
+    # the scaling does lose optima, and the certificate passes some answers, a few of them within its tolerance only
+    assert suboptimal >= 10 and accepted >= 10 and accepted_suboptimal >= 1
 
 
 def test_structure_oracle_ortools_matches_the_flow():
@@ -147,8 +147,9 @@ def test_structure_oracle_ortools_matches_the_flow():
         mu_a, mu_b = ortools.stats(a, theta), flow.stats(b, theta)
         assert _close(float(theta.unary @ mu_a.unary), float(theta.unary @ mu_b.unary))
         la, lb = ortools.map_labels(theta), flow.map_labels(theta)
-        full = af._complete(type(theta).key, la)
-        assert _feasible(theta, full) and la.shape == lb.shape
+        problem = af._degree_problem(theta)[:3]
+        assert la.shape == lb.shape == (L * R,)
+        assert _close(af.bmatching_value(la, *problem), af.bmatching_value(lb, *problem))
 
 
 def test_ortools_oracle_refuses_what_it_cannot_serve():
