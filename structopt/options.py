@@ -4,10 +4,15 @@ Each check is ``check(name, value) -> None`` and raises an
 :class:`~structopt.errors.InvalidInputError` naming the option, so ``time_limit=0`` or ``tol=nan``
 get the same message from every entry point. Its docstring is the option's description in the
 generated option tables.
+
+:func:`number_argument` is the command line's side of the same rules: one ``argparse`` value
+parser for every bounded number flag (``structopt train``'s, ``infer``'s, the own-data kinds'),
+whose message names the same interval the checks do.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
 import os
@@ -126,5 +131,71 @@ def array_option(name: str, value: Any) -> None:
         raise InvalidInputError(f"{name} must be a finite 1-D float vector, got shape {arr.shape}")
 
 
-__all__ = ["array_option", "at_least", "boolean", "callable_option", "non_negative", "non_negative_int", "one_of",
-           "open_unit", "optional", "path_option", "positive", "positive_int", "random_state_option"]
+def _interval(kind: type, low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    # the wording of the checks above: "a finite number > 0", "an integer >= 1", "a number in (0, 1)"
+    if low is not None and high is not None:
+        noun = "an integer" if kind is int else "a number"
+        return f"{noun} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    noun = "an integer" if kind is int else "a finite number"
+    if low is not None:
+        return f"{noun} {'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f"{noun} {'<' if high_open else '<='} {high:g}"
+    return noun
+
+
+def number_argument(kind: type, low: float | None = None, high: float | None = None, *, low_open: bool = False,
+                    high_open: bool = False, what: str | None = None) -> Callable[[str], Any]:
+    """An argparse ``type=``: the text as a finite ``kind`` number within the bounds.
+
+    Parameters
+    ----------
+    kind : int or float
+        ``int`` reads integers only (``"1.5"`` and ``"1e3"`` are refused); ``float`` refuses NaN and
+        infinities.
+    low, high : float, optional
+        Bounds (None: unbounded on that side).
+    low_open, high_open : bool, default False
+        Exclude the bound itself (``low=0, low_open=True``: > 0).
+    what : str, optional
+        The description in the message; default the interval (``"a finite number > 0"``,
+        ``"an integer >= 1"``, ``"a number in (0, 1)"``).
+
+    Returns
+    -------
+    callable
+        ``parse(text) -> int | float``, raising ``argparse.ArgumentTypeError("must be WHAT, got 'TEXT'")``,
+        which argparse prints as one line naming the flag.
+
+    Examples
+    --------
+    >>> number_argument(float, 0, 1, low_open=True, high_open=True)("0.25")
+    0.25
+    >>> number_argument(int, 1)("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be an integer >= 1, got '0'
+    """
+    if kind is not int and kind is not float:
+        raise TypeError(f"number_argument reads int or float, not {kind!r}")
+    description = what or _interval(kind, low, high, low_open, high_open)
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        # an int is finite (and math.isfinite would overflow on one of 400 digits)
+        if (value is None or (kind is float and not math.isfinite(value))
+                or (low is not None and (value < low or (low_open and value == low)))
+                or (high is not None and (value > high or (high_open and value == high)))):
+            raise argparse.ArgumentTypeError(f"must be {description}, got {text!r}")
+        return value
+
+    parse.__doc__ = f"{description[0].upper()}{description[1:]} (an argparse value parser)."
+    return parse
+
+
+__all__ = ["array_option", "at_least", "boolean", "callable_option", "non_negative", "non_negative_int",
+           "number_argument", "one_of", "open_unit", "optional", "path_option", "positive", "positive_int",
+           "random_state_option"]

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
+from structopt.options import number_argument
 
 #: image file suffixes the folder readers list (lower case)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".pgm", ".ppm")
@@ -49,58 +50,24 @@ def option(flag: str, help: str, default: Any = None, *, type: Callable[[str], A
 
 
 # ------------------------------------------------------------------ argparse value types
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+# the bounded numbers are structopt.options.number_argument, the one parser of `structopt train`'s own flags too
+_positive_int = number_argument(int, 1)
+_non_negative_int = number_argument(int, 0)
+_non_negative = number_argument(float, 0)
+_fraction = number_argument(float, 0, 1, low_open=True, high_open=True)
+_COLUMN = "a non-zero column number (1 = first, -1 = last)"
+_integer = number_argument(int, what=_COLUMN)
 
 
 def _column(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
+    value = _integer(text)
     if value == 0:
-        raise argparse.ArgumentTypeError(f"must be a non-zero column number (1 = first, -1 = last), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {_COLUMN}, got {text!r}")
     return value
 
 
 def _columns(text: str) -> tuple[int, ...]:
     return tuple(_column(part) for part in text.split(",") if part.strip()) if text.strip() else ()
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number strictly between 0 and 1, got {text!r}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0.0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
 
 
 def _names(text: str) -> tuple[str, ...]:
