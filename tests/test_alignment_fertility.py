@@ -94,6 +94,17 @@ def test_flow_matches_brute_force_on_tiny_graphs():
         assert np.array_equal(got, y)
 
 
+@pytest.mark.parametrize("exponent", [-60, 60])
+def test_flow_is_scale_free(exponent):
+    # the argmax of 2^e θ is the argmax of θ (power-of-two scaling is exact): the flow's stopping test
+    # is relative (an absolute 1e-12 stopped it early on scores of 1e-12)
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        _, theta = _random_theta(rng, penalty=bool(rng.integers(2)))
+        scaled = type(theta)(theta.unary * 2.0 ** exponent, theta.factors)
+        assert np.array_equal(af.bmatching(scaled), af.bmatching(theta))
+
+
 def test_auto_oracle_uses_the_flow_only_when_capable():
     rng = np.random.default_rng(3)
     _, theta = _random_theta(rng)
