@@ -13,7 +13,10 @@ Features of token ``t`` (all hashed into ``n_features`` dimensions with a stable
 * POS bigrams ``(t-1, t)`` and ``(t, t+1)`` when POS tags exist;
 * a bias feature.
 
-Values are binary: two features of one token that hash to the same column give a single 1.
+Values are binary: two features of one token that hash to the same column give a single 1. The
+sentences of one corpus share memory: their column numbers are windows of one int32 array and their
+values windows of one read-only stride-0 array of 1.0 (about 4 bytes per non-zero in all), which the
+chain kernels read in place (:mod:`structopt.fused._chain_pack`).
 """
 
 from __future__ import annotations
@@ -306,20 +309,26 @@ class _Featurizer:
         ends = np.cumsum(lengths)
         cuts = np.searchsorted(ends, np.arange(self.CHUNK_TOKENS, int(ends[-1]) if ends.size else 0,
                                                self.CHUNK_TOKENS), side="right")
-        out: list[sp.csr_matrix] = []
+        indices: list[np.ndarray] = []  # per chunk: the column numbers of its tokens, row after row
+        counts: list[np.ndarray] = []  # per chunk: the number of columns of each token
         for a, b in itertools.pairwise([0, *np.unique(cuts).tolist(), lengths.size]):
             if a == b:
                 continue
             lo, hi = (int(ends[a - 1]) if a else 0), int(ends[b - 1])
-            out += self._sentences(wtab, ptab, wid[lo:hi], None if pid is None else pid[lo:hi], lengths[a:b])
-        return out
+            cols, count = self._sentences(wtab, ptab, wid[lo:hi], None if pid is None else pid[lo:hi], lengths[a:b])
+            indices.append(cols)
+            counts.append(count)
+        return _shared_csr(np.concatenate(indices) if indices else np.zeros(0, np.int32),
+                           np.concatenate(counts) if counts else np.zeros(0, np.int64), lengths, self.n_features)
 
     #: tokens featurised at once (whole sentences): bounds the memory of the hashing temporaries
     CHUNK_TOKENS = 16384
 
     def _sentences(self, wtab: np.ndarray, ptab: np.ndarray | None, wid: np.ndarray, pid: np.ndarray | None,
-                   lengths: np.ndarray) -> list[sp.csr_matrix]:
-        """The matrices of consecutive whole sentences (``wid``/``pid``: their tokens' type ids)."""
+                   lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The features of consecutive whole sentences (``wid``/``pid``: their tokens' type ids):
+        ``(columns, counts)``, the sorted distinct column numbers (int32) of every token, row after row,
+        and how many each token has."""
         n = int(lengths.sum())
         starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
         t = np.arange(n) - starts  # position in the sentence
@@ -346,23 +355,50 @@ class _Featurizer:
                 keys.append(((a << np.uint64(32)) ^ _mix64(b ^ np.uint64(tag << 40)))[:, None])
         keys.append(np.full((n, 1), _crc("bias"), dtype=np.uint64))
         cols = (_mix64(np.hstack(keys)) % np.uint64(self.n_features)).astype(np.int32)
-        return _rows_to_csr(cols, lengths, self.n_features)
+        return _distinct_columns(cols)
 
 
-def _rows_to_csr(cols: np.ndarray, lengths: np.ndarray, n_features: int) -> list[sp.csr_matrix]:
-    """Binary CSR matrices (one per sentence) from a (tokens, k) array of column indices."""
+def _distinct_columns(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's sorted distinct entries of a (tokens, k) array of column numbers, concatenated (int32),
+    and their number per row: two features of a token that hash to one column give a single 1."""
     cols = np.sort(cols, axis=1)
     keep = np.ones(cols.shape, dtype=bool)
-    keep[:, 1:] = cols[:, 1:] != cols[:, :-1]  # collisions inside a row collapse to one 1
-    indices = cols[keep].astype(np.int32)
-    row_ptr = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(np.int32)
-    data = np.ones(indices.size, dtype=np.float64)
-    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    keep[:, 1:] = cols[:, 1:] != cols[:, :-1]
+    return cols[keep].astype(np.int32), keep.sum(axis=1)
+
+
+class _Window(np.ndarray):
+    """Marks the end of a window's chain of bases (see :func:`_window`)."""
+
+
+def _window(buffer: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``buffer[lo:hi]`` as a plain array that scipy keeps as it is.
+
+    A CSR matrix built from (or validated into) ``(data, indices, indptr)`` copies an ``indices`` whose
+    ``base`` is more than twice as long as itself (scipy's ``prune``), which would give every sentence
+    its own copy of its columns. Two hops through a subclass end numpy's collapsing of the chain of
+    bases at this window (a view's base skips arrays that do not own their memory only while they
+    are of the view's own type), so the window's ``base`` is as long as the window: no copy is made,
+    and every sentence's columns stay in the one buffer (which the chain kernels then read in place).
+    """
+    return buffer[lo:hi].view(_Window).view(_Window).view(np.ndarray)
+
+
+def _shared_csr(indices: np.ndarray, counts: np.ndarray, lengths: np.ndarray, n_features: int) -> list[sp.csr_matrix]:
+    """Binary CSR matrices, one per sentence, that share memory: each one's column numbers are a
+    window of ``indices`` (all tokens' columns, row after row) and its values a window of one
+    read-only stride-0 array of 1.0 (no memory per non-zero; the matrices' ``data`` cannot be
+    written in place, ``.copy()`` gives a writable matrix)."""
+    ones = np.broadcast_to(np.float64(1.0), indices.shape)
+    row_ptr = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=row_ptr[1:])
+    bounds = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
     out = []
     for a, b in itertools.pairwise(bounds.tolist()):
-        lo, hi = row_ptr[a], row_ptr[b]
-        indptr = row_ptr[a:b + 1] - lo
-        m = sp.csr_matrix((data[lo:hi], indices[lo:hi], indptr), shape=(b - a, n_features), copy=False)
+        lo, hi = int(row_ptr[a]), int(row_ptr[b])
+        m = sp.csr_matrix((ones[lo:hi], _window(indices, lo, hi), (row_ptr[a:b + 1] - lo).astype(np.int32)),
+                          shape=(b - a, n_features), copy=False)
         m.has_sorted_indices = True
         out.append(m)
     return out
@@ -386,7 +422,8 @@ def featurize(corpora: Sequence[Corpus], n_features: int = 2**16, window: int = 
 
     Returns
     -------
-    list (per corpus) of lists of CSR matrices ``(T, n_features)``, float64, values 1.
+    list (per corpus) of lists of CSR matrices ``(T, n_features)``, float64, values 1, sorted indices.
+        A corpus's matrices share memory (see the module docstring): their ``data`` is read-only.
     """
     if use_pos is None:
         use_pos = all(c.pos is not None for c in corpora)

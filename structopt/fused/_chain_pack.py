@@ -4,6 +4,15 @@ The kernels work on a :class:`ChainPack`: the token features of all examples con
 CSR matrix (dense inputs too: the products then skip zero features), token offsets, the per-node
 loss costs concatenated the same way, the constant loss terms, each example's token Gram matrix,
 and the structure's masks (0 / -inf biases of a constrained chain).
+
+The pack holds no second copy of what the problem already holds when it can avoid one: CSR
+examples whose column numbers are consecutive windows of one buffer (as
+:func:`structopt.tasks.conll.featurize` makes them) are read in place; binary features (every
+value 1.0) keep no values at all (``binary``: the products skip the multiplication by 1.0, which
+is exact, so the sums are the same); the Gram matrices are stored as their upper triangles, and
+they and the loss costs in float32 where that holds every value exactly (integer counts, 0/1
+costs), float64 otherwise. Every kernel reads them into float64 arithmetic: the results are
+those of the float64 pack.
 Flat potentials and compact statistics of example i share one layout: the (T, S) unary block,
 then the shared (S, S) transition block (start/end/bias weights are folded into the unary block,
 whose statistics they read).
@@ -35,16 +44,18 @@ class ChainPack(NamedTuple):
     """A chain problem packed for the kernels (numba reads the fields by name)."""
 
     indptr: np.ndarray        # (N+1,) int64, CSR rows = all tokens of all examples
-    indices: np.ndarray       # int32 feature indices (column numbers; scipy's own dtype, not copied)
-    values: np.ndarray        # float64 feature values
+    indices: np.ndarray       # int32 feature indices (column numbers; the examples' own buffer when shared)
+    values: np.ndarray        # float64 feature values (empty when binary)
+    binary: bool              # every feature value is 1.0 (values not stored)
     tok: np.ndarray           # (n+1,) int64 token offsets of the examples
-    costs: np.ndarray         # (N, S) per-node loss costs
+    costs: np.ndarray         # (N, S) per-node loss costs (float32 when exact, else float64)
     const: np.ndarray         # (n,) constant loss terms
     n_states: int
     n_features: int
     start_end: bool           # start/end weight blocks present
     bias: bool                # bias weight block present
-    gram: np.ndarray          # concatenated flattened token Gram matrices x_i x_i^T
+    gram: np.ndarray          # concatenated upper triangles (row after row) of the token Gram matrices
+    #                           x_i x_i^T (float32 when exact, else float64)
     gram_off: np.ndarray      # (n+1,) offsets into gram
     transition_bias: np.ndarray  # (S, S): 0 allowed, -inf forbidden
     start_bias: np.ndarray    # (S,) first-label bias (0 / -inf)
@@ -63,11 +74,17 @@ def chain_unary_scores(i, w, pack, out):
     for t in range(T):
         row_out = out[t]
         row_out[:] = 0.0
-        for j in range(indptr[a + t], indptr[a + t + 1]):
-            row = table[indices[j]]
-            v = values[j]
-            for s in range(S):
-                row_out[s] += v * row[s]
+        if pack.binary:  # v = 1.0: v * row[s] is row[s] exactly
+            for j in range(indptr[a + t], indptr[a + t + 1]):
+                row = table[indices[j]]
+                for s in range(S):
+                    row_out[s] += row[s]
+        else:
+            for j in range(indptr[a + t], indptr[a + t + 1]):
+                row = table[indices[j]]
+                v = values[j]
+                for s in range(S):
+                    row_out[s] += v * row[s]
     extra = F * S + S * S
     if start_end:
         for s in range(S):
@@ -139,8 +156,8 @@ def _boundary_axpy(d, T, S, F, start_end, bias, scale, out):
 
 
 # ----------------------------------------------------------------------------- shared adjoint side
-# the pack holds each example's token Gram matrix x x^T, so ||A_i^T d||^2 costs O(T^2 S) instead of
-# a feature-sized product
+# the pack holds each example's token Gram matrix x x^T (its upper triangle), so ||A_i^T d||^2 costs
+# O(T^2 S) instead of a feature-sized product
 @njit(cache=True, fastmath=True)
 def chain_node_sqnorm(i, d, labels, n_labels, pack):
     """``||A_i^T d||^2`` without the transition block's ``||d_pair||^2`` (callers that build ``d``
@@ -152,9 +169,11 @@ def chain_node_sqnorm(i, d, labels, n_labels, pack):
     T = tok[i + 1] - tok[i]
     g = gram[gram_off[i]:gram_off[i + 1]]
     value = 0.0
+    row = 0  # start of row t1 of the upper triangle: entries (t1, t1), (t1, t1 + 1), ..., (t1, T - 1)
     for t1 in range(T):
         k = n_labels[t1]
         if k == 0:
+            row += T - t1
             continue
         own = labels[t1]
         first = t1 * S
@@ -168,15 +187,17 @@ def chain_node_sqnorm(i, d, labels, n_labels, pack):
             for q in range(k):
                 s = own[q]
                 dot += d[first + s] * d[other + s]
-            off_diagonal += g[t1 * T + t2] * dot
-        value += g[t1 * T + t1] * diagonal + 2.0 * off_diagonal
+            off_diagonal += float(g[row + t2 - t1]) * dot
+        value += float(g[row]) * diagonal + 2.0 * off_diagonal
+        row += T - t1
     return value + _extras_sqnorm(d, T, S, start_end, bias)
 
 
 @njit(cache=True, fastmath=True)
-def _scatter(indptr, indices, values, a, T, S, F, d, labels, n_labels, scale, out):
+def _scatter(indptr, indices, values, binary, a, T, S, F, d, labels, n_labels, scale, out):
     # out[:F*S] viewed as (F, S): row f += scale * x_tf * d_t, visiting the labels[t, :n_labels[t]]
-    # where d_t is non-zero, or the whole row when most are (then the S-loop vectorises)
+    # where d_t is non-zero, or the whole row when most are (then the S-loop vectorises); binary
+    # features (x_tf = 1.0) skip the product, which is exact
     table = out[:F * S].reshape(F, S)
     coeff = np.empty(S)
     for t in range(T):
@@ -186,19 +207,32 @@ def _scatter(indptr, indices, values, a, T, S, F, d, labels, n_labels, scale, ou
         for s in range(S):
             coeff[s] = scale * d[t * S + s]
         if 2 * k > S:
-            for j in range(indptr[a + t], indptr[a + t + 1]):
-                row = table[indices[j]]
-                v = values[j]
-                for s in range(S):
-                    row[s] += v * coeff[s]
+            if binary:
+                for j in range(indptr[a + t], indptr[a + t + 1]):
+                    row = table[indices[j]]
+                    for s in range(S):
+                        row[s] += coeff[s]
+            else:
+                for j in range(indptr[a + t], indptr[a + t + 1]):
+                    row = table[indices[j]]
+                    v = values[j]
+                    for s in range(S):
+                        row[s] += v * coeff[s]
         else:
             own = labels[t]
-            for j in range(indptr[a + t], indptr[a + t + 1]):
-                base = indices[j] * S
-                v = values[j]
-                for q in range(k):
-                    s = own[q]
-                    out[base + s] += v * coeff[s]
+            if binary:
+                for j in range(indptr[a + t], indptr[a + t + 1]):
+                    base = indices[j] * S
+                    for q in range(k):
+                        s = own[q]
+                        out[base + s] += coeff[s]
+            else:
+                for j in range(indptr[a + t], indptr[a + t + 1]):
+                    base = indices[j] * S
+                    v = values[j]
+                    for q in range(k):
+                        s = own[q]
+                        out[base + s] += v * coeff[s]
 
 
 @njit(cache=True)
@@ -220,7 +254,7 @@ def chain_node_axpy(i, d, labels, n_labels, scale, out, pack):
     S, F = pack.n_states, pack.n_features
     a = pack.tok[i]
     T = pack.tok[i + 1] - a
-    _scatter(pack.indptr, pack.indices, pack.values, a, T, S, F, d, labels, n_labels, scale, out)
+    _scatter(pack.indptr, pack.indices, pack.values, pack.binary, a, T, S, F, d, labels, n_labels, scale, out)
     _boundary_axpy(d, T, S, F, pack.start_end, pack.bias, scale, out)
 
 
@@ -238,28 +272,112 @@ def chain_axpy(i, d, scale, out, pack):
     chain_node_axpy(i, d, labels, n_labels, scale, out, pack)
 
 
-def pack_chain_problem(model, structure, X: list, node_costs: list[np.ndarray], consts: np.ndarray) -> ChainPack:
-    """Pack a problem's examples (dense or CSR token features) and the structure's masks for the kernels."""
-    S, F = model.n_states, model.n_features
-    lengths = np.array([x.shape[0] for x in X], dtype=np.int64)
-    tok = np.zeros(len(X) + 1, dtype=np.int64)
-    tok[1:] = np.cumsum(lengths)
+def _owner(array: np.ndarray) -> np.ndarray:
+    """The array at the end of ``array``'s chain of ndarray bases (the one whose memory it views)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def _in_place(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """One array over the memory of ``arrays`` laid end to end, when they are consecutive windows of one
+    contiguous 1-D buffer (in order, nothing between them); else None."""
+    first = arrays[0]
+    owner = _owner(first)
+    if owner.ndim != 1 or not owner.flags.c_contiguous or owner.dtype != first.dtype:
+        return None
+    item = owner.itemsize
+    start, rest = divmod(_address(first) - _address(owner), item)
+    if rest or start < 0:
+        return None
+    position = start
+    for a in arrays:
+        if (a.dtype != owner.dtype or a.ndim != 1 or (a.size > 1 and a.strides[0] != item)
+                or (a.size and (_address(a) != _address(owner) + position * item or _owner(a) is not owner))):
+            return None
+        position += a.size
+    if position > owner.size:
+        return None
+    return owner[start:position]
+
+
+def _narrowest_exact(values: np.ndarray) -> np.ndarray:
+    """``values`` (float64) in float32 when that holds every value exactly, else as they are."""
+    narrow = values.astype(np.float32)
+    return narrow if np.array_equal(narrow, values) else values
+
+
+def _stack_features(X: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """``(indptr, indices, values, binary)`` of the examples' token rows stacked in one CSR matrix with
+    sorted column numbers (``values`` empty when every value is 1.0); the examples' own buffers when
+    they are CSR with sorted int32 column numbers laid end to end in one buffer (no copy)."""
+    if all(sp.issparse(x) and x.format == "csr" and x.has_sorted_indices and x.indices.dtype == np.int32 for x in X):
+        indices = _in_place([x.indices[:x.nnz] for x in X])
+        if indices is not None:
+            nnz = np.array([x.nnz for x in X], dtype=np.int64)
+            first = np.zeros(len(X), dtype=np.int64)
+            np.cumsum(nnz[:-1], out=first[1:])
+            rows = np.array([x.shape[0] for x in X], dtype=np.int64)
+            indptr = np.zeros(int(rows.sum()) + 1, dtype=np.int64)
+            indptr[1:] = np.concatenate([x.indptr[1:] for x in X]) + np.repeat(first, rows)
+            binary = all(bool(np.all(x.data[:x.nnz] == 1.0)) for x in X)
+            if binary:
+                values = np.zeros(0)
+            else:
+                values = _in_place([x.data[:x.nnz] for x in X])
+                if values is None:
+                    values = np.concatenate([np.asarray(x.data[:x.nnz], dtype=np.float64) for x in X])
+            return indptr, indices, values, binary
     if any(sp.issparse(x) for x in X):
         stacked = sp.vstack([sp.csr_matrix(x) for x in X], format="csr")
     else:  # one conversion for all dense tokens
         stacked = sp.csr_matrix(np.vstack(X))
     stacked.sort_indices()
-    grams = [np.asarray((x @ x.T).todense() if sp.issparse(x) else x @ x.T).ravel() for x in X]
-    gram_off = np.zeros(len(X) + 1, dtype=np.int64)
-    gram_off[1:] = np.cumsum(lengths * lengths)
+    binary = bool(np.all(stacked.data == 1.0))
+    # copy=False: the stacked matrix is this function's own (a widened int64 copy of the indices would
+    # double their memory)
+    return (stacked.indptr.astype(np.int64), stacked.indices.astype(np.int32, copy=False),
+            np.zeros(0) if binary else stacked.data.astype(np.float64, copy=False), binary)
+
+
+def _gram_triangles(X: list, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The upper triangles (row after row) of the examples' token Gram matrices ``x x^T``, concatenated,
+    and their offsets."""
+    sizes = lengths * (lengths + 1) // 2
+    offsets = np.zeros(len(X) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    out = np.empty(int(offsets[-1]))
+    upper: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for i, x in enumerate(X):
+        gram = x @ x.T
+        gram = gram.toarray() if sp.issparse(gram) else np.asarray(gram)
+        T = gram.shape[0]
+        if T not in upper:
+            upper[T] = np.triu_indices(T)
+        out[offsets[i]:offsets[i + 1]] = gram[upper[T]]
+    return _narrowest_exact(out), offsets
+
+
+def pack_chain_problem(model, structure, X: list, node_costs: list[np.ndarray], consts: np.ndarray) -> ChainPack:
+    """Pack a problem's examples (dense or CSR token features) and the structure's masks for the kernels
+    (in place where the examples allow, see the module docstring)."""
+    S, F = model.n_states, model.n_features
+    lengths = np.array([x.shape[0] for x in X], dtype=np.int64)
+    tok = np.zeros(len(X) + 1, dtype=np.int64)
+    tok[1:] = np.cumsum(lengths)
+    indptr, indices, values, binary = _stack_features(X)
+    gram, gram_off = _gram_triangles(X, lengths)
+    costs = np.empty((int(tok[-1]), S))
+    for i, c in enumerate(node_costs):
+        costs[tok[i]:tok[i + 1]] = c
     start, end = structure.boundary_bias()
     return ChainPack(
-        # copy=False: the stacked matrix is this function's own, so its column numbers and float data are
-        # kept as they are (on CoNLL-2000 a widened int64 copy of the indices was 110 MB)
-        indptr=stacked.indptr.astype(np.int64), indices=stacked.indices.astype(np.int32, copy=False),
-        values=stacked.data.astype(np.float64, copy=False), tok=tok,
-        costs=np.ascontiguousarray(np.concatenate(node_costs), dtype=np.float64),
+        indptr=indptr, indices=indices, values=values, binary=binary, tok=tok, costs=_narrowest_exact(costs),
         const=np.asarray(consts, dtype=np.float64), n_states=S, n_features=F, start_end=bool(model.start_end),
-        bias=bool(model.bias), gram=np.concatenate(grams), gram_off=gram_off,
+        bias=bool(model.bias), gram=gram, gram_off=gram_off,
         transition_bias=np.ascontiguousarray(structure.transition_bias(), dtype=np.float64),
         start_bias=np.ascontiguousarray(start, dtype=np.float64), end_bias=np.ascontiguousarray(end, dtype=np.float64))
