@@ -167,6 +167,18 @@ BAD_VALUES = [("n_node_features", 0), ("n_node_features", "3"), ("n_node_feature
               ("warm_start", "no"), ("warm_start", {"on": True})]
 
 
+def test_a_file_without_weights_is_refused(tmp_path):
+    path = tmp_path / "g.npz"
+    body = {"model": {"type": "GraphModel", "args": GOOD_ARGS}, "loss": None, "task": None, "preprocessing": {},
+            "info": {}}
+    data, arrays = encode(body)
+    write_archive(path, {"format": FORMAT, "format_version": 1, "structopt_version": "0", "body": data}, arrays,
+                  "model")
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "malformed" in _one_line(error, path)
+
+
 @pytest.mark.parametrize(("key", "value"), BAD_VALUES)
 def test_a_configuration_value_of_the_wrong_type_or_range_is_refused(tmp_path, key, value):
     path = tmp_path / "g.npz"
