@@ -11,13 +11,15 @@ import os
 import string
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
-from structopt.losses import Hamming
-from structopt.models.chain import ChainModel
+
+if TYPE_CHECKING:  # imported where used: reading the words needs numpy only, not numba and every structure
+    from structopt.losses import Hamming
+    from structopt.models.chain import ChainModel
 
 LETTERS = list(string.ascii_lowercase)
 N_PIXELS = 128
@@ -114,6 +116,9 @@ def paper_model_and_loss() -> tuple[ChainModel, Hamming]:
     """The BCFW paper's OCR setup (its released demo): 128 pixels plus a per-letter bias,
     start and end scores, transitions (26*129 + 2*26 + 26*26 = 4,082 weights), and the Hamming
     loss normalised by word length."""
+    from structopt.losses import Hamming
+    from structopt.models.chain import ChainModel
+
     return ChainModel(N_PIXELS, len(LETTERS), start_end=True, bias=True), Hamming(normalize=True)
 
 

@@ -103,3 +103,19 @@ def test_python_dash_m_structopt_runs_the_entry_point():
     done = subprocess.run([sys.executable, "-m", "structopt", "--help"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and "structopt train" in done.stdout, done.stderr
+
+
+def test_reading_the_ocr_words_needs_numpy_only():
+    # the data loader is used on its own (benchmarks, predict inputs): the model and loss it pairs the data
+    # with are imported by paper_model_and_loss, not with the module
+    done = _python("""
+        import json, sys
+        from structopt.tasks.ocr import load_ocr, split
+        train, test = split(load_ocr(), "pystruct")
+        heavy = sorted(m for m in ("numba", "scipy", "structopt.losses", "structopt.models", "structopt.structures",
+                                   "structopt.solvers") if m in sys.modules)
+        print(json.dumps({"heavy": heavy, "words": [len(train["X"]), len(test["X"])]}))
+    """)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer == {"heavy": [], "words": [704, 6173]}
