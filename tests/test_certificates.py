@@ -12,6 +12,7 @@ constrained >= 0, the cone-constrained dual). Checked at every trace record: ``d
 BCFW's options for expensive oracles (``sampling="gap"``, ``cache_size``, ``steps="pairwise"``/``"away"``)
 are swept with the paper's cache-hit rule and with an eager one (most steps on cached corners): the
 gaps that choose blocks and corners are stale estimates, the reported one comes from an exact pass.
+Gap sampling alone runs on the fused chain pass (and is swept with ``fused=False`` too).
 
 Found this way: mini-batch BCFW without line search took the step ``2 n tau / (tau k + 2 n)`` > 1
 for its first ``2n (1 - 1/tau)`` calls, which carried blocks out of their simplices (dual 1.26
@@ -115,8 +116,12 @@ def gap_bcfw_runs(full: bool) -> Iterator[tuple[Callable, dict]]:
         if hits == "eager":  # accept almost any cached corner: the most steps without the oracle
             options.update(cache_factor=0.01, cache_nu=0.001)
         yield bcfw, {"max_passes": 4 if full else 3, "eval_every": 0.5, **options}
+        if options["cache_size"] == 0 and options["steps"] == "fw":  # gap sampling alone: fused where possible
+            yield bcfw, {"max_passes": 4 if full else 3, "eval_every": 0.5, **options, "fused": False}
     for sampling in ("perm", "gap") if full else ("gap",):  # the fixed step over cached corners
         yield bcfw, {"max_passes": 3, "eval_every": 0.5, "sampling": sampling, "cache_size": 3, "line_search": False}
+    for fused in (None, False):  # gap sampling alone with the fixed step (the fused pass on chains)
+        yield bcfw, {"max_passes": 3, "eval_every": 0.5, "sampling": "gap", "line_search": False, "fused": fused}
 
 
 def frank_wolfe_runs(full: bool) -> Iterator[tuple[Callable, dict]]:

@@ -12,9 +12,17 @@ import pytest
 from _reference import exact_primal, random_chain_problem, random_multiclass_problem
 
 from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.fused import select
 from structopt.solvers import bcfw
 from structopt.solvers._blocks import BlockState, PythonBlockUpdater
-from structopt.solvers._gap_blocks import GapBlockUpdater, GapState
+from structopt.solvers._gap_blocks import (
+    UNIFORM_MIX,
+    FusedGapUpdater,
+    GapBlockUpdater,
+    GapState,
+    draw_blocks,
+    gap_chunk,
+)
 
 
 def chain():
@@ -74,9 +82,11 @@ def test_active_sets_stay_exact_convex_combinations(steps):
     np.testing.assert_allclose(blocks.w, w, atol=1e-10)
 
 
-def test_refreshed_gaps_are_the_exact_block_gaps():
+@pytest.mark.parametrize("fused", [None, False])
+def test_refreshed_gaps_are_the_exact_block_gaps(fused):
     problem = chain()
-    result = bcfw(problem, max_passes=3, sampling="gap", averaging="none", random_state=0)
+    result = bcfw(problem, max_passes=3, sampling="gap", averaging="none", random_state=0, fused=fused)
+    assert result.info["fused"] == (fused is None)  # the chain's fused pass stores the gaps it computes
     state, gap = result.info["state"], result.info["gap"]
     w = problem.project_weights(state.w)
     # refreshed by the last evaluation at the current iterate: they sum to its duality gap
@@ -92,6 +102,96 @@ def test_refreshed_gaps_are_the_exact_block_gaps():
         assert gap.gaps[i] == pytest.approx(g, rel=1e-9, abs=1e-12)
 
 
+# --------------------------------------------------------------------------- gap sampling's draws
+def test_draws_visit_unvisited_blocks_first_and_are_distinct():
+    rng = np.random.default_rng(0)
+    gaps = np.array([np.inf, 0.5, np.inf, 0.0, 2.0, np.inf, 1e-3])
+    order = draw_blocks(gaps, rng, 5)
+    assert sorted(order[:3]) == [0, 2, 5]  # the unvisited ones first
+    assert len(set(order.tolist())) == 5 and set(order[3:]) <= {1, 3, 4, 6}
+    assert sorted(draw_blocks(gaps, rng, 7)) == list(range(7))  # a whole chunk: every block once
+    assert set(draw_blocks(gaps, rng, 2)) <= {0, 2, 5}
+    # the draws are a function of the gaps and the generator's state
+    np.testing.assert_array_equal(draw_blocks(gaps, np.random.default_rng(4), 6),
+                                  draw_blocks(gaps.copy(), np.random.default_rng(4), 6))
+
+
+def test_draws_follow_the_gaps_mixed_with_uniform():
+    rng = np.random.default_rng(1)
+    gaps = np.array([0.0, 1.0, 3.0, -1e-15, 6.0])  # a rounding-negative gap counts 0
+    n, total = gaps.size, 10.0
+    expected = (1.0 - UNIFORM_MIX) * np.maximum(gaps, 0.0) / total + UNIFORM_MIX / n
+    draws = 40000
+    first = np.bincount([draw_blocks(gaps, rng, 1)[0] for _ in range(draws)], minlength=n) / draws
+    # 5 standard deviations of a binomial frequency
+    assert np.all(np.abs(first - expected) <= 5 * np.sqrt(expected * (1 - expected) / draws)), (first, expected)
+    assert np.all(first > 0)  # no block starves: a zero gap is still drawn (uniform mixing)
+    # without replacement: the second block of a chunk is drawn among the others in proportion to p
+    second = np.bincount([draw_blocks(gaps, rng, 2)[1] for _ in range(draws)], minlength=n) / draws
+    p = expected / expected.sum()
+    want = np.array([sum(p[j] * p[i] / (1 - p[j]) for j in range(n) if j != i) for i in range(n)])
+    assert np.all(np.abs(second - want) <= 5 * np.sqrt(want * (1 - want) / draws)), (second, want)
+    # all gaps zero: uniform
+    zero = np.bincount([draw_blocks(np.zeros(n), rng, 1)[0] for _ in range(draws // 4)], minlength=n) / (draws // 4)
+    np.testing.assert_allclose(zero, 1.0 / n, atol=5 * np.sqrt(0.16 / (draws // 4)))
+
+
+def test_chunks_are_a_share_of_the_blocks():
+    assert [gap_chunk(n) for n in (1, 2, 6, 300)] == [1, 1, 3, 150]
+
+
+# --------------------------------------------------------------------------- the fused gap path
+def test_fused_gap_steps_equal_the_generic_ones_with_the_same_draws():
+    problem = random_chain_problem(2, n=14, n_states=3, max_len=5, lam=0.05)
+    view = select(problem, True)
+    runs = {}
+    for name in ("generic", "fused"):
+        blocks = BlockState.initial(problem)
+        gap = GapState.initial(problem, blocks, active_sets=False)
+        updater = (FusedGapUpdater(problem, blocks, gap, view) if name == "fused" else
+                   GapBlockUpdater(problem, blocks, gap, cache_size=0, cache_factor=0.25, cache_nu=0.01, steps="fw"))
+        drawn = []
+        step = updater.run
+
+        def spy(order, *args, step=step, drawn=drawn):
+            drawn.append(np.array(order))
+            step(order, *args)
+
+        updater.run = spy
+        rng = np.random.default_rng(5)
+        for line_search, averaging in ((True, True), (False, True), (True, False)):
+            updater.run_sampled(3 * problem.n, rng, line_search, averaging)
+        updater.refresh(blocks.w)
+        runs[name] = (blocks, gap, drawn, updater.averaged())
+    (a, ga, da, avg_a), (b, gb, db, avg_b) = runs["generic"], runs["fused"]
+    assert len(da) == len(db) > 9
+    for x, y in zip(da, db, strict=True):  # the same draws, chunk by chunk
+        np.testing.assert_array_equal(x, y)
+    for key in ("w", "m", "ell_i"):
+        np.testing.assert_allclose(getattr(b, key), getattr(a, key), rtol=1e-10, atol=1e-12, err_msg=key)
+    assert (a.k, a.ell) == (b.k, pytest.approx(b.ell, rel=1e-11))
+    np.testing.assert_allclose(gb.gaps, ga.gaps, rtol=1e-9, atol=1e-12)
+    assert ga.calls == gb.calls == 9 * problem.n and ga.hits == gb.hits == 0
+    np.testing.assert_allclose(avg_b[0], avg_a[0], rtol=1e-9, atol=1e-12)  # the weighted average
+
+
+@pytest.mark.parametrize("averaging", ["weighted", "none"])
+@pytest.mark.parametrize("line_search", [True, False])
+def test_fused_gap_sampling_runs_equal_the_generic_runs(averaging, line_search):
+    problem = random_chain_problem(3, n=12, n_states=3, max_len=5, lam=0.05)
+    options = {"sampling": "gap", "averaging": averaging, "line_search": line_search, "max_passes": 14,
+               "eval_every": 0.5, "random_state": 1}
+    fused, generic = bcfw(problem, **options), bcfw(problem, fused=False, **options)
+    assert fused.info["fused"] and not generic.info["fused"]
+    assert len(fused.trace) == len(generic.trace) == 28
+    for a, b in zip(fused.trace, generic.trace, strict=True):
+        assert (a["passes"], a["oracle_calls"], a["cache_hits"]) == (b["passes"], b["oracle_calls"], b["cache_hits"])
+        for key in ("primal", "dual", "gap", "dual_iterate"):
+            assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
+    np.testing.assert_allclose(fused.w, generic.w, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fused.info["gap"].gaps, generic.info["gap"].gaps, rtol=1e-8, atol=1e-12)
+
+
 def test_counts_oracle_calls_and_cache_hits():
     problem = multiclass()
     n = problem.n
@@ -99,11 +199,12 @@ def test_counts_oracle_calls_and_cache_hits():
     last = result.trace[-1]
     assert last["cache_hits"] > 0
     assert last["oracle_calls"] + last["cache_hits"] == 6 * n  # one per step, no refresh passes
-    # gap sampling with the weighted average refreshes its gaps by a counted exact pass per evaluation
-    # interval after the first (the blocks are all visited once by then)
-    result = bcfw(problem, max_passes=4, sampling="gap", random_state=0)
+    # gap sampling with the weighted average refreshes its gaps by a counted exact pass at the first
+    # evaluation REFRESH_PASSES (10) passes after the last refresh (the start)
+    result = bcfw(problem, max_passes=13, sampling="gap", random_state=0)
     calls = [r["oracle_calls"] for r in result.trace]
-    assert calls == [n, 2 * n + n, 3 * n + 2 * n, 4 * n + 3 * n]
+    assert calls == [k * n for k in range(1, 11)] + [12 * n, 13 * n, 14 * n]
+    assert result.info["gap"].refreshed == 10 * n
 
 
 def test_gap_bcfw_reaches_the_exact_optimum():
@@ -123,16 +224,20 @@ def strip(trace):
 
 
 @pytest.mark.parametrize("options", [
+    {"sampling": "gap"},  # the fused chain pass
+    {"sampling": "gap", "averaging": "none", "line_search": False},
+    {"sampling": "gap", "fused": False},
     {"sampling": "gap", "cache_size": 4, "steps": "pairwise"},
     {"sampling": "gap", "cache_size": 3, "steps": "away", "averaging": "none"},
     {"sampling": "uniform", "cache_size": 2},
 ])
 def test_resume_equals_uninterrupted(tmp_path, options):
     problem = chain()
-    first = bcfw(problem, max_passes=5, eval_every=0.5, random_state=7, **options)
+    first = bcfw(problem, max_passes=14, eval_every=0.5, random_state=7, **options)
     ckpt = tmp_path / "gap.npz"
     bcfw(problem, max_passes=2, eval_every=0.5, random_state=7, checkpoint=ckpt, **options)
-    resumed = bcfw(problem, max_passes=5, eval_every=0.5, random_state=7, resume=ckpt, **options)
+    bcfw(problem, max_passes=11, eval_every=0.5, random_state=3, resume=ckpt, checkpoint=ckpt, **options)
+    resumed = bcfw(problem, max_passes=14, eval_every=0.5, random_state=9, resume=ckpt, **options)
     assert strip(resumed.trace) == strip(first.trace)
     np.testing.assert_array_equal(resumed.w, first.w)
     a, b = resumed.info["gap"], first.info["gap"]
@@ -192,6 +297,11 @@ def test_refusals():
         bcfw(problem, steps="pairwise", line_search=False)
     with pytest.raises(NotSupportedError, match="fused=True"):
         bcfw(problem, cache_size=3, fused=True)
+    with pytest.raises(NotSupportedError, match="fused=True"):
+        bcfw(problem, sampling="gap", steps="away", fused=True)
+    assert bcfw(problem, sampling="gap", fused=True, max_passes=1).info["fused"]  # gap sampling alone
+    with pytest.raises(NotSupportedError, match="no fused"):
+        bcfw(multiclass(), sampling="gap", fused=True, max_passes=1)
     with pytest.raises(NotSupportedError, match="batch_size"):
         bcfw(problem, sampling="gap", batch_size=2)
     for key, value in (("cache_size", -1), ("cache_size", 1.5), ("cache_factor", 1.0), ("cache_nu", 0.0),

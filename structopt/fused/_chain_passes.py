@@ -94,8 +94,13 @@ def _support_union(positions, count, labels, T, S, marked, out):
 
 @njit(cache=True)
 def bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, scalars, pack, theta_buf, stats_buf,
-               direction_buf, positions, counts, stages=5):
+               direction_buf, positions, counts, stages=5, gaps=None):
     """BCFW block steps on ``order``; ``scalars = [ell, v, k]`` in and out (see ``_blocks.BlockState``).
+
+    ``gaps`` (n values, optional): each visited block's exact gap at the weights of its step (the
+    line-search numerator, before the step) is written to ``gaps[i]``, for gap sampling
+    (:mod:`structopt.solvers._gap_blocks`). With ``stages=2`` nothing else changes: the call only
+    computes the gaps of the blocks of ``order`` at ``w`` (gap sampling's refresh pass).
 
     Chain layout: example i's compact statistics are its (T, S) node block, then the shared (S, S)
     transition block. The transition block of ``A_i^T`` is the identity into the shared weights, so
@@ -109,9 +114,9 @@ def bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, s
     transitions (in increasing order); the entries skipped are zero in the direction, so the sums
     are the dense loop's.
 
-    ``stages < 5`` is for timing breakdowns only (the state is left inconsistent): each step stops
-    after its oracle call (1), its direction and block gap (2), its line-search norm (3) or its
-    weight update (4).
+    ``stages < 5`` is for timing breakdowns (stages 3 and 4 leave the state inconsistent): each step
+    stops after its oracle call (1), its direction and block gap (2: the state is unchanged), its
+    line-search norm (3) or its weight update (4).
     """
     ell, v, k = scalars[0], scalars[1], scalars[2]
     S = pack.n_states
@@ -178,6 +183,8 @@ def bcfw_steps(order, line_search, averaging, n, lam, w, m, r, offsets, ell_i, s
             numerator += d * theta[j]
             pair_sq += d * d
         numerator = numerator / n - ell_i[i] + loss_s
+        if gaps is not None:
+            gaps[i] = numerator
         if stages == 2:
             continue
         if line_search:

@@ -69,12 +69,13 @@ class BlockState:
             state = {**state, "r": r}
         self.__dict__.update({"fused_index": None, **state})
 
-    def move_block(self, i: int, seg: slice, direction: np.ndarray, loss_s: float, gamma: float,
+    def move_block(self, i: int, seg: slice, direction: np.ndarray, d_loss: float, gamma: float,
                    weight: float) -> None:
-        """Step block i by ``gamma`` towards its corner (statistics ``direction`` from ``m_i``, loss share
-        ``loss_s``); ``weight`` is the averaging weight of this step (0 without averaging). The
-        weights ``w`` are the caller's (they depend on how the adjoint is applied)."""
-        delta_ell = gamma * (loss_s - self.ell_i[i])
+        """Step block i by ``gamma`` along ``(direction, d_loss)``: its statistics ``m_i`` by ``gamma *
+        direction``, its loss share ``l_i`` by ``gamma * d_loss`` (towards a corner with loss share ``l_s``:
+        ``direction = s - m_i``, ``d_loss = l_s - l_i``); ``weight`` is the averaging weight of this step (0
+        without averaging). The weights ``w`` are the caller's (they depend on how the adjoint is applied)."""
+        delta_ell = gamma * d_loss
         self.ell += delta_ell
         self.v += weight * delta_ell
         self.ell_i[i] += delta_ell
@@ -82,6 +83,14 @@ class BlockState:
         self.fused_index = None
         if weight:
             self.r[seg] += (weight * gamma) * direction
+
+    def rescale_restart(self, factor: float) -> None:
+        """Restart from this dual iterate with ``w`` scaled by ``factor`` (the regularisation path's warm start
+        at a new lambda: ``w = A alpha / (lam n)`` with ``alpha`` kept, ``factor = lam_old / lam_new``): the
+        weighted average, the step count and the permutation start afresh."""
+        self.w *= factor
+        self.r[:] = 0.0
+        self.v, self.k, self.perm, self.fused_index = 0.0, 0, None, None
 
     @classmethod
     def initial(cls, problem: SSVMProblem) -> BlockState:
@@ -103,11 +112,13 @@ class BlockState:
         return w_bar, self.ell - factor * self.v
 
 
-def gamma_line_search(numerator: float, denominator: float) -> float:
-    """argmin over [0, 1] of the dual quadratic along the FW direction (zero curvature: 0 or 1)."""
+def gamma_line_search(numerator: float, denominator: float, limit: float = 1.0) -> float:
+    """argmin over ``[0, limit]`` of the dual quadratic along a direction with slope ``numerator`` and
+    curvature ``denominator`` (zero curvature: 0 or ``limit``); ``limit = 1`` for a FW direction, the
+    largest step that keeps the active-set weights feasible for pairwise / away steps."""
     if denominator <= 0.0:
-        return 1.0 if numerator > 0.0 else 0.0
-    return min(1.0, max(0.0, numerator / denominator))
+        return limit if numerator > 0.0 else 0.0
+    return min(limit, max(0.0, numerator / denominator))
 
 
 class PythonBlockUpdater:
@@ -150,7 +161,7 @@ class PythonBlockUpdater:
                 continue
             weight = 0.5 * st.k * (st.k - 1.0) if averaging else 0.0
             p.adjoint(i, direction_pot, st.w, -gamma / (lam * n))
-            st.move_block(i, seg, direction, loss_s, gamma, weight)
+            st.move_block(i, seg, direction, loss_s - st.ell_i[i], gamma, weight)
 
 
 class FusedBlockUpdater:
@@ -165,15 +176,29 @@ class FusedBlockUpdater:
         if not np.array_equal(state.offsets, fused.offsets):
             raise RuntimeError("fused kernels and block state disagree on the statistics layout")
 
-    def run(self, order: np.ndarray, line_search: bool, averaging: bool = True, stages: int = 5) -> None:
+    def run(self, order: np.ndarray, line_search: bool, averaging: bool = True, stages: int = 5,
+            gaps: np.ndarray | None = None) -> None:
         """BCFW steps on ``order`` (see ``PythonBlockUpdater.run``); ``stages < 5`` runs only the first
-        parts of each step, for timing breakdowns (see the family's ``bcfw_steps``)."""
+        parts of each step, for timing breakdowns (see the family's ``bcfw_steps``). ``gaps`` (n values):
+        each visited block's exact gap at its step is stored there (gap sampling)."""
         st = self.state
         scalars = np.array([st.ell, st.v, float(st.k)])
         if st.fused_index is None:
             st.fused_index = self.fused.block_index(st.m)
-        self.fused.bcfw_steps(np.asarray(order, dtype=np.int64), line_search, averaging, st, scalars, stages)
+        order = np.asarray(order, dtype=np.int64)
+        if gaps is None:
+            self.fused.bcfw_steps(order, line_search, averaging, st, scalars, stages)
+        else:  # the view's bcfw_steps does not pass ``gaps``: the family's loop with the view's arrays
+            view, p = self.fused, self.problem
+            view.family.bcfw_steps(order, line_search, averaging, p.n, p.lam, st.w, st.m, st.r, st.offsets,
+                                   st.ell_i, scalars, view.pack, view.theta_buf, view.stats_buf, view.direction_buf,
+                                   *st.fused_index, stages, gaps)
         st.ell, st.v, st.k = float(scalars[0]), float(scalars[1]), round(scalars[2])
+
+    def block_gaps(self, gaps: np.ndarray) -> None:
+        """Every block's exact gap at the current iterate into ``gaps`` (one oracle pass, no step: the
+        family's ``bcfw_steps`` with ``stages=2``)."""
+        self.run(np.arange(self.problem.n), True, False, stages=2, gaps=gaps)
 
     def mean_hinge(self, w: np.ndarray) -> float:
         return self.fused.mean_hinge(w)

@@ -35,16 +35,21 @@ Every step is a feasible ascent step of the dual (a convex combination of corner
 search), so the duality gap reported from an exact evaluation pass stays a certified bound; the
 gaps used to *choose* blocks and corners may be stale, and are never reported.
 
-*Gap sampling* draws block i with probability ``(1 - eta) g_i / G + eta / n`` (``eta =``
-:data:`UNIFORM_MIX`: no block starves when its stored gap is stale-small), unvisited blocks first;
-the stored gaps are refreshed by an exact pass at the current iterate at each evaluation (the
-evaluation pass itself when it is at the current iterate, ``averaging="none"``; that pass then
-runs in this process, :meth:`GapBlockUpdater.exact_pass`), so no estimate is older than
-``eval_every`` passes.
+*Gap sampling* (:func:`draw_blocks`) visits the unvisited blocks first, then draws chunks of
+:func:`gap_chunk` distinct blocks, each next one with probability proportional to ``(1 - eta) g_i /
+G + eta / n`` among those left (``eta =`` :data:`UNIFORM_MIX`: no block starves when its stored gap
+is stale-small), each chunk from the gaps as the previous chunk's steps left them. The stored gaps
+are refreshed by an exact pass at the current iterate: the evaluation pass itself when it is at
+the current iterate (``averaging="none"``; that pass then runs in this process,
+:meth:`GapBlockUpdater.exact_pass`), else a counted pass every ``REFRESH_PASSES`` passes
+(:mod:`structopt.solvers.bcfw`). Drawing a chunk at a time lets the fused chain pass run it in one
+numba call (:class:`FusedGapUpdater`: gap sampling alone, without caches or active sets, whose
+steps are BCFW's); both paths draw the same blocks given the same gaps.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,11 +58,15 @@ from structopt.archive import state_type
 from structopt.errors import InvalidInputError
 from structopt.potentials import flatten, unflatten
 from structopt.problem import SSVMProblem
-from structopt.solvers._blocks import BlockState
+from structopt.solvers._blocks import BlockState, FusedBlockUpdater, gamma_line_search
 
 #: share of uniform sampling mixed into gap sampling (a block whose stored gap is stale and small is
 #: still drawn about every n / UNIFORM_MIX steps)
 UNIFORM_MIX = 0.1
+#: gap sampling draws this share of the blocks at a time (at least one), from the gaps of the moment:
+#: the fused chain pass runs each chunk in one numba call. On the 300 OCR words (lambda 1) 0.1 of a pass
+#: per chunk reaches a 1% gap in as many passes as per-step draws (benchmarks/gap_bcfw.py).
+GAP_CHUNK = 0.5
 #: a cached corner counts as a copy of a new answer when its statistics and loss agree to this
 _SAME = 1e-12
 
@@ -72,7 +81,7 @@ class GapState:
     per corner), ``corner_loss[i]`` (loss shares ``L / n``), ``alpha[i]`` (the weights of ``m_i``
     over them when the steps use active sets, else zeros) and ``used[i]`` (the last step at which
     each was chosen). ``calls`` counts exact oracle calls (steps and refresh passes), ``hits`` the
-    steps served by a cached corner.
+    steps served by a cached corner, ``refreshed`` is the step count at the last refresh pass.
     """
 
     gaps: np.ndarray
@@ -82,6 +91,7 @@ class GapState:
     used: list
     calls: int = 0
     hits: int = 0
+    refreshed: int = 0  # the step count at the last refresh pass (averaging="weighted")
 
     @classmethod
     def initial(cls, problem: SSVMProblem, blocks: BlockState, active_sets: bool) -> GapState:
@@ -103,8 +113,12 @@ class GapState:
         n = blocks.ell_i.size
         sizes = np.diff(blocks.offsets)
         problems = []
-        if not (isinstance(self.gaps, np.ndarray) and self.gaps.shape == (n,)):
+        if not (isinstance(self.gaps, np.ndarray) and self.gaps.shape == (n,) and self.gaps.dtype == np.float64):
             problems.append(f"gaps are not {n} values")
+        elif np.any(np.isnan(self.gaps)) or np.any(self.gaps == -np.inf):
+            problems.append("gaps hold NaN or -inf")
+        if not (isinstance(self.refreshed, int) and 0 <= self.refreshed <= blocks.k):
+            problems.append(f"the last refresh ({self.refreshed!r}) is not a step count up to {blocks.k}")
         lists = (self.corners, self.corner_loss, self.alpha, self.used)
         if not all(isinstance(part, list) and len(part) == n for part in lists):
             problems.append(f"the caches are not {n} blocks")
@@ -125,10 +139,47 @@ class GapState:
         if problems:
             raise InvalidInputError(f"the gap-BCFW state does not fit this problem: {problems[0]}")
 
+    def restart(self) -> None:
+        """Count afresh from step 0 (the regularisation path's warm start at a new lambda, with
+        :meth:`BlockState.rescale_restart`): the caches, weights and stored gaps (stale estimates) carry over."""
+        self.calls = self.hits = self.refreshed = 0
+
     def global_gap(self) -> float:
         """Sum of the stored exact block gaps (unvisited blocks count 0)."""
         finite = self.gaps[np.isfinite(self.gaps)]
         return float(np.sum(np.maximum(finite, 0.0)))
+
+
+def gap_chunk(n: int) -> int:
+    """Blocks drawn at once by gap sampling on ``n`` blocks: ``ceil(GAP_CHUNK * n)``."""
+    return max(1, math.ceil(GAP_CHUNK * n))
+
+
+def draw_blocks(gaps: np.ndarray, rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count <= n`` distinct blocks drawn by gap sampling from the stored gaps.
+
+    Unvisited blocks (gap ``inf``) come first, in random order; the others are drawn without replacement
+    with probabilities ``p_i = (1 - eta) g_i / G + eta / n`` (``eta =`` :data:`UNIFORM_MIX`, ``g_i`` the
+    stored gap clipped at 0, ``G`` their sum; uniform when ``G = 0``): sequentially, each next block
+    with probability proportional to ``p_i`` among those not yet drawn (Efraimidis-Spirakis keys
+    ``E_i / p_i``, ``E_i ~ Exp(1)`` from ``rng``, in increasing order; the numba kernel
+    :func:`structopt.solvers._gap_kernels.gap_draw`). Without replacement because the gap of a visited
+    block is, after its step, far below its stored value until the next draw.
+    """
+    from structopt.solvers._gap_kernels import gap_draw  # numba: loaded with the first draw
+
+    out = np.empty(count, dtype=np.int64)
+    gap_draw(gaps, rng.standard_exponential(gaps.size), count, UNIFORM_MIX, out)
+    return out
+
+
+def sampled_steps(updater, count: int, rng: np.random.Generator, line_search: bool, averaging: bool) -> None:
+    """``count`` steps of ``updater`` (generic or fused) on blocks drawn by gap sampling, in chunks of
+    :func:`gap_chunk` blocks, each chunk drawn from the gaps as they are after the previous one. The
+    same draws on both paths given the same gaps: the fused one runs a whole chunk in one call."""
+    chunk = gap_chunk(updater.problem.n)
+    for start in range(0, count, chunk):
+        updater.run(draw_blocks(updater.gap.gaps, rng, min(chunk, count - start)), line_search, averaging)
 
 
 class GapBlockUpdater:
@@ -161,6 +212,10 @@ class GapBlockUpdater:
         return self.state.averaged(self.problem)
 
     # ------------------------------------------------------------------ block gaps
+    def refresh(self, w: np.ndarray) -> None:
+        """Store every block's exact gap at the current iterate's feasible weights ``w`` (one oracle pass)."""
+        self.exact_pass(w)
+
     def exact_pass(self, w: np.ndarray) -> np.ndarray:
         """One exact oracle pass at feasible weights ``w``: store every block's exact gap and return the hinge
         losses ``H_i(w)`` (the oracle calls are the caller's to count). The potentials of each example
@@ -176,21 +231,6 @@ class GapBlockUpdater:
             self.gap.gaps[i] = hinge[i] / n + float((gold[seg] - st.m[seg]) @ flatten(d.theta)) / n - st.ell_i[i]
         return hinge
 
-    def sample(self, rng: np.random.Generator) -> int:
-        """A block drawn by gap sampling: an unvisited one if any, else with probability
-        ``(1 - eta) g_i / G + eta / n``."""
-        gaps = self.gap.gaps
-        unknown = np.flatnonzero(~np.isfinite(gaps))
-        if unknown.size:
-            return int(unknown[rng.integers(unknown.size)])
-        weights = np.maximum(gaps, 0.0)
-        total = float(weights.sum())
-        n = gaps.size
-        if total <= 0.0:
-            return int(rng.integers(n))
-        cumulative = np.cumsum((1.0 - UNIFORM_MIX) * weights / total + UNIFORM_MIX / n)
-        return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), n - 1))
-
     # ------------------------------------------------------------------ steps
     def run(self, order: np.ndarray, line_search: bool, averaging: bool = True) -> None:
         """One step on each block of ``order`` in turn."""
@@ -198,9 +238,8 @@ class GapBlockUpdater:
             self.step(int(i), line_search, averaging)
 
     def run_sampled(self, count: int, rng: np.random.Generator, line_search: bool, averaging: bool = True) -> None:
-        """``count`` steps on blocks drawn by gap sampling, each from the gaps as they are then."""
-        for _ in range(count):
-            self.step(self.sample(rng), line_search, averaging)
+        """``count`` steps on blocks drawn by gap sampling (:func:`sampled_steps`)."""
+        sampled_steps(self, count, rng, line_search, averaging)
 
     def _cache_answer(self, i: int, stats: np.ndarray, loss_s: float, theta_flat: np.ndarray) -> int:
         """Index of the answer in block i's cache, inserting it (and evicting past the size limit)."""
@@ -291,30 +330,78 @@ class GapBlockUpdater:
         (or BCFW's fixed step); returns the step taken."""
         p, st = self.problem, self.state
         n, lam = p.n, p.lam
-        slope = float(direction @ flatten(theta)) / n + d_loss
         direction_pot = unflatten(direction, theta)
         if line_search:
-            curvature = p.adjoint_sqnorm(i, direction_pot) / (lam * n * n)
-            if curvature <= 0.0:
-                gamma = limit if slope > 0.0 else 0.0
-            else:
-                gamma = min(limit, max(0.0, slope / curvature))
+            slope = float(direction @ flatten(theta)) / n + d_loss
+            gamma = gamma_line_search(slope, p.adjoint_sqnorm(i, direction_pot) / (lam * n * n), limit)
         else:
             gamma = min(limit, 2.0 * n / (st.k + 2.0 * n))
         st.k += 1
         if gamma <= 0.0:
             return 0.0
-        weight = 0.5 * st.k * (st.k - 1.0) if averaging else 0.0
         p.adjoint(i, direction_pot, st.w, -gamma / (lam * n))
-        delta_ell = gamma * d_loss
-        st.ell += delta_ell
-        st.v += weight * delta_ell
-        st.ell_i[i] += delta_ell
-        st.m[seg] += gamma * direction
-        st.fused_index = None
-        if weight:
-            st.r[seg] += (weight * gamma) * direction
+        st.move_block(i, seg, direction, d_loss, gamma, 0.5 * st.k * (st.k - 1.0) if averaging else 0.0)
         return gamma
 
 
-__all__ = ["UNIFORM_MIX", "GapBlockUpdater", "GapState"]
+class FusedGapUpdater:
+    """Gap sampling on a fused pass (no caches, FW steps): BCFW's fused steps that also store each visited
+    block's exact gap, the line-search numerator they compute anyway.
+
+    The same steps and gaps as :class:`GapBlockUpdater` with ``cache_size=0``, ``steps="fw"`` (up to the
+    order of floating-point additions), so the same draws given the same gaps (``tests/test_gap_bcfw.py``).
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+    state : BlockState
+    gap : GapState
+        Its ``gaps`` and ``calls`` are updated in place (``hits`` stays 0: no cache).
+    fused : FusedProblem
+        The problem's fused view (:func:`structopt.fused.select`).
+    """
+
+    compiled = True
+
+    def __init__(self, problem: SSVMProblem, state: BlockState, gap: GapState, fused):
+        self.problem, self.state, self.gap, self.fused = problem, state, gap, fused
+        self.blocks = FusedBlockUpdater(problem, state, fused)
+
+    def averaged(self) -> tuple[np.ndarray, float]:
+        """``(w_bar, l_bar)`` with the adjoint pass fused (see :meth:`BlockState.averaged`)."""
+        return self.blocks.averaged()
+
+    def warm_up(self, verbose: bool = False) -> None:
+        """Load the kernels (both ``bcfw_steps`` specialisations: with and without stored gaps)."""
+        self.fused.warm_up("hinge_terms", "adjoint_sum", verbose=verbose)
+        none = np.zeros(0, dtype=np.int64)
+        self.blocks.run(none, True, True)
+        self.blocks.run(none, True, True, gaps=self.gap.gaps)
+
+    def refresh(self, w: np.ndarray) -> None:
+        """Store every block's exact gap at the current iterate ``w`` (one fused pass, no step)."""
+        self._check_current(w)
+        self.blocks.block_gaps(self.gap.gaps)
+
+    def _check_current(self, w: np.ndarray) -> None:
+        if w is not self.state.w and not np.array_equal(w, self.state.w):
+            raise RuntimeError("the fused gap pass refreshes the gaps at the current iterate only")
+
+    def exact_pass(self, w: np.ndarray) -> np.ndarray:
+        """Store every block's exact gap at the current iterate ``w`` (the state's weights, unconstrained on
+        a fused path) and return the hinge losses ``H_i(w)``; the oracle calls are the caller's to count."""
+        self.refresh(w)
+        return self.fused.hinge_terms(w)[0].copy()
+
+    def run(self, order: np.ndarray, line_search: bool, averaging: bool = True) -> None:
+        """One fused step on each block of ``order``, storing the blocks' gaps."""
+        self.blocks.run(order, line_search, averaging, gaps=self.gap.gaps)
+        self.gap.calls += len(order)
+
+    def run_sampled(self, count: int, rng: np.random.Generator, line_search: bool, averaging: bool = True) -> None:
+        """``count`` steps on blocks drawn by gap sampling (:func:`sampled_steps`)."""
+        sampled_steps(self, count, rng, line_search, averaging)
+
+
+__all__ = ["GAP_CHUNK", "UNIFORM_MIX", "FusedGapUpdater", "GapBlockUpdater", "GapState", "draw_blocks", "gap_chunk",
+           "sampled_steps"]

@@ -95,4 +95,4 @@ class MiniBatchUpdater:
         weight = 0.5 * st.k * (st.k - 1.0) if averaging else 0.0
         st.w -= (gamma / (lam * n)) * adjoint
         for i, seg, direction, loss_s in directions:
-            st.move_block(i, seg, direction, loss_s, gamma, weight)
+            st.move_block(i, seg, direction, loss_s - st.ell_i[i], gamma, weight)

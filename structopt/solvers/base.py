@@ -76,7 +76,7 @@ CHECKPOINT_FORMAT = 4  # 4: the shared run loop checkpoints typed states (one da
 #: options that do not decide where a resumed run's iterates go — how long it runs, what it reports,
 #: and the starting point and seed, whose effect the checkpoint's own state carries: a checkpoint
 #: may be resumed with other values of these
-RUN_CONTROL = frozenset({"max_passes", "tol", "time_limit", "eval_every", "progress", "checkpoint",
+RUN_CONTROL = frozenset({"max_passes", "tol", "rel_tol", "time_limit", "eval_every", "progress", "checkpoint",
                          "checkpoint_every", "resume", "callback", "random_state", "w0", "executor",
                          "n_workers"})
 
@@ -329,7 +329,9 @@ class Monitor:
         Written into checkpoints and checked on resume.
     options : dict
         The call's options (``locals()`` of the solver is fine): the run-control ones are read here,
-        the others enter the checkpoint fingerprint.
+        the others enter the checkpoint fingerprint. Besides the common ones, ``rel_tol`` (default 0,
+        no solver option: callers such as the regularisation path set it) stops a run once
+        ``gap <= rel_tol * max(primal, 0)``, a certified relative accuracy.
     label : str, optional
         Progress-bar label (default ``solver_name``).
     """
@@ -339,6 +341,7 @@ class Monitor:
         self.solver_name = solver_name
         self.max_passes = float(options["max_passes"])
         self.tol = float(options.get("tol", 0.0))
+        self.rel_tol = float(options.get("rel_tol", 0.0))
         self.time_limit = options.get("time_limit")
         self.callback = options.get("callback")
         self.checkpoint = options.get("checkpoint")
@@ -380,7 +383,7 @@ class Monitor:
         self.trace = list(payload["trace"])
         if self.trace:
             last = self.trace[-1]
-            reason = self._stop_reason(last["passes"], last.get("gap"), last["time"])
+            reason = self._stop_reason(last["passes"], last.get("gap"), last["time"], last["primal"])
             if reason:
                 raise FinishedRun(Result(np.array(payload["w"], dtype=float), self.trace, {
                     "stop_reason": f"already finished ({reason}) when resumed from {self._resume_path}",
@@ -430,7 +433,7 @@ class Monitor:
         bar = self._progress()
         bar.set_postfix(postfix, refresh=False)
         bar.update(max(0.0, min(passes, self.max_passes) - bar.n))
-        self.stop_reason = self._stop_reason(passes, gap, self.elapsed)
+        self.stop_reason = self._stop_reason(passes, gap, self.elapsed, primal)
         if not self.stop_reason and previous is not None and passes <= previous:
             raise RuntimeError(f"{self.solver_name} made no progress between two evaluations "
                                f"(passes {previous:g} -> {passes:g}); this is a bug, please report it")
@@ -442,10 +445,13 @@ class Monitor:
             self._saved_at = passes
         return bool(self.stop_reason)
 
-    def _stop_reason(self, passes: float, gap: float | None, elapsed: float) -> str:
-        """Why a run whose last evaluation is at ``passes`` (``gap``, ``elapsed`` seconds) stops; "" if not."""
+    def _stop_reason(self, passes: float, gap: float | None, elapsed: float, primal: float | None = None) -> str:
+        """Why a run whose last evaluation is at ``passes`` (``gap``, ``elapsed`` seconds, ``primal``) stops;
+        "" if not."""
         if gap is not None and gap <= self.tol:
             return f"gap {gap:.3g} <= tol {self.tol:g}"
+        if gap is not None and self.rel_tol > 0 and primal is not None and gap <= self.rel_tol * max(primal, 0.0):
+            return f"gap {gap:.3g} <= rel_tol {self.rel_tol:g} x primal {primal:.6g}"
         if self.reached(passes):
             return f"reached max_passes={self.max_passes:g}"
         if self.time_limit is not None and elapsed >= self.time_limit:

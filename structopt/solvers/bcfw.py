@@ -33,7 +33,7 @@ from structopt.fused import select
 from structopt.options import non_negative_int
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
-from structopt.solvers._gap_blocks import GapBlockUpdater, GapState
+from structopt.solvers._gap_blocks import FusedGapUpdater, GapBlockUpdater, GapState
 from structopt.solvers._minibatch import MiniBatchUpdater
 from structopt.solvers.base import (
     Method,
@@ -80,6 +80,13 @@ def _permutation_steps(state: BlockState, rng: np.random.Generator, count: int) 
     return out
 
 
+#: gap sampling with the weighted average refreshes its stored gaps by an exact pass at the current iterate
+#: at the first evaluation at least this many passes after the previous refresh (with the last iterate the
+#: evaluation pass does it at every evaluation). On the 300 OCR words (lambda 1, seeds 0-2) a refresh every
+#: pass reaches a 1% gap in 54 passes and 32,100 oracle calls, every 10 passes in 56 and 18,300, never in
+#: 56-58 and 16,800-17,400: staleness costs a few passes, a refresh every pass costs half again the calls.
+REFRESH_PASSES = 10.0
+
 #: the ``fused`` option of the solvers with a fused pass
 FUSED = Annotated[bool | None, optional(one_of(True, False))]
 MAX_ORACLE = (Need("max_oracle", "any options"),)
@@ -116,9 +123,12 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
     sampling : {"perm", "uniform", "gap"}
         A fresh random permutation per pass (default: on OCR, 10 passes over seeds 0-2 end at primal
         2.736-2.739, against 2.760-2.763 drawing uniformly), blocks drawn uniformly with
-        replacement as in the paper's analysis, or gap sampling (Osokin et al. 2016): blocks drawn
-        in proportion to their last exact block gaps, mixed with uniform draws, the gaps refreshed
-        by an exact pass at each evaluation (:mod:`structopt.solvers._gap_blocks`).
+        replacement as in the paper's analysis, or gap sampling (Osokin et al. 2016): unvisited
+        blocks first, then chunks of distinct blocks drawn in proportion to their last exact block
+        gaps mixed with uniform draws; the gaps are refreshed by the exact evaluation pass when it is
+        at the current iterate (``averaging="none"``), else by a counted exact pass every
+        :data:`REFRESH_PASSES` passes (:mod:`structopt.solvers._gap_blocks`). Without corner caches
+        and pairwise/away steps it runs on the fused pass where the problem has one.
     batch_size : int
         Mini-batch BCFW (Wang et al. 2016) when > 1: the oracles of ``batch_size`` consecutive
         blocks of the sampling order are solved at the same weights (on the executor's workers)
@@ -147,7 +157,9 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
         As for every solver (:mod:`structopt.solvers.base`).
     fused : bool, optional
         Use the fused numba pass when the problem has one (None, default), demand it (True) or use
-        the per-example Python path (False).
+        the per-example Python path (False). Corner caches and pairwise/away steps always run on the
+        per-example path (``fused=True`` is refused with them): where a fused pass exists, an oracle
+        call costs about as much as scoring a block's cache.
     executor, n_workers
         Where the evaluation passes and the mini-batch oracles run (:mod:`structopt.parallel`).
 
@@ -184,9 +196,10 @@ def expensive_options(sampling: str, cache_size: int, cache_factor: float, cache
                                 "fused=True cannot be honoured")
     if not (sampling == "gap" or cache_size > 0 or steps != "fw"):
         return None
-    if fused:
-        raise NotSupportedError("bcfw: gap sampling, corner caches and pairwise/away steps run on the generic "
-                                "oracles; fused=True cannot be honoured")
+    if fused and (cache_size > 0 or steps != "fw"):
+        raise NotSupportedError("bcfw: corner caches and pairwise/away steps run on the generic oracles (where a "
+                                "fused pass exists an oracle call costs about as much as scanning a cache); "
+                                "fused=True cannot be honoured")
     if batch_size > 1:
         raise NotSupportedError("bcfw: gap sampling, corner caches and pairwise/away steps take one block per "
                                 "step; use batch_size=1")
@@ -243,7 +256,13 @@ class BCFWMethod(Method):
 
     def warm_up(self, state: BCFWState) -> None:
         if state.gap is not None:
-            self.updater = GapBlockUpdater(self.problem, state.blocks, state.gap, **self.gap_options)
+            options = self.gap_options
+            view = select(self.problem, self.fused) if options["cache_size"] == 0 and options["steps"] == "fw" else None
+            if view is None:
+                self.updater = GapBlockUpdater(self.problem, state.blocks, state.gap, **options)
+            else:  # gap sampling alone: the fused steps store the block gaps they compute
+                self.updater = FusedGapUpdater(self.problem, state.blocks, state.gap, view)
+                self.updater.warm_up(self.progress)
             return
         self.updater = (make_block_updater(self.problem, state.blocks, self.fused) if self.batch_size == 1
                         else MiniBatchUpdater(self.problem, state.blocks, self.executor, self.batch_size))
@@ -258,11 +277,13 @@ class BCFWMethod(Method):
             return
         if self.sampling == "gap":
             gap = state.gap
-            if self.averaged and np.all(np.isfinite(gap.gaps)):
+            if (self.averaged and np.all(np.isfinite(gap.gaps))
+                    and blocks.k - gap.refreshed >= REFRESH_PASSES * n - 1e-9 * n):
                 # refresh the stale gaps by an exact pass at the current iterate (counted: it is part of the
                 # method); with averaging="none" the evaluation pass is at the current iterate and did it
-                self.updater.exact_pass(self.problem.project_weights(blocks.w))
+                self.updater.refresh(self.problem.project_weights(blocks.w))
                 gap.calls += n
+                gap.refreshed = blocks.k
             self.updater.run_sampled(count, state.rng, self.line_search, self.averaged)
             return
         order = (state.rng.integers(0, n, size=count) if self.sampling == "uniform"

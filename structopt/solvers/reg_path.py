@@ -24,7 +24,7 @@ from structopt.errors import InvalidInputError
 from structopt.parallel import SerialExecutor
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
-from structopt.solvers.base import Monitor, make_rng
+from structopt.solvers.base import make_rng, run
 from structopt.solvers.bcfw import BCFWMethod, bcfw, expensive_options
 
 
@@ -124,34 +124,22 @@ def regularization_path(problem: SSVMProblem, lams, *, eps: float = 0.01, max_pa
         sub = problem.with_lam(lam)
         if warm is not None:
             blocks, gap = warm
-            blocks.w *= previous_lam / lam  # w = A alpha / (lam n): alpha kept, lambda changed
-            blocks.r[:] = 0.0  # a fresh weighted average from the warm iterate
-            blocks.v, blocks.k, blocks.perm, blocks.fused_index = 0.0, 0, None, None
+            blocks.rescale_restart(previous_lam / lam)  # w = A alpha / (lam n): alpha kept, lambda changed
             if gap is not None:  # counts per lambda
-                gap.calls = gap.hits = 0
-            warm = (blocks, gap)
+                gap.restart()
         method = BCFWMethod(sub, SerialExecutor(sub), line_search=values["line_search"], averaging=values["averaging"],
-                       sampling=values["sampling"], batch_size=1, eval_every=eval_every,
-                       fused=None, progress=False, random_state=rng,
-                       gap_options=gap_options, initial=warm)
-        monitor = Monitor(sub, "bcfw", {"max_passes": max_passes, "tol": 0.0})
-        state = method.init(monitor)
-        method.warm_up(state)
-        while not monitor.stop_reason:  # base.run's loop with a relative stopping rule: gap <= eps * primal
-            monitor.restart()
-            method.advance(state, monitor)
-            monitor.pause()
-            w, fields = method.evaluate(state)
-            monitor.tol = eps * max(fields["primal"], 0.0)
-            monitor.record(w, **fields)
-        monitor.close()
-        last = monitor.trace[-1]
-        points.append(PathPoint(lam=lam, w=np.array(w, copy=True), primal=last["primal"], dual=last["dual"],
+                            sampling=values["sampling"], batch_size=1, eval_every=eval_every,
+                            fused=None, progress=False, random_state=rng,
+                            gap_options=gap_options, initial=warm)
+        # the shared run loop, stopped at a certified relative gap: gap <= eps * primal
+        result = run(sub, method, {"max_passes": max_passes, "rel_tol": eps})
+        last = result.trace[-1]
+        points.append(PathPoint(lam=lam, w=result.w, primal=last["primal"], dual=last["dual"],
                                 gap=last["gap"], passes=last["passes"], oracle_calls=int(last["oracle_calls"]),
                                 cache_hits=int(last.get("cache_hits", 0)), seconds=last["time"],
                                 reached=last["gap"] <= eps * last["primal"],
-                                validation=None if validate is None else float(validate(w))))
-        warm, previous_lam = (state.blocks, state.gap), lam
+                                validation=None if validate is None else float(validate(result.w))))
+        warm, previous_lam = (result.info["state"], result.info.get("gap")), lam
     return points
 
 
