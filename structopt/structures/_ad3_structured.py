@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from structopt.contract import has_hook
 from structopt.errors import InvalidInputError
 from structopt.potentials import flatten, unflatten
 from structopt.structures.base import Structure
@@ -81,12 +82,12 @@ class StructuredFactor:
         k = len(scope)
         y0 = structure.argmax(self.like)
         self.out_shape = np.shape(y0)
-        if hasattr(structure, "node_potentials"):
+        if has_hook(structure, "node_potentials"):
             self.encoding = "node"
-            binary = hasattr(structure, "node_constant")
+            binary = has_hook(structure, "node_constant")
             S = 2 if binary else int(structure.states_per_node)
             n_nodes = int(np.prod(self.out_shape))
-        elif hasattr(structure, "edge_potentials") and hasattr(self.like, "edge"):
+        elif has_hook(structure, "edge_potentials") and hasattr(self.like, "edge"):
             self.encoding = "edge"
             S = 2
             n_nodes = int(np.size(self.like.edge))
@@ -124,7 +125,7 @@ class StructuredFactor:
                     costs[j, s] = 1.0
                     costs = costs.reshape((*self.out_shape, S))
                     A[:, j * S + s] = flatten(st.expand(st.node_potentials(costs, self.like)))
-                    if hasattr(st, "node_constant"):
+                    if has_hook(st, "node_constant"):
                         b[j * S + s] = float(st.node_constant(costs))
                 elif s == 1:
                     e = np.zeros(k)
