@@ -427,17 +427,25 @@ def dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
 
 # --------------------------------------------------------------------------- one factor's local QP
 @njit(cache=True)
-def _is_binary_pair(f, fptr, evar, voff, vstates, vallow, tab, toff):
-    if fptr[f + 1] - fptr[f] != 2:
-        return False
-    for j in range(2):
-        i = evar[fptr[f] + j]
-        if vstates[i] != 2 or not (vallow[voff[i]] and vallow[voff[i] + 1]):
-            return False
-    for c in range(toff[f], toff[f + 1]):
-        if not np.isfinite(tab[c]):
-            return False
-    return True
+def binary_pairs(fkind, fptr, evar, voff, vstates, vallow, tab, toff):
+    """Flags of the dense tables whose local QP has the closed form: two binary variables with both
+    states allowed and no forbidden entry (computed once per run: the flags depend on θ only)."""
+    n_f = fkind.size
+    out = np.zeros(n_f, dtype=np.bool_)
+    for f in range(n_f):
+        if fkind[f] != DENSE or fptr[f + 1] - fptr[f] != 2:
+            continue
+        ok = True
+        for j in range(2):
+            i = evar[fptr[f] + j]
+            if vstates[i] != 2 or not (vallow[voff[i]] and vallow[voff[i] + 1]):
+                ok = False
+        for c in range(toff[f], toff[f + 1]):
+            x = tab[c]
+            if not x - x == 0.0:  # not finite (inline: a call per factor costs more than the test)
+                ok = False
+        out[f] = ok
+    return out
 
 
 @njit(cache=True)
@@ -744,6 +752,9 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
     keeps every logic factor on the variable satisfied. Stops after a sweep without a strict gain.
 
     Only improves a feasible labeling's score; a labeling that breaks a logic factor is left as it is.
+    A sweep visits only the variables that moved or had a neighbour (a variable sharing a factor)
+    move since their last visit: the others would evaluate exactly as before and stay, so the result
+    and the number of sweeps are those of full sweeps.
     """
     ones = np.zeros(fkind.size, dtype=np.int64)
     for f in range(fkind.size):
@@ -753,9 +764,13 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
             lo, hi = logic_bounds(fkind[f], fparam[f], fptr[f + 1] - fptr[f])
             if ones[f] < lo or ones[f] > hi:
                 return
+    dirty = np.ones(n_vars, dtype=np.bool_)
     for _ in range(max_sweeps):
         improved = False
         for i in range(n_vars):
+            if not dirty[i]:
+                continue
+            dirty[i] = False
             S = vstates[i]
             cur = y[i]
             best_s = cur
@@ -797,48 +812,126 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
                     f = efac[vedge[r]]
                     if fkind[f] != DENSE and fkind[f] != STRUCT:
                         ones[f] += best_s - cur
+                    for e in range(fptr[f], fptr[f + 1]):
+                        dirty[evar[e]] = True  # i itself included: full sweeps revisit it too
                 y[i] = best_s
                 improved = True
         if not improved:
             break
 
 
+# --------------------------------------------------------------------------- step size and stopping
+# One definition of AD3's η schedule and stopping tests, used by the compiled loop below and by the
+# Python driver of graphs with structured factors (factor_graph.FactorGraph._ad3_structured).
+#: residual balancing threshold on the ratio of the *squared* residuals: 100, i.e. Boyd et al.'s factor
+#: μ = 10 on the residual norms (a factor 10 on the squares, used before, toggled η more often: measured
+#: 10-30% more iterations to a 1e-4 bound on the UAI instances, benchmarks/ad3_uai_results.md)
+ETA_RATIO = 100.0
+ETA_MIN, ETA_MAX = 1e-8, 1e8
+
+
+@njit(cache=True)
+def rebalance_eta(eta, r_p, r_d):
+    """η after one residual-balancing step (Boyd et al. 2011, §3.4.1, as AD3 adapts its penalty): doubled
+    when the primal residual (disagreement of the factor copies) dominates, halved when the dual one
+    (movement of the consensus) does."""
+    if r_p > ETA_RATIO * r_d and eta < ETA_MAX:
+        return 2.0 * eta
+    if r_d > ETA_RATIO * r_p and eta > ETA_MIN:
+        return 0.5 * eta
+    return eta
+
+
+@njit(cache=True)
+def bound_status(upper, lower, tol_gap, stop_upper):
+    """The stopping tests that need only the bounds: INFEASIBLE when g = -inf, BELOW_TARGET when the bound
+    reaches ``stop_upper``, GAP_CLOSED when lower >= upper - tol_gap·(1+|upper|), else RUNNING."""
+    if upper == NEG:
+        return INFEASIBLE
+    if upper <= stop_upper:
+        return BELOW_TARGET
+    if lower >= upper - tol_gap * (1.0 + abs(upper)):
+        return GAP_CLOSED
+    return RUNNING
+
+
+@njit(cache=True)
+def lp_status(upper, lower, primal, r_p, r_d, tol_res, tol_lp):
+    """LP_CONVERGED when both residuals are below ``tol_res``, the bound meets the primal objective to
+    ``tol_lp·(1+|upper|)`` and the rounding stays genuinely worse (a converged LP with a tiny open gap
+    usually means the bound still lags a tied integral optimum: the run goes on, the gap closes), else
+    RUNNING."""
+    if (r_p < tol_res and r_d < tol_res and abs(upper - primal) <= tol_lp * (1.0 + abs(upper))
+            and upper - lower > 1e-6 * (1.0 + abs(upper))):
+        return LP_CONVERGED
+    return RUNNING
+
+
+@njit(cache=True)
+def primal_value(n_vars, deg, voff, vstates, evar, eoff, uz, fkind, tab, toff, p, qe, qt):
+    """The primal objective of the factor copies: Σ_α [θ_α·q_α + Σ_i θ_i/deg_i·q_iα] plus the isolated
+    variables' θ_i·p_i (the LP-MAP value at convergence). Structured factors' blocks are not included."""
+    prim = 0.0
+    for i in range(n_vars):
+        if deg[i] == 0:
+            for s in range(vstates[i]):
+                prim += uz[voff[i] + s] * p[voff[i] + s]
+    for e in range(evar.size):
+        i = evar[e]
+        for s in range(vstates[i]):
+            prim += uz[voff[i] + s] / deg[i] * qe[eoff[e] + s]
+    for f in range(fkind.size):
+        if fkind[f] == DENSE:
+            for c in range(toff[f], toff[f + 1]):
+                if qt[c] != 0.0 and np.isfinite(tab[c]):
+                    prim += tab[c] * qt[c]
+    return prim
+
+
 # --------------------------------------------------------------------------- the AD3 loop
 @njit(cache=True)
 def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff,
-              order, efac, u, tab, p, lam, qe, qt, acfg, aw, acount, scal, best_y, y_work,
+              order, efac, u, tab, pair_fast, p, lam, qe, qt, acfg, aw, acount, scal, best_y, y_work,
               n_iter, bound_every, tau_step, tol_res, tol_gap, tol_lp, max_inner, adapt_until, stop_upper):
     """Run up to ``n_iter`` AD3 iterations in place; return a status code.
 
     State (``p, lam, qe, qt``, active sets, ``scal``, ``best_y``) persists across calls, so the
     caller runs the loop in chunks (returning to Python keeps Ctrl-C and time limits honoured).
-    Every ``bound_every`` iterations: g(λ) (the best kept in ``scal[S_UPPER]``), two roundings
-    (per variable, and sequential along ``order`` from the table marginals) + repair + local search,
-    scored exactly (the best kept in ``scal[S_LOWER]`` / ``best_y``), η rebalanced while fewer than
+    ``pair_fast`` flags the tables solved in closed form (:func:`binary_pairs`).
+
+    The dual value g(λ) (the best kept in ``scal[S_UPPER]``): when every factor is such a table, at
+    every iteration, fused into the local-QP loop (each table's maximum at the multipliers the
+    iteration starts from, re-centred per variable by means kept by the multiplier update); else
+    every ``bound_every`` iterations by :func:`dual_bound`; and at the chunk's last iteration.
+    Every ``bound_every`` iterations: two roundings (per variable, and sequential along ``order`` from
+    the table marginals) + repair + local search, scored exactly (the best kept in ``scal[S_LOWER]`` /
+    ``best_y``), the primal objective, and η rebalanced (:func:`rebalance_eta`) while fewer than
     ``adapt_until`` iterations have run (then frozen: ADMM converges for a fixed η, and balancing
     that never stops can keep toggling η and stall, measured on 100-node loopy graphs).
-    Returns GAP_CLOSED when lower >= upper - tol_gap·(1+|upper|), LP_CONVERGED when both residuals
-    are below ``tol_res`` and the bound meets the primal objective to ``tol_lp·(1+|upper|)``,
-    INFEASIBLE when g = -inf (no labeling satisfies the clamps and hard factors), BELOW_TARGET when
-    the bound reaches ``stop_upper`` (branch-and-bound pruning, time-to-precision benchmarks), else RUNNING.
+    Returns (see :func:`bound_status`, :func:`lp_status`) GAP_CLOSED, LP_CONVERGED, INFEASIBLE,
+    BELOW_TARGET (the bound reached ``stop_upper``: branch-and-bound pruning, time-to-precision
+    benchmarks), else RUNNING. ``bound_every <= 0``: no bounds, roundings or η changes at all (the
+    caller evaluates them: graphs with structured factors).
     """
     n_f = fkind.size
     vallow = np.isfinite(u)
     uz = np.where(vallow, u, 0.0)
-    pair_fast = np.zeros(n_f, dtype=np.bool_)
-    for f in range(n_f):
-        if fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
-            pair_fast[f] = _is_binary_pair(f, fptr, evar, voff, vstates, vallow, tab, toff)
     # each factor's share of the unary scores, θ_i / deg(i), per state
     share = np.empty(p.size)
     for i in range(n_vars):
         for s in range(voff[i], voff[i + 1]):
             share[s] = uz[s] / deg[i] if deg[i] > 0 else uz[s]
+    # the fused bound: every factor is a closed-form pair (structured factors: the caller bounds)
+    fused = bound_every > 0
+    for f in range(n_f):
+        if not pair_fast[f]:
+            fused = False
     n_e = evar.size
     target = np.empty(eoff[n_e])
     work = np.empty(eoff[n_e])
     p_old = np.empty(p.size)
-    # isolated variables: decided alone
+    # isolated variables: decided alone; their best allowed score is their share of g
+    g_iso = 0.0
     for i in range(n_vars):
         if deg[i] == 0:
             best = -1
@@ -848,12 +941,27 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                     best = s
             if best >= 0:
                 p[voff[i] + best] = 1.0
+                g_iso += uz[voff[i] + best]
+            else:
+                g_iso = NEG
+    # off = θ_i/deg_i - mean_α λ_iα per (variable, state): with it, θ_i/deg_i + λ_iα - mean is the
+    # re-centred multiplier of g (Σ_α λ_iα = 0 then holds exactly)
+    off = np.empty(p.size)
+    if fused:
+        for i in range(n_vars):
+            d = deg[i]
+            for s in range(vstates[i]):
+                acc = 0.0
+                for r in range(vptr[i], vptr[i + 1]):
+                    acc += lam[eoff[vedge[r]] + s]
+                off[voff[i] + s] = share[voff[i] + s] - (acc / d if d > 0 else 0.0)
     y_prev = np.zeros((2, n_vars), dtype=np.int64)
     have_prev = np.zeros(2, dtype=np.bool_)
     eta = scal[S_ETA]
     status = RUNNING
     for it in range(n_iter):
         half_inv = 0.5 / eta
+        g = g_iso
         # 1. local QPs, targets a_iα = p_i + (θ_i/deg_i + λ_iα)/η
         for f in range(n_f):
             if pair_fast[f]:
@@ -865,15 +973,23 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 va, vb = voff[ia], voff[ib]
                 t0 = toff[f]
                 th00, th01, th10, th11 = tab[t0], tab[t0 + 1], tab[t0 + 2], tab[t0 + 3]
+                la0, la1, lb0, lb1 = lam[ta], lam[ta + 1], lam[tb], lam[tb + 1]
+                if fused:
+                    # this table's term of g at the λ the iteration starts from
+                    wa0, wa1 = off[va] + la0, off[va + 1] + la1
+                    wb0, wb1 = off[vb] + lb0, off[vb + 1] + lb1
+                    g += max(max(th00 + wa0 + wb0, th01 + wa0 + wb1), max(th10 + wa1 + wb0, th11 + wa1 + wb1))
                 # c = ½(1 - a(0) + a(1)) with a = p + (θ_i/deg + λ)/η, plus the table's own linear part
-                c1 = 0.5 * (1.0 - p[va] + p[va + 1]) + half_inv * (share[va + 1] - share[va] + lam[ta + 1] - lam[ta]
+                c1 = 0.5 * (1.0 - p[va] + p[va + 1]) + half_inv * (share[va + 1] - share[va] + la1 - la0
                                                                    + th10 - th00)
-                c2 = 0.5 * (1.0 - p[vb] + p[vb + 1]) + half_inv * (share[vb + 1] - share[vb] + lam[tb + 1] - lam[tb]
+                c2 = 0.5 * (1.0 - p[vb] + p[vb + 1]) + half_inv * (share[vb + 1] - share[vb] + lb1 - lb0
                                                                    + th01 - th00)
                 c12 = half_inv * (th00 - th01 - th10 + th11)
                 z1, z2, z12 = pair_closed_form(c1, c2, c12)
                 _store_pair(qt, qe, t0, ta, tb, z1, z2, z12)
                 continue
+            if fkind[f] == STRUCT:
+                continue  # solved by the Python driver, which wrote its copies qe
             for e in range(fptr[f], fptr[f + 1]):
                 i = evar[e]
                 for s in range(vstates[i]):
@@ -881,6 +997,8 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                     target[t] = p[voff[i] + s] + (share[voff[i] + s] + lam[t]) / eta
             local_qp(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
                      acfg, aw, aoff, acount, qe, qt, max_inner, pair_fast)
+        if fused and g < scal[S_UPPER]:
+            scal[S_UPPER] = g
         # 2. consensus (λ sums to zero per variable, so it drops out) and 3. multipliers
         r_d = 0.0
         r_p = 0.0
@@ -897,24 +1015,28 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 diff = new - p_old[voff[i] + s]
                 r_d += d * diff * diff
                 p[voff[i] + s] = new
-            for r in range(vptr[i], vptr[i + 1]):
-                e = vedge[r]
-                for s in range(vstates[i]):
-                    t = eoff[e] + s
-                    gap = qe[t] - p[voff[i] + s]
+                lsum = 0.0
+                for r in range(vptr[i], vptr[i + 1]):
+                    t = eoff[vedge[r]] + s
+                    gap = qe[t] - new
                     r_p += gap * gap
                     lam[t] -= tau_step * eta * gap
+                    lsum += lam[t]
+                off[voff[i] + s] = share[voff[i] + s] - lsum / d
         r_d *= eta * eta
         scal[S_RP] = r_p
         scal[S_RD] = r_d
         scal[S_ITER] += 1
+        if bound_every <= 0:
+            continue
         last = it == n_iter - 1
-        # bound_every <= 0: the caller evaluates bounds itself (graphs with structured factors)
-        if bound_every > 0 and ((int(scal[S_ITER]) % bound_every == 0) or last):
+        full = (int(scal[S_ITER]) % bound_every == 0) or last
+        if full and (last or not fused):
             g = dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, evar, eoff, vstates,
                            tab, toff, lam, work, pair_fast)
             if g < scal[S_UPPER]:
                 scal[S_UPPER] = g
+        if full:
             for rounding in range(2):
                 if rounding == 0:
                     round_and_repair(p, n_vars, voff, vallow, fkind, fparam, fptr, evar, y_work)
@@ -937,45 +1059,17 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 if val > scal[S_LOWER]:
                     scal[S_LOWER] = val
                     best_y[:] = y_work
-            # primal objective of the factor copies (the LP value at convergence)
-            prim = 0.0
-            for i in range(n_vars):
-                if deg[i] == 0:
-                    for s in range(vstates[i]):
-                        prim += uz[voff[i] + s] * p[voff[i] + s]
-            for e in range(n_e):
-                i = evar[e]
-                for s in range(vstates[i]):
-                    prim += uz[voff[i] + s] / deg[i] * qe[eoff[e] + s]
-            for f in range(n_f):
-                if fkind[f] == DENSE:
-                    for c in range(toff[f], toff[f + 1]):
-                        if qt[c] != 0.0 and np.isfinite(tab[c]):
-                            prim += tab[c] * qt[c]
-            scal[S_PRIMAL] = prim
-            upper = scal[S_UPPER]
-            if upper == NEG:
-                status = INFEASIBLE
+            scal[S_PRIMAL] = primal_value(n_vars, deg, voff, vstates, evar, eoff, uz, fkind, tab, toff, p, qe, qt)
+        if full or fused:
+            status = bound_status(scal[S_UPPER], scal[S_LOWER], tol_gap, stop_upper)
+            if status != RUNNING:
                 break
-            tol = tol_gap * (1.0 + abs(upper))
-            if upper <= stop_upper:
-                status = BELOW_TARGET
-                break
-            if scal[S_LOWER] >= upper - tol:
-                status = GAP_CLOSED
-                break
-            # a converged LP with a tiny open gap usually means the bound still lags a tied integral
-            # optimum: keep going then (the gap closes), stop only when rounding is genuinely worse
-            if (r_p < tol_res and r_d < tol_res and abs(upper - prim) <= tol_lp * (1.0 + abs(upper))
-                    and upper - scal[S_LOWER] > 1e-6 * (1.0 + abs(upper))):
-                status = LP_CONVERGED
+        if full:
+            status = lp_status(scal[S_UPPER], scal[S_LOWER], scal[S_PRIMAL], r_p, r_d, tol_res, tol_lp)
+            if status != RUNNING:
                 break
             if scal[S_ITER] < adapt_until:
-                # residual balancing (Boyd et al. 2011, §3.4.1): a large disagreement asks for a larger η
-                if r_p > 10.0 * r_d and eta < 1e8:
-                    eta *= 2.0
-                elif r_d > 10.0 * r_p and eta > 1e-8:
-                    eta *= 0.5
+                eta = rebalance_eta(eta, r_p, r_d)
                 scal[S_ETA] = eta
     scal[S_ETA] = eta
     return status

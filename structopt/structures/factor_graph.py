@@ -78,6 +78,9 @@ MAX_TABLE_ARITY = 3
 #: the one time-limit check of factor graphs, GraphModel and the MAP / marginal inference entry points:
 #: None or a finite number of seconds > 0 (booleans refused)
 check_time_limit = optional(positive)
+#: the kernel's status codes (_ad3_kernels) as MAPSolution statuses
+_STATUS_NAMES = {K.INFEASIBLE: "infeasible", K.GAP_CLOSED: "optimal", K.LP_CONVERGED: "lp_converged",
+                 K.BELOW_TARGET: "below_target"}
 #: top-K solves up to k·n_vars + 1 exact branch-and-bound subproblems; beyond this many it refuses
 TOPK_MAX_SUBPROBLEMS = 2000
 
@@ -576,10 +579,12 @@ class FactorGraph(Structure):
         p = np.where(allowed, 1.0 / np.maximum(np.repeat(counts, fl.vstates), 1.0), 0.0)
         n_e = int(fl.eoff[-1])
         if eta is None:
-            # η has the units of a score: start near the scores' spread (residual balancing adapts it)
+            # η has the units of a score: start near the scores' spread (residual balancing adapts it).
+            # 0.3 × the mean absolute deviation: fewer iterations than 0.1 on the UAI segmentations and
+            # the 100-node Delaunay graphs of benchmarks/ad3_graph_calls.py, about as many on the grids
             vals = np.concatenate([theta.unary[allowed], theta.factors[np.isfinite(theta.factors)]])
             spread = float(np.mean(np.abs(vals - vals.mean()))) if vals.size else 1.0
-            eta = 0.1 * spread if spread > 0 else 0.1
+            eta = 0.3 * spread if spread > 0 else 0.1
         scal = np.zeros(K.N_SCAL)
         scal[K.S_ETA] = eta
         scal[K.S_UPPER] = np.inf
@@ -655,6 +660,7 @@ class FactorGraph(Structure):
                                         stop_upper=stop_upper)
         best_y = np.zeros(fl.n_vars, dtype=np.int64)
         y_work = np.zeros(fl.n_vars, dtype=np.int64)
+        pair_fast = self._pair_fast(theta)
         chunk = 20
         done = 0
         status = K.RUNNING
@@ -666,7 +672,7 @@ class FactorGraph(Structure):
             c0 = time.perf_counter()
             status = K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam,
                                  fl.fptr, fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac,
-                                 theta.unary, theta.factors,
+                                 theta.unary, theta.factors, pair_fast,
                                  state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
                                  state.scal, best_y, y_work, n_iter, int(bound_every), float(tau), tol_res,
                                  float(tol_gap), float(tol_lp), int(max_inner), int(eta_iters) if adapt_eta else 0,
@@ -685,14 +691,8 @@ class FactorGraph(Structure):
             chunk = int(min(max(chunk_seconds / max(per_iter, 1e-9), 10), 4 * chunk + 10))
         upper = float(state.scal[K.S_UPPER])
         lower = float(state.scal[K.S_LOWER])
-        if status == K.INFEASIBLE:
-            name = "infeasible"
-        elif status == K.GAP_CLOSED:
-            name = "optimal"
-        elif status == K.LP_CONVERGED:
-            name = "lp_converged"
-        elif status == K.BELOW_TARGET:
-            name = "below_target"
+        if status != K.RUNNING:
+            name = _STATUS_NAMES[status]
         elif done >= max_iter:
             name = "max_iter"
         else:
@@ -704,6 +704,12 @@ class FactorGraph(Structure):
                           float(state.scal[K.S_PRIMAL]), marg, trace=trace)
         return sol, state
 
+    def _pair_fast(self, theta: FactorGraphPotentials) -> np.ndarray:
+        # the tables whose local QP has the closed form (they depend on θ's -inf entries only)
+        fl = self.flat
+        return K.binary_pairs(fl.fkind, fl.fptr, fl.evar, fl.voff, fl.vstates, np.isfinite(theta.unary),
+                              theta.factors, fl.toff)
+
     def _ad3_structured(self, theta: FactorGraphPotentials, state: AD3State, t0: float, *, max_iter: int,
                         time_limit: float | None, tol_gap: float, tol_lp: float, tol_res: float, bound_every: int,
                         max_inner: int, tau: float, adapt_eta: bool, eta_iters: int, stop_upper: float
@@ -714,7 +720,9 @@ class FactorGraph(Structure):
         structure's ``argmax``, or its ``project``) and write their copies; the kernel then solves
         the other factors, the consensus and the multipliers. Every ``bound_every`` iterations the
         bound g(λ) (the kernel's part plus one ``argmax`` per structured factor at the re-centred
-        multipliers), roundings and η's residual balancing run here, as the kernel does them.
+        multipliers) and the roundings run here; the primal objective, the stopping tests and η's
+        residual balancing are the kernel's own functions (``primal_value``, ``bound_status``,
+        ``lp_status``, ``rebalance_eta``), so both paths share one definition.
         """
         fl = self.flat
         vallow = np.isfinite(theta.unary)
@@ -727,15 +735,7 @@ class FactorGraph(Structure):
             e_ent = np.concatenate([np.arange(fl.eoff[e], fl.eoff[e + 1]) for e in range(fl.fptr[f], fl.fptr[f + 1])])
             p_ent = np.concatenate([np.arange(fl.voff[v], fl.voff[v + 1]) for v in sf.scope])
             parts.append((f, sf, e_ent, p_ent, theta.factors[fl.toff[f]:fl.toff[f + 1]]))
-        # entries of every edge in p (for the primal objective)
-        edge_p = np.concatenate([np.arange(fl.voff[v], fl.voff[v + 1]) for v in fl.evar]) if fl.evar.size \
-            else np.zeros(0, dtype=np.int64)
-        dense_t = np.concatenate([np.arange(fl.toff[f], fl.toff[f + 1]) for f in np.flatnonzero(fl.fkind == K.DENSE)]
-                                 + [np.zeros(0, dtype=np.int64)])
-        pair_fast = np.array([bool(fl.fkind[f] == K.DENSE and K._is_binary_pair(f, fl.fptr, fl.evar, fl.voff,
-                                                                                 fl.vstates, vallow, theta.factors,
-                                                                                 fl.toff))
-                              for f in range(fl.fkind.size)], dtype=np.bool_)
+        pair_fast = self._pair_fast(theta)
         work = np.zeros(int(fl.eoff[-1]))
         best_y = np.zeros(fl.n_vars, dtype=np.int64)
         y_work = np.zeros(fl.n_vars, dtype=np.int64)
@@ -752,7 +752,8 @@ class FactorGraph(Structure):
                 state.qe[e_ent] = mu
                 state.qt[fl.toff[f]:fl.toff[f + 1]] = z
             K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
-                        fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors, state.p,
+                        fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors,
+                        pair_fast, state.p,
                         state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, scal, best_y, y_work, 1, 0,
                         float(tau), tol_res, float(tol_gap), float(tol_lp), int(max_inner), 0, float(stop_upper))
             done = int(scal[K.S_ITER])
@@ -784,11 +785,9 @@ class FactorGraph(Structure):
                 if val > scal[K.S_LOWER]:
                     scal[K.S_LOWER] = val
                     best_y[:] = y
-            # ---- primal objective of the factor copies
-            deg0 = np.repeat(fl.deg == 0, fl.vstates)
-            prim = float(uz[deg0] @ state.p[deg0]) + float(share[edge_p] @ state.qe)
-            tab = theta.factors[dense_t]
-            prim += float(np.where(np.isfinite(tab), tab, 0.0) @ state.qt[dense_t])
+            # ---- primal objective of the factor copies: the kernel's factors, then the structured blocks
+            prim = float(K.primal_value(fl.n_vars, fl.deg, fl.voff, fl.vstates, fl.evar, fl.eoff, uz, fl.fkind,
+                                        theta.factors, fl.toff, state.p, state.qe, state.qt))
             for f, _sf, _e, _p, block in parts:
                 prim += float(block @ state.qt[fl.toff[f]:fl.toff[f + 1]])
             scal[K.S_PRIMAL] = prim
@@ -796,25 +795,18 @@ class FactorGraph(Structure):
             r_p, r_d = float(scal[K.S_RP]), float(scal[K.S_RD])
             trace.append({"iteration": done, "time": time.perf_counter() - t0, "upper": upper, "lower": lower,
                           "primal": prim, "eta": eta})
-            tol = tol_gap * (1.0 + abs(upper))
-            if upper == -np.inf:
-                status = "infeasible"
-            elif upper <= stop_upper:
-                status = "below_target"
-            elif lower >= upper - tol:
-                status = "optimal"
-            elif (r_p < tol_res and r_d < tol_res and abs(upper - prim) <= tol_lp * (1.0 + abs(upper))
-                  and upper - lower > 1e-6 * (1.0 + abs(upper))):
-                status = "lp_converged"
+            # the kernel's stopping tests and η schedule (one definition, _ad3_kernels)
+            code = K.bound_status(upper, lower, float(tol_gap), float(stop_upper))
+            if code == K.RUNNING:
+                code = K.lp_status(upper, lower, prim, r_p, r_d, float(tol_res), float(tol_lp))
+            if code != K.RUNNING:
+                status = _STATUS_NAMES[code]
             elif time_limit is not None and time.perf_counter() - t0 >= time_limit:
                 status = "time_limit"
             if status != "running":
                 break
-            if adapt_eta and done < eta_iters:  # residual balancing, as in the kernel
-                if r_p > 10.0 * r_d and eta < 1e8:
-                    scal[K.S_ETA] = 2.0 * eta
-                elif r_d > 10.0 * r_p and eta > 1e-8:
-                    scal[K.S_ETA] = 0.5 * eta
+            if adapt_eta and done < eta_iters:
+                scal[K.S_ETA] = K.rebalance_eta(eta, r_p, r_d)
         if status == "running":
             status = "max_iter"
         upper, lower = float(scal[K.S_UPPER]), float(scal[K.S_LOWER])
