@@ -61,6 +61,8 @@ import scipy.sparse as sp
 from structopt.archive import write_archive
 from structopt.errors import InvalidInputError, OutputError
 from structopt.models.graph import GraphInput, GraphModel
+from structopt.tasks._boosted_trees import ARRAY_FIELDS as TREE_FIELDS
+from structopt.tasks._boosted_trees import BoostedTrees, export_hist_gradient_boosting
 from structopt.tasks._data import find_data_dir, read_image
 from structopt.tasks.horses import SOURCE, _filter_bank, paired_names, segmentation_scores
 from structopt.tasks.localization import _listing, _read_cache, cache_dir
@@ -72,7 +74,10 @@ DEFAULT_COMPACTNESS = 0.1
 DEFAULT_N_TEXTONS = 24
 DEFAULT_LAMS = (1e-4, 1e-3, 1e-2)
 COARSE_FACTORS = (4, 8)  # downscaling factors of the coarse filter banks
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3  # 3: the texton standardisation is cached (a saved model keeps it)
+_STAGE_VERSION = 1  # the cached stacked / auto-context scores and their trees
+DEFAULT_CONTEXT_STAGES = 1  # auto-context stages after the stacked score (chosen by CV, see the benchmark)
+DEFAULT_FG_WEIGHT = 1.0  # the loss's price of a missed foreground superpixel (chosen by CV, see the benchmark)
 _TEXTON_IMAGES = 40  # training images whose pixels fit the texton codebook
 _TEXTON_PIXELS = 2000  # pixels drawn per such image
 
@@ -214,7 +219,7 @@ def _coarse_bank(image: np.ndarray, factor: int) -> np.ndarray:
     return small[rows[:, None], cols[None, :]]
 
 
-def image_features(image: np.ndarray, mask: np.ndarray, centres: np.ndarray,
+def image_features(image: np.ndarray, mask: np.ndarray | None, centres: np.ndarray,
                    scale: tuple[np.ndarray, np.ndarray], n_segments: int = DEFAULT_N_SEGMENTS,
                    compactness: float = DEFAULT_COMPACTNESS) -> dict[str, np.ndarray]:
     """Superpixels, RAG and raw (unstandardised) node and edge features of one grey image.
@@ -222,10 +227,11 @@ def image_features(image: np.ndarray, mask: np.ndarray, centres: np.ndarray,
     Returns
     -------
     dict with ``segments`` (H, W) int64 region labels, ``nodes`` (N, C) raw node features (see the
-    module docstring), ``edges`` (E, 2), ``edge_features`` (E, 4) and ``labels`` (N,) majority labels.
+    module docstring), ``edges`` (E, 2), ``edge_features`` (E, 4) and ``labels`` (N,) majority labels
+    (None without a mask).
     """
     image = np.asarray(image, dtype=np.float64)
-    if mask.shape != image.shape:
+    if mask is not None and mask.shape != image.shape:
         raise InvalidInputError(f"mask of shape {mask.shape} does not match the image {image.shape}")
     segments = superpixels(image, n_segments, compactness)
     N = int(segments.max()) + 1
@@ -253,7 +259,7 @@ def image_features(image: np.ndarray, mask: np.ndarray, centres: np.ndarray,
     context = (A @ np.concatenate([mean, hist], axis=1)) / weight[:, None]
     nodes = np.concatenate([mean, std, hist, position, relative, context, *coarse], axis=1)
     return {"segments": segments, "nodes": nodes, "edges": edges, "edge_features": edge_feats,
-            "labels": majority_labels(segments, mask)}
+            "labels": None if mask is None else majority_labels(segments, mask)}
 
 
 def feature_names(n_textons: int = DEFAULT_N_TEXTONS) -> list[str]:
@@ -320,52 +326,162 @@ def _compute(root: Path, names: list[str], is_test: np.ndarray, n_segments: int,
                   flush=True)
     data = {key: np.concatenate(value) for key, value in parts.items()}
     data.update(shapes=np.array(shapes, dtype=np.int64), n_nodes=np.array(n_nodes, dtype=np.int64),
-                n_edges=np.array(n_edges, dtype=np.int64), centres=centres, names=np.array(names))
+                n_edges=np.array(n_edges, dtype=np.int64), centres=centres, texton_mean=mu, texton_std=sd,
+                names=np.array(names))
     return data
 
 
-# --------------------------------------------------------------------------- stacking
-def _stacked_scores(nodes: list[np.ndarray], labels: list[np.ndarray], is_train: np.ndarray, n_folds: int,
-                    seed: int) -> list[np.ndarray]:
-    """Cross-fitted log-odds of a gradient-boosted "foreground" classifier for every image (see the
-    module docstring): training image ``t`` (its rank among training images) is in fold ``t % n_folds``."""
+# --------------------------------------------------------------------------- stacking and auto-context
+#: the auto-context features of a node from a stage's scores (:func:`context_features`)
+CONTEXT_NAMES = ("score", "nbr_mean", "nbr_max", "nbr_min", "hop2_mean", "hop2_max", "rel_row", "rel_col",
+                 "rel_dist2", "in_box", "box_row", "box_col", "score_minus_image_mean", "image_fg_fraction",
+                 "image_score_mean", "image_score_std", "image_score_p90", "image_score_p10", "image_fg_row",
+                 "image_fg_col", "image_fg_row_spread", "image_fg_col_spread")
+
+
+def context_features(score: np.ndarray, edges: np.ndarray, boundary: np.ndarray, sizes: np.ndarray,
+                     position: np.ndarray) -> np.ndarray:
+    """Auto-context features of every superpixel from one stage's foreground log-odds (Tu and Bai, TPAMI 2010).
+
+    Columns (:data:`CONTEXT_NAMES`): the node's own score; over its neighbours (boundary-length weighted
+    mean, max, min) and its 2-hop neighbourhood (the mean weighted by the squared adjacency, the max of the
+    neighbours' maxima); a shape prior, the node's position relative to the predicted foreground (centroid
+    and spread of the superpixels' areas weighted by their foreground probability: offsets in spreads, their
+    squared norm; inside the box of the superpixels scored foreground, and the position in that box); and
+    image-level statistics (predicted foreground fraction, score mean, deviation, 90th and 10th
+    percentiles, foreground centroid and spread), the same for every node of the image.
+
+    Parameters
+    ----------
+    score : ndarray, shape (N,)
+        Log-odds of "foreground" per superpixel.
+    edges : ndarray of int64, shape (E, 2)
+        The region adjacency graph.
+    boundary : ndarray, shape (E,)
+        Pixel pairs across each edge's boundary (:func:`region_adjacency`).
+    sizes : ndarray, shape (N,)
+        Pixels per superpixel.
+    position : ndarray, shape (N, 2)
+        Centroid row and column of each superpixel in [0, 1].
+
+    Returns
+    -------
+    ndarray, shape (N, len(CONTEXT_NAMES))
+    """
+    score = np.asarray(score, dtype=np.float64)
+    N = score.size
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    if position.shape != (N, 2) or sizes.shape != (N,) or boundary.shape != (edges.shape[0],):
+        raise InvalidInputError(f"context features: {N} scores but positions {position.shape}, sizes {sizes.shape}, "
+                                f"boundaries {boundary.shape} for {edges.shape[0]} edges")
+    u, v = np.r_[edges[:, 0], edges[:, 1]], np.r_[edges[:, 1], edges[:, 0]]
+    A = sp.csr_matrix((np.r_[boundary, boundary].astype(np.float64), (u, v)), shape=(N, N))
+
+    def weighted_mean(M: sp.csr_matrix) -> np.ndarray:
+        total = np.asarray(M.sum(axis=1)).ravel()
+        return np.where(total > 0, M @ score / np.where(total > 0, total, 1.0), score)
+
+    def neighbour(values: np.ndarray, reduce: np.ufunc, empty: float) -> np.ndarray:
+        out = np.full(N, empty)
+        reduce.at(out, u, values[v])
+        return np.where(np.isfinite(out), out, values)  # an isolated node: its own value
+
+    mx, mn = neighbour(score, np.maximum, -np.inf), neighbour(score, np.minimum, np.inf)
+    A2 = (A @ A).tolil()
+    A2.setdiag(0)
+    hop2_mean, hop2_max = weighted_mean(A2.tocsr()), neighbour(mx, np.maximum, -np.inf)
+    p = 1.0 / (1.0 + np.exp(-np.clip(score, -50.0, 50.0)))
+    mass = p * sizes
+    r, c = position[:, 0], position[:, 1]
+    w = mass / mass.sum() if mass.sum() > 0 else sizes / sizes.sum()
+    cr, cc = float(w @ r), float(w @ c)
+    sr = float(np.sqrt(w @ (r - cr) ** 2)) + 1e-3
+    sc = float(np.sqrt(w @ (c - cc) ** 2)) + 1e-3
+    dr, dc = (r - cr) / sr, (c - cc) / sc
+    on = score > 0
+    r0, r1, c0, c1 = (r[on].min(), r[on].max(), c[on].min(), c[on].max()) if on.any() else (0.0, 1.0, 0.0, 1.0)
+    in_box = ((r >= r0) & (r <= r1) & (c >= c0) & (c <= c1)).astype(np.float64)
+    image = np.array([mass.sum() / sizes.sum(), score.mean(), score.std(), np.percentile(score, 90),
+                      np.percentile(score, 10), cr, cc, sr, sc])
+    return np.column_stack([score, weighted_mean(A), mx, mn, hop2_mean, hop2_max, dr, dc, dr * dr + dc * dc, in_box,
+                            (r - r0) / max(r1 - r0, 1e-3), (c - c0) / max(c1 - c0, 1e-3), score - score.mean(),
+                            np.broadcast_to(image, (N, image.size))])
+
+
+def _fit_boosted(X: np.ndarray, y: np.ndarray, seed: int) -> BoostedTrees:
     from sklearn.ensemble import HistGradientBoostingClassifier
+
+    if np.unique(y).size < 2:
+        raise InvalidInputError("stacking: the training superpixels are all of one class")
+    clf = HistGradientBoostingClassifier(max_iter=150, learning_rate=0.1, max_leaf_nodes=31, l2_regularization=1.0,
+                                         early_stopping=False, random_state=seed).fit(X, y)
+    return export_hist_gradient_boosting(clf)
+
+
+def _cross_fit(nodes: list[np.ndarray], labels: list[np.ndarray], is_train: np.ndarray, n_folds: int,
+               seed: int) -> tuple[list[np.ndarray], BoostedTrees]:
+    """Cross-fitted log-odds of a gradient-boosted "foreground" classifier for every image (see the
+    module docstring): training image ``t`` (its rank among training images) is in fold ``t % n_folds``;
+    the other images are scored by the fit on all training images, which is returned as arrays
+    (:class:`~structopt.tasks._boosted_trees.BoostedTrees`, what a saved model keeps)."""
     from threadpoolctl import threadpool_limits
 
     train = np.flatnonzero(is_train)
     if len(train) < n_folds:
         raise InvalidInputError(f"stacking needs at least n_folds={n_folds} training images, got {len(train)}")
 
-    def fit(index: Sequence[int]) -> Any:
-        X = np.concatenate([nodes[i] for i in index])
-        y = np.concatenate([labels[i] for i in index])
-        if np.unique(y).size < 2:
-            raise InvalidInputError("stacking: the training superpixels are all of one class")
-        return HistGradientBoostingClassifier(max_iter=150, learning_rate=0.1, max_leaf_nodes=31,
-                                              l2_regularization=1.0, early_stopping=False,
-                                              random_state=seed).fit(X, y)
+    def rows(index: np.ndarray) -> np.ndarray:
+        return np.concatenate([nodes[i] for i in index])
 
-    def predict(clf: Any, index: np.ndarray) -> None:
-        # one call over all the images' rows (a call per image pays the thread start-up each time)
-        if index.size:
-            out = clf.decision_function(np.concatenate([nodes[i] for i in index]))
-            for i, part in zip(index, _split(out, np.array([nodes[i].shape[0] for i in index]))):
+    def predict(trees: BoostedTrees, index: np.ndarray) -> None:
+        if index.size:  # one call over all the images' rows
+            for i, part in zip(index, _split(trees.decision_function(rows(index)),
+                                             np.array([nodes[i].shape[0] for i in index]))):
                 scores[i] = part
 
     scores: list[np.ndarray] = [np.empty(0)] * len(nodes)
     fold = np.arange(len(train)) % n_folds
     with threadpool_limits(1):  # the machine's cores are shared: OpenMP spinning threads only contend
         for f in range(n_folds):
-            predict(fit(train[fold != f]), train[fold == f])
-        predict(fit(train), np.flatnonzero(~is_train))
-    return scores
+            fit = train[fold != f]
+            predict(_fit_boosted(rows(fit), np.concatenate([labels[i] for i in fit]), seed), train[fold == f])
+        final = _fit_boosted(rows(train), np.concatenate([labels[i] for i in train]), seed)
+    predict(final, np.flatnonzero(~is_train))
+    return scores, final
+
+
+def _geometry(segments: np.ndarray, edges: np.ndarray, nodes: np.ndarray, names: list[str]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Boundary lengths of the cached edges, region sizes and centroids (from the raw node features)."""
+    found, boundary = region_adjacency(segments)
+    if not np.array_equal(found, edges):
+        raise InvalidInputError("feature cache: the edges do not match the superpixels' adjacency")
+    sizes = np.bincount(segments.ravel(), minlength=nodes.shape[0]).astype(np.float64)
+    position = nodes[:, [names.index("row"), names.index("col")]]
+    return boundary.astype(np.float64), sizes, position
+
+
+def _stage_scores(nodes: list[np.ndarray], labels: list[np.ndarray], geometry: list[tuple], is_train: np.ndarray,
+                  n_folds: int, seed: int, context_stages: int) -> tuple[list[list[np.ndarray]], list[BoostedTrees]]:
+    """The stacked score, then ``context_stages`` auto-context stages, each cross-fitted on the raw node
+    features and the previous stage's :func:`context_features`: every stage's scores and final trees."""
+    scores, trees = _cross_fit(nodes, labels, is_train, n_folds, seed)
+    stages, fitted = [scores], [trees]
+    for _ in range(context_stages):
+        features = [np.concatenate([x, context_features(s, e, *g)], axis=1) for x, s, (e, *g) in
+                    zip(nodes, stages[-1], geometry)]
+        scores, trees = _cross_fit(features, labels, is_train, n_folds, seed)
+        stages.append(scores)
+        fitted.append(trees)
+    return stages, fitted
 
 
 # --------------------------------------------------------------------------- loader
 def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments: int = DEFAULT_N_SEGMENTS,
                            compactness: float = DEFAULT_COMPACTNESS, n_textons: int = DEFAULT_N_TEXTONS,
-                           max_images: int | None = None, stacked: bool = True, n_folds: int = 3, seed: int = 0,
-                           cache: bool = True, progress: bool = False) -> dict[str, Any]:
+                           max_images: int | None = None, stacked: bool = True, n_folds: int = 3,
+                           context_stages: int = DEFAULT_CONTEXT_STAGES, seed: int = 0, cache: bool = True,
+                           progress: bool = False) -> dict[str, Any]:
     """Load the Weizmann horses as superpixel graphs (see the module docstring).
 
     Parameters
@@ -379,10 +495,14 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
         Only the first images (sorted by name), for quick runs; the split rule is unchanged.
     stacked : bool
         Prepend the cross-fitted boosted foreground score (``n_folds`` folds).
+    context_stages : int
+        Auto-context stages after the stacked score (each a cross-fitted boosted classifier on the raw
+        features and the previous stage's :func:`context_features`); every stage's score is prepended.
+        Ignored without ``stacked``.
     seed : int
-        Seed of the texton sample, k-means and the boosted classifier.
+        Seed of the texton sample, k-means and the boosted classifiers.
     cache : bool
-        Read/write steps 1-4 in the cache directory.
+        Read/write steps 1-4, and the stages' scores and trees, in the cache directory.
     progress : bool
         Print progress while computing features.
 
@@ -391,8 +511,10 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
     dict
         ``train`` / ``test``: ``{"X": list of GraphInput, "y": list of (N,) labels, "segments": list of
         (H, W) region label images, "masks": list of (H, W) bool full-resolution masks, "names",
-        "stacked": the raw stacked log-odds per node (None each without stacking)}``;
-        ``model``: :class:`GraphModel` (2 states, symmetric pairwise weights); ``info``.
+        "stacked": the last stage's raw log-odds per node, "stages": every stage's, (N, stages) (None each
+        without stacking)}``;
+        ``model``: :class:`GraphModel` (2 states, symmetric pairwise weights); ``info`` (with
+        ``preprocessing``: what reading a new image needs, see :func:`image_graph`).
 
     Raises
     ------
@@ -401,7 +523,8 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
     InvalidInputError
         Bad options; an undecodable image or one whose mask differs in size (naming the files).
     """
-    for name, value, low in (("n_segments", n_segments, 2), ("n_textons", n_textons, 2), ("n_folds", n_folds, 2)):
+    for name, value, low in (("n_segments", n_segments, 2), ("n_textons", n_textons, 2), ("n_folds", n_folds, 2),
+                             ("context_stages", context_stages, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise InvalidInputError(f"{name} must be an integer >= {low}, got {value!r}")
     if not (isinstance(compactness, (int, float)) and compactness > 0):
@@ -428,7 +551,10 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
                               "feature cache", compress=True)
             except OutputError as error:  # a cache that cannot be written only costs time
                 warnings.warn(f"{error}; the features will be computed again next time", stacklevel=2)
+    stage_key = hashlib.sha1(json.dumps([key, int(n_folds), int(seed), int(context_stages), _STAGE_VERSION]).encode())
+    stage_file = cache_dir() / "horses_superpixels" / f"stages-{stage_key.hexdigest()[:16]}.npz" if cache else None
     return _assemble(data, names, is_test, stacked, int(n_folds), int(seed), n_textons,
+                     int(context_stages) if stacked else 0, stage_file, progress,
                      {"root": str(root), "n_segments": int(n_segments), "compactness": float(compactness),
                       "n_textons": int(n_textons), "cache_file": str(file) if cache else None})
 
@@ -437,8 +563,42 @@ def _split(array: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
     return np.split(array, np.cumsum(counts)[:-1])
 
 
+def _cached_stages(file: Path | None, nodes: list[np.ndarray], labels: list[np.ndarray], segments: list[np.ndarray],
+                   edges: list[np.ndarray], is_train: np.ndarray, n_folds: int, seed: int, context_stages: int,
+                   n_textons: int, progress: bool) -> tuple[list[list[np.ndarray]], list[BoostedTrees]]:
+    """:func:`_stage_scores`, read from / written to ``file`` (a sealed archive) when it is given."""
+    n_nodes = np.array([x.shape[0] for x in nodes])
+    arrays = _read_cache(file) if file is not None else None
+    if arrays is not None:
+        try:
+            stages = [_split(arrays[f"stage{k}"], n_nodes) for k in range(context_stages + 1)]
+            trees = [BoostedTrees.from_arrays({name: arrays.get(f"trees{k}_{name}") for name, _ in TREE_FIELDS},
+                                              str(file)) for k in range(context_stages + 1)]
+            if all(arrays[f"stage{k}"].shape == (n_nodes.sum(),) for k in range(context_stages + 1)):
+                return stages, trees
+        except (KeyError, InvalidInputError) as error:
+            warnings.warn(f"{error}; fitting the stages again", stacklevel=3)
+    start = time.perf_counter()
+    names = feature_names(n_textons)
+    geometry = [(e, *_geometry(s, e, x, names)) for s, e, x in zip(segments, edges, nodes)]
+    stages, trees = _stage_scores(nodes, labels, geometry, is_train, n_folds, seed, context_stages)
+    if progress:
+        print(f"  stacked score and {context_stages} auto-context stage(s): {time.perf_counter() - start:.0f} s",
+              flush=True)
+    if file is not None:
+        out = {f"stage{k}": np.concatenate(scores) for k, scores in enumerate(stages)}
+        for k, t in enumerate(trees):
+            out.update({f"trees{k}_{name}": value for name, value in t.to_arrays().items()})
+        try:
+            write_archive(file, {"kind": "structopt horses superpixel stages"}, out, "stage cache", compress=True)
+        except OutputError as error:
+            warnings.warn(f"{error}; the stages will be fitted again next time", stacklevel=3)
+    return stages, trees
+
+
 def _assemble(data: dict[str, np.ndarray], names: list[str], is_test: np.ndarray, stacked: bool, n_folds: int,
-              seed: int, n_textons: int, info: dict[str, Any]) -> dict[str, Any]:
+              seed: int, n_textons: int, context_stages: int, stage_file: Path | None, progress: bool,
+              info: dict[str, Any]) -> dict[str, Any]:
     shapes, n_nodes, n_edges = data["shapes"], data["n_nodes"], data["n_edges"]
     if len(shapes) != len(names) or [str(n) for n in data["names"]] != names:
         raise InvalidInputError(f"feature cache {info.get('cache_file')} does not list the expected images")
@@ -451,10 +611,15 @@ def _assemble(data: dict[str, np.ndarray], names: list[str], is_test: np.ndarray
     efeats = _split(data["edge_features"], n_edges)
     names_out = feature_names(n_textons)
     scores: list[np.ndarray | None] = [None] * len(nodes)
+    stage_scores: list[np.ndarray | None] = [None] * len(nodes)
+    trees: list[BoostedTrees] = []
     if stacked:
-        scores = _stacked_scores(nodes, labels, ~is_test, n_folds, seed)
-        nodes = [np.concatenate([s[:, None], x], axis=1) for s, x in zip(scores, nodes)]
-        names_out = ["stacked_score", *names_out]
+        stages, trees = _cached_stages(stage_file, nodes, labels, segments, edges, ~is_test, n_folds, seed,
+                                       context_stages, n_textons, progress)
+        scores = list(stages[-1])
+        stage_scores = [np.stack(per_image, axis=1) for per_image in zip(*stages)]
+        nodes = [np.concatenate([z, x], axis=1) for z, x in zip(stage_scores, nodes)]
+        names_out = ["stacked_score", *(f"context_score{k}" for k in range(1, context_stages + 1)), *names_out]
     train_rows = np.concatenate([nodes[i] for i in np.flatnonzero(~is_test)])
     mean, std = train_rows.mean(axis=0), train_rows.std(axis=0)
     std[std == 0] = 1.0
@@ -470,14 +635,94 @@ def _assemble(data: dict[str, np.ndarray], names: list[str], is_test: np.ndarray
         index = np.flatnonzero(sel)
         return {"X": [X[i] for i in index], "y": [labels[i] for i in index], "segments": [segments[i] for i in index],
                 "masks": [masks[i] for i in index], "names": [names[i] for i in index],
-                "stacked": [scores[i] for i in index]}
+                "stacked": [scores[i] for i in index], "stages": [stage_scores[i] for i in index]}
 
+    preprocessing = {"n_segments": info["n_segments"], "compactness": info["compactness"],
+                     "centres": np.asarray(data["centres"], dtype=np.float64),
+                     "texton_mean": np.asarray(data["texton_mean"], dtype=np.float64),
+                     "texton_std": np.asarray(data["texton_std"], dtype=np.float64),
+                     "node_mean": mean, "node_std": std, "edge_scale": e_scale, "stages": len(trees)}
+    for k, t in enumerate(trees):
+        preprocessing.update({f"trees{k}_{name}": value for name, value in t.to_arrays().items()})
     info = dict(info, n_images=len(names), feature_names=["bias", *names_out],
-                edge_feature_names=list(EDGE_FEATURE_NAMES), stacked=bool(stacked),
+                edge_feature_names=list(EDGE_FEATURE_NAMES), stacked=bool(stacked), context_stages=context_stages,
+                preprocessing=preprocessing,
                 mean_nodes=float(n_nodes.mean()), mean_edges=float(n_edges.mean()),
                 split="sorted by name; every third image (index % 3 == 2) is a test image")
     return {"train": pick(~is_test), "test": pick(is_test),
             "model": GraphModel(X[0].nodes.shape[1], len(EDGE_FEATURE_NAMES), 2, symmetric=True), "info": info}
+
+
+# --------------------------------------------------------------------------- new images
+#: the preprocessing a trained model keeps to read new images (besides each stage's ``trees{k}_*`` arrays)
+PREPROCESSING_TYPES = (("n_segments", int), ("compactness", float), ("centres", np.ndarray),
+                       ("texton_mean", np.ndarray), ("texton_std", np.ndarray), ("node_mean", np.ndarray),
+                       ("node_std", np.ndarray), ("edge_scale", np.ndarray), ("stages", int))
+
+
+def stage_trees(preprocessing: dict[str, Any], source: str = "preprocessing") -> list[BoostedTrees]:
+    """The boosted-tree stages kept in ``preprocessing`` (``trees{k}_*`` arrays), checked as untrusted input.
+
+    Raises
+    ------
+    InvalidInputError
+        A key or array is missing or malformed (``source`` names the file).
+    """
+    for key, kind in PREPROCESSING_TYPES:
+        value = preprocessing.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise InvalidInputError(f"{source}: the superpixel preprocessing lacks {key!r} or holds a "
+                                    f"{type(value).__name__} there")
+    if not 0 <= preprocessing["stages"] <= 10:
+        raise InvalidInputError(f"{source}: {preprocessing['stages']} boosted stages is not a number a model holds")
+    return [BoostedTrees.from_arrays({name: preprocessing.get(f"trees{k}_{name}") for name, _ in TREE_FIELDS},
+                                     source) for k in range(preprocessing["stages"])]
+
+
+def image_graph(image: np.ndarray, preprocessing: dict[str, Any], trees: Sequence[BoostedTrees] | None = None,
+                source: str = "image") -> tuple[GraphInput, np.ndarray]:
+    """The model input of a new grey image (H, W) in [0, 1] with a trained model's ``preprocessing``
+    (``info["preprocessing"]`` of :func:`load_superpixel_horses`): superpixels, raw features, the
+    boosted stages' scores (each stage on the raw features and the previous stage's context), then the
+    training split's standardisation and the per-graph scaling. A test image of the loader gets the
+    same graph (``tests/test_superpixel_predict.py``).
+
+    Returns
+    -------
+    x : GraphInput
+    segments : ndarray of int64, shape (H, W)
+        The superpixel of every pixel (:func:`project_labels` maps node labels to a mask).
+
+    Raises
+    ------
+    InvalidInputError
+        Preprocessing that does not fit the features (``source`` names the image).
+    """
+    p = preprocessing
+    if trees is None:
+        trees = stage_trees(p)
+    centres, scale = p["centres"], (p["texton_mean"], p["texton_std"])
+    if centres.ndim != 2 or centres.shape[1] != N_BANK or scale[0].shape != (N_BANK,) or scale[1].shape != (N_BANK,):
+        raise InvalidInputError(f"{source}: texton centres {centres.shape} and scale {scale[0].shape} do not fit "
+                                f"the {N_BANK} filters")
+    f = image_features(image, None, centres, scale, p["n_segments"], p["compactness"])
+    raw, edges = f["nodes"], f["edges"]
+    scores: list[np.ndarray] = []
+    if trees:
+        boundary, sizes, position = _geometry(f["segments"], edges, raw, feature_names(centres.shape[0]))
+        scores.append(trees[0].decision_function(raw))
+        for t in trees[1:]:
+            context = context_features(scores[-1], edges, boundary, sizes, position)
+            scores.append(t.decision_function(np.concatenate([raw, context], axis=1)))
+    nodes = np.concatenate([np.stack(scores, axis=1), raw], axis=1) if scores else raw
+    n = nodes.shape[0]
+    if p["node_mean"].shape != (nodes.shape[1],) or p["node_std"].shape != (nodes.shape[1],) or \
+            p["edge_scale"].shape != (f["edge_features"].shape[1],):
+        raise InvalidInputError(f"{source}: the saved standardisation does not fit {nodes.shape[1]} node and "
+                                f"{f['edge_features'].shape[1]} edge features")
+    x = GraphInput(np.concatenate([np.ones((n, 1)), (nodes - p["node_mean"]) / p["node_std"]], axis=1) / n, edges,
+                   f["edge_features"] / p["edge_scale"] / n)
+    return x, f["segments"]
 
 
 # --------------------------------------------------------------------------- training task
@@ -495,25 +740,42 @@ def pixel_scores(masks: Sequence[np.ndarray], predicted: Sequence[np.ndarray]) -
                                [np.asarray(p, dtype=np.int64) for p in predicted])
 
 
+def superpixel_loss(fg_weight: float = 1.0) -> Any:
+    """The training loss: Hamming over superpixels divided by their number, a missed foreground superpixel
+    costing ``fg_weight`` (a false foreground 1): :class:`~structopt.losses.Hamming` when it is 1, else
+    :class:`~structopt.losses.WeightedHamming` (IoU rewards the foreground's recall more than accuracy does)."""
+    from structopt.losses import Hamming, WeightedHamming
+
+    if isinstance(fg_weight, bool) or not isinstance(fg_weight, (int, float)) or not (
+            np.isfinite(fg_weight) and fg_weight > 0):
+        raise InvalidInputError(f"fg_weight must be a positive number, got {fg_weight!r}")
+    if fg_weight == 1:
+        return Hamming(normalize=True)
+    return WeightedHamming(np.array([[0.0, 1.0], [float(fg_weight), 0.0]]), normalize=True)
+
+
 def _train(model: GraphModel, X: Sequence[GraphInput], Y: Sequence[np.ndarray], lam: float, passes: float,
-           seed: int) -> np.ndarray:
-    from structopt.losses import Hamming
+           seed: int, fg_weight: float = 1.0) -> np.ndarray:
     from structopt.problem import SSVMProblem
     from structopt.solvers.bcfw import bcfw
 
-    problem = SSVMProblem(model, list(X), list(Y), Hamming(normalize=True), lam)
+    problem = SSVMProblem(model, list(X), list(Y), superpixel_loss(fg_weight), lam)
     return bcfw(problem, max_passes=passes, random_state=seed).w
 
 
 def select_lam(data: dict[str, Any], lams: Sequence[float] = DEFAULT_LAMS, n_folds: int = 3, passes: float = 5,
-               n_train: int | None = None, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+               n_train: int | None = None, seed: int = 0, progress: bool = False, fg_weight: float = 1.0
+               ) -> dict[str, Any]:
     """λ by ``n_folds``-fold cross-validation on the training images only (image ``t`` in fold ``t % n_folds``):
     BCFW for ``passes`` passes on the other folds, scored by the mean of pixel accuracy and foreground
     IoU on the held-out fold (AD3's rounded labels, projected on the pixels).
 
+    ``fg_weight`` is the loss's (:func:`superpixel_loss`).
+
     Returns
     -------
-    dict with ``lam`` (the best), ``scores`` ({λ: mean CV score}) and ``seconds``.
+    dict with ``lam`` (the best), ``scores`` ({λ: mean CV score}), ``metrics`` ({λ: {"pixel_accuracy",
+    "foreground_iou"} pooled over the held-out folds' pixels}) and ``seconds``.
     """
     train = data["train"]
     n = len(train["X"]) if n_train is None else min(int(n_train), len(train["X"]))
@@ -526,20 +788,27 @@ def select_lam(data: dict[str, Any], lams: Sequence[float] = DEFAULT_LAMS, n_fol
     fold = np.arange(n) % n_folds
     start = time.perf_counter()
     scores: dict[float, float] = {}
+    metrics: dict[float, dict[str, float]] = {}
     for lam in lams:
         values = []
+        held_masks, held_pred = [], []
         for f in range(n_folds):
             fit, held = np.flatnonzero(fold != f), np.flatnonzero(fold == f)
-            w = _train(data["model"], [train["X"][i] for i in fit], [train["y"][i] for i in fit], lam, passes, seed)
+            w = _train(data["model"], [train["X"][i] for i in fit], [train["y"][i] for i in fit], lam, passes, seed,
+                       fg_weight)
             pred = predict_masks(data["model"], w, [train["X"][i] for i in held],
                                  [train["segments"][i] for i in held], exact=False)
             s = pixel_scores([train["masks"][i] for i in held], pred)
             values.append(0.5 * (s["pixel_accuracy"] + s["foreground_iou"]))
+            held_masks += [train["masks"][i] for i in held]
+            held_pred += pred
         scores[lam] = float(np.mean(values))
+        pooled = pixel_scores(held_masks, held_pred)
+        metrics[lam] = {"pixel_accuracy": pooled["pixel_accuracy"], "foreground_iou": pooled["foreground_iou"]}
         if progress:
             print(f"  cv λ={lam:g}: score {scores[lam]:.4f} ({time.perf_counter() - start:.0f} s)", flush=True)
     best = max(scores, key=lambda v: (scores[v], v))  # ties: the larger λ (the simpler model)
-    return {"lam": best, "scores": scores, "seconds": time.perf_counter() - start}
+    return {"lam": best, "scores": scores, "metrics": metrics, "seconds": time.perf_counter() - start}
 
 
 def write_mask_png(path: str | os.PathLike, root: str | os.PathLike, names: Sequence[str],
@@ -586,10 +855,11 @@ def write_mask_png(path: str | os.PathLike, root: str | os.PathLike, names: Sequ
 
 
 def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = None, lam: float | None = None,
-               seed: int = 0, *, lams: Sequence[float] = DEFAULT_LAMS, cv_folds: int = 3, cv_passes: float = 5,
-               exact_predict: bool = True, png: str | os.PathLike | None = None, progress: bool = False,
-               **load_options: Any) -> tuple[Any, Callable[[np.ndarray], dict[str, float]], str]:
-    """The superpixel horses as a training task: ``(problem, evaluate, description)``.
+               seed: int = 0, *, fg_weight: float = DEFAULT_FG_WEIGHT, lams: Sequence[float] = DEFAULT_LAMS,
+               cv_folds: int = 3, cv_passes: float = 5, exact_predict: bool = True,
+               png: str | os.PathLike | None = None, progress: bool = False, **load_options: Any
+               ) -> tuple[Any, Callable[[np.ndarray], dict[str, float]], str, dict[str, Any]]:
+    """The superpixel horses as a training task: ``(problem, evaluate, description, preprocessing)``.
 
     Parameters
     ----------
@@ -602,6 +872,8 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
         folds, ``cv_passes`` BCFW passes each).
     seed : int
         Seed of the features (textons, stacking) and of the CV runs.
+    fg_weight : float
+        The loss's price of a missed foreground superpixel (:func:`superpixel_loss`).
     exact_predict : bool
         ``evaluate`` predicts by exact MAP (branch-and-bound over AD3) or AD3's rounding.
     png : path, optional
@@ -610,19 +882,21 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
         Print progress (features, CV).
     **load_options
         Passed to :func:`load_superpixel_horses` (``n_segments``, ``compactness``, ``n_textons``,
-        ``max_images``, ``stacked``, ``cache``).
+        ``max_images``, ``stacked``, ``context_stages``, ``cache``).
 
     Returns
     -------
     problem : SSVMProblem
-        :class:`GraphModel` (relaxed AD3 oracle), normalised Hamming loss over superpixels.
+        :class:`GraphModel` (relaxed AD3 oracle), :func:`superpixel_loss` (Hamming over superpixels).
     evaluate : callable
         ``evaluate(w)`` -> ``{"test_pixel_accuracy", "test_foreground_iou", "test_mean_image_iou"}``
         on full-resolution test masks.
     description : str
         Names the task, the graph sizes and the λ chosen (with the CV scores).
+    preprocessing : dict
+        What reading a new image needs (:func:`image_graph`; arrays and JSON values), with
+        ``graph: "superpixels"``.
     """
-    from structopt.losses import Hamming
     from structopt.problem import SSVMProblem
 
     if n_train is not None and (isinstance(n_train, bool) or not isinstance(n_train, (int, np.integer))
@@ -635,11 +909,11 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
     n = len(train["X"]) if n_train is None else min(int(n_train), len(train["X"]))
     cv = ""
     if lam is None:
-        chosen = select_lam(data, lams, cv_folds, cv_passes, n, seed, progress)
+        chosen = select_lam(data, lams, cv_folds, cv_passes, n, seed, progress, fg_weight)
         lam = chosen["lam"]
         cv = " (cross-validated: " + ", ".join(f"{k:g}: {v:.4f}" for k, v in chosen["scores"].items()) + ")"
     model = data["model"]
-    problem = SSVMProblem(model, train["X"][:n], train["y"][:n], Hamming(normalize=True), float(lam))
+    problem = SSVMProblem(model, train["X"][:n], train["y"][:n], superpixel_loss(fg_weight), float(lam))
 
     def evaluate(w: np.ndarray) -> dict[str, float]:
         pred = predict_masks(model, w, test["X"], test["segments"], exact=exact_predict)
@@ -649,5 +923,6 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
 
     description = (f"Weizmann horses on SLIC superpixels ({n} training / {len(test['X'])} test images, "
                    f"{info['mean_nodes']:.0f} nodes and {info['mean_edges']:.0f} edges per graph), "
+                   f"{info['context_stages']} auto-context stage(s), foreground weight {float(fg_weight):g}, "
                    f"λ={float(lam):g}{cv}")
-    return problem, evaluate, description
+    return problem, evaluate, description, {"graph": "superpixels", **info["preprocessing"]}
