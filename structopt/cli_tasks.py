@@ -331,17 +331,67 @@ class HorsesTask(TaskSpec):
 
     def _superpixels(self, args: argparse.Namespace) -> Task:
         """``--graph superpixels``: SLIC region graphs, a GraphModel trained with AD3's relaxed oracle,
-        scored on pixels at full resolution (:mod:`structopt.tasks.horses_superpixels`). Its model is
-        not one the saved-model format describes: train prints that it was not saved."""
+        scored on pixels at full resolution (:mod:`structopt.tasks.horses_superpixels`). Its preprocessing
+        (``graph: "superpixels"``, the texton codebook, the boosted stages as arrays, the standardisation)
+        is what ``predict`` needs to read new images."""
         from structopt.tasks.horses_superpixels import build_task
 
         lam = DEFAULT_LAM["horses superpixels"] if args.lam is None else args.lam
         out = Path(args.out or "runs/horses")
-        problem, evaluate, description = build_task(args.data, n_train=args.n_train, lam=lam or 1.0, seed=args.seed,
-                                                    png=out / "test_masks.png", progress=not args.no_progress)
+        problem, evaluate, description, preprocessing = build_task(
+            args.data, n_train=args.n_train, lam=lam or 1.0, seed=args.seed, png=out / "test_masks.png",
+            progress=not args.no_progress)
         if lam == 0:  # --lam 0: 1/n for the n training images used (known once the task is built)
             problem = problem.with_lam(1.0 / problem.n)
-        return Task(problem, evaluate, description)
+        return Task(problem, evaluate, description, preprocessing)
+
+    @staticmethod
+    def _is_superpixel(saved: Any) -> bool:
+        return saved.preprocessing.get("graph") == "superpixels"
+
+    def check_preprocessing(self, saved: Any) -> None:
+        if not self._is_superpixel(saved):
+            return super().check_preprocessing(saved)
+        from structopt.tasks.horses_superpixels import stage_trees
+
+        stage_trees(saved.preprocessing, f"model {saved.path}")  # refuses a missing, mistyped or malformed entry
+        return None
+
+    def _read_superpixels(self, saved: Any, folder: Path, masks: Path | None) -> Inputs:
+        """New images as superpixel graphs (:func:`~structopt.tasks.horses_superpixels.image_graph`), with
+        the full-resolution gold masks (> 127, as training reads them) when ``masks`` is given."""
+        from structopt.tasks._data import read_image
+        from structopt.tasks.horses_superpixels import image_graph, stage_trees
+
+        trees = stage_trees(saved.preprocessing, f"model {saved.path}")
+        X, segments, gold = [], [], []
+        files = _images(folder)
+        for file in files:
+            image = read_image(file, "L").astype(np.float64) / 255.0
+            x, seg = image_graph(image, saved.preprocessing, trees, str(file))
+            X.append(x)
+            segments.append(seg)
+            if masks is not None:
+                mask = read_image(masks / file.name, "L") > 127
+                if mask.shape != image.shape:
+                    raise InvalidInputError(f"{masks / file.name}: mask is {mask.shape[1]}x{mask.shape[0]} pixels but "
+                                            f"its image is {image.shape[1]}x{image.shape[0]}")
+                gold.append(mask)
+        return Inputs(X, gold if masks is not None else None,
+                      {"files": files, "shapes": [s.shape for s in segments], "segments": segments})
+
+    @staticmethod
+    def _superpixel_masks(saved: Any, inputs: Inputs, predictions: list[Any]) -> list[np.ndarray]:
+        """Full-resolution masks of the exact MAP labels, as ``train`` scores them: ``predict``'s generic
+        oracle call is AD3's relaxed point, which may be fractional (computed once, kept in ``inputs``)."""
+        from structopt.tasks.horses_superpixels import project_labels
+
+        if len(predictions) != len(inputs.X):
+            raise InvalidInputError(f"{len(predictions)} predictions for {len(inputs.X)} images")
+        if "masks" not in inputs.extra:
+            inputs.extra["masks"] = [project_labels(s, saved.model.predict(x, saved.w, exact=True))
+                                     for x, s in zip(inputs.X, inputs.extra["segments"], strict=True)]
+        return inputs.extra["masks"]
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.horses import gold_mask, image_input
@@ -349,6 +399,8 @@ class HorsesTask(TaskSpec):
         gray = path / "gray"
         folder = gray if gray.is_dir() else path
         masks = path / "figure_ground" if gray.is_dir() and (path / "figure_ground").is_dir() else None
+        if self._is_superpixel(saved):
+            return self._read_superpixels(saved, folder, masks)
         X, shapes, gold = [], [], []
         files = _images(folder)
         for file in files:
@@ -363,12 +415,18 @@ class HorsesTask(TaskSpec):
         from structopt.tasks.horses import write_mask
 
         out.mkdir(parents=True, exist_ok=True)
+        if self._is_superpixel(saved):
+            predictions = self._superpixel_masks(saved, inputs, predictions)
         for file, shape, mask in zip(inputs.extra["files"], inputs.extra["shapes"], predictions, strict=True):
             write_mask(out / f"{file.stem}.png", mask, shape)
 
     def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
         from structopt.tasks.horses import segmentation_scores
 
+        if self._is_superpixel(saved):
+            predictions = self._superpixel_masks(saved, inputs, predictions)
+            inputs = Inputs(inputs.X, [np.asarray(m, dtype=np.int64) for m in inputs.gold], inputs.extra)
+            predictions = [np.asarray(m, dtype=np.int64) for m in predictions]
         return {f"test_{name}": value for name, value in segmentation_scores(inputs.gold, predictions).items()}
 
 

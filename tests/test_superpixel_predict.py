@@ -74,3 +74,85 @@ def test_bad_arrays_are_refused():
         BoostedTrees.from_arrays(good).decision_function(np.zeros((3, 5)))
     with pytest.raises(InvalidInputError, match="binary HistGradientBoostingClassifier"):
         export_hist_gradient_boosting(object())
+
+
+# --------------------------------------------------------------------------- the superpixel task's new images
+def _synthetic(root, n: int = 9) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    (root / "gray").mkdir(parents=True)
+    (root / "figure_ground").mkdir()
+    for i in range(n):
+        H, W = 40 + 2 * i, 52
+        rr, cc = np.mgrid[:H, :W]
+        cy, cx = H / 2 + rng.integers(-3, 4), W / 2 + rng.integers(-4, 5)
+        mask = ((rr - cy) / (H / 4)) ** 2 + ((cc - cx) / (W / 4)) ** 2 <= 1
+        image = np.where(mask, 0.7, 0.35) + rng.normal(0, 0.06, size=(H, W))
+        Image.fromarray((np.clip(image, 0, 1) * 255).astype(np.uint8)).save(root / "gray" / f"horse{i:03d}.jpg")
+        Image.fromarray(mask.astype(np.uint8) * 255).save(root / "figure_ground" / f"horse{i:03d}.jpg")
+
+
+def test_image_graph_rebuilds_the_loaders_test_graphs(tmp_path):
+    from structopt.tasks import horses_superpixels as hs
+    from structopt.tasks._data import read_image
+
+    _synthetic(tmp_path, n=6)
+    data = hs.load_superpixel_horses(tmp_path, cache=False, n_segments=40, n_textons=4, n_folds=2)
+    p = data["info"]["preprocessing"]
+    assert p["stages"] == 1 + hs.DEFAULT_CONTEXT_STAGES
+    for name, x, seg in zip(data["test"]["names"], data["test"]["X"], data["test"]["segments"]):
+        image = read_image(tmp_path / "gray" / name, "L").astype(np.float64) / 255.0
+        got, segments = hs.image_graph(image, p)
+        np.testing.assert_array_equal(segments, seg)
+        np.testing.assert_array_equal(got.edges, x.edges)
+        np.testing.assert_allclose(got.nodes, x.nodes, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got.edge_features, x.edge_features, rtol=0, atol=1e-12)
+    broken = dict(p, node_mean=p["node_mean"][:-1])
+    with pytest.raises(InvalidInputError, match="standardisation does not fit"):
+        hs.image_graph(image, broken)
+    with pytest.raises(InvalidInputError, match="lacks 'stages'"):
+        hs.stage_trees({k: v for k, v in p.items() if k != "stages"})
+
+
+@pytest.mark.slow
+def test_cli_predict_reproduces_train_metrics(tmp_path, monkeypatch, capsys):
+    import json
+    import shutil
+
+    from structopt.cli import main
+    from structopt.saved_model import load_model
+
+    monkeypatch.setenv("STRUCTOPT_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "horses"
+    _synthetic(data)
+    out = tmp_path / "run"
+    assert main(["train", "horses", "--graph", "superpixels", "--data", str(data), "--passes", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    trained = json.loads((out / "trace.json").read_text())
+    saved = load_model(out / "model.npz")
+    assert saved.task == "horses" and saved.preprocessing["graph"] == "superpixels"
+    # the test split (every third image) as predict's input: the same images, the same metric
+    test = tmp_path / "test"
+    for sub in ("gray", "figure_ground"):
+        (test / sub).mkdir(parents=True)
+        for i in (2, 5, 8):
+            shutil.copy(data / sub / f"horse{i:03d}.jpg", test / sub / f"horse{i:03d}.jpg")
+    capsys.readouterr()
+    masks = tmp_path / "masks"
+    assert main(["predict", str(out / "model.npz"), str(test), "--out", str(masks), "--json",
+                 str(tmp_path / "p.json")]) == 0
+    predicted = json.loads((tmp_path / "p.json").read_text())
+    for key in ("test_pixel_accuracy", "test_foreground_iou", "test_mean_image_iou"):
+        assert predicted[key] == pytest.approx(trained[key], abs=1e-12)
+    assert sorted(p.name for p in masks.iterdir()) == ["horse002.png", "horse005.png", "horse008.png"]
+    # images without masks: masks written, no metric
+    capsys.readouterr()
+    assert main(["predict", str(out / "model.npz"), str(test / "gray"), "--out", str(tmp_path / "m2")]) == 0
+    assert "accuracy" not in capsys.readouterr().out
+    from PIL import Image
+
+    for name in ("horse002", "horse005", "horse008"):
+        a = np.asarray(Image.open(masks / f"{name}.png"))
+        assert a.shape == (44 if name == "horse002" else 50 if name == "horse005" else 56, 52)
+        np.testing.assert_array_equal(a, np.asarray(Image.open(tmp_path / "m2" / f"{name}.png")))
