@@ -22,6 +22,9 @@ Sides:
   Viterbi (no ad3 needed). Prediction with ``ssvm.predict``.
 - ``structopt-paper``: ``benchmarks/startup_memory.py``'s OCR run (the BCFW paper's model: bias and
   start/end scores, Hamming normalised by word length, ``eval_every=1``), for reference.
+- ``structopt-exitfreeze``, ``pystruct-exitfreeze`` (not run by default): the same runs ending with
+  ``gc.freeze()``, so that the interpreter's garbage collections at exit skip every object: what
+  the exit of a process that has numba's compilation target loaded costs.
 
 Columns: CPU s and wall s of the whole process (interpreter start included; CPU = user + system,
 less sensitive to the other work on the machine than wall), peak RSS (the child's ``ru_maxrss``),
@@ -29,6 +32,12 @@ the CPU of each phase measured inside the process, BCFW's CPU and wall seconds p
 packing, kernel loading and evaluation passes left out (structopt: the time spent in
 ``BCFWMethod.advance``; pystruct: ``fit`` less its ``_calc_dual_gap`` and ``_objective``), the primal
 at the returned (averaged) weights and the test letter error.
+
+Every measured process reads compiled bytecode (``PYTHONPYCACHEPREFIX``, filled by the warm-up runs,
+``PYTHONDONTWRITEBYTECODE`` dropped), as after a regular install of either library: the work tree's
+editable install otherwise recompiles structopt's modules in every process where that variable is set.
+``--breakdown`` runs of the structopt side split its CPU into fixed costs (numpy, numba, numba's
+target, structopt's modules) and the work.
 
 Usage (pystruct's venv from ``bash benchmarks/pystruct_env.sh``)::
 
@@ -57,7 +66,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 MARK = "@@result "  # prefix of the line a worker answers on
-SIDES = ("structopt", "pystruct", "structopt-paper")
+SIDES = ("structopt", "pystruct", "structopt-paper", "structopt-exitfreeze", "pystruct-exitfreeze")
+EXIT_FREEZE = "-exitfreeze"  # the side's run, then gc.freeze() before the interpreter exits
 NOTES = "## Notes"
 
 
@@ -98,6 +108,23 @@ def _cpu_of(*owners_and_names) -> list[float]:
     return spent
 
 
+def _use_checkout(root: Path) -> None:
+    """Import structopt from ``root`` (and its ``tasks`` folder as ``structopt.tasks``, as the installed
+    package maps it), whatever the installed copy points at."""
+    import importlib.util
+
+    sys.path.insert(0, str(root))
+    import structopt
+
+    if Path(structopt.__file__).resolve().parent != root / "structopt":
+        raise SystemExit(f"imported structopt from {structopt.__file__}, not from {root}")
+    spec = importlib.util.spec_from_file_location("structopt.tasks", root / "tasks" / "__init__.py",
+                                                  submodule_search_locations=[str(root / "tasks")])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["structopt.tasks"] = module
+    spec.loader.exec_module(module)
+
+
 def _worker_structopt(setup: str, lam: float, passes: float) -> dict:
     phases = _Phases()
     import structopt as so
@@ -126,6 +153,43 @@ def _worker_structopt(setup: str, lam: float, passes: float) -> dict:
     return {**phases.cpu, "pass_cpu": passes_cpu[0] / last["passes"], "pass_wall": last["time"] / last["passes"],
             "primal": last["primal"],
             "letter_error": error, "rss_mb": _peak_rss_mb(), "numba_cache": Path(_numba_cache.CACHE_DIR).name}
+
+
+def _worker_breakdown(lam: float, passes: float) -> dict:
+    """The ``structopt`` side's run with its fixed costs apart: numpy, numba, numba's compilation target
+    (its first cache load initialises it, importing scipy.linalg for its BLAS check; forced here
+    through numba's registry so that it is not counted in ``fit``), structopt's own modules."""
+    phases = _Phases()
+    import numpy  # noqa: F401
+
+    phases.mark("numpy")
+    import numba  # noqa: F401
+
+    phases.mark("numba")
+    import structopt as so
+    from structopt.losses import Hamming
+    from structopt.models.chain import ChainModel
+    from structopt.solvers.bcfw import bcfw
+    from structopt.tasks.ocr import LETTERS, N_PIXELS, letter_error, load_ocr, split
+
+    phases.mark("structopt_modules")
+    train, test = split(load_ocr(), "pystruct")
+    phases.mark("load")
+    model = ChainModel(N_PIXELS, len(LETTERS))
+    problem = so.SSVMProblem(model, train["X"], train["y"], Hamming(), lam)
+    problem.fused()
+    phases.mark("problem_and_pack")
+    from numba.core.registry import cpu_target
+
+    cpu_target.target_context.refresh()
+    phases.mark("numba_target")
+    result = bcfw(problem, max_passes=passes, eval_every=passes, random_state=0)
+    phases.mark("fit")
+    predicted = [model.structure.argmax(model.potentials(x, result.w)) for x in test["X"]]
+    error = letter_error(test["y"], predicted)
+    phases.mark("predict")
+    return {**phases.cpu, "letter_error": error, "rss_mb": _peak_rss_mb(),
+            "numba_cache": Path(so._numba_cache.CACHE_DIR).name}
 
 
 def _worker_pystruct(lam: float, passes: int) -> dict:
@@ -180,6 +244,15 @@ def _versions(python: str, names: tuple[str, ...]) -> str:
     return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def _checkout(root: Path) -> str:
+    """``root`` and its commit (marked when the tree has uncommitted changes)."""
+    def git(*words: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *words], capture_output=True, text=True).stdout.strip()
+
+    dirty = " plus uncommitted changes" if git("status", "--porcelain", "--", "structopt", "tasks") else ""
+    return f"`{root}` at {git('rev-parse', '--short', 'HEAD') or 'unknown commit'}{dirty}"
+
+
 def _table(summary: dict[str, dict], sides: list[str]) -> list[str]:
     rows = [("whole process, CPU s", "cpu", "{:.2f}"), ("whole process, wall s", "wall", "{:.2f}"),
             ("peak RSS, MB", "rss_mb", "{:.1f}"), ("import, CPU s", "import_cpu", "{:.2f}"),
@@ -189,13 +262,14 @@ def _table(summary: dict[str, dict], sides: list[str]) -> list[str]:
             ("BCFW CPU s per pass (no evaluation)", "pass_cpu", "{:.4f}"),
             ("BCFW wall s per pass (no evaluation)", "pass_wall", "{:.4f}"),
             ("primal (structopt's scale)", "primal", "{:.4f}"), ("test letter error", "letter_error", "{:.4f}")]
-    ratio = {"pystruct", "structopt"} <= set(sides)  # pystruct / structopt on the same problem
-    out = ["| median over runs | " + " | ".join(sides) + (" | pystruct / structopt |" if ratio else " |")]
-    out.append("|" + " --- |" * (len(sides) + 1 + ratio))
+    # pystruct as a user runs it, against each structopt side that solves the same problem
+    ours = [side for side in ("structopt", "structopt-exitfreeze") if side in sides] if "pystruct" in sides else []
+    out = ["| median over runs | " + " | ".join(sides) + "".join(f" | pystruct / {side}" for side in ours) + " |"]
+    out.append("|" + " --- |" * (len(sides) + 1 + len(ours)))
     for label, key, fmt in rows:
         cells = [fmt.format(summary[s][key]) for s in sides]
-        if ratio:
-            a, b = summary["pystruct"][key], summary["structopt"][key]
+        for side in ours:
+            a, b = summary["pystruct"][key], summary[side][key]
             cells.append(f"{a / b:.2f}x" if key not in ("primal", "letter_error") and b > 0 else "")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return out
@@ -208,48 +282,76 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--lam", type=float, default=0.01)
     parser.add_argument("--passes", type=int, default=10)
-    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES[:3]))
     parser.add_argument("--numba-cache", type=Path, default=Path(tempfile.gettempdir()) / "structopt-bench-numba",
                         help="NUMBA_CACHE_DIR of structopt's processes: the benchmark's own, so that other work "
                              "on the machine cannot prune the cache mid-run")
     parser.add_argument("--out", type=Path, default=HERE.with_name("pystruct_compare_results.md"))
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--breakdown", type=int, default=3, metavar="RUNS",
+                        help="runs of the structopt side with its fixed costs apart (0: none)")
+    parser.add_argument("--pycache", type=Path, default=Path(tempfile.gettempdir()) / "structopt-bench-pycache",
+                        help="PYTHONPYCACHEPREFIX of every measured process: both sides read compiled bytecode, as "
+                             "after a regular install (the work tree's editable install may have none)")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="the structopt checkout to measure (default this one; e.g. a `git worktree` of a commit)")
+    parser.add_argument("--worker", choices=(*SIDES, "breakdown"), help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:  # one measurement in this fresh process
-        if args.worker == "pystruct":
+        kind = args.worker.removesuffix(EXIT_FREEZE)
+        if kind != "pystruct":
+            _use_checkout(args.root.resolve())
+        if kind == "pystruct":
             answer = _worker_pystruct(args.lam, args.passes)
+        elif kind == "breakdown":
+            answer = _worker_breakdown(args.lam, args.passes)
         else:
-            answer = _worker_structopt("paper" if args.worker == "structopt-paper" else "same", args.lam, args.passes)
+            answer = _worker_structopt("paper" if kind == "structopt-paper" else "same", args.lam, args.passes)
+        if args.worker.endswith(EXIT_FREEZE):
+            # every object to the permanent generation: the interpreter's collections at exit skip them
+            import gc
+
+            gc.freeze()
         print(MARK + json.dumps(answer))
         return
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STRUCTOPT_NUMBA_CACHE_DIR")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "STRUCTOPT_NUMBA_CACHE_DIR", "PYTHONDONTWRITEBYTECODE")}
     env["NUMBA_CACHE_DIR"] = str(args.numba_cache)
-    pythons = {side: args.pystruct_python if side == "pystruct" else sys.executable for side in args.sides}
+    env["PYTHONPYCACHEPREFIX"] = str(args.pycache)  # written by the warm-up runs, read by the measured ones
+    pythons = {side: args.pystruct_python if side.startswith("pystruct") else sys.executable for side in args.sides}
 
     def argv(side: str) -> list[str]:
-        return [pythons[side], str(HERE), "--worker", side, "--lam", str(args.lam), "--passes", str(args.passes)]
+        return [pythons[side], str(HERE), "--worker", side, "--lam", str(args.lam), "--passes", str(args.passes),
+                "--root", str(args.root.resolve())]
 
     started, load_before = datetime.datetime.now(datetime.UTC), os.getloadavg()
     warm: dict[str, str | None] = {}
-    for side in args.sides:  # warm-up: numba compiles into (or loads) the cache; the OS caches the files
+    for side in args.sides:  # warm-up: numba compiles into (or loads) the cache; bytecode is written; the OS caches
         warm[side] = _run(argv(side), env).get("numba_cache")
+
+    def measured(side: str, command: list[str]) -> dict:
+        """One run on a warm numba cache: another engineer's edit to a kernel module changes the cache's
+        directory, and a run that compiled is redone after a new warm-up."""
+        for _ in range(3):
+            answer = _run(command, env)
+            if answer.get("numba_cache") == warm[side]:
+                return answer
+            print(f"{side}: numba cache changed to {answer.get('numba_cache')}, warming up again", flush=True)
+            warm[side] = _run(command, env).get("numba_cache")
+        raise SystemExit("the numba cache keeps changing (kernel modules being edited): try later")
+
     runs: dict[str, list[dict]] = {side: [] for side in args.sides}
     for repeat in range(args.repeats):
         for side in args.sides:
-            for _ in range(3):
-                answer = _run(argv(side), env)
-                if answer.get("numba_cache") == warm[side]:
-                    break
-                # another engineer's edit changed a kernel module: the run compiled; warm up again and redo
-                print(f"{side}: numba cache changed to {answer.get('numba_cache')}, warming up again", flush=True)
-                warm[side] = _run(argv(side), env).get("numba_cache")
-            else:
-                raise SystemExit("the numba cache keeps changing (kernel modules being edited): try later")
+            answer = measured(side, argv(side))
             runs[side].append(answer)
             print(f"{repeat} {side:16s} " + json.dumps({k: round(v, 4) if isinstance(v, float) else v
                                                       for k, v in answer.items()}), flush=True)
+    breakdown_argv = [sys.executable, str(HERE), "--worker", "breakdown", "--lam", str(args.lam), "--passes",
+                      str(args.passes), "--root", str(args.root.resolve())]
+    warm["breakdown"] = _run(breakdown_argv, env).get("numba_cache") if args.breakdown else None
+    breakdown = [measured("breakdown", breakdown_argv) for _ in range(args.breakdown)]
     load_after = os.getloadavg()
     summary = {side: {key: statistics.median(r[key] for r in rows) for key in rows[0]
                       if isinstance(rows[0][key], (int, float))} for side, rows in runs.items()}
@@ -262,9 +364,10 @@ def main() -> None:
              f"- machine: {os.cpu_count()} cores, {platform.machine()}, load average (1, 5, 15 min) "
              f"{', '.join(f'{x:.2f}' for x in load_before)} before and {', '.join(f'{x:.2f}' for x in load_after)} "
              "after (shared with other engineers' work: compare CPU rather than wall)",
-             f"- structopt: {_versions(sys.executable, ('numpy', 'scipy', 'numba'))}",
+             f"- structopt: {_checkout(args.root.resolve())}; "
+             f"{_versions(sys.executable, ('numpy', 'scipy', 'numba'))}",
              f"- pystruct: {_versions(args.pystruct_python, ('pystruct', 'numpy', 'scipy', 'scikit-learn', 'cvxopt'))}"
-             if "pystruct" in args.sides else "- pystruct: not run",
+             if any(side.startswith("pystruct") for side in args.sides) else "- pystruct: not run",
              f"- runs: {args.repeats} per side, sides alternating, after one untimed warm-up run per side; "
              f"lambda = {args.lam}, {args.passes} BCFW passes, pystruct's C = 1 / (lambda n) = "
              f"{1 / (args.lam * 704):.4f}", "", "## Medians", "", *_table(summary, list(args.sides)), "",
@@ -276,6 +379,14 @@ def main() -> None:
             lines.append(f"| {i} | {side} | {r['cpu']:.2f} | {r['wall']:.2f} | {r['rss_mb']:.1f} "
                          f"| {r['import_cpu']:.2f} | {r['load_cpu']:.3f} | {r['fit_cpu']:.2f} "
                          f"| {r['predict_cpu']:.3f} | {r['pass_cpu']:.4f} | {r['load1']:.2f} |")
+    if breakdown:
+        keys = [k for k in breakdown[0] if k.endswith("_cpu")]
+        lines += ["", f"## Where structopt's process spends its CPU (median of {len(breakdown)} runs)", "",
+                  "| phase | CPU s |", "| --- | --- |",
+                  *(f"| {k[:-4].replace('_', ' ')} | {statistics.median(r[k] for r in breakdown):.3f} |" for k in keys),
+                  f"| in-process total | {statistics.median(sum(r[k] for k in keys) for r in breakdown):.3f} |",
+                  f"| whole process (interpreter start and exit included) | "
+                  f"{statistics.median(r['cpu'] for r in breakdown):.3f} |"]
     notes = ""
     if args.out.exists():
         old = args.out.read_text()
