@@ -35,13 +35,21 @@ After loading, a **stacked foreground score** is prepended to the node features:
 gradient-boosted classifier of "superpixel is foreground" on the features above, cross-fitted on
 the training images (image ``i`` of the training split gets the score of the fit on the other
 folds) and fitted on all training images for the test images, as :mod:`~structopt.tasks.localization`
-does for cells. All features but the bias are standardised with the training split's statistics,
+does for cells. Then ``context_stages`` **auto-context** stages (Tu and Bai, TPAMI 2010): a second
+boosted classifier, cross-fitted the same way, on the raw features and :func:`context_features` of
+the first stage's scores (the neighbours' and 2-hop neighbours' scores weighted by boundary length,
+the position relative to the predicted foreground's centroid, spread and box, image-level score
+statistics); its score is prepended too. The stages' scores and trees (exported as arrays,
+:mod:`~structopt.tasks._boosted_trees`) are cached beside the features. A trained model keeps the
+preprocessing a new image needs (:func:`image_graph`) as plain arrays, without pickle.
+All features but the bias are standardised with the training split's statistics,
 and, as in the grid task, every node and edge feature is divided by the image's number of
 superpixels so that with the normalised Hamming loss ``lam`` means the same for every graph size.
 
-Metrics are on pixels at full resolution (:func:`project_labels` maps superpixel labels back):
-pixel accuracy and foreground IoU pooled over the test images
-(:func:`structopt.tasks.horses.segmentation_scores`).
+The loss is Hamming over superpixels divided by their number, a missed foreground superpixel
+optionally costing more (:func:`superpixel_loss`). Metrics are on pixels at full resolution
+(:func:`project_labels` maps superpixel labels back): pixel accuracy and foreground IoU pooled over
+the test images (:func:`structopt.tasks.horses.segmentation_scores`).
 """
 
 from __future__ import annotations
