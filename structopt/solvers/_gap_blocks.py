@@ -44,7 +44,11 @@ the current iterate (``averaging="none"``; that pass then runs in this process,
 :meth:`GapBlockUpdater.exact_pass`), else a counted pass every ``REFRESH_PASSES`` passes
 (:mod:`structopt.solvers.bcfw`). Drawing a chunk at a time lets the fused chain pass run it in one
 numba call (:class:`FusedGapUpdater`: gap sampling alone, without caches or active sets, whose
-steps are BCFW's); both paths draw the same blocks given the same gaps.
+steps are BCFW's); both paths draw the same blocks given the same gaps. Corner caches and active
+sets stay on the generic operators (``bcfw(fused=True)`` refuses them): where a fused pass exists,
+one oracle call (a Viterbi pass) costs about as much as scoring a block's cached corners, so a cache
+hit saves little, and the per-block corner lists would have to enter the kernels
+(``benchmarks/gap_bcfw_results.md``: on OCR they need 5-9x fewer Viterbi calls but 10x more time).
 """
 
 from __future__ import annotations
@@ -64,8 +68,10 @@ from structopt.solvers._blocks import BlockState, FusedBlockUpdater, gamma_line_
 #: still drawn about every n / UNIFORM_MIX steps)
 UNIFORM_MIX = 0.1
 #: gap sampling draws this share of the blocks at a time (at least one), from the gaps of the moment:
-#: the fused chain pass runs each chunk in one numba call. On the 300 OCR words (lambda 1) 0.1 of a pass
-#: per chunk reaches a 1% gap in as many passes as per-step draws (benchmarks/gap_bcfw.py).
+#: the fused chain pass runs each chunk in one numba call. On the 300 OCR words (lambda 1, seeds 0-2,
+#: averaging="none") chunks of 0.1 / 0.2 / 0.3 / 0.5 / 1 of the blocks reach a 1% gap in 38-39 / 36-38 /
+#: 36-40 / 37-39 / 46-47 passes (per-step draws with replacement took 36); a chunk costs a draw (about
+#: 16 us) and a numba call (about 5 us) besides its steps.
 GAP_CHUNK = 0.5
 #: a cached corner counts as a copy of a new answer when its statistics and loss agree to this
 _SAME = 1e-12

@@ -15,8 +15,9 @@ touches only the weights its example uses.
 
 Where one oracle call is expensive (grids, boxes, ILPs), the options ``sampling="gap"``,
 ``cache_size`` and ``steps="pairwise"``/``"away"`` (Osokin et al., ICML 2016) run the steps of
-:mod:`structopt.solvers._gap_blocks` on the generic operators; :mod:`structopt.solvers.reg_path`
-warm-starts BCFW along a decreasing grid of lambdas.
+:mod:`structopt.solvers._gap_blocks` on the generic operators; gap sampling alone also runs on a
+fused pass (its steps are BCFW's, which compute each block's gap anyway).
+:mod:`structopt.solvers.reg_path` warm-starts BCFW along a decreasing grid of lambdas.
 """
 
 from __future__ import annotations
