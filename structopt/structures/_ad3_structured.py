@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from structopt.contract import has_hook
 from structopt.errors import InvalidInputError
 from structopt.potentials import flatten, unflatten
 from structopt.structures.base import Structure
@@ -65,6 +64,9 @@ class StructuredFactor:
 
     def __init__(self, structure: Structure, scope: tuple[int, ...], theta: Any, n_states: np.ndarray, what: str,
                  use_project: bool = True):
+        # contract imports the structures package: imported here, at first use, not at module load
+        from structopt.contract import has_hook
+
         if not isinstance(structure, Structure):
             raise InvalidInputError(f"{what}: a structured factor needs a structopt Structure, got "
                                     f"{type(structure).__name__}")
@@ -114,6 +116,8 @@ class StructuredFactor:
 
     # ------------------------------------------------------------------ the affine map
     def _affine_map(self) -> tuple[np.ndarray, np.ndarray]:
+        from structopt.contract import has_hook
+
         k, S = self.k, self.S
         A = np.zeros((self.n_stats, k * S))
         b = np.zeros(k * S)

@@ -68,6 +68,7 @@ from structopt.options import optional, positive
 from structopt.potentials import flatten
 from structopt.structures import _ad3_kernels as K
 from structopt.structures._ad3_structured import ActiveSet, StructuredFactor, penalised, solve_qp
+from structopt.structures._partition_topk import partition_topk
 from structopt.structures.base import Polytope, Structure, random_like, unsupported
 from structopt.structures.registry import register_structure
 
@@ -1374,7 +1375,8 @@ class FactorGraph(Structure):
     def topk(self, theta: FactorGraphPotentials, k: int) -> tuple[list[np.ndarray], np.ndarray]:
         """The ``k`` best labelings (fewer when fewer exist) and their scores, exactly.
 
-        Lawler's partition: after the j-th best labeling y is taken from a subproblem (a set of
+        Lawler's partition (:func:`~structopt.structures._partition_topk.partition_topk`, shared with
+        ``BipartiteMatching.topk``): after the j-th best labeling y is taken from a subproblem (a set of
         clamps), the rest of that subproblem splits into disjoint subproblems "the first t variables
         (in the subproblem's free order) as in y, variable t not in its state in y" — y's no-good
         constraint written as clamps, which branch-and-bound takes as -inf unaries. Every subproblem
@@ -1402,45 +1404,30 @@ class FactorGraph(Structure):
         theta = self.check_theta(theta)
         fl = self.flat
         t0 = time.perf_counter()
-        counter = itertools.count()
 
-        def solve(unary: np.ndarray) -> MAPSolution:
+        def solve(unary: np.ndarray) -> tuple[float, np.ndarray] | None:
             limit = None if self.time_limit is None else max(self.time_limit - (time.perf_counter() - t0), 1e-3)
             sol = self._bnb(FactorGraphPotentials(unary, theta.factors), time_limit=limit)
             if sol.status not in ("optimal", "infeasible"):
                 raise RuntimeError(f"FactorGraph top-K: a branch-and-bound subproblem ended with status "
                                    f"{sol.status!r}, not proven optimal (raise time_limit)")
-            return sol
+            return None if sol.labels is None else (sol.score, sol.labels)
 
-        heap: list = []
-        first = solve(theta.unary.copy())
-        if first.labels is None:
+        def forbid(unary: np.ndarray, i: int, state: int) -> bool:
+            lo, hi = int(fl.voff[i]), int(fl.voff[i + 1])
+            unary[lo + state] = -np.inf
+            return bool(np.isfinite(unary[lo:hi]).any())
+
+        def force(unary: np.ndarray, i: int, state: int) -> None:
+            lo, hi = int(fl.voff[i]), int(fl.voff[i + 1])
+            keep = unary[lo + state]
+            unary[lo:hi] = -np.inf
+            unary[lo + state] = keep
+
+        outputs, scores = partition_topk(k, theta.unary, fl.n_vars, solve, forbid, force)
+        if not outputs:
             raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output)")
-        heap.append((-first.score, next(counter), theta.unary.copy(), first.labels, np.zeros(fl.n_vars, bool)))
-        outputs, scores = [], []
-        while heap and len(outputs) < k:
-            neg, _, unary, y, fixed = heapq.heappop(heap)
-            outputs.append(y)
-            scores.append(-neg)
-            if len(outputs) == k:
-                break
-            base = unary.copy()
-            fixed = fixed.copy()
-            for i in range(fl.n_vars):
-                if fixed[i]:
-                    continue
-                lo, hi = int(fl.voff[i]), int(fl.voff[i + 1])
-                child = base.copy()
-                child[lo + y[i]] = -np.inf  # variable i differs from y; the earlier free ones agree
-                if np.isfinite(child[lo:hi]).any():
-                    sol = solve(child)
-                    if sol.labels is not None:
-                        heapq.heappush(heap, (-sol.score, next(counter), child, sol.labels, fixed.copy()))
-                keep = base[lo + y[i]]
-                base[lo:hi] = -np.inf
-                base[lo + y[i]] = keep
-                fixed[i] = True
-        return outputs, np.array(scores)
+        return outputs, scores
 
     @unsupported
     def marginals(self, theta: FactorGraphPotentials) -> tuple[float, FactorGraphPotentials]:

@@ -19,7 +19,6 @@ resolution can reverse the order of scores closer than the scale.
 
 from __future__ import annotations
 
-import heapq
 import warnings
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -29,6 +28,7 @@ import scipy.sparse as sp
 
 from structopt.errors import NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _matching_kernels as kern
+from structopt.structures._partition_topk import partition_topk
 from structopt.structures.base import Polytope, Structure, check_flag, random_like, refuse_nonfinite, unsupported
 from structopt.structures.registry import register_structure
 
@@ -308,7 +308,8 @@ class BipartiteMatching(Structure):
         return mm[:L, :R] + const
 
     def topk(self, theta, k: int) -> tuple[list[np.ndarray], np.ndarray]:
-        """Exact K best matchings by Murty's partitioning of the output space.
+        """Exact K best matchings by Murty's partitioning of the output space (the Lawler partition
+        search of :func:`~structopt.structures._partition_topk.partition_topk`, shared with ``FactorGraph.topk``).
 
         Each node of the search fixes a prefix of left nodes and forbids one value of the next;
         the best matching of a node is one constrained assignment (forbidden entries -inf).
@@ -325,37 +326,22 @@ class BipartiteMatching(Structure):
         if L == 0:
             return [np.zeros(0, dtype=np.int64)], np.array([self.score(theta, np.zeros(0, dtype=np.int64))])
         W0, _ = self._square(theta)
-        counter = 0
-        heap: list = []
 
-        def push(W: np.ndarray, fixed: np.ndarray) -> None:
-            nonlocal counter
+        def solve(W: np.ndarray) -> tuple[float, np.ndarray] | None:
             try:
                 sigma = _assignment(W)
             except ValueError:  # every completion uses a forbidden entry
-                return
+                return None
             if not np.all(np.isfinite(W[np.arange(len(sigma)), sigma])):
-                return
+                return None
             y = self._decode(sigma, L, R)
-            heapq.heappush(heap, (-self.score(theta, y), counter, y, W, fixed))
-            counter += 1
+            return self.score(theta, y), y
 
-        push(W0, np.zeros(L, dtype=bool))
-        outs, scores = [], []
-        while heap and len(outs) < k:
-            neg, _, y, W, fixed = heapq.heappop(heap)
-            outs.append(y)
-            scores.append(-neg)
-            if len(outs) == k:
-                break
-            W_fix, fixed_now = W.copy(), fixed.copy()
-            for j in np.flatnonzero(~fixed):
-                child = W_fix.copy()
-                self._forbid(child, j, int(y[j]), R)
-                push(child, fixed_now.copy())
-                self._force(W_fix, j, int(y[j]), R)
-                fixed_now[j] = True
-        return outs, np.array(scores, dtype=float)
+        def forbid(W: np.ndarray, j: int, value: int) -> bool:
+            self._forbid(W, j, value, R)
+            return True
+
+        return partition_topk(k, W0, L, solve, forbid, lambda W, j, value: self._force(W, j, value, R))
 
     def _forbid(self, W: np.ndarray, j: int, value: int, R: int) -> None:
         # left node j may not take value (a right node, or -1 = unmatched)
