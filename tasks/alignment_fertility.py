@@ -13,7 +13,9 @@ binary variable per word pair ``(j, k)`` (variable ``j * R + k``, 1 = linked) an
 
 With the budgets alone the relaxation is exact: row and column degree bounds of a bipartite graph
 form a totally unimodular system, so every vertex of the local polytope is a b-matching and AD3's
-LP-MAP answer is integral (up to ties). Markov factors add cycles: training then solves the
+LP-MAP answer is integral (up to ties); the max oracle then solves the b-matching directly as a
+min-cost flow (:func:`bmatching`: successive shortest paths in numba, or OR-Tools' min-cost flow on
+integer-scaled costs certified in floats). Markov factors add cycles: training then solves the
 relaxed structural SVM (as :class:`~structopt.models.graph.GraphModel` documents) and prediction
 takes the exact MAP by branch-and-bound.
 
@@ -279,6 +281,10 @@ def bmatching_value(links: np.ndarray, gain: np.ndarray, row_cost: np.ndarray, c
 
 #: relative tolerance of the OR-Tools b-matching's float certificate (:func:`_ortools_links`)
 ORTOOLS_RTOL = 1e-12
+#: word pairs (L * R) from which ``FertilityStructure(oracle="auto")`` takes OR-Tools' flow over the numba
+#: one: the crossover measured in ``benchmarks/alignment_fertility_results.md`` (numba's successive shortest
+#: paths with Bellman-Ford grow about as links x L x R; OR-Tools' cost scaling has a ~0.1 ms set-up)
+AUTO_ORTOOLS_LINKS = 2500
 
 
 def _ortools_links(gain: np.ndarray, row_cost: np.ndarray, col_cost: np.ndarray,
@@ -374,8 +380,9 @@ class FertilityStructure(Structure):
         can (:meth:`flow_capable`: budgets only, finite scores), else AD3 / branch-and-bound;
         ``"ad3"``: always the factor-graph path; ``"flow"``: the numba flow, refusing potentials it
         cannot serve; ``"ortools"``: the same with OR-Tools' min-cost flow (certified in floats, see
-        :func:`_ortools_links`). ``"auto"`` takes the numba flow, the faster on every size measured
-        (``benchmarks/alignment_fertility_results.md``).
+        :func:`_ortools_links`). ``"auto"`` takes the faster flow of the two as measured in
+        ``benchmarks/alignment_fertility_results.md``: the numba flow below
+        :data:`AUTO_ORTOOLS_LINKS` word pairs (every Hansards pair), OR-Tools from there on.
     """
 
     name = "FertilityStructure"
@@ -423,6 +430,9 @@ class FertilityStructure(Structure):
                                     f"scores; these potentials have Markov tables or -inf scores")
         if not capable:
             return None
+        if self.oracle == "auto":
+            L, R = type(theta).key[:2]
+            return "ortools" if L * R >= AUTO_ORTOOLS_LINKS else "numba"
         return "ortools" if self.oracle == "ortools" else "numba"
 
     def argmax(self, theta: FertilityPotentials) -> Any:

@@ -19,8 +19,6 @@ from structopt.structures import backends
 from structopt.structures.factor_graph import FactorGraphPotentials
 from structopt.tasks import alignment_fertility as af
 
-pytest.importorskip("ortools.graph.python.min_cost_flow")
-
 
 def _theta(rng, L, R, fe, ff, penalty, integer=False, scale=1.0):
     model = af.FertilityModel(3, fe, ff, penalty=penalty)
@@ -220,3 +218,16 @@ def test_ctrl_c_during_ortools_oracle_calls():
     finally:
         timer.cancel()
     assert sent and caught - sent[0] < 2.0
+
+
+def test_auto_takes_ortools_from_the_measured_size_on(monkeypatch):
+    rng = np.random.default_rng(9)
+    auto, flow = af.FertilityStructure(), af.FertilityStructure(oracle="flow")
+    small, large = _theta(rng, 3, 4, 2, 2, True), _theta(rng, 50, 50, 2, 2, True)
+    assert auto._flow_solver(small) == "numba" and auto._flow_solver(large) == "ortools"
+    monkeypatch.setattr(af, "AUTO_ORTOOLS_LINKS", 12)
+    assert auto._flow_solver(small) == "ortools"
+    for _ in range(20):
+        theta = _theta(rng, int(rng.integers(3, 9)), int(rng.integers(2, 9)), 2, 2, bool(rng.integers(2)))
+        a, b = auto.argmax(theta), flow.argmax(theta)
+        assert _close(float(theta.unary @ auto.stats(a, theta).unary), float(theta.unary @ flow.stats(b, theta).unary))
