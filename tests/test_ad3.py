@@ -365,3 +365,118 @@ def test_map_inference_on_a_frustrated_grid_gives_valid_bounds():
     ad3 = map_inference(mrf, "ad3", time_limit=10)
     assert exact.optimal
     assert ad3.upper_bound >= exact.log_score - 1e-6 and ad3.log_score <= exact.log_score + 1e-6
+
+
+# --------------------------------------------------------------------------- shared definitions, fast paths
+def _never_stop(fg: FactorGraph, theta: FactorGraphPotentials, max_iter: int, structured: bool):
+    # tolerances no run meets: both drivers run exactly max_iter iterations
+    opts = {"max_iter": max_iter, "time_limit": None, "tol_gap": -1.0, "tol_lp": -1.0, "tol_res": 1e-14,
+            "bound_every": 10, "max_inner": 50, "tau": 1.0, "adapt_eta": True, "eta_iters": 500,
+            "stop_upper": -np.inf}
+    if structured:
+        return fg._ad3_structured(theta, fg.new_state(theta), time.perf_counter(), **opts)
+    return fg._ad3(theta, state=fg.new_state(theta), chunk_seconds=0.1, **opts)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_structured_driver_equals_the_kernel_on_graphs_without_structured_factors(seed):
+    # the Python driver of structured factors shares the kernel's iteration, η schedule, primal value and
+    # stopping tests: on a graph without structured factors its iterates are the kernel's, bit for bit
+    rng = np.random.default_rng(seed)
+    fg, theta = random_graph(rng, tree=False, ties=seed % 2 == 1, max_vars=7)
+    if seed == 0:  # an all-binary-pairwise grid: the kernel's fused bound (every iteration) is on
+        fg, theta = big_grid(4, rng)
+    best, _ = brute_force_map(fg, theta)
+    plain, s_plain = _never_stop(fg, theta, 137, structured=False)
+    drv, s_drv = _never_stop(fg, theta, 137, structured=True)
+    assert plain.iterations == drv.iterations == 137
+    for name in ("p", "lam", "qe", "qt", "scal"):
+        if name == "scal":  # η, residuals, primal value, iteration count (bounds compared below)
+            idx = [K.S_ETA, K.S_RP, K.S_RD, K.S_PRIMAL, K.S_ITER]
+            np.testing.assert_array_equal(s_plain.scal[idx], s_drv.scal[idx])
+        else:
+            np.testing.assert_array_equal(getattr(s_plain, name), getattr(s_drv, name), err_msg=name)
+    fused = bool(K.binary_pairs(fg.flat.fkind, fg.flat.fptr, fg.flat.evar, fg.flat.voff, fg.flat.vstates,
+                                np.isfinite(theta.unary), theta.factors, fg.flat.toff).all())
+    if fused:  # the kernel bounds every iteration: never above the driver's every-10 bound
+        assert plain.upper_bound <= drv.upper_bound + 1e-12 * (1 + abs(drv.upper_bound))
+    else:  # both evaluate g(λ) at the same iterations
+        assert plain.upper_bound == pytest.approx(drv.upper_bound, rel=1e-12, abs=1e-12)
+    for sol in (plain, drv):
+        assert sol.upper_bound >= best - TOL * (1 + abs(best))
+        if sol.labels is not None:
+            assert sol.score <= best + TOL and sol.score == pytest.approx(fg.score_labels(theta, sol.labels))
+
+
+def test_fused_bound_equals_the_dual_bound_at_every_iterate():
+    # on a binary pairwise graph the kernel evaluates g(λ) inside the local-QP loop; the best of those
+    # equals the best of dual_bound evaluated at every iterate separately
+    rng = np.random.default_rng(3)
+    fg, theta = big_grid(5, rng)
+    fl = fg.flat
+    vallow = np.isfinite(theta.unary)
+    pf = K.binary_pairs(fl.fkind, fl.fptr, fl.evar, fl.voff, fl.vstates, vallow, theta.factors, fl.toff)
+    assert pf.all()
+
+    def chunk(state, n_iter, bound_every):
+        y = np.zeros(fl.n_vars, dtype=np.int64)
+        return K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
+                           fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors, pf,
+                           state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, state.scal,
+                           y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf)
+
+    fused = fg.new_state(theta)
+    chunk(fused, 40, 10**9)
+    step = fg.new_state(theta)
+    work = np.zeros(int(fl.eoff[-1]))
+    bounds = []
+    for _ in range(41):
+        bounds.append(K.dual_bound(fl.n_vars, fl.deg, fl.vptr, fl.vedge, fl.voff, vallow, theta.unary, fl.fkind,
+                                   fl.fparam, fl.fptr, fl.evar, fl.eoff, fl.vstates, theta.factors, fl.toff, step.lam,
+                                   work, pf))
+        if len(bounds) <= 40:
+            chunk(step, 1, 0)  # bound_every = 0: the same iteration, no bound at all
+    np.testing.assert_array_equal(fused.lam, step.lam)
+    assert fused.scal[K.S_UPPER] == pytest.approx(min(bounds), rel=1e-12)
+    assert step.scal[K.S_UPPER] == np.inf
+
+
+def _icm_full_sweeps(fg: FactorGraph, theta: FactorGraphPotentials, y: np.ndarray, max_sweeps: int) -> np.ndarray:
+    # reference ICM: every variable in every sweep, a move only for a strict gain keeping the logic factors
+    y = y.copy()
+    if not np.isfinite(fg.score_labels(theta, y)):
+        return y
+    for _ in range(max_sweeps):
+        improved = False
+        for i in range(fg.n_vars):
+            cur = int(y[i])
+            best_s, best_v = cur, -np.inf
+            for s in range(int(fg.n_states[i])):
+                y[i] = s
+                v = fg.score_labels(theta, y)
+                if not np.isfinite(v):
+                    continue
+                if (s == cur and v > best_v) or (s != cur and v > best_v + 1e-12 * (1.0 + abs(v))):
+                    best_s, best_v = s, v
+            y[i] = best_s
+            improved |= best_s != cur
+        if not improved:
+            break
+    return y
+
+
+def test_incremental_local_search_equals_full_sweeps():
+    rng = np.random.default_rng(11)
+    checked = 0
+    for k in range(60):
+        fg, theta = random_graph(rng, tree=False, ties=k % 2 == 1, max_vars=7)
+        fl = fg.flat
+        y = np.array([rng.integers(0, s) for s in fg.n_states], dtype=np.int64)
+        for sweeps in (1, 2, 20):
+            ref = _icm_full_sweeps(fg, theta, y, sweeps)
+            got = y.copy()
+            K.local_search(got, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, fl.efac, theta.unary, fl.fkind,
+                           fl.fparam, fl.fptr, fl.evar, theta.factors, fl.toff, sweeps)
+            np.testing.assert_array_equal(got, ref, err_msg=f"graph {k}, {sweeps} sweeps")
+            checked += not np.array_equal(ref, y)
+    assert checked > 20  # the searches did move
