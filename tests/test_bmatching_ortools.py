@@ -189,8 +189,20 @@ def test_backend_min_cost_flow():
     with pytest.raises(RuntimeError, match="status"):
         backends.ortools_min_cost_flow(tails, heads, np.array([1, 2, 0, 2]), np.array([1, 1, 3, 0]),
                                        np.array([2, 0, 0, -2]))  # only one unit can reach the sink
-    n = 50
-    assert backends.max_cost_magnitude(n) * (n + 1) * 16 <= 2 ** 62
+    # the largest costs max_cost_magnitude allows pass OR-Tools' range check on a dense 100 x 100 b-matching
+    L = R = 100
+    n = L + R + 2
+    big = backends.max_cost_magnitude(n)
+    j, k = np.divmod(np.arange(L * R), R)
+    tails = np.concatenate([np.full(L, L + R), j, L + np.arange(R), [L + R]])
+    heads = np.concatenate([np.arange(L), L + k, np.full(R, L + R + 1), [L + R + 1]])
+    caps = np.concatenate([np.full(L, 2), np.ones(L * R, dtype=np.int64), np.full(R, 2), [2 * L]])
+    costs = np.concatenate([np.full(L, big // 8), -np.random.default_rng(0).integers(big // 2, big + 1, L * R),
+                            np.full(R, big // 8), [0]])
+    supplies = np.zeros(n, dtype=np.int64)
+    supplies[L + R], supplies[L + R + 1] = 2 * L, -2 * L
+    flows, cost = backends.ortools_min_cost_flow(tails, heads, caps, costs, supplies)
+    assert cost == int(flows @ costs) < 0 and flows[L: L + L * R].sum() == 2 * L  # every word takes 2 links
 
 
 @pytest.mark.skipif(signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
