@@ -458,16 +458,28 @@ class SSVMProblem:
             return executor.hinge_losses(w)
         return np.array([self.hinge(i, self.decode(i, w)) for i in range(self.n)])
 
-    def compact_gold_stats(self) -> tuple[np.ndarray, np.ndarray]:
+    def compact_gold_stats(self, stored: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Gold statistics of every example in the model's compact layout, flattened and concatenated.
 
-        Returns ``(flat, offsets)`` (computed once: do not modify them); example i's block is
-        ``flat[offsets[i]:offsets[i+1]]`` and has the layout of ``flatten(theta(i, w))``, so
-        ``<block, flatten(theta)>`` is the gold score.
+        Returns ``(flat, offsets)``; example i's block is ``flat[offsets[i]:offsets[i+1]]`` and has the
+        layout of ``flatten(theta(i, w))``, so ``<block, flatten(theta)>`` is the gold score.
+
+        Parameters
+        ----------
+        stored : bool, default False
+            False: ``flat`` is a fresh float64 array (the caller's to keep or modify). True: the array the
+            problem keeps (computed once, shared: do not modify), in the narrowest dtype that holds every
+            value exactly (:func:`structopt.fused.narrowest_exact`: uint8 for 0/1 statistics and counts
+            below 256, an eighth of float64 on long datasets); read into float64 arithmetic it gives the
+            same results. ``offsets`` (int64) is computed once and shared either way.
         """
         if not hasattr(self, "_compact_gold"):
-            self._compact_gold = self._build_compact_gold()
-        return self._compact_gold
+            from structopt.fused import narrowest_exact
+
+            flat, offsets = self._build_compact_gold()
+            self._compact_gold = (narrowest_exact(flat), offsets)
+        flat, offsets = self._compact_gold
+        return (flat, offsets) if stored else (flat.astype(np.float64), offsets)
 
     def _build_compact_gold(self) -> tuple[np.ndarray, np.ndarray]:
         # filled in place (sizes from the potentials' layouts): no list of per-example copies beside the

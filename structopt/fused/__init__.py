@@ -25,6 +25,29 @@ import numpy as np
 from structopt.errors import NotSupportedError
 
 
+def narrowest_exact(values: np.ndarray) -> np.ndarray:
+    """``values`` (float64) in the narrowest of uint8, uint16, float32 that holds every one exactly, else as
+    they are.
+
+    Statistics, counts and 0/1 costs are stored so (a uint8 entry is an eighth of a float64); a kernel
+    reads an entry back into float64 arithmetic exactly, so its results are those on the float64 array.
+    Integer types are taken only without negative zeros (they would come back as +0.0).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if not values.size:
+        return values
+    if np.isfinite(values).all() and values.min() >= 0.0 and not np.signbit(values).any():
+        top = values.max()
+        for dtype in (np.uint8, np.uint16):
+            if top <= np.iinfo(dtype).max:
+                narrow = values.astype(dtype)
+                if np.array_equal(narrow, values):
+                    return narrow
+                break  # not integers: a wider integer type would not hold them either
+    narrow = values.astype(np.float32)
+    return narrow if np.array_equal(narrow, values) else values
+
+
 class FusedInputs(NamedTuple):
     """The public pieces of a problem a family packs (never the problem itself).
 
@@ -113,15 +136,17 @@ class FusedProblem:
     """A problem with its family's packed data, gold statistics, scratch buffers and passes.
 
     Flat compact statistics of example i live at ``offsets[i]:offsets[i+1]`` of concatenated arrays
-    (the layout of ``SSVMProblem.compact_gold_stats``). ``family`` holds the solver loops; call them
-    through the view's methods, which pass its arrays.
+    (the layout of ``SSVMProblem.compact_gold_stats``). ``gold`` is the problem's stored copy, in the
+    narrowest dtype that holds its values exactly (:func:`narrowest_exact`; the kernels read it into
+    float64 arithmetic). ``family`` holds the solver loops; call them through the view's methods,
+    which pass its arrays.
     """
 
     def __init__(self, problem: Any, family: KernelFamily, pack: Any, sizes: np.ndarray):
         self.problem = problem
         self.family = family
         self.pack = pack
-        self.gold, self.offsets = problem.compact_gold_stats()
+        self.gold, self.offsets = problem.compact_gold_stats(stored=True)
         if not np.array_equal(np.diff(self.offsets), sizes):
             raise RuntimeError("fused kernels and the problem disagree on the statistics layout")
         width = int(sizes.max())
@@ -295,4 +320,5 @@ def select(problem: Any, requested: bool | None = None, *, zpass: str | None = N
     return view
 
 
-__all__ = ["FusedInputs", "FusedProblem", "KernelFamily", "build", "family_of", "register_family", "select"]
+__all__ = ["FusedInputs", "FusedProblem", "KernelFamily", "build", "family_of", "narrowest_exact", "register_family",
+           "select"]

@@ -10,9 +10,9 @@ examples whose column numbers are consecutive windows of one buffer (as
 :func:`structopt.tasks.conll.featurize` makes them) are read in place; binary features (every
 value 1.0) keep no values at all (``binary``: the products skip the multiplication by 1.0, which
 is exact, so the sums are the same); the Gram matrices are stored as their upper triangles, and
-they and the loss costs in float32 where that holds every value exactly (integer counts, 0/1
-costs), float64 otherwise. Every kernel reads them into float64 arithmetic: the results are
-those of the float64 pack.
+they and the loss costs in the narrowest dtype that holds every value exactly
+(:func:`structopt.fused.narrowest_exact`: uint8 for small counts and 0/1 costs). Every kernel
+reads them into float64 arithmetic: the results are those of the float64 pack.
 Flat potentials and compact statistics of example i share one layout: the (T, S) unary block,
 then the shared (S, S) transition block (start/end/bias weights are folded into the unary block,
 whose statistics they read).
@@ -37,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from structopt.fused import narrowest_exact
 from structopt.structures._chain_kernels import viterbi
 
 
@@ -48,14 +49,14 @@ class ChainPack(NamedTuple):
     values: np.ndarray        # float64 feature values (empty when binary)
     binary: bool              # every feature value is 1.0 (values not stored)
     tok: np.ndarray           # (n+1,) int64 token offsets of the examples
-    costs: np.ndarray         # (N, S) per-node loss costs (float32 when exact, else float64)
+    costs: np.ndarray         # (N, S) per-node loss costs (narrowest exact dtype)
     const: np.ndarray         # (n,) constant loss terms
     n_states: int
     n_features: int
     start_end: bool           # start/end weight blocks present
     bias: bool                # bias weight block present
     gram: np.ndarray          # concatenated upper triangles (row after row) of the token Gram matrices
-    #                           x_i x_i^T (float32 when exact, else float64)
+    #                           x_i x_i^T (narrowest exact dtype)
     gram_off: np.ndarray      # (n+1,) offsets into gram
     transition_bias: np.ndarray  # (S, S): 0 allowed, -inf forbidden
     start_bias: np.ndarray    # (S,) first-label bias (0 / -inf)
@@ -305,12 +306,6 @@ def _in_place(arrays: list[np.ndarray]) -> np.ndarray | None:
     return owner[start:position]
 
 
-def _narrowest_exact(values: np.ndarray) -> np.ndarray:
-    """``values`` (float64) in float32 when that holds every value exactly, else as they are."""
-    narrow = values.astype(np.float32)
-    return narrow if np.array_equal(narrow, values) else values
-
-
 def _stack_features(X: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """``(indptr, indices, values, binary)`` of the examples' token rows stacked in one CSR matrix with
     sorted column numbers (``values`` empty when every value is 1.0); the examples' own buffers when
@@ -359,7 +354,7 @@ def _gram_triangles(X: list, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarra
         if T not in upper:
             upper[T] = np.triu_indices(T)
         out[offsets[i]:offsets[i + 1]] = gram[upper[T]]
-    return _narrowest_exact(out), offsets
+    return narrowest_exact(out), offsets
 
 
 def pack_chain_problem(model, structure, X: list, node_costs: list[np.ndarray], consts: np.ndarray) -> ChainPack:
@@ -376,7 +371,7 @@ def pack_chain_problem(model, structure, X: list, node_costs: list[np.ndarray], 
         costs[tok[i]:tok[i + 1]] = c
     start, end = structure.boundary_bias()
     return ChainPack(
-        indptr=indptr, indices=indices, values=values, binary=binary, tok=tok, costs=_narrowest_exact(costs),
+        indptr=indptr, indices=indices, values=values, binary=binary, tok=tok, costs=narrowest_exact(costs),
         const=np.asarray(consts, dtype=np.float64), n_states=S, n_features=F, start_end=bool(model.start_end),
         bias=bool(model.bias), gram=gram, gram_off=gram_off,
         transition_bias=np.ascontiguousarray(structure.transition_bias(), dtype=np.float64),
