@@ -73,10 +73,11 @@ def _bmatching(gain: np.ndarray, row_cost: np.ndarray, col_cost: np.ndarray) -> 
     sink: the same with ``col_cost``. Each augmentation sends one unit along a cheapest residual
     path; min-cost flow cost is convex in the flow value (convex unit costs), so stopping at the
     first path of cost >= 0 gives the maximum-weight b-matching (exact up to floating-point path sums:
-    a path must cost below -1e-12 times the largest |score| to count as negative, a scale-free test).
+    a path must cost below -1e-12 times the largest arc cost (positive gain or degree cost) to count as
+    negative, a scale-free test).
     """
     L, R = gain.shape
-    tiny = -1e-12 * max(np.abs(gain).max(), np.abs(row_cost).max(), np.abs(col_cost).max()) if gain.size else 0.0
+    tiny = -1e-12 * max(gain.max(), np.abs(row_cost).max(), np.abs(col_cost).max()) if gain.size else 0.0
     cap_row, cap_col = row_cost.shape[1], col_cost.shape[1]
     x = np.zeros((L, R), dtype=np.int64)
     row = np.zeros(L, dtype=np.int64)
@@ -259,6 +260,9 @@ def _degree_problem(theta: FertilityPotentials) -> tuple[np.ndarray, np.ndarray,
         raise InvalidInputError("the b-matching oracle serves fertility graphs without Markov tables")
     n_links, rs, cs, _ = _layout(key)
     unary = np.asarray(theta.unary, dtype=np.float64).reshape(-1, 2)
+    if not np.isfinite(unary).all():
+        raise InvalidInputError("the b-matching oracle needs finite scores (a -inf state is a hard constraint it "
+                                "does not model; FertilityStructure serves those by branch-and-bound)")
     gains = unary[:, 1] - unary[:, 0]
     row_cost = _slack_costs(gains[n_links: n_links + L * rs].reshape(L, rs), fe) if rs else np.zeros((L, fe))
     col_cost = _slack_costs(gains[n_links + L * rs:].reshape(R, cs), ff) if cs else np.zeros((R, ff))
@@ -319,7 +323,8 @@ def _ortools_links(gain: np.ndarray, row_cost: np.ndarray, col_cost: np.ndarray,
     caps[-1] = units
     costs = np.concatenate([row_cost.ravel(), -gain.ravel()[pos], col_cost.ravel(), [0.0]])
     biggest = float(np.abs(costs).max())
-    scale = 2.0 ** np.floor(np.log2(max_cost_magnitude(L + R + 2) / biggest))
+    # a power of two (exact scaling); the exponent is capped so that denormal scores cannot overflow it
+    scale = 2.0 ** min(np.floor(np.log2(max_cost_magnitude(L + R + 2)) - np.log2(biggest)), 1000.0)
     icosts = np.rint(costs * scale)
     rounding = float(np.abs(icosts / scale - costs).max())
     supplies = np.zeros(L + R + 2, dtype=np.int64)

@@ -107,6 +107,21 @@ def test_mixed_magnitudes_keep_small_gains():
     assert af._ortools_links(gain, row_cost, col_cost, rtol=1e-20) is None  # the rounding is not below 1e-20
 
 
+@pytest.mark.parametrize("tiny", [1e-300, 1e-310])
+def test_tiny_and_denormal_scores(tiny):
+    # a matching of a 2 x 2 pair whose gains are next to the underflow (one link scores -1): the optimum
+    # takes (0, 0) and (1, 1)
+    unary = np.zeros((4, 2))
+    unary[:, 1] = [2 * tiny, -1.0, 3 * tiny, 2 * tiny]
+    theta = af._potentials_type(2, 2, 1, 1, ())(unary.ravel(), np.zeros(0))
+    for solver in ("numba", "ortools"):
+        assert af.bmatching(theta, solver).tolist() == [1, 0, 0, 1]
+    theta = _theta(np.random.default_rng(10), 2, 2, 1, 1, False)
+    theta.unary[0] = np.inf
+    with pytest.raises(InvalidInputError, match="finite scores"):
+        af.bmatching(theta, "ortools")
+
+
 def test_certificate_is_sound_under_coarse_scaling(monkeypatch):
     """With integer costs of at most 16 the rounded optimum is often not the float optimum: whatever the
     certificate accepts is within its tolerance of the optimum, what it refuses the numba flow answers."""
