@@ -14,9 +14,15 @@ both alike; the median over ``--repeats`` processes is reported.
 - ``argmax``: µs per ``Chain.argmax`` call at T = 8, S = 26 (shared transitions, random normal
   potentials; the best of many timing rounds), and per ``SSVMProblem.decode`` on OCR (the generic
   training path: potentials, loss terms, decoding).
+- ``cli``: ``structopt train conll --passes P`` as a user runs it (the console command's entry, from
+  the checkout), for each P of ``--cli-passes``: its peak RSS, the printed train primal, gap and test
+  chunk F1, and a digest of the trained weights (equal digests: bit-identical weights).
 - ``crfsuite`` (when ``--crfsuite-python`` names an interpreter with python-crfsuite): CRFsuite on the
-  same CoNLL-2000 files and feature templates (string features, L-BFGS, 50 iterations), its wall and
-  peak RSS, in fresh processes of that interpreter.
+  same CoNLL-2000 files and feature templates (L-BFGS, ``--crfsuite-iterations``), its wall and peak
+  RSS, in fresh processes of that interpreter, two ways: ``strings``, each sentence's features built
+  as lists of strings and appended at once; ``dicts``, the usual python-crfsuite / sklearn-crfsuite
+  setting, every token a feature dict and the whole training set's dicts built before training
+  (sklearn-crfsuite's ``fit(X, y)`` takes them so).
 
 Usage::
 
@@ -139,6 +145,27 @@ def _worker_conll(root: Path, passes: float) -> dict:
     return out
 
 
+def _worker_cli(root: Path, passes: float) -> dict:
+    """``structopt train conll --passes P`` through the console command's entry, in this fresh process."""
+    import hashlib
+
+    _use_checkout(root)
+    import numpy as np
+
+    from structopt._entry import main
+
+    with tempfile.TemporaryDirectory() as out:
+        code = main(["train", "conll", "--passes", f"{passes:g}", "--out", out, "--no-progress",
+                     "--data", str(DATA / "conll2000")])
+        if code:
+            raise SystemExit(f"structopt train conll exited with {code}")
+        summary = json.loads((Path(out) / "trace.json").read_text())
+        with np.load(Path(out) / "model.npz", allow_pickle=False) as saved:  # our own file, just written
+            digest = hashlib.sha256(np.ascontiguousarray(saved["w"]).tobytes()).hexdigest()[:16]
+    return {"rss_mb": _peak_rss_mb(), "train_primal": summary["train_primal"], "gap": summary["gap"],
+            "test_chunk_f1": summary["test_chunk_f1"], "weights_sha256": digest}
+
+
 def _best_per_call(call, rounds: int = 300, number: int = 500) -> float:
     import timeit
 
@@ -219,18 +246,29 @@ def token_features(sent, t):
     feats += [f"pp={pos[0]}|{pos[1]}", f"pn={pos[1]}|{pos[2]}"]
     return feats
 
-data = Path(sys.argv[1])
+def token_dict(sent, t):
+    # the same templates as a feature dict per token (python-crfsuite makes "key:value" features, weight 1)
+    return {f.partition("=")[0] + "=" if "=" in f else f: f.partition("=")[2] for f in token_features(sent, t)}
+
+data, mode = Path(sys.argv[1]), sys.argv[4]
 t0 = time.perf_counter()
 trainer = pycrfsuite.Trainer(verbose=False)
-for sent in read(data / "train.txt"):
-    trainer.append([token_features(sent, t) for t in range(len(sent))], [tok[2] for tok in sent])
+if mode == "dicts":  # sklearn-crfsuite's fit(X, y): every token's dict of the whole training set first
+    sents = read(data / "train.txt")
+    X = [[token_dict(sent, t) for t in range(len(sent))] for sent in sents]
+    y = [[tok[2] for tok in sent] for sent in sents]
+    for xseq, yseq in zip(X, y):
+        trainer.append(xseq, yseq)
+else:
+    for sent in read(data / "train.txt"):
+        trainer.append([token_features(sent, t) for t in range(len(sent))], [tok[2] for tok in sent])
 trainer.set_params({"c1": 0.0, "c2": 1.0, "max_iterations": int(sys.argv[3]), "feature.possible_transitions": True})
 trainer.train(sys.argv[2])
 tagger = pycrfsuite.Tagger()
 tagger.open(sys.argv[2])
 correct = total = 0
 for sent in read(data / "test.txt"):
-    pred = tagger.tag([token_features(sent, t) for t in range(len(sent))])
+    pred = tagger.tag([(token_dict if mode == "dicts" else token_features)(sent, t) for t in range(len(sent))])
     correct += sum(p == tok[2] for p, tok in zip(pred, sent)); total += len(sent)
 print("@@result " + json.dumps({"token_accuracy": correct / total, "seconds_in": time.perf_counter() - t0,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}))
@@ -271,10 +309,13 @@ def main() -> None:
     parser.add_argument("--crfsuite-python", help="a Python with python-crfsuite (a throwaway venv)")
     parser.add_argument("--crfsuite-iterations", type=int, default=50)
     parser.add_argument("--crfsuite-repeats", type=int, default=1)
+    parser.add_argument("--crfsuite-modes", nargs="*", default=["strings", "dicts"], choices=["strings", "dicts"])
+    parser.add_argument("--cli-passes", type=float, nargs="*", default=[1, 3],
+                        help="passes of the `structopt train conll` runs (the `cli` measurement)")
     parser.add_argument("--numba-cache", type=Path, default=Path(tempfile.gettempdir()) / "structopt-bench-numba",
                         help="NUMBA_CACHE_DIR of the measured processes: a directory of the benchmark's own, so "
                              "that other work on the machine cannot prune the checkouts' caches mid-run")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["import", "help", "ocr", "conll", "argmax"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["import", "help", "ocr", "conll", "argmax", "cli"])
     parser.add_argument("--out", type=Path, default=HERE.with_name("startup_memory_results.json"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
@@ -284,7 +325,8 @@ def main() -> None:
         root = args.root.resolve()
         result = {"import": lambda: _worker_import(root), "help": lambda: _worker_help(root),
                   "ocr": lambda: _worker_ocr(root), "conll": lambda: _worker_conll(root, args.conll_passes),
-                  "argmax": lambda: _worker_argmax(root)}[args.worker]()
+                  "argmax": lambda: _worker_argmax(root),
+                  "cli": lambda: _worker_cli(root, args.conll_passes)}[args.worker]()
         print(MARK + json.dumps(result))
         return
 
@@ -315,26 +357,34 @@ def main() -> None:
     if "conll" not in args.skip:
         measure("conll", lambda root: _worker_argv("conll", root, "--conll-passes", str(args.conll_passes)),
                 max(1, args.repeats // 2))
-    crf: list[dict] = []
+    if "cli" not in args.skip:
+        for passes in args.cli_passes:
+            measure(f"cli_{passes:g}", lambda root, p=passes: _worker_argv("cli", root, "--conll-passes", str(p)),
+                    max(1, args.repeats // 2))
+    crf: dict[str, list[dict]] = {}
     if args.crfsuite_python:
         script = args.out.with_name("_crfsuite_worker.py")
         script.write_text(CRF_WORKER)
         try:
             for _ in range(args.crfsuite_repeats):
-                wall, answer = _run([args.crfsuite_python, str(script), str(DATA / "conll2000"),
-                                     str(args.out.with_name("_crfsuite.model")), str(args.crfsuite_iterations)],
-                                    ROOT, env)
-                crf.append({"wall": wall, **answer})
-                print(f"crfsuite        {wall:6.2f} s {json.dumps(answer)}", flush=True)
+                for mode in args.crfsuite_modes:
+                    wall, answer = _run([args.crfsuite_python, str(script), str(DATA / "conll2000"),
+                                         str(args.out.with_name("_crfsuite.model")), str(args.crfsuite_iterations),
+                                         mode], ROOT, env)
+                    crf.setdefault(mode, []).append({"wall": wall, **answer})
+                    print(f"crfsuite {mode:7s} {wall:6.2f} s {json.dumps(answer)}", flush=True)
         finally:
             script.unlink(missing_ok=True)
             args.out.with_name("_crfsuite.model").unlink(missing_ok=True)
 
-    summary = {side: {kind: {key: _median(values, key) for key in values[0]
-                             if isinstance(values[0][key], (int, float))}
-                      for kind, values in kinds.items()} for side, kinds in rows.items()}
-    if crf:
-        summary["crfsuite"] = {key: _median(crf, key) for key in crf[0] if isinstance(crf[0][key], (int, float))}
+    def medians(values: list[dict]) -> dict:
+        # numbers: the median; anything else (the weights' digest): every run's value, once each
+        return {key: (_median(values, key) if isinstance(values[0][key], (int, float))
+                      else sorted({str(v[key]) for v in values})) for key in values[0]}
+
+    summary = {side: {kind: medians(values) for kind, values in kinds.items()} for side, kinds in rows.items()}
+    for mode, runs in crf.items():
+        summary[f"crfsuite_{mode}"] = medians(runs)
     args.out.write_text(json.dumps({"summary": summary, "runs": rows, "crfsuite_runs": crf}, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
 
