@@ -230,8 +230,8 @@ def oracle_section(bench: dict) -> list[str]:
         r = t[name]
         lines.append(f"| {label} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['gap']:.4g} | {r['w_diff']:.2g} |")
     sizes = bench["sizes"]
-    faster = [r["shape"] for name, r in sizes.items() if name.startswith("random") and r["ms"]["ortools"] <
-              r["ms"]["numba"]]
+    faster = [name.removeprefix("random ") for name, r in sizes.items() if name.startswith("random") and
+              r["ms"]["ortools"] < r["ms"]["numba"]]
     longest = max(r["ortools_longest_ms"] for r in sizes.values())
     lines += [
         "",
