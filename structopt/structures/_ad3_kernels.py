@@ -929,7 +929,10 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     n_e = evar.size
     target = np.empty(eoff[n_e])
     work = np.empty(eoff[n_e])
-    p_old = np.empty(p.size)
+    # per incidence r of a variable, the first entry of its edge's copy (one indirection less)
+    vent = np.empty(vedge.size, dtype=np.int64)
+    for r in range(vedge.size):
+        vent[r] = eoff[vedge[r]]
     # isolated variables: decided alone; their best allowed score is their share of g
     g_iso = 0.0
     for i in range(n_vars):
@@ -1002,7 +1005,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
         # 2. consensus (λ sums to zero per variable, so it drops out) and 3. multipliers
         r_d = 0.0
         r_p = 0.0
-        p_old[:] = p
+        step = tau_step * eta
         for i in range(n_vars):
             d = deg[i]
             if d == 0:
@@ -1010,17 +1013,17 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
             for s in range(vstates[i]):
                 acc = 0.0
                 for r in range(vptr[i], vptr[i + 1]):
-                    acc += qe[eoff[vedge[r]] + s]
+                    acc += qe[vent[r] + s]
                 new = acc / d
-                diff = new - p_old[voff[i] + s]
+                diff = new - p[voff[i] + s]
                 r_d += d * diff * diff
                 p[voff[i] + s] = new
                 lsum = 0.0
                 for r in range(vptr[i], vptr[i + 1]):
-                    t = eoff[vedge[r]] + s
+                    t = vent[r] + s
                     gap = qe[t] - new
                     r_p += gap * gap
-                    lam[t] -= tau_step * eta * gap
+                    lam[t] -= step * gap
                     lsum += lam[t]
                 off[voff[i] + s] = share[voff[i] + s] - lsum / d
         r_d *= eta * eta

@@ -662,7 +662,13 @@ class FactorGraph(Structure):
         best_y = np.zeros(fl.n_vars, dtype=np.int64)
         y_work = np.zeros(fl.n_vars, dtype=np.int64)
         pair_fast = self._pair_fast(theta)
-        chunk = 20
+        # the first chunk: about chunk_seconds by a pessimistic estimate of an iteration's cost (a closed-form
+        # pair ~100 ns, measured 25 ns; another factor ~5 µs, a 3-state table's active set), 20 to 500
+        # iterations; later chunks are sized by the measured time. A run that fits in one chunk pays one
+        # kernel call and one end-of-chunk evaluation (bound, roundings) instead of two.
+        n_pair = int(pair_fast.sum())
+        estimate = 1e-7 * n_pair + 5e-6 * (fl.fkind.size - n_pair) + 1e-8 * fl.n_vars
+        chunk = int(min(max(chunk_seconds / max(estimate, 1e-9), 20), 500))
         done = 0
         status = K.RUNNING
         trace = []
