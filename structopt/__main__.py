@@ -2,7 +2,7 @@
 
 import sys
 
-from structopt._entry import main
+from structopt._entry import console
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -119,3 +119,17 @@ def test_reading_the_ocr_words_needs_numpy_only():
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert answer == {"heavy": [], "words": [704, 6173]}
+
+
+def test_console_entry_returns_the_status_and_freezes_the_heap_before_exit():
+    # the console script skips shutdown's garbage collection walk (gc.freeze) only after the command
+    done = _python("""
+        import atexit, gc, sys
+        import structopt._entry as entry
+        atexit.register(lambda: print("frozen", gc.get_freeze_count() > 0))
+        sys.argv = ["structopt", "predict", "/nonexistent/model.npz", "input"]
+        sys.exit(entry.console())
+    """)
+    assert done.returncode == 2
+    assert done.stdout.strip().splitlines()[-1] == "frozen True"
+    assert len(done.stderr.strip().splitlines()) == 1 and "model.npz" in done.stderr
