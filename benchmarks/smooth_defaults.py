@@ -7,7 +7,8 @@ table gives ``(F(w) - F*) / F*`` after 100, 300 and 1,000 passes (the solvers' o
 the goal being <= 1% at 1,000, and the epochs the step guard rejected.
 
 Usage: ``python benchmarks/smooth_defaults.py --out benchmarks/smooth_defaults_results.md``
-(a few minutes; the problems are tiny, the generic Python path runs).
+(a few minutes; the problems are tiny, the generic Python path runs): the table replaces the one between the
+file's ``<!-- after-table -->`` markers.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ PROBLEMS = {
 }
 SOLVERS = {"sgd": sgd, "svrg": svrg, "casimir_svrg": casimir_svrg}
 CHECKPOINTS = (100, 300, 1000)
+START, END = "<!-- after-table -->", "<!-- /after-table -->"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,7 +59,19 @@ def main(argv: list[str] | None = None) -> None:
             print(row, flush=True)
             lines.append(row)
     if args.out is not None:
-        args.out.write_text("\n".join(lines) + "\n")
+        write_table(args.out, "\n".join(lines))
+
+
+def write_table(path: Path, table: str) -> None:
+    """Write ``table`` into ``path`` between its ``<!-- after-table -->`` markers (the discussion and the
+    "before" table around it stay), or as the whole file when it has no markers."""
+    text = path.read_text() if path.exists() else ""
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        text = f"{head}{START}\n{table}\n{END}{rest.split(END, 1)[1]}"
+    else:
+        text = table + "\n"
+    path.write_text(text)
 
 
 if __name__ == "__main__":

@@ -152,9 +152,24 @@ def test_bad_arguments():
 
 def test_sgd_init_and_last_iterate():
     p = random_chain_problem(2, lam=0.1)
-    r = casimir_svrg(p, mu=0.3, iterate="last", sgd_init=True, max_passes=5, random_state=0)
+    r = casimir_svrg(p, mu=0.3, iterate="last", sgd_init=True, inner_steps=p.n, max_passes=5, random_state=0)
     assert [t["oracle_calls"] for t in r.trace] == [0, p.n, 3 * p.n, 5 * p.n]
     assert [t["outer_iter"] for t in r.trace] == [0, 0, 1, 2]
     assert r.trace[-1]["primal"] < r.trace[0]["primal"]
     with pytest.raises(InvalidInputError):
         casimir_svrg(p, iterate="median")
+
+
+def test_the_guard_raises_L_from_the_step_taken_and_lets_it_come_back_down():
+    # L = 1e-6 asks for a step of ~500; the decreasing schedule caps it at 1/(lam n) = 100, still too long at this
+    # lam: the rejection raises L from the capped step (before, from L = 1e-6: the cap kept the step at 100 and
+    # every retry diverged), and accepted iterations lower it again (the step doubles)
+    p = random_multiclass_problem(0, n=10, lam=1e-3)
+    r = casimir_svrg(p, L=1e-6, max_passes=60, random_state=0, sgd_init=False)
+    cap = 1.0 / (p.lam * p.n)
+    steps = [t["learning_rate"] for t in r.trace[1:]]
+    first = next(j for j, t in enumerate(r.trace[1:]) if "rejected" in t)
+    assert steps[first] == pytest.approx(cap)
+    assert steps[first + 1] <= cap / 4 and "rejected" not in r.trace[first + 2]
+    assert steps[first + 2] == pytest.approx(2 * steps[first + 1], rel=1e-2)  # REGROWTH: L halves
+    assert p.primal(r.w) < 0.1 * p.primal(np.zeros(p.n_params))

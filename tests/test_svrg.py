@@ -17,7 +17,7 @@ from _reference import (
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
 from structopt.smoothing import l2_smoothed_max_sorted, logsumexp, project_simplex
-from structopt.solvers._smooth import Counters
+from structopt.solvers._smooth import EPOCH_MIN, Counters, epoch_steps
 from structopt.solvers.svrg import svrg, svrg_epoch
 
 
@@ -135,8 +135,8 @@ def test_lazy_epoch_equals_dense_reference(kind, kappa):
 
 
 def test_oracle_counting_and_trace():
-    p = random_chain_problem(0)
-    r = svrg(p, mu=0.1, max_passes=6, random_state=0, iterate="average", sgd_init=False)
+    p = random_chain_problem(0)  # constant mu: the paper's epochs of n steps
+    r = svrg(p, mu=0.1, mu_schedule="constant", max_passes=6, random_state=0, iterate="average", sgd_init=False)
     epochs = [t["epoch"] for t in r.trace]
     assert epochs == [0, 1, 2, 3]
     for t in r.trace:
@@ -146,6 +146,29 @@ def test_oracle_counting_and_trace():
         assert t["passes"] == pytest.approx(t["oracle_calls"] / p.n)
         assert t["primal"] >= 0
     assert r.trace[-1]["primal"] == pytest.approx(p.primal(r.w))
+
+
+def test_decreasing_schedule_epochs_are_at_least_epoch_min_steps():
+    assert epoch_steps(3) == EPOCH_MIN and epoch_steps(10 * EPOCH_MIN) == 10 * EPOCH_MIN
+    p = random_chain_problem(0)  # n = 8 < EPOCH_MIN: epochs of EPOCH_MIN steps, 2 calls each; the last one shortened
+    r = svrg(p, max_passes=30, random_state=0, sgd_init=False)
+    assert [t["oracle_calls"] for t in r.trace] == [0, 2 * EPOCH_MIN, 4 * EPOCH_MIN, 30 * p.n]
+    assert [t["full_grad_passes"] for t in r.trace] == [0, 1, 2, 3]
+    # the schedule follows the steps: mu / (1 + t / n) after t accepted steps
+    assert [t["mu"] for t in r.trace[1:]] == pytest.approx([1.0 / (1.0 + e * EPOCH_MIN / p.n) for e in range(3)])
+
+
+def test_the_guard_shortens_the_step_the_epoch_took():
+    # the schedule's Pegasos cap 1/(lam n) is far below the given step and still too long at this lam: the
+    # shortened step is 4 times below the cap (it was 4 times below the given step, the cap kept it unchanged,
+    # and every epoch was rejected)
+    p = random_multiclass_problem(0, n=10, lam=1e-3)
+    r = svrg(p, learning_rate=1e6, max_passes=40, random_state=0, sgd_init=False)
+    rejected = [t for t in r.trace if "rejected" in t]
+    cap = 1.0 / (p.lam * p.n)
+    assert rejected and rejected[0]["learning_rate"] <= cap / 4
+    assert r.info["rejected_epochs"] < r.info["epochs"]
+    assert p.primal(r.w) < p.primal(np.zeros(p.n_params))
 
 
 def test_converges_to_smoothed_optimum_entropy():
@@ -168,8 +191,11 @@ def test_reaches_exact_optimum(seed):
     assert (r.trace[-1]["primal"] - f_star) / f_star < 1e-3
 
 
-@pytest.mark.parametrize(("options", "first", "total"), [({"iterate": "average", "sgd_init": False}, 4, 8),
-                                                        ({}, 5, 9)])  # defaults: an SGD pass, then epochs of 2
+# epochs of EPOCH_MIN = 50 steps, 12.5 passes at n = 8: a budget ending mid-epoch shortens that epoch (and so
+# differs from the longer run), so the first run stops at an epoch's end
+@pytest.mark.parametrize(("options", "first", "total"), [({"iterate": "average", "sgd_init": False}, 25, 50),
+                                                        ({}, 13.5, 26),  # defaults: an SGD pass, then epochs
+                                                        ({"mu_schedule": "constant"}, 5, 9)])  # epochs of n
 def test_checkpoint_resume_and_determinism(tmp_path, options, first, total):
     p = random_chain_problem(2)
     full = svrg(p, mu=0.1, max_passes=total, random_state=3, **options)
@@ -235,8 +261,8 @@ def test_last_iterate_and_sgd_init_options():
     last, _ = svrg_epoch(p, w0, mu=0.5, kind="topk", k=3, gamma=0.05, rng=rng_b, counters=Counters(),
                          iterate="last")
     assert not np.allclose(avg, last)
-    r = svrg(p, mu=0.5, iterate="last", sgd_init=True, max_passes=7, random_state=0)
-    # one SGD pass (1 call per step), then epochs of 2 calls per step
+    r = svrg(p, mu=0.5, mu_schedule="constant", iterate="last", sgd_init=True, max_passes=7, random_state=0)
+    # one SGD pass (1 call per step), then epochs of n steps, 2 calls per step
     assert [t["oracle_calls"] for t in r.trace] == [0, p.n, 3 * p.n, 5 * p.n, 7 * p.n]
     assert [t["full_grad_passes"] for t in r.trace] == [0, 0, 1, 2, 3]
     assert r.trace[-1]["primal"] < r.trace[0]["primal"]

@@ -66,20 +66,37 @@ def regrown_step(gamma: float, gamma_max: float) -> float:
 
 MU_SCHEDULES = ("decreasing", "constant")
 
+#: fewest stochastic steps in an SVRG epoch of the decreasing schedules: an epoch is ``max(n, EPOCH_MIN)`` steps
+EPOCH_MIN = 50
 
-def decreasing_schedule(mu: float, gamma: float, lam: float, n: int, e: int) -> tuple[float, float]:
-    """``(mu_e, gamma_e)`` of epoch ``e`` (from 0) of the decreasing smoothing schedule.
 
-    ``mu_e = mu / (1 + e)`` tends to 0, so the smoothed objective tends to the SSVM objective
-    (its excess is at most ``mu_e D``, D = 1/2 for top-K smoothing); ``gamma_e = min(gamma, 1 / (lam
-    n (1 + e)))`` never exceeds the Pegasos step ``1 / (lam t)`` at the epoch's first inner step
-    ``t = n (1 + e)``, the step of a subgradient method on the lam-strongly convex limit (the
-    smoothed hinges' curvature ``L mu / mu_e`` grows without bound, so ``1 / L_e`` would stall).
+def epoch_steps(n: int) -> int:
+    """Inner steps of an SVRG epoch: one pass, ``n``, but at least ``EPOCH_MIN``.
+
+    Johnson & Zhang (2013) take ``m`` of the order of ``n`` (``2n``); what ``m`` must exceed is the
+    condition number, not ``n``. On a tiny problem an epoch of ``n`` steps is too short to be an
+    epoch: with ``n = 2`` its average is of two iterates (no averaging against the noise of the
+    sampled steps), and the snapshot and the guard's verdict come every two steps (a 1% rise
+    between two such averages is noise, not divergence). Counting stays per oracle call.
     """
-    mu_e = mu / (1.0 + e)
+    return max(int(n), EPOCH_MIN)
+
+
+def decreasing_schedule(mu: float, gamma: float, lam: float, n: int, t: int) -> tuple[float, float]:
+    """``(mu_t, gamma_t)`` of the epoch that starts after ``t`` accepted inner steps of the decreasing schedule.
+
+    ``mu_t = mu / (1 + t / n)`` (``mu / (1 + e)`` at epoch e of n steps) tends to 0, so the smoothed
+    objective tends to the SSVM objective (its excess is at most ``mu_t D``, D = 1/2 for top-K
+    smoothing); ``gamma_t = min(gamma, 1 / (lam (n + t)))`` never exceeds the Pegasos step
+    ``1 / (lam t')`` at the epoch's first inner step ``t' = n + t``, the step of a subgradient method
+    on the lam-strongly convex limit (the smoothed hinges' curvature ``L mu / mu_t`` grows without
+    bound, so ``1 / L_t`` would stall). Keyed to steps, not epochs, so that the schedule over the
+    passes does not depend on the epoch length (:func:`epoch_steps`).
+    """
+    mu_t = mu / (1.0 + t / n)
     if lam > 0.0:
-        gamma = min(gamma, 1.0 / (lam * n * (1.0 + e)))
-    return mu_e, gamma
+        gamma = min(gamma, 1.0 / (lam * (n + t)))
+    return mu_t, gamma
 
 
 def rose(before: float, after: float) -> bool:

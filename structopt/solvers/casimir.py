@@ -10,10 +10,12 @@ snapshot at the warm start), then extrapolates ``z_k = w_k + beta_k (w_k - w_{k-
 
 Schedules
 ---------
-``"decreasing"`` (default): ``kappa = lam``, ``alpha_0 = sqrt(1/2)``, and outer iteration k (from
-1) smooths with ``mu_k = mu / k`` and steps at most ``1 / ((lam + kappa) n k)``
-(:func:`~structopt.solvers._smooth.decreasing_schedule` applied to the subproblem, which is
-``(lam + kappa)``-strongly convex). ``mu_k -> 0`` (the paper's ``mu_k -> 0`` regime of Cor. 20, at
+``"decreasing"`` (default): ``kappa = lam``, ``alpha_0 = sqrt(1/2)``, inner solves of ``m = max(n,
+EPOCH_MIN)`` steps (:func:`~structopt.solvers._smooth.epoch_steps`), and the outer iteration after
+``t`` accepted inner steps smooths with ``mu_t = mu / (1 + t/n)`` and steps at most the Pegasos step
+``1 / (lam (n + t))`` of the lam-strongly convex SSVM objective
+(:func:`~structopt.solvers._smooth.decreasing_schedule`; ``mu / k`` and ``1 / (lam n k)`` at outer
+iteration k when ``m = n``). ``mu_k -> 0`` (the paper's ``mu_k -> 0`` regime of Cor. 20, at
 a rate the step can follow), so the run converges to the SSVM optimum itself; the constant
 smoothing of ``"const"`` converges to the optimum of the smoothed objective (up to ``mu D``
 above it: +74% on a small chain at the old default ``mu = 1``), and the geometric decay of
@@ -52,10 +54,12 @@ from structopt.archive import state_type
 from structopt.errors import InvalidInputError
 from structopt.problem import SSVMProblem
 from structopt.solvers._smooth import (
+    REGROWTH,
     Counters,
     GuardCount,
     backoff,
     decreasing_schedule,
+    epoch_steps,
     estimate_lipschitz,
     larger_smoothness,
     rose,
@@ -189,7 +193,8 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHED
     alpha0 : float, optional
         Default ``sqrt(lam / (lam + kappa))``.
     inner_steps : int, optional
-        Inner SVRG budget (default n, one pass).
+        Inner SVRG steps per outer iteration: default n (one pass), and ``max(n, 50)`` with the
+        decreasing schedule (:func:`~structopt.solvers._smooth.epoch_steps`).
     iterate : {"average", "last"}, optional
         ``w_k`` is the mean of the inner SVRG iterates (as in the paper's released code) or the
         last one. Default: average (``SCHEDULE_DEFAULTS``); the last iterate is lower at the
@@ -273,6 +278,7 @@ class CasimirState:
     primal: float
     learning_rate: float | str | None
     guard: GuardCount
+    L_start: float  # L before any rejection: an accepted iteration lowers a raised L back towards it
 
 
 class _Casimir(Method):
@@ -300,21 +306,21 @@ class _Casimir(Method):
         if self.sgd_init:  # one call per step, shortened to a budget below one pass
             monitor.restart()
             gamma = 1.0 / (L + lam)
-            if self.schedule == "decreasing":  # the first outer iteration's cap (its subproblem's lam + kappa)
-                gamma = decreasing_schedule(self.mu, gamma, lam + kappa, n, 0)[1]
+            if self.schedule == "decreasing":  # the first outer iteration's cap
+                gamma = decreasing_schedule(self.mu, gamma, lam, n, 0)[1]
             w_sgd = sgd_pass(problem, w, gamma=gamma, mu=self.mu, kind=self.kind, k=self.k, rng=rng,
                              counters=counters, n_steps=min(n, monitor.step_budget(n)), view=self.view)
             monitor.pause()
             primal_sgd = executor.primal(w_sgd)
-            if self.guard and rose(primal, primal_sgd):  # keep w0, take the hint about L
-                L = larger_smoothness(problem, L, primal, primal_sgd, w_sgd, self.mu, self.k)
+            if self.guard and rose(primal, primal_sgd):  # keep w0, take the hint about L (of the step taken)
+                L = larger_smoothness(problem, max(L, 1.0 / gamma - lam), primal, primal_sgd, w_sgd, self.mu, self.k)
                 kappa, alpha = self.start(L)
                 monitor.record(w, primal=primal, outer_iter=0, rejected=primal_sgd, **counters.record(n))
             else:
                 w, primal = w_sgd, primal_sgd
                 monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
         return CasimirState(rng, counters, 0, w, w.copy(), w.copy(), alpha, L, kappa, {}, primal, self.learning_rate,
-                            GuardCount())
+                            GuardCount(), L)
 
     def advance(self, state: CasimirState, monitor: Monitor) -> None:
         problem, n, lam, kappa = self.problem, self.problem.n, self.problem.lam, state.kappa
@@ -325,8 +331,12 @@ class _Casimir(Method):
             gamma = 1.0 / (state.L * self.mu / max(mu_k, self.mu_min) + lam + kappa)
         else:
             gamma = 1.0 / (state.L + lam + kappa) if state.learning_rate is None else float(state.learning_rate)
-        if self.schedule == "decreasing":
-            mu_k, gamma = decreasing_schedule(self.mu, gamma, lam + kappa, n, state.k - 1)
+        m = self.inner_steps if self.inner_steps is not None else epoch_steps(n) if self.schedule == "decreasing" else n
+        if self.schedule == "decreasing":  # (the outer iterations accepted so far were m steps each)
+            # the Pegasos cap of the SSVM objective (lam-strongly convex), not of the subproblem's lam + kappa: the
+            # prox centre follows the iterates, so the prox term adds no curvature to the path to the optimum
+            # (with lam + kappa the steps were half as long and the chains stopped at +1.1%)
+            mu_k, gamma = decreasing_schedule(self.mu, gamma, lam, n, (state.k - 1) * m)
             mu_k = max(mu_k, self.mu_min)
         if self.warm_start == "prox-center":
             start = state.z
@@ -335,8 +345,7 @@ class _Casimir(Method):
         else:
             start = state.w + (kappa / (kappa + lam)) * (state.z - state.z_prev)
         budget = monitor.step_budget(n)  # in paper-counted oracle calls
-        steps = min(n if self.inner_steps is None else self.inner_steps,
-                    -(-(budget - state.counters.oracle_calls) // 2))
+        steps = min(m, -(-(budget - state.counters.oracle_calls) // 2))
         self.w_new, state.memory = svrg_epoch(problem, problem.project_weights(start), mu=mu_k, kind=self.kind,
                                               k=self.k, gamma=gamma, rng=state.rng, counters=state.counters,
                                               n_steps=steps, kappa=kappa, z=state.z, iterate=self.iterate,
@@ -352,7 +361,9 @@ class _Casimir(Method):
             state.k -= 1
             if isinstance(state.learning_rate, float | int):
                 state.learning_rate = state.learning_rate / backoff(primal, primal_new)
-            state.L = larger_smoothness(self.problem, state.L, primal, primal_new, w_new, self.mu_k, self.k)
+            # from the L of the step taken: the schedule's cap may have been below 1/(L + lam + kappa)
+            L_taken = max(state.L, 1.0 / self.gamma - lam - state.kappa)
+            state.L = larger_smoothness(self.problem, L_taken, primal, primal_new, w_new, self.mu_k, self.k)
             state.kappa, state.alpha = self.start(state.L)
             state.z, state.z_prev, beta = state.w.copy(), state.w.copy(), 0.0
         else:
@@ -361,6 +372,9 @@ class _Casimir(Method):
             beta = catalyst_beta(state.alpha, alpha_new, kappa, kappa, lam)
             state.z_prev, state.z = state.z, w_new + beta * (w_new - state.w)
             state.w, state.alpha, state.primal = w_new, alpha_new, primal_new
+            L_lower = max(state.L_start, state.L / REGROWTH)  # as regrown_step: one rejection costs a few iterations
+            if L_lower < state.L and self.start(L_lower)[0] == state.kappa:  # (not where kappa follows L)
+                state.L = L_lower
         return state.w, {"primal": state.primal, "outer_iter": state.k, "mu": self.mu_k, "kappa": state.kappa,
                          "alpha": state.alpha, "beta": beta, "learning_rate": self.gamma,
                          **state.counters.record(self.problem.n), **({"rejected": primal_new} if rejected else {})}

@@ -42,6 +42,7 @@ from structopt.solvers._smooth import (
     GuardCount,
     check_iterate,
     decreasing_schedule,
+    epoch_steps,
     estimate_lipschitz,
     fused_chunks,
     regrown_step,
@@ -154,7 +155,7 @@ def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
          resume: str | os.PathLike | None = None,
          callback: Callable[[np.ndarray], dict | None] | None = None, fused: FUSED = None, executor=None,
          n_workers: int | None = None) -> Result:
-    """SVRG on the smoothed objective: one pass per epoch, full gradient at the averaged iterate.
+    """SVRG on the smoothed objective: epochs of about a pass, full gradient at the averaged iterate.
 
     Parameters
     ----------
@@ -165,11 +166,13 @@ def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
         Smoothing parameter (> 0) of the first epoch; default 1 (``"decreasing"``) or 0.1
         (``"constant"``).
     mu_schedule : {"decreasing", "constant"}
-        ``"decreasing"`` (default): epoch ``e`` (from 0, the SGD start not counted) smooths with
-        ``mu_e = mu / (1 + e)`` and steps at most ``1 / (lam n (1 + e))``, the Pegasos step
-        ``1/(lam t)`` of its first inner step ``t = n (1 + e)``
-        (:func:`~structopt.solvers._smooth.decreasing_schedule`): ``mu_e -> 0``, so the run
-        converges to the SSVM optimum itself. ``"constant"``: ``mu`` throughout, the run converges
+        ``"decreasing"`` (default): epochs of ``max(n, 50)`` steps
+        (:func:`~structopt.solvers._smooth.epoch_steps`); the epoch after ``t`` accepted SVRG steps
+        (the SGD start not counted) smooths with ``mu_t = mu / (1 + t/n)`` and steps at most
+        ``1 / (lam (n + t))``, the Pegasos step ``1/(lam t')`` of its first inner step ``t' = n + t``
+        (:func:`~structopt.solvers._smooth.decreasing_schedule`): ``mu_t -> 0``, so the run
+        converges to the SSVM optimum itself. ``"constant"``: ``mu`` throughout and epochs of
+        ``n`` steps (the paper's), the run converges
         to the optimum of the ``mu``-smoothed objective (up to ``mu / 2`` above the SSVM optimum
         with top-K smoothing, ``mu log|Y|`` with entropy).
     kind : {"topk", "entropy"}
@@ -193,11 +196,12 @@ def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
     guard : bool
         Reject an epoch after which the primal rose by more than 1% (``_smooth.GUARD_RISE``) and
         run it again from its start with a shorter step (``_smooth.shortened_step``: at least 4
-        times shorter, more after a large rise or where the curvature at the rejected point asks
-        for it). The default step comes from a local curvature estimate at ``w0``, which can be
-        far too small where the curvature grows as the weights train (grids, boxes); the guard
-        turns that divergence into a few repeated epochs. Their oracle calls are counted, and
-        their records say ``rejected``.
+        times shorter than the step the epoch took, the decreasing schedule's cap included, more
+        after a large rise or where the curvature at the rejected point asks for it). The default
+        step comes from a local curvature estimate at ``w0``, which can be far too long where the
+        curvature grows as the weights train (grids, boxes); the guard turns that divergence into
+        a few repeated epochs (Weizmann horses, 2 passes: the SGD start is rejected, the second
+        pass learns). Their oracle calls are counted, and their records say ``rejected``.
     max_passes : float
         Budget in oracle calls / n (paper counting: 2 per step, so 2 per epoch; 1 per step of the
         SGD pass); the last epoch (or the SGD pass) is shortened to meet it, so a run ends at most
@@ -278,19 +282,22 @@ class _SVRG(Method):
     def advance(self, state: SVRGState, monitor: Monitor) -> None:
         problem, n, counters = self.problem, self.problem.n, state.counters
         budget = monitor.step_budget(n)  # in paper-counted oracle calls
+        m = epoch_steps(n) if self.mu_schedule == "decreasing" else n  # (the paper's epochs with constant mu)
         if self.sgd_init and state.epoch == 0:  # one call per step: shortened to the budget like an epoch
             self.mu_e, gamma = self.mu, state.gamma
             if self.mu_schedule == "decreasing":  # the first epoch's cap
                 gamma = decreasing_schedule(self.mu, gamma, problem.lam, n, 0)[1]
+            self.gamma_e = gamma
             self.w_new = sgd_pass(problem, state.w, gamma=gamma, mu=self.mu, kind=self.kind, k=self.k,
                                   rng=state.rng, counters=counters, n_steps=min(n, budget - counters.oracle_calls),
                                   view=self.view)
         else:  # two calls per step: an odd remainder ends one call (1/n pass) past the budget
-            steps = min(n, -(-(budget - counters.oracle_calls) // 2))
-            e = state.epoch - (1 if self.sgd_init else 0)  # SVRG epochs accepted so far
+            steps = min(m, -(-(budget - counters.oracle_calls) // 2))
+            e = state.epoch - (1 if self.sgd_init else 0)  # SVRG epochs accepted so far (all m steps long)
             self.mu_e, gamma = self.mu, state.gamma
             if self.mu_schedule == "decreasing":
-                self.mu_e, gamma = decreasing_schedule(self.mu, state.gamma, problem.lam, n, e)
+                self.mu_e, gamma = decreasing_schedule(self.mu, state.gamma, problem.lam, n, e * m)
+            self.gamma_e = gamma
             self.w_new, state.memory = svrg_epoch(problem, state.w, mu=self.mu_e, kind=self.kind, k=self.k,
                                                   gamma=gamma, rng=state.rng, counters=counters,
                                                   iterate=self.iterate, n_steps=steps, executor=self.executor,
@@ -300,8 +307,8 @@ class _SVRG(Method):
         primal_new = self.executor.primal(self.w_new)
         rejected = self.guard and rose(state.primal, primal_new)
         state.guard.count(rejected)
-        if rejected:
-            state.gamma = shortened_step(self.problem, state.gamma, state.primal, primal_new, self.w_new, self.mu_e,
+        if rejected:  # shorten the step the epoch took (the schedule's cap may have been below state.gamma)
+            state.gamma = shortened_step(self.problem, self.gamma_e, state.primal, primal_new, self.w_new, self.mu_e,
                                          self.k)
         else:
             state.w, state.primal, state.epoch = self.w_new, primal_new, state.epoch + 1
