@@ -905,7 +905,8 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     every ``bound_every`` iterations by :func:`dual_bound`; and at the chunk's last iteration.
     Every ``bound_every`` iterations: two roundings (per variable, and sequential along ``order`` from
     the table marginals) + repair + local search, scored exactly (the best kept in ``scal[S_LOWER]`` /
-    ``best_y``), the primal objective, and η rebalanced (:func:`rebalance_eta`) while fewer than
+    ``best_y``), the primal objective (when the residuals are below ``tol_res``, and at the chunk's
+    end), and η rebalanced (:func:`rebalance_eta`) while fewer than
     ``adapt_until`` iterations have run (then frozen: ADMM converges for a fixed η, and balancing
     that never stops can keep toggling η and stall, measured on 100-node loopy graphs).
     Returns (see :func:`bound_status`, :func:`lp_status`) GAP_CLOSED, LP_CONVERGED, INFEASIBLE,
@@ -1062,7 +1063,8 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 if val > scal[S_LOWER]:
                     scal[S_LOWER] = val
                     best_y[:] = y_work
-            scal[S_PRIMAL] = primal_value(n_vars, deg, voff, vstates, evar, eoff, uz, fkind, tab, toff, p, qe, qt)
+            if last or (r_p < tol_res and r_d < tol_res):  # lp_status needs it only then; a chunk reports it
+                scal[S_PRIMAL] = primal_value(n_vars, deg, voff, vstates, evar, eoff, uz, fkind, tab, toff, p, qe, qt)
         if full or fused:
             status = bound_status(scal[S_UPPER], scal[S_LOWER], tol_gap, stop_upper)
             if status != RUNNING:

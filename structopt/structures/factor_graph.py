@@ -615,7 +615,9 @@ class FactorGraph(Structure):
         tol_res : float, optional
             Residual tolerance (sums of squares); default 1e-14 per agreement entry.
         bound_every : int
-            Iterations between evaluations of g(λ) and of the rounded labeling.
+            Iterations between evaluations of the rounded labelings, the primal objective and η's
+            balancing, and of g(λ) (which a graph of binary pairwise tables without -inf entries gets at
+            every iteration, fused into the local QPs at little cost).
         max_inner : int
             Cap on active-set iterations per dense factor per AD3 iteration.
         tau : float
