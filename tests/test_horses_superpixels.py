@@ -110,7 +110,7 @@ def synthetic(tmp_path_factory):
 
 
 def test_features_shapes_and_split(synthetic):
-    data = hs.load_superpixel_horses(synthetic, cache=False, **OPTIONS)
+    data = hs.load_superpixel_horses(synthetic, cache=False, context_stages=1, **OPTIONS)
     train, test, info = data["train"], data["test"], data["info"]
     assert test["names"] == ["horse002.jpg", "horse005.jpg"] and len(train["X"]) == 4
     F = 1 + 2 + len(hs.feature_names(4))  # bias, stacked and auto-context scores, raw features
@@ -211,10 +211,10 @@ def test_feature_cache_roundtrip_and_corruption(synthetic, tmp_path, monkeypatch
 
 def test_stage_cache_serves_the_same_scores_and_trees(synthetic, tmp_path, monkeypatch):
     monkeypatch.setenv("STRUCTOPT_CACHE", str(tmp_path))
-    fresh = hs.load_superpixel_horses(synthetic, cache=False, **OPTIONS)
-    first = hs.load_superpixel_horses(synthetic, **OPTIONS)  # fits the stages and writes them
+    fresh = hs.load_superpixel_horses(synthetic, cache=False, context_stages=1, **OPTIONS)
+    first = hs.load_superpixel_horses(synthetic, context_stages=1, **OPTIONS)  # fits the stages and writes them
     assert list((tmp_path / "horses_superpixels").glob("stages-*.npz"))
-    second = hs.load_superpixel_horses(synthetic, **OPTIONS)  # reads them back
+    second = hs.load_superpixel_horses(synthetic, context_stages=1, **OPTIONS)  # reads them back
     for data in (first, second):
         for a, b in zip(fresh["train"]["X"] + fresh["test"]["X"], data["train"]["X"] + data["test"]["X"]):
             np.testing.assert_array_equal(a.nodes, b.nodes)
@@ -246,7 +246,8 @@ def test_loader_option_errors(synthetic):
 def test_build_task_trains_and_evaluates(synthetic, tmp_path):
     png = tmp_path / "masks.png"
     problem, evaluate, description, preprocessing = hs.build_task(synthetic, lam=None, lams=(0.01, 0.1), cv_folds=2,
-                                                                  cv_passes=2, png=png, cache=False, **OPTIONS)
+                                                                  cv_passes=2, png=png, cache=False, context_stages=1,
+                                                                  **OPTIONS)
     assert preprocessing["graph"] == "superpixels" and preprocessing["stages"] == 2
     assert "superpixels" in description and "cross-validated" in description
     result = bcfw(problem, max_passes=4, random_state=0)
