@@ -117,6 +117,46 @@ def _check_sequence(name: str, value: Any) -> None:
         raise InvalidInputError(f"{name} must be a sequence (e.g. a list) with one entry per example, "
                                 f"got {type(value).__name__}")
 
+def _narrow_integer_fields(potentials: Potentials) -> Potentials:
+    """``potentials`` with every writable float64 field whose values are small non-negative integers (0/1
+    costs, counts) stored as uint8 or uint16 (:func:`structopt.fused.narrowest_exact`); the shared read-only
+    zeros stay shared. ``x + 1.0 * c``, ``<c, mu>`` and the like give the same float64 results on them
+    (exact integer values), at an eighth of the memory for per-node loss costs."""
+    if not (isinstance(potentials, tuple) and hasattr(potentials, "_fields")):
+        return potentials
+    from structopt.fused import narrowest_exact
+
+    fields = []
+    for field in potentials:
+        if type(field) is np.ndarray and field.dtype == np.float64 and field.flags.writeable and field.size:
+            narrow = narrowest_exact(field)
+            field = narrow if narrow.dtype.kind == "u" else field  # float32 would round 'scale * c' in float32
+        fields.append(field)
+    return type(potentials)(*fields)
+
+
+def _views_of(validated: Any, original: Any) -> bool:
+    """Whether every array of sparse matrix ``validated`` views its counterpart of ``original`` exactly
+    (same start, length, strides and dtype)."""
+    for name in ("data", "indices", "indptr"):
+        a, b = getattr(validated, name, None), getattr(original, name, None)
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.dtype != b.dtype \
+                or a.shape != b.shape or a.strides != b.strides \
+                or a.__array_interface__["data"][0] != b.__array_interface__["data"][0]:
+            return False
+    return True
+
+
+def _kept(original: Any, validated: Any) -> Any:
+    """The caller's own input object when validation only wrapped its arrays in a new sparse matrix of the
+    same type and shape (one matrix object per example instead of two: on CoNLL-sized data the second
+    objects cost megabytes), else the validated one."""
+    if (validated is not original and type(validated) is type(original) and hasattr(validated, "indptr")
+            and validated.shape == original.shape and _views_of(validated, original)):
+        return original
+    return validated
+
+
 def _check_lam(lam: Any) -> None:
     if isinstance(lam, (bool, np.bool_)) or not isinstance(lam, numbers.Real) or not (np.isfinite(lam) and lam > 0):
         raise InvalidInputError(f"lam must be a finite number > 0, got {lam!r}")
@@ -155,7 +195,7 @@ class SSVMProblem:
         self.structure = model.structure
         self.loss = loss
         self.lam = float(lam)
-        self.X = [model.validate_input(x, i) for i, x in enumerate(X)]
+        self.X = [_kept(x, model.validate_input(x, i)) for i, x in enumerate(X)]
         zero = model.zeros()
         zeros = _SharedZeros()
         self.Y = []
@@ -169,7 +209,7 @@ class SSVMProblem:
             self.Y.append(y)
             terms = loss.linear_terms(self.structure, y, like) if loss.decomposable else None
             self._likes.append(zeros.share(like))
-            self._terms.append(None if terms is None else (zeros.share(terms[0]), terms[1]))
+            self._terms.append(None if terms is None else (_narrow_integer_fields(zeros.share(terms[0])), terms[1]))
         self.n = len(self.X)
         self._nonnegative = nonnegative_indices(model)
 
@@ -216,10 +256,15 @@ class SSVMProblem:
 
     # ------------------------------------------------------------------ building blocks
     def loss_terms(self, i: int) -> tuple[Potentials, float]:
-        """``(c_i, const_i)`` of a decomposable loss, so that ``Delta(y_i, y) = <c_i, stats(y)> + const_i``."""
+        """``(c_i, const_i)`` of a decomposable loss, so that ``Delta(y_i, y) = <c_i, stats(y)> + const_i``
+        (float64 fields; the problem stores integer-valued ones, such as Hamming's 0/1 costs, as uint8)."""
         if self._terms[i] is None:
             raise NotSupportedError(f"{self.loss!r} is not decomposable (linear in the statistics)")
-        return self._terms[i]
+        c, const = self._terms[i]
+        if isinstance(c, tuple) and hasattr(c, "_fields"):
+            c = type(c)(*(field.astype(np.float64) if isinstance(field, np.ndarray) and field.dtype.kind in "iu"
+                          else field for field in c))
+        return c, const
 
     # ------------------------------------------------------------------ per-example operators (what solvers use)
     def zeros(self) -> np.ndarray:

@@ -138,3 +138,34 @@ def test_narrowest_exact(values, dtype):
     back = narrow.astype(np.float64)
     assert np.array_equal(back, values, equal_nan=True)
     assert np.array_equal(np.signbit(back), np.signbit(values))  # -0.0 kept
+
+
+def test_problem_keeps_the_callers_matrices_and_narrow_loss_terms(tmp_path):
+    corpus = _corpus(tmp_path)
+    (X,) = conll.featurize([corpus], n_features=512)
+    problem = _problem(tmp_path, copies=False)
+    same = SSVMProblem(problem.model, X, problem.Y, Hamming(), 0.1)
+    assert all(a is b for a, b in zip(same.X, X, strict=True))  # validation only re-wrapped their arrays
+    ints = [sp.csr_matrix(x.astype(np.int64)) for x in X[:3]]  # converted by validation: the validated copy
+    other = SSVMProblem(problem.model, ints, problem.Y[:3], Hamming(), 0.1)
+    assert all(a is not b and a.dtype == np.float64 for a, b in zip(other.X, ints, strict=True))
+    for i in range(problem.n):
+        c, const = problem.loss_terms(i)
+        assert c.unary.dtype == np.float64 and problem._terms[i][0].unary.dtype == np.uint8
+        expected, expected_const = Hamming().linear_terms(problem.structure, problem.Y[i], problem.like(i))
+        assert np.array_equal(c.unary, expected.unary) and np.array_equal(c.pairwise, expected.pairwise)
+        assert const == expected_const
+    normalised = SSVMProblem(problem.model, X, problem.Y, Hamming(normalize=True), 0.1)
+    assert normalised._terms[0][0].unary.dtype == np.float64  # 1/T: not integers, kept as they are
+
+
+def test_generic_decode_equal_with_narrow_terms(tmp_path):
+    problem = _problem(tmp_path, copies=False)
+    w = np.random.default_rng(3).normal(size=problem.n_params)
+    for i in range(problem.n):
+        c, _ = problem.loss_terms(i)
+        theta = problem.theta(i, w)
+        decoded = problem.decode(i, w)
+        reference = problem.structure.argmax(type(theta)(theta.unary + c.unary, theta.pairwise + c.pairwise))
+        assert np.array_equal(decoded.y, reference)
+        assert decoded.loss == problem.loss(problem.Y[i], reference)
