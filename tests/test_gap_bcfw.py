@@ -268,7 +268,9 @@ def test_a_resumed_gap_state_that_does_not_fit_is_refused():
     cases = {"corners": lambda g: g.corners.__setitem__(1, g.corners[1][:, :-1]),
              "blocks": lambda g: g.alpha.pop(),
              "weights": lambda g: g.alpha.__setitem__(0, g.alpha[0] * 2.0),
-             "values": lambda g: setattr(g, "gaps", g.gaps[:-1])}
+             "values": lambda g: setattr(g, "gaps", g.gaps[:-1]),
+             "nan": lambda g: g.gaps.__setitem__(2, np.nan),
+             "refresh": lambda g: setattr(g, "refreshed", 10 ** 9)}
     for edit in cases.values():
         with pytest.raises(InvalidInputError, match="does not fit this problem"):
             method.resume(broken(edit))
