@@ -372,7 +372,9 @@ class _Casimir(Method):
             beta = catalyst_beta(state.alpha, alpha_new, kappa, kappa, lam)
             state.z_prev, state.z = state.z, w_new + beta * (w_new - state.w)
             state.w, state.alpha, state.primal = w_new, alpha_new, primal_new
-            L_lower = max(state.L_start, state.L / REGROWTH)  # as regrown_step: one rejection costs a few iterations
+            # as regrown_step: one rejection costs a few iterations (a checkpoint from before L_start: no floor known,
+            # L stays where it is)
+            L_lower = max(getattr(state, "L_start", state.L), state.L / REGROWTH)
             if L_lower < state.L and self.start(L_lower)[0] == state.kappa:  # (not where kappa follows L)
                 state.L = L_lower
         return state.w, {"primal": state.primal, "outer_iter": state.k, "mu": self.mu_k, "kappa": state.kappa,
