@@ -4,7 +4,8 @@ Outer iteration k minimises the smoothed, prox-regularised subproblem (25)
 
     F_k(w) = (1/n) sum_i f_{i,mu_k}(w) + (lam/2)||w||^2 + (kappa_k/2)||w - z_{k-1}||^2
 
-approximately with one SVRG epoch (budget n steps, :func:`~structopt.solvers.svrg.svrg_epoch`,
+approximately with one SVRG epoch (budget n steps, ``max(n, 50)`` under the decreasing schedule;
+:func:`~structopt.solvers.svrg.svrg_epoch`,
 snapshot at the warm start), then extrapolates ``z_k = w_k + beta_k (w_k - w_{k-1})`` with
 ``alpha_k`` the root of (27) and ``beta_k`` of (29).
 

@@ -2,7 +2,8 @@
 
 Objective of an epoch: ``(1/n) sum_i f_{i,mu}(w) + (lam/2)||w||^2 + (kappa/2)||w - z||^2`` (the
 prox term is Casimir's; plain SVRG has ``kappa = 0``). An epoch takes a batch pass at the snapshot
-``w~`` (its start point), then ``n`` steps on uniformly drawn examples (with replacement)
+``w~`` (its start point), then ``m`` steps on uniformly drawn examples (with replacement): ``m = n``, or
+``max(n, 50)`` under the decreasing schedule (:func:`~structopt.solvers._smooth.epoch_steps`)
 
     w <- w - gamma (grad f_i(w) - grad f_i(w~) + g~ + lam w + kappa (w - z))
 
