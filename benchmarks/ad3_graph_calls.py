@@ -105,8 +105,14 @@ def main() -> None:
     mean_t = {m: float(np.mean(times[m])) for m in modes}
     lines += ["", f"Mean time per call: before / frozen = {mean_t['before'] / mean_t['frozen']:.1f}x, "
                   f"before / frozen+warm = {mean_t['before'] / mean_t['frozen+warm']:.1f}x."]
-    args.out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = "\n".join(lines) + "\n"
+    print(text)
+    # the hand-written part (from "## Findings" on) survives a re-run
+    if args.out.exists():
+        old = args.out.read_text()
+        if "\n## Findings" in old:
+            text += old[old.index("\n## Findings"):]
+    args.out.write_text(text)
 
 
 if __name__ == "__main__":
