@@ -179,6 +179,12 @@ def draw_blocks(gaps: np.ndarray, rng: np.random.Generator, count: int) -> np.nd
     return out
 
 
+def load_draw_kernel() -> None:
+    """Load (or compile, once per machine) the draw kernel now, before a run's clock starts."""
+    draw_blocks(np.full(2, np.inf), np.random.default_rng(0), 1)
+    draw_blocks(np.ones(2), np.random.default_rng(0), 1)
+
+
 def sampled_steps(updater, count: int, rng: np.random.Generator, line_search: bool, averaging: bool) -> None:
     """``count`` steps of ``updater`` (generic or fused) on blocks drawn by gap sampling, in chunks of
     :func:`gap_chunk` blocks, each chunk drawn from the gaps as they are after the previous one. The
@@ -410,4 +416,4 @@ class FusedGapUpdater:
 
 
 __all__ = ["GAP_CHUNK", "UNIFORM_MIX", "FusedGapUpdater", "GapBlockUpdater", "GapState", "draw_blocks", "gap_chunk",
-           "sampled_steps"]
+           "load_draw_kernel", "sampled_steps"]

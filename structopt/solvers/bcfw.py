@@ -34,7 +34,7 @@ from structopt.fused import select
 from structopt.options import non_negative_int
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
-from structopt.solvers._gap_blocks import FusedGapUpdater, GapBlockUpdater, GapState
+from structopt.solvers._gap_blocks import FusedGapUpdater, GapBlockUpdater, GapState, load_draw_kernel
 from structopt.solvers._minibatch import MiniBatchUpdater
 from structopt.solvers.base import (
     Method,
@@ -257,6 +257,8 @@ class BCFWMethod(Method):
 
     def warm_up(self, state: BCFWState) -> None:
         if state.gap is not None:
+            if self.sampling == "gap":  # the draws' kernel, before the clock starts
+                load_draw_kernel()
             options = self.gap_options
             view = select(self.problem, self.fused) if options["cache_size"] == 0 and options["steps"] == "fw" else None
             if view is None:
