@@ -6,7 +6,8 @@ Per pairwise instance:
   tolerances, about 1e-7), the reference for the precision targets. Timed as solve only and as
   build + solve; also scipy's ``highs-ipm``.
 - AD3 to a certified LP bound within ``--rel-gap`` (1e-4) of LP*: the run stops as soon as its best
-  dual value g(λ) <= LP* + 1e-4·|LP*| (checked every 10 iterations) or its rounded labeling closes
+  dual value g(λ) <= LP* + 1e-4·|LP*| (checked at every iteration on binary pairwise models like these,
+  every ``bound_every`` = 10 otherwise) or its rounded labeling closes
   the gap. Time excludes building the factor graph (reported separately).
 - AD3 to a 1e-4 relative MAP gap (certified upper bound vs the exact score of its best labeling);
   on instances whose LP is not tight this is never reached: the LP-MAP gap remains.
