@@ -825,7 +825,8 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
 # Python driver of graphs with structured factors (factor_graph.FactorGraph._ad3_structured).
 #: residual balancing threshold on the ratio of the *squared* residuals: 100, i.e. Boyd et al.'s factor
 #: μ = 10 on the residual norms (a factor 10 on the squares, used before, toggled η more often: measured
-#: 10-30% more iterations to a 1e-4 bound on the UAI instances, benchmarks/ad3_uai_results.md)
+#: up to 30% more iterations to a 1e-4 bound on the UAI instances and 25-40% more to full LP convergence
+#: on their grids, benchmarks/ad3_uai_results.md)
 ETA_RATIO = 100.0
 ETA_MIN, ETA_MAX = 1e-8, 1e8
 
