@@ -360,23 +360,17 @@ class HorsesTask(TaskSpec):
     def _read_superpixels(self, saved: Any, folder: Path, masks: Path | None) -> Inputs:
         """New images as superpixel graphs (:func:`~structopt.tasks.horses_superpixels.image_graph`), with
         the full-resolution gold masks (> 127, as training reads them) when ``masks`` is given."""
-        from structopt.tasks._data import read_image
-        from structopt.tasks.horses_superpixels import image_graph, stage_trees
+        from structopt.tasks.horses_superpixels import read_gold_mask, read_image_graph, stage_trees
 
         trees = stage_trees(saved.preprocessing, f"model {saved.path}")
         X, segments, gold = [], [], []
         files = _images(folder)
         for file in files:
-            image = read_image(file, "L").astype(np.float64) / 255.0
-            x, seg = image_graph(image, saved.preprocessing, trees, str(file))
+            x, seg = read_image_graph(file, saved.preprocessing, trees)
             X.append(x)
             segments.append(seg)
             if masks is not None:
-                mask = read_image(masks / file.name, "L") > 127
-                if mask.shape != image.shape:
-                    raise InvalidInputError(f"{masks / file.name}: mask is {mask.shape[1]}x{mask.shape[0]} pixels but "
-                                            f"its image is {image.shape[1]}x{image.shape[0]}")
-                gold.append(mask)
+                gold.append(read_gold_mask(masks / file.name, seg.shape))
         return Inputs(X, gold if masks is not None else None,
                       {"files": files, "shapes": [s.shape for s in segments], "segments": segments})
 

@@ -735,6 +735,34 @@ def image_graph(image: np.ndarray, preprocessing: dict[str, Any], trees: Sequenc
     return x, f["segments"]
 
 
+def read_image_graph(file: str | os.PathLike, preprocessing: dict[str, Any],
+                     trees: Sequence[BoostedTrees] | None = None) -> tuple[GraphInput, np.ndarray]:
+    """:func:`image_graph` of a grey image file (read as training reads ``gray/``).
+
+    Raises
+    ------
+    DataNotFoundError, InvalidInputError
+        The file is missing or cannot be decoded, or the preprocessing does not fit (naming the file).
+    """
+    image = read_image(Path(file), "L").astype(np.float64) / 255.0
+    return image_graph(image, preprocessing, trees, str(file))
+
+
+def read_gold_mask(file: str | os.PathLike, shape: tuple[int, int]) -> np.ndarray:
+    """A full-resolution figure-ground mask (> 127, as training reads ``figure_ground/``) of an image of ``shape``.
+
+    Raises
+    ------
+    DataNotFoundError, InvalidInputError
+        The file is missing, undecodable, or not the image's size (naming it).
+    """
+    mask = read_image(Path(file), "L") > 127
+    if mask.shape != tuple(shape):
+        raise InvalidInputError(f"{file}: mask is {mask.shape[1]}x{mask.shape[0]} pixels but its image is "
+                                f"{shape[1]}x{shape[0]}")
+    return mask
+
+
 # --------------------------------------------------------------------------- training task
 def predict_masks(model: GraphModel, w: np.ndarray, X: Sequence[GraphInput], segments: Sequence[np.ndarray],
                   exact: bool = True) -> list[np.ndarray]:

@@ -94,23 +94,28 @@ def _synthetic(root, n: int = 9) -> None:
 
 
 def test_image_graph_rebuilds_the_loaders_test_graphs(tmp_path):
+    from PIL import Image
+
     from structopt.tasks import horses_superpixels as hs
-    from structopt.tasks._data import read_image
 
     _synthetic(tmp_path, n=6)
     data = hs.load_superpixel_horses(tmp_path, cache=False, n_segments=40, n_textons=4, n_folds=2, context_stages=1)
     p = data["info"]["preprocessing"]
     assert p["stages"] == 2  # the stacked score and one auto-context stage (the CLI test runs the default, 0)
     for name, x, seg in zip(data["test"]["names"], data["test"]["X"], data["test"]["segments"]):
-        image = read_image(tmp_path / "gray" / name, "L").astype(np.float64) / 255.0
-        got, segments = hs.image_graph(image, p)
+        got, segments = hs.read_image_graph(tmp_path / "gray" / name, p)
         np.testing.assert_array_equal(segments, seg)
         np.testing.assert_array_equal(got.edges, x.edges)
         np.testing.assert_allclose(got.nodes, x.nodes, rtol=0, atol=1e-12)
         np.testing.assert_allclose(got.edge_features, x.edge_features, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(hs.read_gold_mask(tmp_path / "figure_ground" / name, seg.shape),
+                                      data["test"]["masks"][data["test"]["names"].index(name)])
     broken = dict(p, node_mean=p["node_mean"][:-1])
-    with pytest.raises(InvalidInputError, match="standardisation does not fit"):
-        hs.image_graph(image, broken)
+    with pytest.raises(InvalidInputError, match=r"horse002\.jpg: the saved standardisation does not fit"):
+        hs.read_image_graph(tmp_path / "gray" / "horse002.jpg", broken)
+    Image.fromarray(np.zeros((5, 5), dtype=np.uint8)).save(tmp_path / "small.png")
+    with pytest.raises(InvalidInputError, match=r"small\.png: mask is 5x5 pixels but its image is 52x44"):
+        hs.read_gold_mask(tmp_path / "small.png", (44, 52))
     with pytest.raises(InvalidInputError, match="lacks 'stages'"):
         hs.stage_trees({k: v for k, v in p.items() if k != "stages"})
 
