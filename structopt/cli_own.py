@@ -41,6 +41,7 @@ class OwnSegmentationTask(OwnDataTask):
     output_help = HorsesTask.output_help.replace("horses:", "segmentation:")
     default_output, output_is_folder = "masks", True
     write, scores = HorsesTask.write, HorsesTask.scores
+    _is_superpixel = staticmethod(HorsesTask._is_superpixel)  # what the borrowed write/scores ask
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.horses import image_input
