@@ -95,8 +95,8 @@ class BlockState:
     @classmethod
     def initial(cls, problem: SSVMProblem) -> BlockState:
         """All blocks at their gold vertex: ``w = 0``, ``ell = 0``."""
-        m, offsets = problem.compact_gold_stats()
-        return cls(w=problem.zeros(), ell=0.0, m=m.copy(), offsets=offsets, ell_i=np.zeros(problem.n),
+        m, offsets = problem.compact_gold_stats()  # a fresh float64 array: m owns it
+        return cls(w=problem.zeros(), ell=0.0, m=m, offsets=offsets, ell_i=np.zeros(problem.n),
                    r=np.zeros(m.shape), v=0.0)  # calloc: pages appear when first written
 
     def averaged(self, problem: SSVMProblem) -> tuple[np.ndarray, float]:

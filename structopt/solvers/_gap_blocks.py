@@ -234,7 +234,7 @@ class GapBlockUpdater:
         are computed once for both (on grids they cost half an oracle call)."""
         p, st = self.problem, self.state
         n = p.n
-        gold, offsets = p.compact_gold_stats()
+        gold, offsets = p.compact_gold_stats(stored=True)  # the kept (narrow, exact) array: no copy per pass
         hinge = np.empty(n)
         for i in range(n):
             seg = slice(offsets[i], offsets[i + 1])
