@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench import write_keeping_findings
 from scipy.spatial import Delaunay
 
 from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
@@ -107,12 +108,7 @@ def main() -> None:
                   f"before / frozen+warm = {mean_t['before'] / mean_t['frozen+warm']:.1f}x."]
     text = "\n".join(lines) + "\n"
     print(text)
-    # the hand-written part (from "## Findings" on) survives a re-run
-    if args.out.exists():
-        old = args.out.read_text()
-        if "\n## Findings" in old:
-            text += old[old.index("\n## Findings"):]
-    args.out.write_text(text)
+    write_keeping_findings(args.out, text)  # the hand-written part (from "## Findings" on) survives
 
 
 if __name__ == "__main__":

