@@ -161,3 +161,61 @@ def test_cli_predict_reproduces_train_metrics(tmp_path, monkeypatch, capsys):
         a = np.asarray(Image.open(masks / f"{name}.png"))
         assert a.shape == (44 if name == "horse002" else 50 if name == "horse005" else 56, 52)
         np.testing.assert_array_equal(a, np.asarray(Image.open(tmp_path / "m2" / f"{name}.png")))
+
+
+def _brute_map(unary: np.ndarray, pairwise: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    # every labeling of a tiny graph, scored one by one
+    import itertools
+
+    best, arg = -np.inf, None
+    for y in itertools.product(range(unary.shape[1]), repeat=unary.shape[0]):
+        y = np.array(y)
+        s = unary[np.arange(len(y)), y].sum() + sum(pairwise[e, y[u], y[v]] for e, (u, v) in enumerate(edges))
+        if s > best + 1e-12:
+            best, arg = s, y
+    return arg
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_foreground_bias_on_a_tiny_graph(seed):
+    from structopt.models.graph import GraphInput, GraphModel
+    from structopt.tasks import horses_superpixels as hs
+
+    rng = np.random.default_rng(seed)
+    # 5 superpixels of unequal areas on a 4 x 5 image, a chain and one chord
+    segments = np.array([[0, 0, 0, 1, 1], [0, 0, 2, 1, 1], [3, 3, 2, 2, 4], [3, 3, 3, 2, 4]])
+    area = np.bincount(segments.ravel()) / segments.size
+    np.testing.assert_allclose(hs.node_bias(segments, 0.7, "uniform"), np.full(5, 0.7 / 5))
+    np.testing.assert_allclose(hs.node_bias(segments, 0.7, "area"), 0.7 * area)
+    assert hs.node_bias(segments, 0.7, "area").sum() == pytest.approx(0.7)
+    edges = np.array([[0, 1], [0, 2], [1, 2], [2, 3], [2, 4], [3, 4]])
+    x = GraphInput(rng.normal(size=(5, 3)), edges, rng.normal(size=(6, 2)))
+    model = GraphModel(3, 2, 2, symmetric=True)
+    w = rng.normal(size=model.n_params)
+    theta = model.potentials(x, w)
+    np.testing.assert_array_equal(hs.biased_labels(model, w, x, segments, 0.0), model.predict(x, w))
+    changed = 0
+    for mode in hs.BIAS_MODES:
+        for b in (-3.0, -1.0, 0.5, 2.0, 6.0):
+            unary = theta.unary.copy()
+            unary[:, 1] += hs.node_bias(segments, b, mode)
+            want = _brute_map(unary, theta.pairwise, edges)
+            got = hs.biased_labels(model, w, x, segments, b, mode, exact=True)
+            np.testing.assert_array_equal(got, want)
+            changed += not np.array_equal(got, model.predict(x, w))
+        # a large enough bias labels everything foreground (background for a negative one)
+        assert hs.biased_labels(model, w, x, segments, 1e4, mode).tolist() == [1] * 5
+        assert hs.biased_labels(model, w, x, segments, -1e4, mode).tolist() == [0] * 5
+    assert changed  # the bias moves the MAP somewhere on this graph
+    with pytest.raises(InvalidInputError, match="bias mode must be one of"):
+        hs.biased_labels(model, w, x, segments, 1.0, "pixels")
+    with pytest.raises(InvalidInputError, match="finite number"):
+        hs.node_bias(segments, float("nan"))
+    with pytest.raises(InvalidInputError, match="one superpixel per node"):
+        hs.biased_labels(model, w, x, segments[:, :3], 1.0)
+    assert hs.preprocessing_bias({}) == (0.0, "uniform")
+    assert hs.preprocessing_bias({"fg_bias": 0.5, "bias_mode": "area"}) == (0.5, "area")
+    with pytest.raises(InvalidInputError, match=r"model\.npz: the foreground bias must be a finite number"):
+        hs.preprocessing_bias({"fg_bias": "0.5", "bias_mode": "area"}, "model.npz")
+    with pytest.raises(InvalidInputError, match=r"model\.npz: the bias mode"):
+        hs.preprocessing_bias({"fg_bias": 0.5}, "model.npz")
