@@ -50,6 +50,11 @@ The loss is Hamming over superpixels divided by their number, a missed foregroun
 optionally costing more (:func:`superpixel_loss`). Metrics are on pixels at full resolution
 (:func:`project_labels` maps superpixel labels back): pixel accuracy and foreground IoU pooled over
 the test images (:func:`structopt.tasks.horses.segmentation_scores`).
+
+A prediction-time foreground bias (:func:`biased_labels`: added to each superpixel's foreground score,
+uniformly or by area, before the MAP) can be chosen by :func:`select_fg_bias` on the training images; 3-fold
+CV finds no bias worth keeping (``benchmarks/horses_superpixels_results.md``), so the task and its saved
+models predict without one.
 """
 
 from __future__ import annotations
@@ -805,14 +810,6 @@ def biased_labels(model: GraphModel, w: np.ndarray, x: GraphInput, segments: np.
     unary = theta.unary.copy()
     unary[:, 1] += shift
     return model.structure.map_labels(type(theta)(unary, theta.pairwise), exact=exact)
-
-
-def preprocessing_bias(preprocessing: dict[str, Any], source: str = "preprocessing") -> tuple[float, str]:
-    """The foreground bias and its mode kept in a saved model's ``preprocessing`` (``fg_bias``, ``bias_mode``),
-    checked as untrusted input; ``(0.0, "uniform")`` for a model saved without them (no bias)."""
-    if "fg_bias" not in preprocessing and "bias_mode" not in preprocessing:
-        return 0.0, "uniform"
-    return _check_bias(preprocessing.get("fg_bias"), preprocessing.get("bias_mode"), source)
 
 
 # --------------------------------------------------------------------------- training task

@@ -259,6 +259,28 @@ def test_build_task_trains_and_evaluates(synthetic, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_fg_bias_cv_matches_select_lam_and_its_criteria(synthetic):
+    data = hs.load_superpixel_horses(synthetic, cache=False, **OPTIONS)
+    cv = hs.select_fg_bias(data, 0.01, [-0.5, 0.5, 3.0], ("uniform", "area"), n_folds=2, passes=2,
+                           min_accuracy=0.0, exact=False)
+    assert set(cv["table"]) == {("uniform", 0.0), *((m, b) for m in ("uniform", "area") for b in (-0.5, 0.5, 3.0))}
+    # the unbiased candidate is select_lam's own fit and score (same folds, seed and AD3 rounding)
+    lam = hs.select_lam(data, [0.01], n_folds=2, passes=2)
+    row = cv["table"]["uniform", 0.0]
+    assert row["score"] == pytest.approx(lam["scores"][0.01], abs=1e-12)
+    for key in ("pixel_accuracy", "foreground_iou"):
+        assert row[key] == pytest.approx(lam["metrics"][0.01][key], abs=1e-12)
+    t = cv["table"]
+    assert cv["mean"] == max(t, key=lambda c: (t[c]["score"], -abs(c[1]), -hs.BIAS_MODES.index(c[0])))
+    assert t[cv["iou"]]["foreground_iou"] == max(v["foreground_iou"] for v in t.values())
+    # a large positive bias raises the foreground's recall and lowers its precision
+    assert t["uniform", 3.0]["recall"] >= row["recall"] and t["uniform", 3.0]["precision"] <= row["precision"]
+    strict = hs.select_fg_bias(data, 0.01, [0.5], n_folds=2, passes=2, min_accuracy=1.01, exact=False)
+    assert strict["iou"] == ("uniform", 0.0)  # no candidate reaches the accuracy floor: no bias
+    with pytest.raises(InvalidInputError, match="bias mode must be one of"):
+        hs.select_fg_bias(data, 0.01, [0.5], ("pixels",), n_folds=2, passes=2)
+
+
 @pytest.mark.slow
 @needs_data("horses")
 def test_real_horses_beat_the_pixel_grid():

@@ -213,9 +213,3 @@ def test_foreground_bias_on_a_tiny_graph(seed):
         hs.node_bias(segments, float("nan"))
     with pytest.raises(InvalidInputError, match="one superpixel per node"):
         hs.biased_labels(model, w, x, segments[:, :3], 1.0)
-    assert hs.preprocessing_bias({}) == (0.0, "uniform")
-    assert hs.preprocessing_bias({"fg_bias": 0.5, "bias_mode": "area"}) == (0.5, "area")
-    with pytest.raises(InvalidInputError, match=r"model\.npz: the foreground bias must be a finite number"):
-        hs.preprocessing_bias({"fg_bias": "0.5", "bias_mode": "area"}, "model.npz")
-    with pytest.raises(InvalidInputError, match=r"model\.npz: the bias mode"):
-        hs.preprocessing_bias({"fg_bias": 0.5}, "model.npz")
