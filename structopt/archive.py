@@ -171,6 +171,14 @@ def _hashable(key: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- files
+def _remove_quietly(path: Path) -> None:
+    # the temporary file of a failed write; a path that cannot exist (its parent is a file) is no error
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def write_archive(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[str, np.ndarray],
                   what: str = "file", compress: bool = False) -> int:
     """Atomically write ``meta`` (JSON) and ``arrays`` as a sealed archive; return its size in bytes.
@@ -206,10 +214,10 @@ def write_archive(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[st
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as error:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
         raise OutputError(f"cannot write {what} {path}: {error.strerror or error}") from error
     except BaseException:  # Ctrl-C mid-write: leave no temporary file behind
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
         raise
     finally:
         del body, view
