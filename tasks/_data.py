@@ -129,3 +129,17 @@ def image_shape(path: str | os.PathLike) -> tuple[int, int]:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise InvalidInputError(f"cannot read image {path}: {reason}") from None
     return height, width
+
+
+def check_cross_validation(n: int, n_folds: int, unit: str, lams: Sequence[float] | None = None) -> list[float]:
+    """Refuse ``n_folds``-fold cross-validation over ``n`` training ``unit`` (e.g. "images") that cannot run,
+    and candidate λ values that are not positive and finite; returns the λ values as floats (``[]`` without)."""
+    if n_folds < 2 or n < n_folds:
+        raise InvalidInputError(f"cross-validation needs n_folds >= 2 and at least n_folds training {unit}, got "
+                                f"n_folds={n_folds} and {n} {unit}")
+    if lams is None:
+        return []
+    values = [float(v) for v in lams]
+    if not values or any(not (np.isfinite(v) and v > 0) for v in values):
+        raise InvalidInputError(f"candidate λ values must be positive and finite, got {values}")
+    return values

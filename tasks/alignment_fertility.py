@@ -44,6 +44,7 @@ from structopt.losses import WeightedHamming
 from structopt.models.base import Model
 from structopt.structures.base import Polytope, Structure, unsupported
 from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
+from structopt.tasks._data import check_cross_validation
 from structopt.tasks.alignment import AlignmentTask, aer, load_alignment
 
 MARKOV_KINDS = ("diag", "row", "col")
@@ -750,12 +751,7 @@ def select_lam(task: FertilityTask, model: FertilityModel, lams: Sequence[float]
     dict with ``lam`` (the best; ties: the larger) and ``scores`` ({λ: mean CV AER}).
     """
     n = len(task.X_train) if n_train is None else min(int(n_train), len(task.X_train))
-    if n_folds < 2 or n < n_folds:
-        raise InvalidInputError(f"cross-validation needs n_folds >= 2 and at least n_folds training pairs, got "
-                                f"n_folds={n_folds} and {n} pairs")
-    lams = [float(v) for v in lams]
-    if not lams or any(not (np.isfinite(v) and v > 0) for v in lams):
-        raise InvalidInputError(f"candidate λ values must be positive and finite, got {lams}")
+    lams = check_cross_validation(n, n_folds, "pairs", lams)
     fold = np.arange(n) % n_folds
     pairs = task.base.train_pairs
     scores = {}

@@ -71,14 +71,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.archive import write_archive
 from structopt.errors import InvalidInputError, OutputError
 from structopt.models.graph import GraphInput, GraphModel
 from structopt.tasks._boosted_trees import ARRAY_FIELDS as TREE_FIELDS
 from structopt.tasks._boosted_trees import BoostedTrees, export_hist_gradient_boosting
-from structopt.tasks._data import find_data_dir, read_image
+from structopt.tasks._data import check_cross_validation, find_data_dir, read_image
 from structopt.tasks.horses import SOURCE, _filter_bank, paired_names, segmentation_scores
-from structopt.tasks.localization import _listing, _read_cache, cache_dir
+from structopt.tasks.localization import _listing, _read_cache, cache_dir, write_cache
 
 N_BANK = 22  # channels of the grid task's filter bank
 EDGE_FEATURE_NAMES = ("constant", "boundary_contrast", "mean_similarity", "boundary_length")
@@ -561,11 +560,7 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
         data = _compute(root, names, is_test, int(n_segments), float(compactness), int(n_textons), int(seed),
                         progress)
         if cache:
-            try:
-                write_archive(file, {"kind": "structopt horses superpixel features", "params": params}, data,
-                              "feature cache", compress=True)
-            except OutputError as error:  # a cache that cannot be written only costs time
-                warnings.warn(f"{error}; the features will be computed again next time", stacklevel=2)
+            write_cache(file, {"kind": "structopt horses superpixel features", "params": params}, data)
     stage_key = hashlib.sha1(json.dumps([key, int(n_folds), int(seed), int(context_stages), _STAGE_VERSION]).encode())
     stage_file = cache_dir() / "horses_superpixels" / f"stages-{stage_key.hexdigest()[:16]}.npz" if cache else None
     return _assemble(data, names, is_test, stacked, int(n_folds), int(seed), n_textons,
@@ -604,10 +599,8 @@ def _cached_stages(file: Path | None, nodes: list[np.ndarray], labels: list[np.n
         out = {f"stage{k}": np.concatenate(scores) for k, scores in enumerate(stages)}
         for k, t in enumerate(trees):
             out.update({f"trees{k}_{name}": value for name, value in t.to_arrays().items()})
-        try:
-            write_archive(file, {"kind": "structopt horses superpixel stages"}, out, "stage cache", compress=True)
-        except OutputError as error:
-            warnings.warn(f"{error}; the stages will be fitted again next time", stacklevel=3)
+        write_cache(file, {"kind": "structopt horses superpixel stages"}, out, "stage cache",
+                    "the stages will be fitted again next time", stacklevel=4)
     return stages, trees
 
 
@@ -867,12 +860,7 @@ def select_lam(data: dict[str, Any], lams: Sequence[float] = DEFAULT_LAMS, n_fol
     """
     train = data["train"]
     n = len(train["X"]) if n_train is None else min(int(n_train), len(train["X"]))
-    if n < n_folds or n_folds < 2:
-        raise InvalidInputError(f"cross-validation needs n_folds >= 2 and at least n_folds training images, got "
-                                f"n_folds={n_folds} and {n} images")
-    lams = [float(v) for v in lams]
-    if not lams or any(not (np.isfinite(v) and v > 0) for v in lams):
-        raise InvalidInputError(f"candidate λ values must be positive and finite, got {lams}")
+    lams = check_cross_validation(n, n_folds, "images", lams)
     fold = np.arange(n) % n_folds
     start = time.perf_counter()
     scores: dict[float, float] = {}
@@ -936,9 +924,7 @@ def select_fg_bias(data: dict[str, Any], lam: float, biases: Sequence[float], mo
     """
     train = data["train"]
     n = len(train["X"]) if n_train is None else min(int(n_train), len(train["X"]))
-    if n < n_folds or n_folds < 2:
-        raise InvalidInputError(f"cross-validation needs n_folds >= 2 and at least n_folds training images, got "
-                                f"n_folds={n_folds} and {n} images")
+    check_cross_validation(n, n_folds, "images")
     grid = [(m, float(b)) for m in dict.fromkeys(modes) for b in dict.fromkeys(biases)]
     for m, b in grid:
         _check_bias(b, m)

@@ -320,6 +320,16 @@ def _read_cache(file: Path) -> dict[str, np.ndarray] | None:
     return arrays
 
 
+def write_cache(file: Path, meta: dict, arrays: dict[str, np.ndarray], what: str = "feature cache",
+                redo: str = "the features will be computed again next time", stacklevel: int = 3) -> None:
+    """Write a cache as a sealed archive; a cache that cannot be written only costs time (a warning saying
+    ``redo``, attributed ``stacklevel`` frames up)."""
+    try:
+        write_archive(file, meta, arrays, what, compress=True)
+    except OutputError as error:
+        warnings.warn(f"{error}; {redo}", stacklevel=stacklevel)
+
+
 def cache_dir() -> Path:
     """``$STRUCTOPT_CACHE``, else ``$XDG_CACHE_HOME/structopt``, else ``~/.cache/structopt``."""
     if os.environ.get("STRUCTOPT_CACHE"):
@@ -617,11 +627,7 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
     if data is None:
         data = _compute(dataset, root, int(image_size), int(cell_size), int(n_words), int(n_colours), int(random_state))
         if cache:
-            try:
-                write_archive(file, {"kind": "structopt localization features", "params": params}, data,
-                              "feature cache", compress=True)
-            except OutputError as error:  # a cache that cannot be written only costs time
-                warnings.warn(f"{error}; the features will be computed again next time", stacklevel=2)
+            write_cache(file, {"kind": "structopt localization features", "params": params}, data)
     sizes = data["grids"].prod(axis=1)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     n_words, n_colours = int(n_words), int(n_colours)
