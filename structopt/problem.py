@@ -23,7 +23,7 @@ from structopt.contract import check_contract, check_layout, nonnegative_indices
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, numeric_array
 from structopt.losses import Loss
 from structopt.models.base import Model
-from structopt.potentials import Potentials, add, flatten, inner, scale
+from structopt.potentials import Potentials, add, flatten, inner, narrowest_exact, scale
 from structopt.smoothing import l2_smoothed_max_sorted
 from structopt.structures.base import supports
 
@@ -119,13 +119,11 @@ def _check_sequence(name: str, value: Any) -> None:
 
 def _narrow_integer_fields(potentials: Potentials) -> Potentials:
     """``potentials`` with every writable float64 field whose values are small non-negative integers (0/1
-    costs, counts) stored as uint8 or uint16 (:func:`structopt.fused.narrowest_exact`); the shared read-only
+    costs, counts) stored as uint8 or uint16 (:func:`structopt.potentials.narrowest_exact`); the shared read-only
     zeros stay shared. ``x + 1.0 * c``, ``<c, mu>`` and the like give the same float64 results on them
     (exact integer values), at an eighth of the memory for per-node loss costs."""
     if not (isinstance(potentials, tuple) and hasattr(potentials, "_fields")):
         return potentials
-    from structopt.fused import narrowest_exact
-
     fields = []
     for field in potentials:
         if type(field) is np.ndarray and field.dtype == np.float64 and field.flags.writeable and field.size:
@@ -514,13 +512,11 @@ class SSVMProblem:
         stored : bool, default False
             False: ``flat`` is a fresh float64 array (the caller's to keep or modify). True: the array the
             problem keeps (computed once, shared: do not modify), in the narrowest dtype that holds every
-            value exactly (:func:`structopt.fused.narrowest_exact`: uint8 for 0/1 statistics and counts
+            value exactly (:func:`structopt.potentials.narrowest_exact`: uint8 for 0/1 statistics and counts
             below 256, an eighth of float64 on long datasets); read into float64 arithmetic it gives the
             same results. ``offsets`` (int64) is computed once and shared either way.
         """
         if not hasattr(self, "_compact_gold"):
-            from structopt.fused import narrowest_exact
-
             flat, offsets = self._build_compact_gold()
             self._compact_gold = (narrowest_exact(flat), offsets)
         flat, offsets = self._compact_gold

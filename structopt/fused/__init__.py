@@ -23,29 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from structopt.errors import NotSupportedError
-
-
-def narrowest_exact(values: np.ndarray) -> np.ndarray:
-    """``values`` (float64) in the narrowest of uint8, uint16, float32 that holds every one exactly, else as
-    they are.
-
-    Statistics, counts and 0/1 costs are stored so (a uint8 entry is an eighth of a float64); a kernel
-    reads an entry back into float64 arithmetic exactly, so its results are those on the float64 array.
-    Integer types are taken only without negative zeros (they would come back as +0.0).
-    """
-    values = np.asarray(values, dtype=np.float64)
-    if not values.size:
-        return values
-    if np.isfinite(values).all() and values.min() >= 0.0 and not np.signbit(values).any():
-        top = values.max()
-        for dtype in (np.uint8, np.uint16):
-            if top <= np.iinfo(dtype).max:
-                narrow = values.astype(dtype)
-                if np.array_equal(narrow, values):
-                    return narrow
-                break  # not integers: a wider integer type would not hold them either
-    narrow = values.astype(np.float32)
-    return narrow if np.array_equal(narrow, values) else values
+from structopt.potentials import narrowest_exact  # re-exported: the packs store exact data narrow
 
 
 class FusedInputs(NamedTuple):
