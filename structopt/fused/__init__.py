@@ -195,12 +195,13 @@ class FusedProblem:
         return self.family.block_index(m, self.offsets, self.pack)
 
     def bcfw_steps(self, order: np.ndarray, line_search: bool, averaging: bool, state: Any, scalars: np.ndarray,
-                   stages: int = 5) -> None:
-        """BCFW block steps on ``order`` over a ``BlockState`` (``scalars = [ell, v, k]`` in and out)."""
+                   stages: int = 5, gaps: np.ndarray | None = None) -> None:
+        """BCFW block steps on ``order`` over a ``BlockState`` (``scalars = [ell, v, k]`` in and out);
+        ``gaps`` (n values, optional) receives each visited block's exact gap (gap sampling)."""
         p = self.problem
         self.family.bcfw_steps(order, line_search, averaging, p.n, p.lam, state.w, state.m, state.r, state.offsets,
                                state.ell_i, scalars, self.pack, self.theta_buf, self.stats_buf, self.direction_buf,
-                               *state.fused_index, stages)
+                               *state.fused_index, stages, gaps)
 
     # ------------------------------------------------------------------ smoothed oracles (SVRG, Casimir, SGD)
     def smooth_refusal(self, kind: str) -> str | None:

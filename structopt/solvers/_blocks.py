@@ -185,14 +185,7 @@ class FusedBlockUpdater:
         scalars = np.array([st.ell, st.v, float(st.k)])
         if st.fused_index is None:
             st.fused_index = self.fused.block_index(st.m)
-        order = np.asarray(order, dtype=np.int64)
-        if gaps is None:
-            self.fused.bcfw_steps(order, line_search, averaging, st, scalars, stages)
-        else:  # the view's bcfw_steps does not pass ``gaps``: the family's loop with the view's arrays
-            view, p = self.fused, self.problem
-            view.family.bcfw_steps(order, line_search, averaging, p.n, p.lam, st.w, st.m, st.r, st.offsets,
-                                   st.ell_i, scalars, view.pack, view.theta_buf, view.stats_buf, view.direction_buf,
-                                   *st.fused_index, stages, gaps)
+        self.fused.bcfw_steps(np.asarray(order, dtype=np.int64), line_search, averaging, st, scalars, stages, gaps)
         st.ell, st.v, st.k = float(scalars[0]), float(scalars[1]), round(scalars[2])
 
     def block_gaps(self, gaps: np.ndarray) -> None:
