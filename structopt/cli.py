@@ -41,7 +41,7 @@ DESCRIPTION = """Structured prediction with combinatorial oracles.
   structopt predict MODEL INPUT --out OUTPUT
                            predict with a model saved by train (OUT/model.npz), writing the task's format
   structopt check [NAME]   check the oracles of the built-in structures against enumeration and LP
-  structopt infer FILE     log Z and marginals of a UAI pairwise model
+  structopt infer FILE     log Z and marginals (or --task map: MAP with a certified bound) of a UAI model
 
 Errors are reported on one line; --debug shows the full traceback."""
 
@@ -571,9 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=number_argument(int, 0), default=0)
     check.set_defaults(run=_check)
 
-    infer = sub.add_parser("infer", parents=[debug], help="log Z and marginals of a UAI pairwise model",
+    infer = sub.add_parser("infer", parents=[debug], help="log Z and marginals, or MAP (--task map), of a UAI model",
                            description="Reads a UAI MARKOV file, prints the natural log Z estimate and the time, "
-                                       "and writes single-node marginals in the UAI .MAR layout. A method that "
+                                       "and writes single-node marginals in the UAI .MAR layout (--task map: "
+                                       "the MAP labels, their log-score and a certified upper bound). A method that "
                                        "stops before converging (time limit, iteration budget, Ctrl-C) writes its "
                                        "current iterate, marked partial, and says so.")
     infer.add_argument("file", help="the .uai file")
