@@ -296,6 +296,32 @@ def test_ad3_returns_to_python_in_chunks_and_honours_time_limits():
     assert max(np.diff(times)) < 0.5  # the compiled loop came back at least every half second
 
 
+def test_lp_value_is_the_last_iterates_when_the_bound_closes_early():
+    # a run stopped by the bound (an integral labeling meets it) before the chunk's end still reports the
+    # LP objective of its last iterate, never the previous chunk's value or the initial 0
+    checked = 0
+    for seed in range(8):
+        fg, theta = FactorGraph.example(np.random.default_rng(seed), integer=False, n_vars=8, n_states=3)
+        sol, _ = fg.ad3(theta)
+        if sol.status != "optimal":
+            continue
+        checked += 1
+        assert sol.lp_value == pytest.approx(fg.lp(theta).upper_bound, rel=1e-3)
+        assert sol.lp_value == pytest.approx(sol.trace[-1]["primal"])
+    assert checked >= 4
+
+
+def test_first_chunk_is_short_on_large_tables():
+    # the first chunk is sized by the tables' entries: 200-state pairs get a few iterations, not hundreds
+    fg = FactorGraph([200] * 4)
+    for i in range(4):
+        for j in range(i + 1, 4):
+            fg.add_table([i, j])
+    theta = FactorGraphPotentials(np.zeros(800), np.random.default_rng(0).normal(size=6 * 200 * 200))
+    sol, _ = fg.ad3(theta, max_iter=60, tol_gap=-1.0, tol_lp=-1.0)
+    assert sol.trace[0]["iteration"] <= 5
+
+
 def test_ctrl_c_during_ad3_raises_promptly():
     fg, theta = big_grid(30, np.random.default_rng(1))
     fg.ad3(theta, max_iter=20)  # compiled already; now interrupt a long run

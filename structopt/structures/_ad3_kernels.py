@@ -1068,7 +1068,8 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 scal[S_PRIMAL] = primal_value(n_vars, deg, voff, vstates, evar, eoff, uz, fkind, tab, toff, p, qe, qt)
         if full or fused:
             status = bound_status(scal[S_UPPER], scal[S_LOWER], tol_gap, stop_upper)
-            if status != RUNNING:
+            if status != RUNNING:  # the run ends here: report the LP value of this iterate, not a stale one
+                scal[S_PRIMAL] = primal_value(n_vars, deg, voff, vstates, evar, eoff, uz, fkind, tab, toff, p, qe, qt)
                 break
         if full:
             status = lp_status(scal[S_UPPER], scal[S_LOWER], scal[S_PRIMAL], r_p, r_d, tol_res, tol_lp)

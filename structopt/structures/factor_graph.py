@@ -665,12 +665,15 @@ class FactorGraph(Structure):
         y_work = np.zeros(fl.n_vars, dtype=np.int64)
         pair_fast = self._pair_fast(theta)
         # the first chunk: about chunk_seconds by a pessimistic estimate of an iteration's cost (a closed-form
-        # pair ~100 ns, measured 25 ns; another factor ~5 µs, a 3-state table's active set), 20 to 500
-        # iterations; later chunks are sized by the measured time. A run that fits in one chunk pays one
-        # kernel call and one end-of-chunk evaluation (bound, roundings) instead of two.
+        # pair ~100 ns, measured 25 ns; another factor ~5 µs, a 3-state table's active set, or ~100 ns per
+        # table entry for large tables, measured ~35 ns), 1 to 500 iterations, so that a time limit and
+        # Ctrl-C are honoured on large tables too; later chunks are sized by the measured time. A run that
+        # fits in one chunk pays one kernel call and one end-of-chunk evaluation (bound, roundings) instead
+        # of two.
         n_pair = int(pair_fast.sum())
-        estimate = 1e-7 * n_pair + 5e-6 * (fl.fkind.size - n_pair) + 1e-8 * fl.n_vars
-        chunk = int(min(max(chunk_seconds / max(estimate, 1e-9), 20), 500))
+        entries = np.diff(fl.toff)[~pair_fast.astype(bool)]
+        estimate = 1e-7 * n_pair + float(np.maximum(5e-6, 1e-7 * entries).sum()) + 1e-8 * fl.n_vars
+        chunk = int(min(max(chunk_seconds / max(estimate, 1e-9), 1), 500))
         done = 0
         status = K.RUNNING
         trace = []
@@ -695,9 +698,11 @@ class FactorGraph(Structure):
                 break
             if time_limit is not None and time.perf_counter() - t0 >= time_limit:
                 break
-            # size the next chunk to about chunk_seconds (bounded growth)
+            # size the next chunk to about chunk_seconds, or what is left of the time limit (bounded growth)
             per_iter = spent / max(n_iter, 1)
-            chunk = int(min(max(chunk_seconds / max(per_iter, 1e-9), 10), 4 * chunk + 10))
+            seconds = chunk_seconds if time_limit is None else min(chunk_seconds,
+                                                                   time_limit - (time.perf_counter() - t0))
+            chunk = int(min(max(seconds / max(per_iter, 1e-9), 1), 4 * chunk + 10))
         upper = float(state.scal[K.S_UPPER])
         lower = float(state.scal[K.S_LOWER])
         if status != K.RUNNING:
