@@ -173,3 +173,34 @@ def test_the_guard_raises_L_from_the_step_taken_and_lets_it_come_back_down():
     assert steps[first + 1] <= cap / 4 and "rejected" not in r.trace[first + 2]
     assert steps[first + 2] == pytest.approx(2 * steps[first + 1], rel=1e-2)  # REGROWTH: L halves
     assert p.primal(r.w) < 0.1 * p.primal(np.zeros(p.n_params))
+
+
+def test_theory_rate_keeps_L_at_mu_after_a_rejection(monkeypatch):
+    # learning_rate="theory" steps with L * mu / mu_k; a rejection's larger estimate is made at mu_k (the step's
+    # scale) and must be stored back at mu, so that the next step's smoothness is the estimate, not mu/mu_k times it
+    import structopt.solvers.casimir as casimir
+
+    seen = []
+    original_larger, original_evaluate = casimir.larger_smoothness, casimir._Casimir.evaluate
+
+    def larger(problem, L, before, after, w_far, mu, k):
+        out = original_larger(problem, L, before, after, w_far, mu, k)
+        seen.append(out)
+        return out
+
+    def evaluate(self, state):
+        before = len(seen)
+        out = original_evaluate(self, state)
+        if len(seen) > before:  # a rejection: the stored L times the step's factor is the new estimate
+            checked.append((state.L * self.L_factor, seen[-1]))
+        return out
+
+    checked = []
+    monkeypatch.setattr(casimir, "larger_smoothness", larger)
+    monkeypatch.setattr(casimir._Casimir, "evaluate", evaluate)
+    problem = random_chain_problem(0, n=30, lam=0.01)
+    casimir_svrg(problem, schedule="adapt", learning_rate="theory", L=1e-2, mu=1.0, max_passes=60, random_state=0,
+                 sgd_init=False)
+    assert len(checked) >= 2
+    for stored, estimate in checked:
+        assert stored == pytest.approx(estimate)

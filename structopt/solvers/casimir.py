@@ -279,7 +279,8 @@ class CasimirState:
     primal: float
     learning_rate: float | str | None
     guard: GuardCount
-    L_start: float  # L before any rejection: an accepted iteration lowers a raised L back towards it
+    L_start: float  # L after init (a rejected SGD start's raise included: evidence about the curvature at w0);
+    # an accepted outer iteration lowers L raised by later rejections back towards it
 
 
 class _Casimir(Method):
@@ -328,8 +329,10 @@ class _Casimir(Method):
         state.k += 1
         q = lam / (lam + kappa)
         mu_k = self.mu if self.schedule == "const" else max(adapt_mu(self.mu, q, state.k), self.mu_min)
+        # the step's smoothness is state.L times this factor (theory: L is kept at smoothing mu, the step is at mu_k)
+        self.L_factor = self.mu / max(mu_k, self.mu_min) if state.learning_rate == "theory" else 1.0
         if state.learning_rate == "theory":
-            gamma = 1.0 / (state.L * self.mu / max(mu_k, self.mu_min) + lam + kappa)
+            gamma = 1.0 / (state.L * self.L_factor + lam + kappa)
         else:
             gamma = 1.0 / (state.L + lam + kappa) if state.learning_rate is None else float(state.learning_rate)
         m = self.inner_steps if self.inner_steps is not None else epoch_steps(n) if self.schedule == "decreasing" else n
@@ -362,9 +365,11 @@ class _Casimir(Method):
             state.k -= 1
             if isinstance(state.learning_rate, float | int):
                 state.learning_rate = state.learning_rate / backoff(primal, primal_new)
-            # from the L of the step taken: the schedule's cap may have been below 1/(L + lam + kappa)
-            L_taken = max(state.L, 1.0 / self.gamma - lam - state.kappa)
-            state.L = larger_smoothness(self.problem, L_taken, primal, primal_new, w_new, self.mu_k, self.k)
+            # from the L of the step taken: the schedule's cap may have been below 1/(L + lam + kappa); in the
+            # step's scale (times L_factor) for the curvature estimate at mu_k, back in state.L's scale after
+            f = self.L_factor
+            L_taken = max(state.L * f, 1.0 / self.gamma - lam - state.kappa)
+            state.L = larger_smoothness(self.problem, L_taken, primal, primal_new, w_new, self.mu_k, self.k) / f
             state.kappa, state.alpha = self.start(state.L)
             state.z, state.z_prev, beta = state.w.copy(), state.w.copy(), 0.0
         else:
