@@ -156,7 +156,8 @@ def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
          resume: str | os.PathLike | None = None,
          callback: Callable[[np.ndarray], dict | None] | None = None, fused: FUSED = None, executor=None,
          n_workers: int | None = None) -> Result:
-    """SVRG on the smoothed objective: epochs of about a pass, full gradient at the averaged iterate.
+    """SVRG on the smoothed objective: epochs of ``max(n, 50)`` steps (``n`` with ``"constant"``), full gradient at
+    the averaged iterate.
 
     Parameters
     ----------
@@ -204,8 +205,9 @@ def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
         a few repeated epochs (Weizmann horses, 2 passes: the SGD start is rejected, the second
         pass learns). Their oracle calls are counted, and their records say ``rejected``.
     max_passes : float
-        Budget in oracle calls / n (paper counting: 2 per step, so 2 per epoch; 1 per step of the
-        SGD pass); the last epoch (or the SGD pass) is shortened to meet it, so a run ends at most
+        Budget in oracle calls / n (paper counting: 2 per step, so ``2 m / n`` per epoch of ``m``
+        steps, 2 with ``"constant"``, 100 for ``n = 2`` with ``"decreasing"``; 1 per step of the SGD pass);
+        the last epoch (or the SGD pass) is shortened to meet it, so a run ends at most
         one call past ``ceil(max_passes * n)`` (half of its last step). Snapshot passes are not
         counted in ``passes`` (see ``full_grad_passes``).
     tol : float
