@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from structopt.tasks import horses_superpixels as hs
+from structopt.tasks.horses import count_metrics, pixel_counts
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     test_scores = {}
     for mode, b in chosen:
         pred = hs.predict_masks(model, w, test["X"], test["segments"], True, b, mode)
-        test_scores[mode, b] = hs._count_metrics(hs._pixel_counts(test["masks"], pred))
+        test_scores[mode, b] = count_metrics(pixel_counts(test["masks"], pred))
         print(f"test {mode} {b:g}: {test_scores[mode, b]}", flush=True)
 
     def row(c: tuple[str, float], m: dict[str, float]) -> str:

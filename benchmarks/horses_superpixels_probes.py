@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from structopt.problem import SSVMProblem
 from structopt.solvers.bcfw import bcfw
 from structopt.tasks import horses_superpixels as hs
+from structopt.tasks.horses import count_metrics, pixel_counts
 
 N_FOLDS = 3
 
@@ -47,7 +48,7 @@ def _folds(n: int):
 
 
 def _show(label: str, counts: np.ndarray) -> None:
-    m = hs._count_metrics(counts)
+    m = count_metrics(counts)
     print(f"{label}: accuracy {m['pixel_accuracy']:.4f} IoU {m['foreground_iou']:.4f} "
           f"precision {m['precision']:.4f} recall {m['recall']:.4f}", flush=True)
 
@@ -67,7 +68,7 @@ def probe_passes(data: dict, lams: list[float], passes: float, every: float) -> 
             masks = [train["masks"][i] for i in held]
 
             def held_counts(w: np.ndarray, X=X, segments=segments, masks=masks) -> dict:
-                return {"counts": hs._pixel_counts(masks, hs.predict_masks(model, w, X, segments, exact=False))}
+                return {"counts": pixel_counts(masks, hs.predict_masks(model, w, X, segments, exact=False))}
 
             result = bcfw(_problem(data, fit, lam), max_passes=passes, eval_every=every, random_state=0,
                           callback=held_counts)
@@ -123,7 +124,7 @@ def probe_classifier(data: dict, variants: list[str]) -> None:
                     labels = (clf.decision_function(features[i]) > 0).astype(np.int64)
                     predicted[i] = hs.project_labels(train["segments"][i], labels)
         _show(f"classifier {variant} ({features[0].shape[1]} features, {time.process_time() - t0:.0f} CPU s)",
-              hs._pixel_counts(train["masks"], predicted))
+              pixel_counts(train["masks"], predicted))
 
 
 def probe_area_loss(data: dict, powers: list[float], passes: float, lam: float) -> None:
@@ -139,7 +140,7 @@ def probe_area_loss(data: dict, powers: list[float], passes: float, lam: float) 
             w = bcfw(problem, max_passes=passes, random_state=0).w
             predicted = hs.predict_masks(model, w, [train["X"][i] for i in held],
                                          [train["segments"][i] for i in held], exact=False)
-            counts += hs._pixel_counts([train["masks"][i] for i in held], predicted)
+            counts += pixel_counts([train["masks"][i] for i in held], predicted)
         _show(f"area^{power:g} loss, {passes:g} passes", counts)
 
 
@@ -148,7 +149,7 @@ def probe_test_passes(data: dict, passes: float, every: float, lam: float) -> No
 
     def test_counts(w: np.ndarray) -> dict:
         predicted = hs.predict_masks(model, w, test["X"], test["segments"], exact=True)
-        return {"counts": hs._pixel_counts(test["masks"], predicted)}
+        return {"counts": pixel_counts(test["masks"], predicted)}
 
     t0 = time.process_time()
     result = bcfw(SSVMProblem(model, train["X"], train["y"], hs.superpixel_loss(1.0), lam), max_passes=passes,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from structopt.errors import DataNotFoundError, InvalidInputError
+from structopt.archive import read_archive, write_archive
+from structopt.errors import DataNotFoundError, InvalidInputError, OutputError, StructoptError
 
 
 def find_data_dir(corpus: str, path: str | os.PathLike | None = None, required: Sequence[str] = (),
@@ -143,3 +145,41 @@ def check_cross_validation(n: int, n_folds: int, unit: str, lams: Sequence[float
     if not values or any(not (np.isfinite(v) and v > 0) for v in values):
         raise InvalidInputError(f"candidate λ values must be positive and finite, got {values}")
     return values
+
+
+# --------------------------------------------------------------------------- caches of computed features
+def file_listing(root: Path) -> list[list]:
+    """Every file below ``root`` with its size and modification time (what the cache key depends on)."""
+    return sorted([str(p.relative_to(root)), st.st_size, st.st_mtime_ns]
+                  for p in root.rglob("*") if p.is_file() and (st := p.stat()))
+
+
+def read_cache(file: Path) -> dict[str, np.ndarray] | None:
+    """The cached arrays (a sealed archive), or None when there are none or the file fails its checksum (the
+    caller computes them again)."""
+    if not file.exists():
+        return None
+    try:
+        _, arrays = read_archive(file, "feature cache")
+    except StructoptError as error:
+        warnings.warn(f"{error}; computing the features again", stacklevel=3)
+        return None
+    return arrays
+
+
+def write_cache(file: Path, meta: dict, arrays: dict[str, np.ndarray], what: str = "feature cache",
+                redo: str = "the features will be computed again next time", stacklevel: int = 3) -> None:
+    """Write a cache as a sealed archive; a cache that cannot be written only costs time (a warning saying
+    ``redo``, attributed ``stacklevel`` frames up)."""
+    try:
+        write_archive(file, meta, arrays, what, compress=True)
+    except OutputError as error:
+        warnings.warn(f"{error}; {redo}", stacklevel=stacklevel)
+
+
+def cache_dir() -> Path:
+    """``$STRUCTOPT_CACHE``, else ``$XDG_CACHE_HOME/structopt``, else ``~/.cache/structopt``."""
+    if os.environ.get("STRUCTOPT_CACHE"):
+        return Path(os.environ["STRUCTOPT_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "structopt"

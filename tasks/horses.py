@@ -38,6 +38,7 @@ Split: images sorted by name; every third one (index 2, 5, 8, ...) is a test ima
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -274,21 +275,38 @@ def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE,
                      "split": "sorted by name; every third image (index % 3 == 2) is a test image"}}
 
 
-def segmentation_scores(y_true: list[np.ndarray], y_pred: list[np.ndarray]) -> dict[str, float]:
+def _image_counts(i: int, y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
+    a, b = np.asarray(y_true) == 1, np.asarray(y_pred) == 1
+    if a.shape != b.shape:
+        raise InvalidInputError(f"example {i}: true mask {a.shape} and prediction {b.shape} differ in shape")
+    tp, fp, fn = np.count_nonzero(a & b), np.count_nonzero(~a & b), np.count_nonzero(a & ~b)
+    return np.array([tp, fp, fn, a.size - tp - fp - fn], dtype=np.int64)
+
+
+def pixel_counts(y_true: Sequence[np.ndarray], y_pred: Sequence[np.ndarray]) -> np.ndarray:
+    """Foreground (label 1) ``[true positives, false positives, false negatives, true negatives]`` pooled over
+    all pixels of all images; :func:`count_metrics` turns counts (summed over folds, say) into scores."""
+    if len(y_true) != len(y_pred):
+        raise InvalidInputError(f"{len(y_true)} true masks but {len(y_pred)} predictions")
+    out = np.zeros(4, dtype=np.int64)
+    for i, (a, b) in enumerate(zip(y_true, y_pred)):
+        out += _image_counts(i, a, b)
+    return out
+
+
+def count_metrics(counts: np.ndarray) -> dict[str, float]:
+    """Pixel accuracy, foreground IoU, precision and recall of :func:`pixel_counts`' counts."""
+    tp, fp, fn, tn = (int(v) for v in counts)
+    return {"pixel_accuracy": (tp + tn) / max(tp + fp + fn + tn, 1), "foreground_iou": tp / max(tp + fp + fn, 1),
+            "precision": tp / max(tp + fp, 1), "recall": tp / max(tp + fn, 1)}
+
+
+def segmentation_scores(y_true: Sequence[np.ndarray], y_pred: Sequence[np.ndarray]) -> dict[str, float]:
     """Pixel accuracy and foreground IoU, pooled over all pixels of all images, and the mean per-image IoU."""
     if len(y_true) != len(y_pred):
         raise InvalidInputError(f"{len(y_true)} true masks but {len(y_pred)} predictions")
-    correct = total = inter = union = 0
-    per_image = []
-    for i, (a, b) in enumerate(zip(y_true, y_pred)):
-        a, b = np.asarray(a) == 1, np.asarray(b) == 1
-        if a.shape != b.shape:
-            raise InvalidInputError(f"example {i}: true mask {a.shape} and prediction {b.shape} differ in shape")
-        correct += int(np.count_nonzero(a == b))
-        total += a.size
-        i_n, u_n = int(np.count_nonzero(a & b)), int(np.count_nonzero(a | b))
-        inter += i_n
-        union += u_n
-        per_image.append(i_n / u_n if u_n else 1.0)
-    return {"pixel_accuracy": correct / max(total, 1), "foreground_iou": inter / max(union, 1),
-            "mean_image_iou": float(np.mean(per_image)) if per_image else 0.0}
+    per_image = [_image_counts(i, a, b) for i, (a, b) in enumerate(zip(y_true, y_pred))]
+    pooled = count_metrics(np.sum(per_image, axis=0) if per_image else np.zeros(4, dtype=np.int64))
+    ious = [tp / (tp + fp + fn) if tp + fp + fn else 1.0 for tp, fp, fn, _ in per_image]
+    return {"pixel_accuracy": pooled["pixel_accuracy"], "foreground_iou": pooled["foreground_iou"],
+            "mean_image_iou": float(np.mean(ious)) if ious else 0.0}

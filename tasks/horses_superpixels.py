@@ -28,7 +28,7 @@ resolution:
 5. **Labels**: a superpixel is foreground when at least half its pixels are (majority of the mask).
 
 Steps 1-4 are cached as a sealed archive (:mod:`structopt.archive`) under the cache directory of
-:func:`structopt.tasks.localization.cache_dir`, keyed on every parameter and on the data
+:func:`structopt.tasks._data.cache_dir`, keyed on every parameter and on the data
 directory's listing (names, sizes, modification times): an edited file is never served stale.
 
 After loading, a **stacked foreground score** is prepended to the node features: the log-odds of a
@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import os
 import time
 import warnings
@@ -73,11 +74,26 @@ import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, OutputError
 from structopt.models.graph import GraphInput, GraphModel
+from structopt.structures.base import check_flag
 from structopt.tasks._boosted_trees import ARRAY_FIELDS as TREE_FIELDS
 from structopt.tasks._boosted_trees import BoostedTrees, export_hist_gradient_boosting
-from structopt.tasks._data import check_cross_validation, find_data_dir, read_image
-from structopt.tasks.horses import SOURCE, _filter_bank, paired_names, segmentation_scores
-from structopt.tasks.localization import _listing, _read_cache, cache_dir, write_cache
+from structopt.tasks._data import (
+    cache_dir,
+    check_cross_validation,
+    file_listing,
+    find_data_dir,
+    read_cache,
+    read_image,
+    write_cache,
+)
+from structopt.tasks.horses import (
+    SOURCE,
+    _filter_bank,
+    count_metrics,
+    paired_names,
+    pixel_counts,
+    segmentation_scores,
+)
 
 N_BANK = 22  # channels of the grid task's filter bank
 EDGE_FEATURE_NAMES = ("constant", "boundary_contrast", "mean_similarity", "boundary_length")
@@ -552,10 +568,10 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
     is_test = np.arange(len(names)) % 3 == 2
     params = {"root": str(root), "names": names, "n_segments": int(n_segments), "compactness": float(compactness),
               "n_textons": int(n_textons), "seed": int(seed), "version": _CACHE_VERSION,
-              "files": _listing(root)}  # an edited, added or removed file makes a new key: never a stale cache
+              "files": file_listing(root)}  # an edited, added or removed file makes a new key: never a stale cache
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     file = cache_dir() / "horses_superpixels" / f"features-{key}.npz"
-    data = _read_cache(file) if cache else None
+    data = read_cache(file) if cache else None
     if data is None:
         data = _compute(root, names, is_test, int(n_segments), float(compactness), int(n_textons), int(seed),
                         progress)
@@ -578,7 +594,7 @@ def _cached_stages(file: Path | None, nodes: list[np.ndarray], labels: list[np.n
                    n_textons: int, progress: bool) -> tuple[list[list[np.ndarray]], list[BoostedTrees]]:
     """:func:`_stage_scores`, read from / written to ``file`` (a sealed archive) when it is given."""
     n_nodes = np.array([x.shape[0] for x in nodes])
-    arrays = _read_cache(file) if file is not None else None
+    arrays = read_cache(file) if file is not None else None
     if arrays is not None:
         try:
             stages = [_split(arrays[f"stage{k}"], n_nodes) for k in range(context_stages + 1)]
@@ -769,7 +785,7 @@ BIAS_MODES = ("uniform", "area")
 
 
 def _check_bias(fg_bias: Any, bias_mode: Any, source: str = "fg_bias") -> tuple[float, str]:
-    if isinstance(fg_bias, bool) or not isinstance(fg_bias, (int, float, np.floating)) or not np.isfinite(fg_bias):
+    if isinstance(fg_bias, (bool, np.bool_)) or not isinstance(fg_bias, numbers.Real) or not np.isfinite(fg_bias):
         raise InvalidInputError(f"{source}: the foreground bias must be a finite number, got {fg_bias!r}")
     if bias_mode not in BIAS_MODES:
         raise InvalidInputError(f"{source}: the bias mode must be one of {', '.join(BIAS_MODES)}, got {bias_mode!r}")
@@ -792,6 +808,7 @@ def biased_labels(model: GraphModel, w: np.ndarray, x: GraphInput, segments: np.
     :meth:`GraphModel.predict` itself. IoU rewards a different decision than pixel accuracy does: a positive
     bias trades precision for recall of the foreground."""
     fg_bias, bias_mode = _check_bias(fg_bias, bias_mode)
+    exact = check_flag(exact, "exact", "biased_labels")
     if fg_bias == 0.0:
         return model.predict(x, w, exact=exact)
     x = model.validate_input(x)
@@ -887,22 +904,6 @@ def select_lam(data: dict[str, Any], lams: Sequence[float] = DEFAULT_LAMS, n_fol
     return {"lam": best, "scores": scores, "metrics": metrics, "seconds": time.perf_counter() - start}
 
 
-def _pixel_counts(masks: Sequence[np.ndarray], predicted: Sequence[np.ndarray]) -> np.ndarray:
-    """Pooled ``[true positives, false positives, false negatives, true negatives]`` of the foreground pixels."""
-    out = np.zeros(4, dtype=np.int64)
-    for m, p in zip(masks, predicted, strict=True):
-        m, p = np.asarray(m) == 1, np.asarray(p) == 1
-        tp, fp, fn = np.count_nonzero(m & p), np.count_nonzero(~m & p), np.count_nonzero(m & ~p)
-        out += (tp, fp, fn, m.size - tp - fp - fn)
-    return out
-
-
-def _count_metrics(c: np.ndarray) -> dict[str, float]:
-    tp, fp, fn, tn = (int(v) for v in c)
-    return {"pixel_accuracy": (tp + tn) / max(tp + fp + fn + tn, 1), "foreground_iou": tp / max(tp + fp + fn, 1),
-            "precision": tp / max(tp + fp, 1), "recall": tp / max(tp + fn, 1)}
-
-
 def select_fg_bias(data: dict[str, Any], lam: float, biases: Sequence[float], modes: Sequence[str] = BIAS_MODES,
                    n_folds: int = 3, passes: float = 5, n_train: int | None = None, seed: int = 0,
                    fg_weight: float = 1.0, min_accuracy: float = 0.905, exact: bool = True, progress: bool = False
@@ -925,9 +926,7 @@ def select_fg_bias(data: dict[str, Any], lam: float, biases: Sequence[float], mo
     train = data["train"]
     n = len(train["X"]) if n_train is None else min(int(n_train), len(train["X"]))
     check_cross_validation(n, n_folds, "images")
-    grid = [(m, float(b)) for m in dict.fromkeys(modes) for b in dict.fromkeys(biases)]
-    for m, b in grid:
-        _check_bias(b, m)
+    grid = list(dict.fromkeys(_check_bias(b, m)[::-1] for m in modes for b in biases))  # (mode, bias), checked
     if not grid or all(b != 0.0 for _, b in grid):
         grid = [("uniform", 0.0), *grid]  # the unbiased model is always a candidate
     fold = np.arange(n) % n_folds
@@ -942,19 +941,20 @@ def select_fg_bias(data: dict[str, Any], lam: float, biases: Sequence[float], mo
         for c in grid:
             pred = predict_masks(data["model"], w, [train["X"][i] for i in held],
                                  [train["segments"][i] for i in held], exact, c[1], c[0])
-            k = _pixel_counts(masks, pred)
+            k = pixel_counts(masks, pred)
             counts[c] += k
-            m = _count_metrics(k)
+            m = count_metrics(k)
             fold_scores[c].append(0.5 * (m["pixel_accuracy"] + m["foreground_iou"]))
         if progress:
             print(f"  bias cv fold {f + 1}/{n_folds} ({time.perf_counter() - start:.0f} s)", flush=True)
-    table = {c: {"score": float(np.mean(fold_scores[c])), **_count_metrics(counts[c])} for c in grid}
+    table = {c: {"score": float(np.mean(fold_scores[c])), **count_metrics(counts[c])} for c in grid}
 
     def tie(c: tuple[str, float]) -> tuple[float, int]:
         return -abs(c[1]), -BIAS_MODES.index(c[0])
 
     feasible = [c for c in grid if table[c]["pixel_accuracy"] >= min_accuracy]
-    by_iou = max(feasible, key=lambda c: (table[c]["foreground_iou"], *tie(c))) if feasible else ("uniform", 0.0)
+    unbiased = next(c for c in grid if c[1] == 0.0)  # the fallback when no candidate is accurate enough
+    by_iou = max(feasible, key=lambda c: (table[c]["foreground_iou"], *tie(c))) if feasible else unbiased
     by_mean = max(grid, key=lambda c: (table[c]["score"], *tie(c)))
     return {"table": table, "iou": by_iou, "mean": by_mean, "seconds": time.perf_counter() - start}
 

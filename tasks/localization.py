@@ -53,7 +53,6 @@ import hashlib
 import json
 import os
 import re
-import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,12 +60,19 @@ from typing import Any
 
 import numpy as np
 
-from structopt.archive import read_archive, write_archive
-from structopt.errors import DataNotFoundError, InvalidInputError, OutputError, StructoptError
+from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models.box import BoxModel
 from structopt.structures.box import iou
 from structopt.tasks import _bow
-from structopt.tasks._data import find_data_dir, image_shape, read_image
+from structopt.tasks._data import (
+    cache_dir,
+    file_listing,
+    find_data_dir,
+    image_shape,
+    read_cache,
+    read_image,
+    write_cache,
+)
 
 DATASETS = ("horses", "raccoon")
 SOURCES = {
@@ -302,42 +308,6 @@ def mean_box_prior(train_y: Sequence[Box], train_grids: Sequence[tuple[int, int]
 
 
 # --------------------------------------------------------------------------- loader
-def _listing(root: Path) -> list[list]:
-    """Every file below ``root`` with its size and modification time (what the cache key depends on)."""
-    return sorted([str(p.relative_to(root)), st.st_size, st.st_mtime_ns]
-                  for p in root.rglob("*") if p.is_file() and (st := p.stat()))
-
-
-def _read_cache(file: Path) -> dict[str, np.ndarray] | None:
-    """The cached features, or None when there are none or the file fails its checksum (recomputed then)."""
-    if not file.exists():
-        return None
-    try:
-        _, arrays = read_archive(file, "feature cache")
-    except StructoptError as error:
-        warnings.warn(f"{error}; computing the features again", stacklevel=3)
-        return None
-    return arrays
-
-
-def write_cache(file: Path, meta: dict, arrays: dict[str, np.ndarray], what: str = "feature cache",
-                redo: str = "the features will be computed again next time", stacklevel: int = 3) -> None:
-    """Write a cache as a sealed archive; a cache that cannot be written only costs time (a warning saying
-    ``redo``, attributed ``stacklevel`` frames up)."""
-    try:
-        write_archive(file, meta, arrays, what, compress=True)
-    except OutputError as error:
-        warnings.warn(f"{error}; {redo}", stacklevel=stacklevel)
-
-
-def cache_dir() -> Path:
-    """``$STRUCTOPT_CACHE``, else ``$XDG_CACHE_HOME/structopt``, else ``~/.cache/structopt``."""
-    if os.environ.get("STRUCTOPT_CACHE"):
-        return Path(os.environ["STRUCTOPT_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "structopt"
-
-
 def dataset_items(root: Path) -> list[Item] | None:
     """The images of a folder laid out as a dataset (``gray/`` + ``figure_ground/`` masks, or ``images/`` +
     VOC ``annotations/``) with their gold pixel boxes, or None when it has neither layout.
@@ -620,10 +590,10 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
               "n_words": int(n_words), "n_colours": int(n_colours), "random_state": int(random_state),
               "version": _CACHE_VERSION,
               "orientations": _bow.ORIENTATIONS, "n_train": N_TRAIN[dataset]}
-    params["files"] = _listing(root)  # an edited, added or removed file makes a new key: never a stale cache
+    params["files"] = file_listing(root)  # an edited, added or removed file makes a new key: never a stale cache
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     file = cache_dir() / "localization" / f"{dataset}-{key}.npz"
-    data = _read_cache(file) if cache else None
+    data = read_cache(file) if cache else None
     if data is None:
         data = _compute(dataset, root, int(image_size), int(cell_size), int(n_words), int(n_colours), int(random_state))
         if cache:

@@ -279,6 +279,19 @@ def test_fg_bias_cv_matches_select_lam_and_its_criteria(synthetic):
     assert strict["iou"] == ("uniform", 0.0)  # no candidate reaches the accuracy floor: no bias
     with pytest.raises(InvalidInputError, match="bias mode must be one of"):
         hs.select_fg_bias(data, 0.01, [0.5], ("pixels",), n_folds=2, passes=2)
+    # without "uniform", the fallback is the zero bias the grid holds
+    area = hs.select_fg_bias(data, 0.01, [0.0, 0.5], ("area",), n_folds=2, passes=2, min_accuracy=1.01, exact=False)
+    assert area["iou"] == ("area", 0.0) and area["iou"] in area["table"]
+
+
+def test_fg_bias_arguments_are_checked_before_use():
+    segments = np.array([[0, 0], [1, 1]])
+    assert hs.node_bias(segments, np.int64(2)).tolist() == [1.0, 1.0]  # numpy numbers are numbers
+    for bad in ("x", np.nan, True, [1.0]):
+        with pytest.raises(InvalidInputError, match="foreground bias must be a finite number"):
+            hs.select_fg_bias({"train": {"X": [0] * 4}}, 0.01, [bad], n_folds=2)
+    with pytest.raises(InvalidInputError, match="exact"):
+        hs.biased_labels(None, np.zeros(1), None, segments, 0.5, exact="yes")
 
 
 @pytest.mark.slow

@@ -191,15 +191,15 @@ def test_feature_cache_is_sealed_and_keyed_on_the_files(tmp_path):
     root = tmp_path / "data"
     root.mkdir()
     (root / "a.xml").write_text("<annotation/>")
-    before = loc._listing(root)
+    before = loc.file_listing(root)
     (root / "a.xml").write_text("<annotation></annotation>")  # edited: another size
-    assert loc._listing(root) != before
+    assert loc.file_listing(root) != before
     file = tmp_path / "cache.npz"
-    assert loc._read_cache(file) is None
+    assert loc.read_cache(file) is None
     write_archive(file, {"kind": "x"}, {"boxes": np.arange(4)}, compress=True)
-    assert np.array_equal(loc._read_cache(file)["boxes"], np.arange(4))
+    assert np.array_equal(loc.read_cache(file)["boxes"], np.arange(4))
     data = bytearray(file.read_bytes())
     data[len(data) // 2] ^= 0xFF
     file.write_bytes(bytes(data))
     with pytest.warns(UserWarning, match="fails its checksum"):
-        assert loc._read_cache(file) is None  # recomputed, never trusted
+        assert loc.read_cache(file) is None  # recomputed, never trusted

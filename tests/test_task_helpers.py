@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from structopt.errors import InvalidInputError
-from structopt.tasks._data import check_cross_validation
-from structopt.tasks.localization import _read_cache, write_cache
+from structopt.tasks._data import check_cross_validation, read_cache, write_cache
 
 
 @pytest.mark.parametrize("n, n_folds", [(5, 1), (2, 3), (0, 2)])
@@ -30,7 +29,7 @@ def test_good_arguments_return_the_lams_as_floats():
 def test_cache_round_trip_and_an_unwritable_cache_only_warns(tmp_path):
     arrays = {"a": np.arange(4.0)}
     write_cache(tmp_path / "c.npz", {"kind": "test"}, arrays)
-    np.testing.assert_array_equal(_read_cache(tmp_path / "c.npz")["a"], arrays["a"])
+    np.testing.assert_array_equal(read_cache(tmp_path / "c.npz")["a"], arrays["a"])
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     with pytest.warns(UserWarning, match="fitted again next time"):
