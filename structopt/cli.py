@@ -313,6 +313,8 @@ def _predict(args: argparse.Namespace) -> int:
         raise DataNotFoundError(f"input {source} does not exist ({spec.input_help})")
     start = time.perf_counter()
     inputs = spec.read_inputs(saved, source)
+    for warning in inputs.warnings:
+        print(f"structopt: warning: {warning}", file=sys.stderr)
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):

@@ -98,8 +98,19 @@ class OwnSequenceTask(OwnDataTask):
         has_gold = width > needed if label < 0 else width >= label
         file = read_columns(path, token, label if has_gold else None, features)
         (X,) = featurize_columns([file], int(p["n_features"]), int(p["window"]), [int(a) for a in p["affix_lengths"]])
-        gold = encode_labels(file, list(p["tags"]), "error") if has_gold else None
-        return Inputs(X, gold, {"rows": rows, "lengths": file.corpus.lengths})
+        tags = list(p["tags"])
+        gold, warnings = None, []
+        if has_gold:
+            # a gold label the model never saw cannot be predicted: it gets an index past the model's
+            # labels (``tags`` grows), so it counts as an error rather than blocking prediction
+            gold = encode_labels(file, tags, "extend")
+            unseen = tags[len(p["tags"]):]
+            if unseen:
+                count = sum(int(np.count_nonzero(y >= len(p["tags"]))) for y in gold)
+                warnings.append(f"{path}: gold label(s) {', '.join(unseen[:5])}{' ...' if len(unseen) > 5 else ''} "
+                                f"never occurred in the model's training file; the model cannot output them, so "
+                                f"their {count} token(s) count as errors")
+        return Inputs(X, gold, {"rows": rows, "lengths": file.corpus.lengths, "gold_tags": tags}, warnings)
 
     def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
         from structopt.tasks.conll import write_tagged
@@ -112,7 +123,7 @@ class OwnSequenceTask(OwnDataTask):
         from structopt.tasks.conll import chunk_f1, token_accuracy
         from structopt.tasks.own_sequence import is_chunk_tagging
 
-        tags = list(saved.preprocessing["tags"])
+        tags = inputs.extra.get("gold_tags", list(saved.preprocessing["tags"]))  # the model's, then unseen gold
         out = {"test_token_accuracy": token_accuracy(inputs.gold, predictions)}
         if is_chunk_tagging(tags):
             out["test_chunk_f1"] = chunk_f1(inputs.gold, predictions, tags)["f1"]

@@ -51,11 +51,13 @@ Task = BuiltTask
 @dataclass
 class Inputs:
     """What ``structopt predict`` read: model inputs, gold outputs if the input has them, and the
-    task's own bookkeeping for writing (names, token lines, image sizes, ...)."""
+    task's own bookkeeping for writing (names, token lines, image sizes, ...), and warnings about the
+    input that do not stop prediction (``predict`` prints each on one line)."""
 
     X: list[Any]
     gold: list[Any] | None
     extra: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 class TaskSpec:

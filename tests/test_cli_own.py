@@ -93,3 +93,26 @@ def test_flags_of_another_kind_are_refused(tmp_path, capsys):
     assert main(["train", "bitext", "--data", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert main(["train", "sequence", "--out", str(tmp_path / "o")]) == 2
     assert "--train" in capsys.readouterr().err
+
+
+def test_sequence_predict_scores_a_gold_label_the_model_never_saw(tmp_path, capsys):
+    """A gold label absent from training does not block predict: it is scored as an error, with one warning."""
+    rng = np.random.default_rng(3)
+    train = _write_conll(tmp_path / "train.txt", _sentences(rng, 30))
+    out = tmp_path / "run"
+    assert main(["train", "sequence", "--train", str(train), "--feature-columns", "2", "--passes", "2",
+                 "--out", str(out), "--no-progress"]) == 0
+    sentences = _sentences(rng, 6)
+    sentences[0][1] = (sentences[0][1][0], sentences[0][1][1], "B-FOO")  # a chunk type training never had
+    test = _write_conll(tmp_path / "test.txt", sentences)
+    capsys.readouterr()
+    metrics = tmp_path / "m.json"
+    assert main(["predict", str(out / "model.npz"), str(test), "--out", str(tmp_path / "pred"),
+                 "--json", str(metrics)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(test) in err[0] and "B-FOO" in err[0] and "--unseen-labels" not in err[0]
+    rows = [line.split() for line in (tmp_path / "pred").read_text().splitlines() if line]
+    gold, predicted = [row[2] for row in rows], [row[3] for row in rows]
+    assert "B-FOO" in gold and "B-FOO" not in predicted
+    expected = sum(g == p for g, p in zip(gold, predicted)) / len(gold)
+    assert json.loads(metrics.read_text())["test_token_accuracy"] == pytest.approx(expected, abs=1e-12)
