@@ -204,3 +204,21 @@ def test_theory_rate_keeps_L_at_mu_after_a_rejection(monkeypatch):
     assert len(checked) >= 2
     for stored, estimate in checked:
         assert stored == pytest.approx(estimate)
+
+
+def test_a_rejected_sgd_start_is_counted_like_svrg_counts_it():
+    """A step far too long (L tiny): the SGD start raises the primal and is rejected; with the budget spent on
+    it, info says the one epoch judged was rejected (the CLI's 'ALL ... REJECTED' reads these counts)."""
+    from structopt.solvers.svrg import svrg
+
+    p = random_chain_problem(0)
+    r = casimir_svrg(p, L=1e-8, sgd_init=True, max_passes=0.5, random_state=0)
+    assert [t for t in r.trace if "rejected" in t]
+    assert r.info["epochs"] == r.info["rejected_epochs"] == 1
+    assert np.array_equal(r.w, np.zeros(p.n_params))
+    s = svrg(p, learning_rate=1.0 / (1e-8 + p.lam), sgd_init=True, max_passes=0.5, random_state=0)
+    assert (s.info["epochs"], s.info["rejected_epochs"]) == (r.info["epochs"], r.info["rejected_epochs"])
+    # an accepted SGD start is judged too: every record after the start point's is one judged epoch
+    for sgd_init in (True, False):
+        a = casimir_svrg(p, sgd_init=sgd_init, max_passes=3, random_state=0)
+        assert a.info["epochs"] == len(a.trace) - 1 and a.info["rejected_epochs"] == 0

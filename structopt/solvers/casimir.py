@@ -245,7 +245,7 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHED
         ``oracle_calls_made``, ``full_grad_passes``, ``time``, ``primal`` (non-smooth F(w_k)),
         ``outer_iter``, ``mu``, ``kappa``, ``alpha``, ``beta``, ``learning_rate``. ``info``:
         ``stop_reason``, ``L``, ``kappa``, ``memory``, ``schedule``, ``warm_start``, ``epochs``
-        (outer iterations run), ``rejected_epochs``.
+        (outer iterations run, and the SGD start if any), ``rejected_epochs`` (the SGD start included).
     """
     options = dict(locals())  # as given: the defaults below follow from them
     refuse_tol("casimir_svrg", tol)
@@ -305,6 +305,7 @@ class _Casimir(Method):
         monitor.pause()
         primal = executor.primal(w)
         monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
+        guard = GuardCount()
         if self.sgd_init:  # one call per step, shortened to a budget below one pass
             monitor.restart()
             gamma = 1.0 / (L + lam)
@@ -314,7 +315,9 @@ class _Casimir(Method):
                              counters=counters, n_steps=min(n, monitor.step_budget(n)), view=self.view)
             monitor.pause()
             primal_sgd = executor.primal(w_sgd)
-            if self.guard and rose(primal, primal_sgd):  # keep w0, take the hint about L (of the step taken)
+            rejected = self.guard and rose(primal, primal_sgd)
+            guard.count(rejected)  # the SGD start is judged like an epoch (as svrg counts it)
+            if rejected:  # keep w0, take the hint about L (of the step taken)
                 L = larger_smoothness(problem, max(L, 1.0 / gamma - lam), primal, primal_sgd, w_sgd, self.mu, self.k)
                 kappa, alpha = self.start(L)
                 monitor.record(w, primal=primal, outer_iter=0, rejected=primal_sgd, **counters.record(n))
@@ -322,7 +325,7 @@ class _Casimir(Method):
                 w, primal = w_sgd, primal_sgd
                 monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
         return CasimirState(rng, counters, 0, w, w.copy(), w.copy(), alpha, L, kappa, {}, primal, self.learning_rate,
-                            GuardCount(), L)
+                            guard, L)
 
     def advance(self, state: CasimirState, monitor: Monitor) -> None:
         problem, n, lam, kappa = self.problem, self.problem.n, self.problem.lam, state.kappa
