@@ -83,21 +83,37 @@ def load_ocr(path: str | os.PathLike | None = None) -> dict[str, Any]:
     DataNotFoundError
         ``path`` does not exist.
     InvalidInputError
-        Naming the file and the array: not an ``.npz``, a missing array, wrong shapes or dtypes,
+        Naming the file and the array: a folder, not an ``.npz``, an object (pickled) array, a
+        member that is no array, a missing array, wrong shapes or dtypes,
         a label outside 0-25, a fold outside 0-9, a word without letters, lengths that do not add
         up to the number of letters.
     """
     path = Path(path) if path is not None else EMBEDDED
+    layout = f"the OCR letters layout: arrays {', '.join(_ARRAYS)}"
+    if path.is_dir():
+        raise InvalidInputError(f"{path} is a folder; OCR reads an .npz file in {layout}")
     if not path.is_file():
         raise DataNotFoundError(f"OCR data not found at {path}; it ships with structopt as {EMBEDDED}")
+    # numpy reads a file that is not a zip archive as a pickle and, refused, suggests allow_pickle: we never
+    # unpickle, so anything but a zip archive is refused here with our own words
+    if not zipfile.is_zipfile(path):
+        raise InvalidInputError(f"{path}: not an .npz archive (expected {layout})")
+    arrays: dict[str, Any] = {}
+    key = ""
     try:
-        data = np.load(path, allow_pickle=False)
-        if not hasattr(data, "files"):  # a bare .npy array, not an archive
-            raise ValueError(f"it holds a single array of shape {data.shape}, not named arrays")
-        with data:
-            arrays = {key: data[key] for key in _ARRAYS if key in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # not an npz, truncated, pickled objects
-        raise InvalidInputError(f"{path}: cannot read as an .npz archive ({error})") from None
+        with np.load(path, allow_pickle=False) as data:
+            for key in (k for k in _ARRAYS if k in data.files):
+                arrays[key] = data[key]
+    except ValueError as error:
+        if "allow_pickle" not in str(error):
+            raise InvalidInputError(f"{path}: not a readable .npz archive of {layout} ({error})") from None
+        raise InvalidInputError(f"{path}: array {key!r} holds Python objects, which structopt never loads "
+                                f"(expected {layout})") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as error:  # truncated, corrupted
+        raise InvalidInputError(f"{path}: not a readable .npz archive of {layout} ({error})") from None
+    raw = [key for key, value in arrays.items() if not isinstance(value, np.ndarray)]
+    if raw:  # numpy returns the bytes of a member that is no .npy array
+        raise InvalidInputError(f"{path}: member {raw[0]!r} is not a numpy array (expected {layout})")
     missing = [key for key in _ARRAYS if key not in arrays]
     if missing:
         raise InvalidInputError(f"{path}: missing arrays {missing} (expected {list(_ARRAYS)})")
