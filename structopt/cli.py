@@ -219,7 +219,7 @@ def _train(args: argparse.Namespace) -> int:
     shown = " | ".join(f"{name.replace('_', ' ')} {value:.4f}" for name, value in metrics.items())
     status, warning = _run_status(result, args.solver)
     summary["status"] = status
-    line = (f"{args.task} {args.solver}: {last['passes']:g} passes, {last['time']:.1f}s optimising "
+    line = (f"{args.task} {args.solver}: {_count(last['passes'], 'pass', 'passes')}, {last['time']:.1f}s optimising "
             f"({wall:.1f}s in the solver) | train primal {last['primal']:.5f} | gap {gap} | {shown} | {status}")
     if warning:
         print(f"structopt: warning: {warning}", file=sys.stderr)
@@ -238,6 +238,11 @@ def _train(args: argparse.Namespace) -> int:
     written = sorted(path.name for path in out.iterdir() if path.is_file() and path.stat().st_mtime >= started)
     print(f"{line} | wrote {', '.join(f'{out}/{name}' for name in written)}")
     return 0
+
+
+def _count(number: float, one: str, many: str) -> str:
+    """``number`` and the noun in agreement: "1 pass", "2 passes", "0.5 passes"."""
+    return f"{number:g} {one if number == 1 else many}"
 
 
 #: the saved model ``structopt train`` writes into ``--out``
@@ -261,11 +266,12 @@ def _run_status(result: Any, solver: str) -> tuple[str, str | None]:
         parts.append("DIVERGED (the primal is not finite)")
         warning = f"{solver} diverged: its last primal is {trace[-1]['primal']}; the saved weights are not usable"
     if epochs and rejected >= epochs:
-        parts.append(f"ALL {epochs} EPOCHS REJECTED: the weights are the starting point")
-        warning = (f"{solver} rejected every one of its {epochs} epochs (each raised the primal), so the model "
-                   "is its starting point (zero weights); try a smaller step or another solver")
+        parts.append(f"ALL {_count(epochs, 'EPOCH', 'EPOCHS')} REJECTED: the weights are the starting point")
+        which = "its only epoch (it raised" if epochs == 1 else f"every one of its {epochs:g} epochs (each raised"
+        warning = (f"{solver} rejected {which} the primal), so the model is its starting point (zero weights); "
+                   "try a smaller step or another solver")
     elif rejected:
-        parts.append(f"{rejected} of {epochs} epochs rejected")
+        parts.append(f"{rejected} of {_count(epochs, 'epoch', 'epochs')} rejected")
     if reason.startswith("gap"):
         parts.append(f"converged ({reason})")
     elif trace[-1].get("gap") is not None:
@@ -308,9 +314,12 @@ def _predict(args: argparse.Namespace) -> int:
         _check_writable_dir(out, "--out")
     else:
         _check_writable_file(out, "--out")
+    if args.json:  # checked like --out, before predicting rather than after writing the predictions
+        _check_writable_file(Path(args.json), "--json")
     source = Path(args.input)
-    if not spec.input_exists(source):
-        raise DataNotFoundError(f"input {source} does not exist ({spec.input_help})")
+    missing = spec.missing_input(source)
+    if missing is not None:
+        raise DataNotFoundError(f"input {missing} does not exist ({spec.input_help})")
     start = time.perf_counter()
     inputs = spec.read_inputs(saved, source)
     for warning in inputs.warnings:
@@ -479,6 +488,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _scheduler_argument(text: str) -> str:
+    """argparse ``type=`` of ``--scheduler``: what the executors accept as a dask scheduler (named as the flag)."""
+    from structopt.parallel import executor_option
+
+    try:
+        executor_option("--scheduler", text)
+    except InvalidInputError:
+        raise argparse.ArgumentTypeError(f"must be a dask scheduler address such as tcp://host:8786, got {text!r}") \
+            from None
+    return text
+
+
 def _wrap(text: str, indent: str = "") -> str:
     """``text`` wrapped to 79 columns (help text shown raw), continuation lines indented two more spaces."""
     import textwrap
@@ -537,7 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--workers", type=number_argument(int, 1), default=None, metavar="N",
                        help="run the batch passes on a local dask cluster of N worker processes (needs the [dask] "
                             "extra); with --scheduler, the number of chunks (default: the cluster's workers)")
-    train.add_argument("--scheduler", default=None, metavar="ADDRESS",
+    train.add_argument("--scheduler", default=None, metavar="ADDRESS", type=_scheduler_argument,
                        help="run the batch passes on the dask cluster at ADDRESS (e.g. tcp://host:8786)")
     train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")

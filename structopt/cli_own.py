@@ -38,7 +38,8 @@ class OwnSegmentationTask(OwnDataTask):
     preprocessing_types = HorsesTask.preprocessing_types
     input_help = ("segmentation: a folder of images, or a folder with images/ and masks/ (the gold, matched by file "
                   "stem and read as training read them)")
-    output_help = HorsesTask.output_help.replace("horses:", "segmentation:")
+    output_help = HorsesTask.output_help.replace("horses:", "segmentation:").replace("255 = horse",
+                                                                                      "255 = foreground")
     default_output, output_is_folder = "masks", True
     write, scores = HorsesTask.write, HorsesTask.scores
     _is_superpixel = staticmethod(HorsesTask._is_superpixel)  # what the borrowed write/scores ask
@@ -140,7 +141,10 @@ class OwnBitextTask(OwnDataTask):
     default_output = "predictions.naacl"
 
     def input_exists(self, path: Path) -> bool:
-        return all(Path(part).is_file() for part in str(path).split(","))
+        return self.missing_input(path) is None
+
+    def missing_input(self, path: Path) -> Path | None:
+        return next((Path(part) for part in str(path).split(",") if not Path(part).is_file()), None)
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.alignment import AlignmentFeaturizer

@@ -33,6 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError
+from structopt.options import number_argument
 from structopt.tasks._data import read_text_lines
 from structopt.tasks.conll import Corpus, _encode_tags, _tag_set, chunk_f1, featurize, token_accuracy
 from structopt.tasks.own_common import (
@@ -216,8 +217,8 @@ class SequenceOptions(CommonOptions):
     unseen_labels: str = option("--unseen-labels", "test labels absent from training: error (default) or extend "
                                 "(kept as labels the model never predicts)", "error", choices=("error", "extend"))
     n_features: int = option("--n-features", "hashing dimension (default 65536)", 2**16, type=positive_int)
-    window: int = option("--window", "context offsets -W..W of the token templates (default 2)", 2,
-                         type=int, metavar="W")
+    window: int = option("--window", "context offsets -W..W of the token templates, 0..100 (default 2)", 2,
+                         type=number_argument(int, 0, 100), metavar="W")
 
 
 def is_chunk_tagging(labels: Sequence[str]) -> bool:
@@ -235,8 +236,9 @@ def load_sequence(options: SequenceOptions) -> dict:
 
     cols = {"token_column": options.token_column, "label_column": options.label_column,
             "feature_columns": tuple(options.feature_columns)}
-    if not 0 <= options.window <= 100:
-        raise InvalidInputError(f"window must be in 0..100, got {options.window}")
+    window = options.window
+    if isinstance(window, bool) or not isinstance(window, int | np.integer) or not 0 <= window <= 100:
+        raise InvalidInputError(f"--window (window) must be an integer in 0..100, got {options.window!r}")
     train_file = read_columns(existing_file(options.train, "--train"), **cols)
     files = [train_file]
     if options.test is not None:

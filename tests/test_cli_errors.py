@@ -417,3 +417,74 @@ def test_a_model_the_format_cannot_describe_is_a_warning_not_a_lost_run(tmp_path
     assert "test metric 0.5000" in captured.out and (tmp_path / "run" / "trace.json").is_file()
     assert "the trained model was not saved: cannot save a model of type FeatureModel" in captured.err
     assert not (tmp_path / "run" / "model.npz").exists()
+
+
+# --------------------------------------------------------------------------- predict's inputs and outputs
+@pytest.fixture(scope="module")
+def ocr_model(tmp_path_factory):
+    """A small OCR model and a two-word input in the letters layout."""
+    from structopt.tasks.ocr import load_ocr, write_ocr
+
+    root = tmp_path_factory.mktemp("ocr_model")
+    assert main(["train", "ocr", "--n-train", "20", "--passes", "1", "--out", str(root / "run"),
+                 "--no-progress"]) == 0
+    data = load_ocr()
+    write_ocr(root / "words.npz", data["X"][:2], data["y"][:2])
+    return root / "run" / "model.npz", root / "words.npz"
+
+
+def test_predict_checks_json_before_predicting(tmp_path, capsys, ocr_model):
+    model, words = ocr_model
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    out = tmp_path / "p.txt"
+    for json_path in (blocker / "x.json", tmp_path):  # under a file; a folder
+        assert main(["predict", str(model), str(words), "--json", str(json_path), "--out", str(out)]) == 2
+        err = _one_line_error(capsys)
+        assert f"--json {json_path}" in err and ".tmp" not in err
+        assert not out.exists()  # refused before any prediction was written
+
+
+def test_predict_refuses_what_is_not_an_ocr_npz_without_numpys_pickle_hint(tmp_path, capsys, ocr_model):
+    model, _ = ocr_model
+    text = tmp_path / "fake.npz"
+    text.write_text("hi\n")
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, pixels=np.array([object()], dtype=object))
+    for path, says in ((text, "not an .npz archive"), (objects, "array 'pixels' holds Python objects")):
+        assert main(["predict", str(model), str(path), "--out", str(tmp_path / "p.txt")]) == 2
+        err = _one_line_error(capsys)
+        assert f"{path}: {says}" in err and "pixels, labels, lengths, folds" in err
+        assert "allow_pickle" not in err and "pickle.load" not in err
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert main(["predict", str(model), str(folder), "--out", str(tmp_path / "p.txt")]) == 2
+    err = _one_line_error(capsys)
+    assert f"{folder} is a folder; OCR reads an .npz file" in err and "ships with structopt" not in err
+
+
+def test_summary_says_one_pass_and_one_epoch(tmp_path, capsys, monkeypatch, fake_task):
+    trace = [{"passes": 0.0, "time": 0.0, "primal": 1.0}, {"passes": 1.0, "time": 0.1, "primal": 1.0, "rejected": 2.0}]
+    out, err = _status_run(tmp_path, capsys, monkeypatch, trace,
+                           {"stop_reason": "reached max_passes=1", "epochs": 1, "rejected_epochs": 1})
+    assert "svrg: 1 pass, " in out and "ALL 1 EPOCH REJECTED" in out
+    assert "svrg rejected its only epoch" in err
+
+
+@pytest.mark.parametrize(("argv", "flag", "python_name"), [
+    (["train", "ocr", "--scheduler", "notanaddress"], "--scheduler", "executor"),
+    (["train", "sequence", "--train", "x.txt", "--window", "-1"], "--window", "window must"),
+])
+def test_bad_cli_values_name_the_cli_option(capsys, no_training, argv, flag, python_name):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = _one_line_error(capsys)
+    assert f"argument {flag}: must be" in err and python_name not in err
+
+
+def test_predict_help_says_foreground_for_own_segmentation(capsys):
+    with pytest.raises(SystemExit):
+        main(["predict", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "segmentation: a folder of PNG masks (255 = foreground)" in text

@@ -116,3 +116,15 @@ def test_sequence_predict_scores_a_gold_label_the_model_never_saw(tmp_path, caps
     assert "B-FOO" in gold and "B-FOO" not in predicted
     expected = sum(g == p for g, p in zip(gold, predicted)) / len(gold)
     assert json.loads(metrics.read_text())["test_token_accuracy"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_predict_bitext_names_the_one_missing_file(tmp_path, capsys):
+    source, target, gold = _bitext(tmp_path, 12, 0)
+    out = tmp_path / "run"
+    assert main(["train", "bitext", "--source", str(source), "--target", str(target), "--gold", str(gold),
+                 "--passes", "1", "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    missing = tmp_path / "nosuch.tgt"
+    assert main(["predict", str(out / "model.npz"), f"{source},{missing}", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"input {missing} does not exist" in err and f"{source}," not in err

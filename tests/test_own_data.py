@@ -631,3 +631,10 @@ def test_sequence_task_equals_load_conll2000():
             assert (a != b).nnz == 0
         for a, b in zip(mine[split]["y"], reference[split]["y"], strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("window", [-1, 101, 1.5, True])
+def test_sequence_window_out_of_range_names_the_option(conll_files, window):
+    train, _ = conll_files
+    with pytest.raises(InvalidInputError, match=r"^--window \(window\) must be an integer in 0\.\.100"):
+        load_sequence(SequenceOptions(train=str(train), token_column=3, label_column=1, window=window))
