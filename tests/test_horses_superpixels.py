@@ -99,7 +99,7 @@ def _synthetic_horses(root, n: int = 6, seed: int = 0) -> None:
         Image.fromarray(mask.astype(np.uint8) * 255).save(root / "figure_ground" / f"horse{i:03d}.jpg")
 
 
-OPTIONS = {"n_segments": 40, "n_textons": 4, "n_folds": 2}
+OPTIONS = {"n_segments": 40, "n_textons": 4, "n_folds": 2, "patch_centres": 5}
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,8 @@ def test_features_shapes_and_split(synthetic):
     data = hs.load_superpixel_horses(synthetic, cache=False, context_stages=1, **OPTIONS)
     train, test, info = data["train"], data["test"], data["info"]
     assert test["names"] == ["horse002.jpg", "horse005.jpg"] and len(train["X"]) == 4
-    F = 1 + 2 + len(hs.feature_names(4))  # bias, stacked and auto-context scores, raw features
+    # bias, stacked and auto-context scores, raw features (5 learned patch features per codebook at the end)
+    F = 1 + 2 + len(hs.feature_names(4)) + 5 * len(hs.PATCH_FACTORS)
     assert len(info["feature_names"]) == F and data["model"].n_node_features == F
     for x, y, seg, mask in zip(train["X"] + test["X"], train["y"] + test["y"], train["segments"] + test["segments"],
                                train["masks"] + test["masks"]):
