@@ -7,6 +7,8 @@ Usage::
     python benchmarks/horses_superpixels_probes.py area-loss [--powers 0.5 1] [--passes 10]
     python benchmarks/horses_superpixels_probes.py test-passes [--passes 30] [--every 10]
 
+(each with ``--patch-centres 0`` for the features before the learned patch features)
+
 Every probe but the last uses the training images only, in the folds of
 :func:`structopt.tasks.horses_superpixels.select_lam` (training image ``t`` in fold ``t % 3``), and
 prints held-out pixel accuracy / foreground IoU pooled over the folds (0 auto-context stages,
@@ -169,8 +171,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--every", type=float, default=None)
     parser.add_argument("--variants", nargs="+", default=["base", "area", "long", "long_area", "n1", "n1n2"])
     parser.add_argument("--powers", type=float, nargs="+", default=[0.5, 1.0])
+    parser.add_argument("--patch-centres", type=int, default=hs.DEFAULT_PATCH_CENTRES,
+                        help="learned patch features per codebook (0: the features before them)")
     args = parser.parse_args(argv)
-    data = hs.load_superpixel_horses(args.data, seed=0, context_stages=0)
+    data = hs.load_superpixel_horses(args.data, seed=0, context_stages=0, patch_centres=args.patch_centres)
     if args.probe == "passes":
         probe_passes(data, args.lams, args.passes or 30, args.every or 5)
     elif args.probe == "classifier":

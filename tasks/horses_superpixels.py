@@ -24,7 +24,7 @@ resolution:
    k-means on whitened 8 x 8 patches of training images with the triangle activation, Coates, Lee
    and Ng, AISTATS 2011), ``patch_centres`` per codebook, one codebook on the full-resolution image
    and one on the image downscaled 4 times. They carry most of the evidence: the stacked
-   classifier's out-of-fold foreground IoU on the training images rises from 0.639 to 0.727 with
+   classifier's out-of-fold foreground IoU on the training images rises from 0.639 to 0.730 with
    them (``benchmarks/horses_superpixels_results.md``).
 4. **Edge features**: a constant, the mean contrast ``exp(-beta (I_p - I_q)^2)`` over the pixel
    pairs of the shared boundary (smoothed image, ``beta`` the inverse of twice the image's mean

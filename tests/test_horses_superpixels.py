@@ -298,12 +298,12 @@ def test_fg_bias_arguments_are_checked_before_use():
 @pytest.mark.slow
 @needs_data("horses")
 def test_real_horses_beat_the_pixel_grid():
-    # benchmarks/horses_superpixels_results.md: 0.911 / 0.679 at λ = 0.01 after 10 passes (the grid: 0.862 / 0.565;
-    # the target of 0.70 IoU is not reached)
-    problem, evaluate, _, _ = hs.build_task(lam=1e-2)
+    # benchmarks/horses_superpixels_results.md: 0.942 / 0.776 at λ = 0.001 after 10 passes (the grid: 0.862 / 0.565);
+    # the target is 0.90 / 0.70
+    problem, evaluate, _, _ = hs.build_task(lam=1e-3)
     result = bcfw(problem, max_passes=10, random_state=0)
     scores = evaluate(result.w)
-    assert scores["test_pixel_accuracy"] >= 0.90 and scores["test_foreground_iou"] >= 0.65
+    assert scores["test_pixel_accuracy"] >= 0.90 and scores["test_foreground_iou"] >= 0.70
 
 
 @pytest.mark.slow
