@@ -20,9 +20,10 @@ import numpy as np
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.tasks.own_common import BuiltTask, resolve_lam
 
-#: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization,
-#: the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py --select``)
-DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001, "horses superpixels": 0.01,
+#: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization and
+#: superpixels, the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py
+#: --select``, ``benchmarks/horses_superpixels.py``)
+DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001, "horses superpixels": 0.001,
                "localization horses": 0.1, "localization raccoon": 0.001}
 
 #: localization's dataset when ``--dataset`` is not given
