@@ -150,7 +150,7 @@ def test_ocr_bad_arrays_name_file_and_array(tmp_path, change, text):
 
 def test_ocr_unreadable_or_missing_files(tmp_path):
     (tmp_path / "text.npz").write_text("not an archive")
-    _raises(InvalidInputError, lambda: load_ocr(tmp_path / "text.npz"), str(tmp_path / "text.npz"), "not an .npz archive")
+    _raises(InvalidInputError, lambda: load_ocr(tmp_path / "text.npz"), str(tmp_path / "text.npz"), "not an .npz")
     np.save(tmp_path / "one.npy", np.zeros(3))
     _raises(InvalidInputError, lambda: load_ocr(tmp_path / "one.npy"), str(tmp_path / "one.npy"), "not an .npz archive")
     _raises(DataNotFoundError, lambda: load_ocr(tmp_path / "none.npz"), str(tmp_path / "none.npz"))
