@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.lib.stride_tricks import sliding_window_view
 
 from structopt.errors import InvalidInputError
@@ -24,6 +25,8 @@ CONTRAST_EPS = 0.01
 WHITEN_EPS = 0.1
 #: patches drawn per image to fit a codebook
 PATCHES_PER_IMAGE = 400
+#: downscaled pixels whose activations are computed at once (memory ~ BLOCK * K * 8 bytes)
+BLOCK = 32768
 FIELDS = ("mean", "whiten", "centres")
 
 
@@ -66,11 +69,20 @@ def downscale(image: np.ndarray, factor: int) -> np.ndarray:
     return image[:H * fh, :W * fw].reshape(H, fh, W, fw).mean(axis=(1, 3))
 
 
-def _patches(image: np.ndarray, patch: int) -> np.ndarray:
-    """Every pixel's ``patch x patch`` neighbourhood (edge-padded), one row per pixel (a view where possible)."""
+def _padded(image: np.ndarray, patch: int) -> np.ndarray:
     before, after = patch // 2, patch - 1 - patch // 2
-    padded = np.pad(image, ((before, after), (before, after)), mode="edge")
-    return sliding_window_view(padded, (patch, patch)).reshape(image.shape[0] * image.shape[1], patch * patch)
+    return np.pad(image, ((before, after), (before, after)), mode="edge")
+
+
+def _band(padded: np.ndarray, patch: int, first: int, stop: int) -> np.ndarray:
+    """The ``patch x patch`` neighbourhoods of the pixels of image rows ``first:stop``, one row per pixel."""
+    window = sliding_window_view(padded[first:stop + patch - 1], (patch, patch))
+    return window.reshape(window.shape[0] * window.shape[1], patch * patch)
+
+
+def _patches(image: np.ndarray, patch: int) -> np.ndarray:
+    """Every pixel's ``patch x patch`` neighbourhood (edge-padded), one row per pixel."""
+    return _band(_padded(image, patch), patch, 0, image.shape[0])
 
 
 def _normalised(rows: np.ndarray) -> np.ndarray:
@@ -101,20 +113,53 @@ def fit_patch_codebook(images: Sequence[np.ndarray], factor: int, patch: int, n_
     return PatchCodebook(int(factor), int(patch), mean, whiten, km.cluster_centers_)
 
 
+def _triangle(z: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """``max(0, mean_j(d_j) - d_k)`` of the distances ``d`` of the rows of ``z`` to the centres (float32)."""
+    # distances through ||z||^2 - 2 z.c + ||c||^2, one matrix product per block
+    dist = (z * z).sum(axis=1)[:, None] - 2.0 * (z @ centres.T) + (centres * centres).sum(axis=1)[None, :]
+    np.sqrt(np.maximum(dist, 0.0, out=dist), out=dist)
+    return np.maximum(dist.mean(axis=1, keepdims=True) - dist, 0.0).astype(np.float32)
+
+
+def _coarse_index(shape: tuple[int, int], small: tuple[int, int], factor: int) -> np.ndarray:
+    """The downscaled pixel (flat index) every full-resolution pixel reads."""
+    rows = np.minimum(np.arange(shape[0]) // factor, small[0] - 1)
+    cols = np.minimum(np.arange(shape[1]) // factor, small[1] - 1)
+    return (rows[:, None] * small[1] + cols[None, :]).ravel()
+
+
 def patch_activations(image: np.ndarray, codebook: PatchCodebook) -> np.ndarray:
-    """Triangle activations ``(H * W, K)`` (float32) of every full-resolution pixel of ``image`` (H, W)."""
+    """Triangle activations ``(H * W, K)`` (float32) of every full-resolution pixel of ``image`` (H, W).
+
+    Holds ``H * W * K`` numbers; :func:`pooled_activations` pools them block by block instead."""
     image = np.asarray(image, dtype=np.float64)
     small = downscale(image, codebook.factor)
-    z = (_normalised(_patches(small, codebook.patch)) - codebook.mean) @ codebook.whiten
-    c = codebook.centres
-    # distances through ||z||^2 - 2 z.c + ||c||^2, one matrix product for the image
-    dist = (z * z).sum(axis=1)[:, None] - 2.0 * (z @ c.T) + (c * c).sum(axis=1)[None, :]
-    np.sqrt(np.maximum(dist, 0.0, out=dist), out=dist)
-    act = np.maximum(dist.mean(axis=1, keepdims=True) - dist, 0.0).astype(np.float32)
-    if codebook.factor == 1:
-        return act
-    H, W = image.shape
-    h, w = small.shape
-    rows = np.minimum(np.arange(H) // codebook.factor, h - 1)
-    cols = np.minimum(np.arange(W) // codebook.factor, w - 1)
-    return act[(rows[:, None] * w + cols[None, :]).ravel()]
+    act = _triangle((_normalised(_patches(small, codebook.patch)) - codebook.mean) @ codebook.whiten,
+                    codebook.centres)
+    return act if codebook.factor == 1 else act[_coarse_index(image.shape, small.shape, codebook.factor)]
+
+
+def pooled_activations(image: np.ndarray, codebook: PatchCodebook, pool: sp.spmatrix, block: int = BLOCK
+                       ) -> np.ndarray:
+    """``pool @ patch_activations(image, codebook)`` (float64, ``(N, K)`` for a ``(N, H * W)`` pooling matrix)
+    without the full-resolution activations: the pooling is moved to the downscaled pixels and the
+    activations are computed ``block`` of those pixels at a time, so memory stays ``O(block * K)`` for
+    images of any size."""
+    image = np.asarray(image, dtype=np.float64)
+    small = downscale(image, codebook.factor)
+    n_small = small.shape[0] * small.shape[1]
+    pool = sp.csr_matrix(pool)
+    if codebook.factor != 1:  # pixel p reads coarse pixel index[p]: pool @ one-hot(index) pools the coarse pixels
+        index = _coarse_index(image.shape, small.shape, codebook.factor)
+        pool = pool @ sp.csr_matrix((np.ones(index.size), (np.arange(index.size), index)),
+                                    shape=(index.size, n_small))
+    pool = pool.tocsc()
+    padded = _padded(small, codebook.patch)
+    width = small.shape[1]
+    band = max(1, block // width)  # image rows per block: their pixels are contiguous in the flat order
+    out = np.zeros((pool.shape[0], codebook.centres.shape[0]))
+    for first in range(0, small.shape[0], band):
+        stop = min(first + band, small.shape[0])
+        z = (_normalised(_band(padded, codebook.patch, first, stop)) - codebook.mean) @ codebook.whiten
+        out += pool[:, first * width:stop * width] @ _triangle(z, codebook.centres).astype(np.float64)
+    return out

@@ -92,7 +92,7 @@ from structopt.tasks._data import (
     read_image,
     write_cache,
 )
-from structopt.tasks._patch_features import PatchCodebook, fit_patch_codebook, patch_activations
+from structopt.tasks._patch_features import PatchCodebook, fit_patch_codebook, pooled_activations
 from structopt.tasks.horses import (
     SOURCE,
     _filter_bank,
@@ -299,7 +299,7 @@ def image_features(image: np.ndarray, mask: np.ndarray | None, centres: np.ndarr
     weight = np.asarray(A.sum(axis=1)).ravel()
     weight[weight == 0] = 1.0
     context = (A @ np.concatenate([mean, hist], axis=1)) / weight[:, None]
-    learned = [np.asarray(P @ patch_activations(image, codebook), dtype=np.float64) for codebook in codebooks]
+    learned = [pooled_activations(image, codebook, P) for codebook in codebooks]
     nodes = np.concatenate([mean, std, hist, position, relative, context, *coarse, *learned], axis=1)
     return {"segments": segments, "nodes": nodes, "edges": edges, "edge_features": edge_feats,
             "labels": None if mask is None else majority_labels(segments, mask)}

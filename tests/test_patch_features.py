@@ -85,3 +85,18 @@ def test_fit_is_seeded_and_whitens():
     np.testing.assert_allclose(a.whiten, a.whiten.T, atol=1e-12)  # ZCA: symmetric
     with pytest.raises(InvalidInputError, match="needs at least as many patches"):
         pf.fit_patch_codebook([rng.random((3, 3))], 1, 2, 20, seed=0)
+
+
+@pytest.mark.parametrize("factor", [1, 4])
+def test_pooled_activations_equal_pooling_the_full_activations(factor):
+    # blocks of whole image rows (down to one row per block) give the pooled full-resolution activations
+    rng = np.random.default_rng(factor)
+    image = rng.random((23, 18))
+    cb = codebook(rng, factor, 3, 6)
+    labels = rng.integers(0, 7, size=image.shape)
+    labels[0, :7] = np.arange(7)  # every region present
+    pool = hs.pool_matrix(labels)
+    expected = pool @ pf.patch_activations(image, cb).astype(np.float64)
+    for block in (1, 5, 40, 10_000):
+        np.testing.assert_allclose(pf.pooled_activations(image, cb, pool, block=block), expected, rtol=1e-10,
+                                   atol=1e-10)
