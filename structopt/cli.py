@@ -319,7 +319,8 @@ def _predict(args: argparse.Namespace) -> int:
     source = Path(args.input)
     missing = spec.missing_input(source)
     if missing is not None:
-        raise DataNotFoundError(f"input {missing} does not exist ({spec.input_help})")
+        what = "is not what this task reads" if missing.exists() else "does not exist"  # e.g. a folder for a file
+        raise DataNotFoundError(f"input {missing} {what} ({spec.input_help})")
     start = time.perf_counter()
     inputs = spec.read_inputs(saved, source)
     for warning in inputs.warnings:

@@ -128,3 +128,7 @@ def test_predict_bitext_names_the_one_missing_file(tmp_path, capsys):
     assert main(["predict", str(out / "model.npz"), f"{source},{missing}", "--out", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"input {missing} does not exist" in err and f"{source}," not in err
+    # a folder where a file belongs is named as such, not as missing
+    assert main(["predict", str(out / "model.npz"), f"{source},{tmp_path}", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"input {tmp_path} is not what this task reads" in err
