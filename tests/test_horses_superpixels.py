@@ -13,6 +13,7 @@ from structopt.models.graph import GraphInput
 from structopt.solvers.bcfw import bcfw
 from structopt.tasks import horses_superpixels as hs
 from tests._shared_data import needs_data
+from tests._synthetic_horses import write_synthetic_horses
 
 
 def _brute_rag(labels: np.ndarray) -> dict[tuple[int, int], int]:
@@ -86,17 +87,7 @@ def test_bad_inputs_are_refused():
 
 def _synthetic_horses(root, n: int = 6, seed: int = 0) -> None:
     """``n`` grey images with a bright noisy ellipse (the "horse") on a darker textured background."""
-    rng = np.random.default_rng(seed)
-    (root / "gray").mkdir()
-    (root / "figure_ground").mkdir()
-    for i in range(n):
-        H, W = 36 + 2 * i, 48
-        rr, cc = np.mgrid[:H, :W]
-        cy, cx = H / 2 + rng.integers(-3, 4), W / 2 + rng.integers(-4, 5)
-        mask = ((rr - cy) / (H / 4)) ** 2 + ((cc - cx) / (W / 4)) ** 2 <= 1
-        image = np.where(mask, 0.75, 0.3) + rng.normal(0, 0.05, size=(H, W))
-        Image.fromarray((np.clip(image, 0, 1) * 255).astype(np.uint8)).save(root / "gray" / f"horse{i:03d}.jpg")
-        Image.fromarray(mask.astype(np.uint8) * 255).save(root / "figure_ground" / f"horse{i:03d}.jpg")
+    write_synthetic_horses(root, n, seed=seed, height=36, width=48, foreground=0.75, background=0.3, noise=0.05)
 
 
 OPTIONS = {"n_segments": 40, "n_textons": 4, "n_folds": 2, "patch_centres": 5}

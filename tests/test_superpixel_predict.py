@@ -9,6 +9,7 @@ from threadpoolctl import threadpool_limits
 
 from structopt.errors import InvalidInputError
 from structopt.tasks._boosted_trees import BoostedTrees, export_hist_gradient_boosting
+from tests._synthetic_horses import write_synthetic_horses
 
 
 def _fitted(seed: int, missing: bool, **options):
@@ -78,19 +79,7 @@ def test_bad_arrays_are_refused():
 
 # --------------------------------------------------------------------------- the superpixel task's new images
 def _synthetic(root, n: int = 9) -> None:
-    from PIL import Image
-
-    rng = np.random.default_rng(3)
-    (root / "gray").mkdir(parents=True)
-    (root / "figure_ground").mkdir()
-    for i in range(n):
-        H, W = 40 + 2 * i, 52
-        rr, cc = np.mgrid[:H, :W]
-        cy, cx = H / 2 + rng.integers(-3, 4), W / 2 + rng.integers(-4, 5)
-        mask = ((rr - cy) / (H / 4)) ** 2 + ((cc - cx) / (W / 4)) ** 2 <= 1
-        image = np.where(mask, 0.7, 0.35) + rng.normal(0, 0.06, size=(H, W))
-        Image.fromarray((np.clip(image, 0, 1) * 255).astype(np.uint8)).save(root / "gray" / f"horse{i:03d}.jpg")
-        Image.fromarray(mask.astype(np.uint8) * 255).save(root / "figure_ground" / f"horse{i:03d}.jpg")
+    write_synthetic_horses(root, n, seed=3, height=40, width=52, foreground=0.7, background=0.35, noise=0.06)
 
 
 def test_image_graph_rebuilds_the_loaders_test_graphs(tmp_path):
