@@ -350,11 +350,6 @@ class HorsesTask(TaskSpec):
             progress=not args.no_progress)
         if lam == 0:  # --lam 0: 1/n for the n training images used (known once the task is built)
             problem = problem.with_lam(1.0 / problem.n)
-        # the header line and the plot title print the problem's λ; the builder's description ends with the λ it
-        # was given (1 for --lam 0, before the 1/n above), so that ending is dropped rather than shown twice
-        given = f", λ={float(lam or 1.0):g}"
-        if description.endswith(given):
-            description = description[: -len(given)]
         return Task(problem, evaluate, description, preprocessing)
 
     @staticmethod

@@ -1092,7 +1092,8 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
         ``evaluate(w)`` -> ``{"test_pixel_accuracy", "test_foreground_iou", "test_mean_image_iou"}``
         on full-resolution test masks.
     description : str
-        Names the task, the graph sizes and the λ chosen (with the CV scores).
+        Names the task and the graph sizes, with the CV scores of the candidate λ when it was chosen (the
+        problem holds λ; a caller prints it from there).
     preprocessing : dict
         What reading a new image needs (:func:`image_graph`; arrays and JSON values), with
         ``graph: "superpixels"``.
@@ -1111,7 +1112,7 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
     if lam is None:
         chosen = select_lam(data, lams, cv_folds, cv_passes, n, seed, progress, fg_weight)
         lam = chosen["lam"]
-        cv = " (cross-validated: " + ", ".join(f"{k:g}: {v:.4f}" for k, v in chosen["scores"].items()) + ")"
+        cv = ", cross-validated (" + ", ".join(f"{k:g}: {v:.4f}" for k, v in chosen["scores"].items()) + ")"
     model = data["model"]
     problem = SSVMProblem(model, train["X"][:n], train["y"][:n], superpixel_loss(fg_weight), float(lam))
 
@@ -1123,6 +1124,5 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
 
     description = (f"Weizmann horses on SLIC superpixels ({n} training / {len(test['X'])} test images, "
                    f"{info['mean_nodes']:.0f} nodes and {info['mean_edges']:.0f} edges per graph), "
-                   f"{info['context_stages']} auto-context stage(s), foreground weight {float(fg_weight):g}, "
-                   f"λ={float(lam):g}{cv}")
+                   f"{info['context_stages']} auto-context stage(s), foreground weight {float(fg_weight):g}{cv}")
     return problem, evaluate, description, {"graph": "superpixels", **info["preprocessing"]}

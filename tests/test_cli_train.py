@@ -50,24 +50,3 @@ def test_the_tasks_build_the_problem_type_their_solver_list_is_derived_from():
     args = cli.build_parser().parse_args(["train", "ocr", "--n-train", "5"])
     problem = cli.TASKS["ocr"](args).problem
     assert type(problem) is cli._task_problem_type()  # the other tasks build theirs the same way (SSVMProblem)
-
-
-def test_superpixels_description_leaves_lambda_to_the_header(monkeypatch):
-    """The header and the plot title print the problem's λ; the task's description must not repeat it."""
-    import types
-
-    import structopt.tasks.horses_superpixels as superpixels
-
-    class Problem:
-        n = 4
-
-        def with_lam(self, lam):
-            return types.SimpleNamespace(n=4, lam=lam)
-
-    def build_task(data, *, lam, **options):
-        return Problem(), lambda w: {}, f"Weizmann horses on SLIC superpixels (4 training), λ={float(lam):g}", {}
-
-    monkeypatch.setattr(superpixels, "build_task", build_task)
-    for argv in (["horses", "--graph", "superpixels"], ["horses", "--graph", "superpixels", "--lam", "0"]):
-        task = cli.TASKS["horses"](cli.build_parser().parse_args(["train", *argv]))
-        assert "λ" not in task.description and task.description.startswith("Weizmann horses on SLIC")

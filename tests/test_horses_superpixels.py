@@ -242,6 +242,8 @@ def test_build_task_trains_and_evaluates(synthetic, tmp_path):
                                                                   **OPTIONS)
     assert preprocessing["graph"] == "superpixels" and preprocessing["stages"] == 2
     assert "superpixels" in description and "cross-validated" in description
+    # the header and the plot title print the problem's λ; the description does not repeat it
+    assert "λ" not in description and problem.lam in (0.01, 0.1)
     result = bcfw(problem, max_passes=4, random_state=0)
     gaps = [row["gap"] for row in result.trace]
     assert gaps[-1] < gaps[0]
