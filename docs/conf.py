@@ -112,6 +112,7 @@ API_MODULES: list[tuple[str, str]] = [
     ("structopt.parallel", "Executors: processes and dask"),
     ("structopt.potentials", "Potentials arithmetic"),
     ("structopt.contract", "The extension contract"),
+    ("structopt.hooks", "The hook table: optional attributes looked up by name"),
     ("structopt.archive", "Sealed archives (checkpoints)"),
     ("structopt.interrupt", "Ctrl-C handling"),
     ("structopt.errors", "Errors"),

@@ -62,113 +62,24 @@ implementation numerically.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from structopt.errors import InvalidInputError
+from structopt.hooks import HOOKS, Hook, check_hooks, has_hook, hook
+from structopt.losses import Loss
 from structopt.structures.base import Structure, flatten
+
+__all__ = ["HOOKS", "Hook", "check_contract", "check_hooks", "check_layout", "has_hook", "hook",
+           "nonnegative_indices"]
 
 _STRUCTURE_REQUIRED = ("argmax", "stats", "outputs", "polytope", "expand", "validate_output")
 _MODEL_REQUIRED = ("blocks", "validate_input", "potentials", "add_features", "reduce_stats", "zeros")
 
 
-@dataclass(frozen=True)
-class Hook:
-    """An optional attribute looked up by name (``hasattr``) on a structure or a model.
-
-    Attributes
-    ----------
-    owner : {"structure", "model"}
-    name : str
-    signature : str
-        How it is called (or, for a plain attribute, what it holds).
-    called_by : str
-        Who looks it up.
-    requires : tuple of str
-        Hooks that must come with it.
-    """
-
-    owner: str
-    name: str
-    signature: str
-    called_by: str
-    requires: tuple[str, ...] = ()
-
-    @property
-    def is_method(self) -> bool:
-        """Whether the hook is called (its signature has an argument list)."""
-        return "(" in self.signature
-
-
-#: every hook structopt looks up by name; a ``hasattr`` on a structure or model elsewhere names one of these
-HOOKS: tuple[Hook, ...] = (
-    Hook("structure", "Potentials", "Potentials: a NamedTuple type", "FeatureModel, validate.check_model"),
-    Hook("structure", "states_per_node", "states_per_node: int >= 1", "Hamming, WeightedHamming, estimator.score"),
-    Hook("structure", "node_potentials", "node_potentials(costs, like) -> Potentials", "Hamming, WeightedHamming",
-         ("states_per_node",)),
-    Hook("structure", "node_constant", "node_constant(costs) -> float", "Hamming, WeightedHamming",
-         ("states_per_node", "node_potentials")),
-    Hook("structure", "projector", "projector(tol, warm) -> None or an object with project(point, key), state(), "
-         "load_state(state), max_residual", "dual extragradient (solvers/_eg_geometry.EuclideanBlocks)"),
-    Hook("structure", "edge_potentials", "edge_potentials(costs, like) -> Potentials", "MatchingHamming"),
-    Hook("structure", "topk_iou", "topk_iou(theta, y_true, k) -> (outputs, scores)", "BoxLoss",
-         ("marginals_iou",)),
-    Hook("structure", "marginals_iou", "marginals_iou(theta, y_true, temperature) -> (log_z, marginals, loss)",
-         "BoxLoss", ("topk_iou",)),
-    Hook("model", "features_sqnorm", "features_sqnorm(x, mu) -> float", "BCFW line search, smoothing solvers"),
-    Hook("model", "nonnegative_blocks", "nonnegative_blocks: tuple of block names",
-         "SSVMProblem.project_weights, every solver"),
-)
-
-
-_DOCUMENTED = frozenset((h.owner, h.name) for h in HOOKS)
-
-
-def hook(name: str, owner: str = "structure") -> Hook:
-    """The documented hook ``name`` of ``owner`` (KeyError for an undocumented one)."""
-    for h in HOOKS:
-        if h.owner == owner and h.name == name:
-            return h
-    raise KeyError(f"{name!r} is not a documented {owner} hook (see structopt.contract.HOOKS)")
-
-
-def has_hook(obj: Any, name: str, owner: str = "structure") -> bool:
-    """Whether ``obj`` declares the documented hook ``name`` (the lookup losses and tools use)."""
-    if (owner, name) not in _DOCUMENTED:  # a set lookup: this runs per oracle call
-        hook(name, owner)  # raises, naming the undocumented hook
-    return hasattr(obj, name)
-
-
-def check_hooks(obj: Any, owner: str) -> None:
-    """Raise :class:`InvalidInputError` if a hook ``obj`` declares is malformed or lacks a companion.
-
-    Methods must be callable, ``states_per_node`` a positive integer, ``Potentials`` a NamedTuple type.
-    """
-    kind = type(obj).__name__
-    for h in HOOKS:
-        if h.owner != owner or not hasattr(obj, h.name):
-            continue
-        value = getattr(obj, h.name)
-        missing = [r for r in h.requires if not hasattr(obj, r)]
-        if missing:
-            raise InvalidInputError(f"{kind} declares the hook {h.name} but not {', '.join(missing)}, which must "
-                                    "come with it (see structopt.contract.HOOKS)")
-        if h.is_method and not callable(value):
-            raise InvalidInputError(f"{kind}.{h.name} must be a method {h.signature}, got {type(value).__name__}")
-        if h.name == "states_per_node" and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-                                           or value < 1):
-            raise InvalidInputError(f"{kind}.states_per_node must be an integer >= 1, got {value!r}")
-        if h.name == "Potentials" and not (isinstance(value, type) and issubclass(value, tuple)
-                                           and hasattr(value, "_fields")):
-            raise InvalidInputError(f"{kind}.Potentials must be a NamedTuple type, got {value!r}")
-
-
 def check_contract(model: Any, loss: Any) -> None:
     """Raise :class:`InvalidInputError` naming the first missing piece of the contract."""
-    from structopt.losses import Loss
-
     missing = [name for name in _MODEL_REQUIRED if not hasattr(model, name)]
     if missing:
         raise InvalidInputError(f"{type(model).__name__} is not a structopt Model: it lacks {', '.join(missing)} "

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from structopt.contract import has_hook
 from structopt.errors import InvalidInputError, NotSupportedError, numeric_array
+from structopt.hooks import has_hook
 from structopt.structures.base import Potentials, Structure, add, check_flag, inner, scale
 
 
@@ -72,7 +72,7 @@ class Loss(ABC):
 def _node_terms(loss: Loss, structure: Structure, node_costs: np.ndarray, like: Potentials) -> tuple[Potentials, float]:
     # (c, const) of a per-node loss in the structure's potentials layout; the constant is nonzero for
     # encodings without a statistic per (node, value), e.g. a 0/1 vector (optional hook `node_constant`;
-    # every hook is documented in structopt.contract.HOOKS)
+    # every hook is documented in structopt.hooks.HOOKS)
     if not (has_hook(structure, "states_per_node") and has_hook(structure, "node_potentials")):
         raise NotSupportedError(
             f"{type(loss).__name__} is a per-node loss: it needs a structure with per-node labels, i.e. one "

@@ -128,3 +128,11 @@ def test_solvers_reach_the_model_only_through_the_problem():
                     or (isinstance(owner, ast.Attribute) and owner.attr == "problem")):
                 found.add((module, node.attr))
     assert found <= REACH_EXCEPTIONS, f"solvers reach past the problem: {sorted(found - REACH_EXCEPTIONS)}"
+
+
+def test_hook_table_is_a_ground_floor():
+    """structopt.hooks is looked up by losses, structures and the problem, so it imports none of them."""
+    bad = sorted(name for module, _, name in _imports()
+                 if module == "structopt.hooks" and name.startswith("structopt.")
+                 and not _allowed(name, ("structopt.errors",)))
+    assert not bad, f"structopt.hooks imports {bad}"

@@ -8,7 +8,7 @@ statistics are exactly one binary indicator per variable and the structure has i
 ``project``, the local QP is that projection instead (:attr:`StructuredFactor.projectable`).
 
 How a structure's statistics z map to the variables' marginals is read off its documented hooks
-(``structopt.contract.HOOKS``), an affine map ``μ = Aᵀ z + b`` built once per factor:
+(``structopt.hooks.HOOKS``), an affine map ``μ = Aᵀ z + b`` built once per factor:
 
 - per-node hooks ``node_potentials`` (+ ``node_constant`` for a 0/1 encoding): ``Chain``,
   ``TreeStructure``, ``BinaryGrid``, ``LPStructure`` — one variable per node, in the order of the
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError
+from structopt.hooks import has_hook
 from structopt.potentials import flatten, unflatten
 from structopt.structures.base import Structure
 
@@ -65,7 +66,6 @@ class StructuredFactor:
     def __init__(self, structure: Structure, scope: tuple[int, ...], theta: Any, n_states: np.ndarray, what: str,
                  use_project: bool = True):
         # contract imports the structures package: imported here, at first use, not at module load
-        from structopt.contract import has_hook
 
         if not isinstance(structure, Structure):
             raise InvalidInputError(f"{what}: a structured factor needs a structopt Structure, got "
@@ -116,7 +116,6 @@ class StructuredFactor:
 
     # ------------------------------------------------------------------ the affine map
     def _affine_map(self) -> tuple[np.ndarray, np.ndarray]:
-        from structopt.contract import has_hook
 
         k, S = self.k, self.S
         A = np.zeros((self.n_stats, k * S))
