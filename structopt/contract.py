@@ -29,6 +29,10 @@
   - ``projector(tol, warm)``: a stateful, warm-started Euclidean projector (``project(point, key)``,
     ``state()``, ``load_state(state)``, ``max_residual``) or None, for the dual extragradient
     (an unconstrained ``Chain``'s); without it the extragradient calls ``project``;
+  - ``map_labels(theta, exact) -> output``: an exact (``exact=True``) or fast labeling, for a structure
+    whose ``argmax`` is a relaxation (a factor graph's AD3 oracle may return a fractional point);
+    :meth:`~structopt.models.base.Model.predict` calls it instead of ``argmax``, so prediction
+    always returns an output;
   - ``example(rng, *, integer, **size) -> (structure, theta)`` (classmethod) and
     ``example_variants``: random small instances, required by
     :func:`~structopt.structures.registry.register_structure` (``structopt check``);
@@ -117,6 +121,8 @@ HOOKS: tuple[Hook, ...] = (
          ("marginals_iou",)),
     Hook("structure", "marginals_iou", "marginals_iou(theta, y_true, temperature) -> (log_z, marginals, loss)",
          "BoxLoss", ("topk_iou",)),
+    Hook("structure", "map_labels", "map_labels(theta, exact) -> an output (labels), never a relaxed point",
+         "Model.predict (every prediction: SSVMProblem, StructuredSVM, SavedModel)"),
     Hook("model", "features_sqnorm", "features_sqnorm(x, mu) -> float", "BCFW line search, smoothing solvers"),
     Hook("model", "nonnegative_blocks", "nonnegative_blocks: tuple of block names",
          "SSVMProblem.project_weights, every solver"),
