@@ -221,7 +221,7 @@ class StructuredSVM(_EstimatorBase):
 
     def predict(self, X: Sequence[Any]) -> list[Any]:
         """The best output of each input: ``model.predict_batch(X, coef_)``
-        (:meth:`~structopt.models.base.Model.predict_batch`; outputs, never relaxed points)."""
+        (:meth:`~structopt.models.Model.predict_batch`; outputs, never relaxed points)."""
         self._check_fitted()
         return self.model.predict_batch(_as_list(X, "X"), self.coef_)
 

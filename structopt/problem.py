@@ -591,7 +591,7 @@ class SSVMProblem:
         return self._fingerprint
 
     def predict(self, X: Sequence[Any], w: np.ndarray, executor: Any = None) -> list[Any]:
-        """The best output of each new input: :meth:`Model.predict_batch <structopt.models.base.Model.predict_batch>`
+        """The best output of each new input: :meth:`Model.predict_batch <structopt.models.Model.predict_batch>`
         (outputs, never relaxed points; a factor graph's exact MAP labels), split over ``executor``'s
         workers when one is given."""
         w = self.check_weights(w)

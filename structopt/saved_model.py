@@ -232,9 +232,9 @@ class SavedModel:
 
     def predict(self, X: Sequence[Any]) -> list[Any]:
         """The best output of each input: ``model.predict_batch(X, w)``
-        (:meth:`~structopt.models.base.Model.predict_batch`), the code path of ``SSVMProblem.predict``
+        (:meth:`~structopt.models.Model.predict_batch`), the code path of ``SSVMProblem.predict``
         and ``StructuredSVM.predict``. Outputs always, never relaxed points: a
-        :class:`~structopt.models.graph.GraphModel` gives its exact MAP labels whatever its training
+        :class:`~structopt.models.GraphModel` gives its exact MAP labels whatever its training
         oracle (``saved.model.predict(x, saved.w, exact=False)``: AD3's rounded labeling)."""
         return self.model.predict_batch(X, self.w)
 

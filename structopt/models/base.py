@@ -135,9 +135,9 @@ class Model(ABC):
         It is :meth:`predict_output` of the potentials ``A_x w``: the structure's ``argmax`` (exact
         for chains, trees, grids, boxes, matchings, ``LPStructure``, dynamic programs, ...), or, for a
         structure whose ``argmax`` is a relaxation (a factor graph's AD3 oracle,
-        :class:`~structopt.models.graph.GraphModel`'s), its ``map_labels`` hook: the exact MAP labeling.
-        The output is the structure's own type (a chain's labels, a :class:`~structopt.structures.box.Box`,
-        a dynamic program's output as its ``decode`` makes it, ...).
+        :class:`~structopt.models.GraphModel`'s), its ``map_labels`` hook: the exact MAP labeling.
+        The output is the structure's own type (a chain's labels, a bounding box's 4-tuple of
+        cell indices, a dynamic program's output as its ``decode`` makes it, ...).
 
         Parameters
         ----------

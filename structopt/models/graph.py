@@ -267,7 +267,7 @@ class GraphModel(Model):
     (``SSVMProblem.loss_of``). sgd, svrg and casimir need top-K or marginals, which graphs with
     cycles do not have: they refuse (NotSupportedError) before the run.
 
-    **Prediction** (:meth:`~structopt.models.base.Model.predict`, and ``SSVMProblem.predict``,
+    **Prediction** (:meth:`~structopt.models.Model.predict`, and ``SSVMProblem.predict``,
     ``StructuredSVM.predict`` and ``SavedModel.predict``, which call it) returns labels, never the
     relaxed point: the exact MAP by branch-and-bound over AD3 (:meth:`GraphStructure.map_labels`;
     AD3's labeling itself when AD3 certifies it), whatever ``exact`` the model was trained with;
