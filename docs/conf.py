@@ -48,8 +48,9 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "ARCHITECTURE.md", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip",
-                    "auto_examples/*.md5", "auto_examples/*.json"]
+# guide/_*.md are generated parts that other pages include (the option tables, the command-line reference)
+exclude_patterns = ["_build", "ARCHITECTURE.md", "guide/_*.md", "auto_examples/*.ipynb", "auto_examples/*.py",
+                    "auto_examples/*.zip", "auto_examples/*.md5", "auto_examples/*.json"]
 templates_path = ["_templates"]
 html_theme = "furo"
 html_title = f"structopt {release}"
