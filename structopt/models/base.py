@@ -155,10 +155,11 @@ class Model(ABC):
         InvalidInputError
             Bad weights or input (before any oracle runs), or potentials that forbid every output.
         """
-        return self.predict_batch([x], w, exact, what="x")[0]
+        return self._predict([x], w, exact, single=True)[0]
 
-    def predict_batch(self, X: Sequence[Any], w: np.ndarray, exact: bool = True, *, what: str = "X") -> list[Any]:
-        """:meth:`predict` of every input of ``X``, in order (inputs checked first, naming the example).
+    def predict_batch(self, X: Sequence[Any], w: np.ndarray, exact: bool = True) -> list[Any]:
+        """:meth:`predict` of every input of ``X``, in order (every input is checked first, an error naming
+        the example).
 
         Parameters
         ----------
@@ -169,11 +170,14 @@ class Model(ABC):
         exact : bool, default True
             As in :meth:`predict`.
         """
-        exact = check_flag(exact, "exact", f"{type(self).__name__}.predict")
         if isinstance(X, (str, bytes)) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
-            raise InvalidInputError(f"{what} must be a sequence of inputs, got {type(X).__name__}")
+            raise InvalidInputError(f"X must be a sequence of inputs, got {type(X).__name__}")
+        return self._predict(X, w, exact, single=False)
+
+    def _predict(self, X: Sequence[Any], w: np.ndarray, exact: bool, single: bool) -> list[Any]:
+        exact = check_flag(exact, "exact", f"{type(self).__name__}.predict")
         w = self.check_weights(w)
-        inputs = [self.validate_input(X[i], None if what == "x" else i) for i in range(len(X))]
+        inputs = [self.validate_input(X[i], None if single else i) for i in range(len(X))]
         return [self.predict_output(self.potentials(x, w), exact) for x in inputs]
 
     def predict_output(self, theta: Potentials, exact: bool = True) -> Any:
