@@ -5,6 +5,13 @@ Build: ``pip install -e ".[docs]" && sphinx-build -W -b html docs docs/_build/ht
 The API pages (``docs/api/*.rst``) are written here at every build from the packages' ``__all__``
 (or, without one, the public classes and functions a module defines): each object is documented once,
 in the most specific listed module that defines it, and every module that re-exports it links there.
+The command-line reference (``docs/guide/_cli_reference.md``) is written from ``structopt.cli``'s
+parser and task registry (``docs/_cli_reference.py``), and the solver-option tables from the solvers'
+declarations (``docs/_solver_options.py``).
+
+Every page works offline: sphinx-gallery's timing page (``sg_execution_times``, which loads its table
+styles and scripts from CDNs) is not written, and a build whose HTML loads a script or stylesheet
+over http(s) fails (``docs/_offline.py``: a warning, so an error under ``-W``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(DOCS))
 
+from _cli_reference import cli_reference  # noqa: E402
+from _offline import refuse_remote_assets  # noqa: E402
 from _solver_options import solver_option_tables  # noqa: E402
 
 import structopt  # noqa: E402
@@ -39,8 +48,9 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "ARCHITECTURE.md", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip",
-                    "auto_examples/*.md5", "auto_examples/*.json"]
+# guide/_*.md are generated parts that other pages include (the option tables, the command-line reference)
+exclude_patterns = ["_build", "ARCHITECTURE.md", "guide/_*.md", "auto_examples/*.ipynb", "auto_examples/*.py",
+                    "auto_examples/*.zip", "auto_examples/*.md5", "auto_examples/*.json"]
 templates_path = ["_templates"]
 html_theme = "furo"
 html_title = f"structopt {release}"
@@ -87,7 +97,12 @@ sphinx_gallery_conf = {
     "within_subsection_order": "FileNameSortKey",
     "show_memory": False,
     "plot_gallery": "True",
+    # the timing pages (sg_execution_times) load bootstrap, jQuery and DataTables from CDNs: not written
+    "write_computation_times": False,
 }
+# a timing page left by an older build (or another configuration) would still be built: remove it
+for _stale in (DOCS / "sg_execution_times.rst", DOCS / "auto_examples" / "sg_execution_times.rst"):
+    _stale.unlink(missing_ok=True)
 
 # ---------------------------------------------------------------------------------------------
 # API pages
@@ -219,6 +234,7 @@ def _write_if_changed(path: Path, text: str) -> None:
 
 API_NAMES = write_api_pages()
 _write_if_changed(DOCS / "guide" / "_solver_options.md", solver_option_tables() + "\n")
+_write_if_changed(DOCS / "guide" / "_cli_reference.md", cli_reference())
 
 # ---------------------------------------------------------------------------------------------
 # Docstring mends applied at build time, for modules whose owners have not fixed them yet (each is
@@ -250,3 +266,4 @@ def _skip_aliases(app, what, name, obj, skip, options):
 def setup(app):
     app.connect("autodoc-process-docstring", _mend_docstring, priority=100)  # before napoleon (500)
     app.connect("autodoc-skip-member", _skip_aliases)
+    app.connect("build-finished", refuse_remote_assets)

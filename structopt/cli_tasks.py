@@ -383,15 +383,15 @@ class HorsesTask(TaskSpec):
 
     @staticmethod
     def _superpixel_masks(saved: Any, inputs: Inputs, predictions: list[Any]) -> list[np.ndarray]:
-        """Full-resolution masks of the exact MAP labels, as ``train`` scores them: ``predict``'s generic
-        oracle call is AD3's relaxed point, which may be fractional (computed once, kept in ``inputs``)."""
+        """Full-resolution masks of the predicted labels (``SavedModel.predict``: the exact MAP labels, as
+        ``train`` scores them), projected on each image's superpixels (computed once, kept in ``inputs``)."""
         from structopt.tasks.horses_superpixels import project_labels
 
         if len(predictions) != len(inputs.X):
             raise InvalidInputError(f"{len(predictions)} predictions for {len(inputs.X)} images")
         if "masks" not in inputs.extra:
-            inputs.extra["masks"] = [project_labels(s, saved.model.predict(x, saved.w, exact=True))
-                                     for x, s in zip(inputs.X, inputs.extra["segments"], strict=True)]
+            inputs.extra["masks"] = [project_labels(s, y)
+                                     for y, s in zip(predictions, inputs.extra["segments"], strict=True)]
         return inputs.extra["masks"]
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:

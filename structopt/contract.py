@@ -29,6 +29,10 @@
   - ``projector(tol, warm)``: a stateful, warm-started Euclidean projector (``project(point, key)``,
     ``state()``, ``load_state(state)``, ``max_residual``) or None, for the dual extragradient
     (an unconstrained ``Chain``'s); without it the extragradient calls ``project``;
+  - ``map_labels(theta, exact) -> output``: an exact (``exact=True``) or fast labeling, for a structure
+    whose ``argmax`` is a relaxation (a factor graph's AD3 oracle may return a fractional point);
+    :meth:`~structopt.models.base.Model.predict` calls it instead of ``argmax``, so prediction
+    always returns an output;
   - ``example(rng, *, integer, **size) -> (structure, theta)`` (classmethod) and
     ``example_variants``: random small instances, required by
     :func:`~structopt.structures.registry.register_structure` (``structopt check``);

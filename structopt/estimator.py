@@ -220,11 +220,10 @@ class StructuredSVM(_EstimatorBase):
         return self.model.potentials(self.model.validate_input(x), self.coef_)
 
     def predict(self, X: Sequence[Any]) -> list[Any]:
-        """MAP output of each input."""
+        """The best output of each input: ``model.predict_batch(X, coef_)``
+        (:meth:`~structopt.models.Model.predict_batch`; outputs, never relaxed points)."""
         self._check_fitted()
-        structure = self.model.structure
-        return [structure.argmax(self.model.potentials(self.model.validate_input(x, i), self.coef_))
-                for i, x in enumerate(_as_list(X, "X"))]
+        return self.model.predict_batch(_as_list(X, "X"), self.coef_)
 
     def score(self, X: Sequence[Any], Y: Sequence[Any]) -> float:
         """Higher is better. For structures with per-node labels (chains, grids, trees, multiclass,

@@ -63,6 +63,8 @@ HOOKS: tuple[Hook, ...] = (
          ("marginals_iou",)),
     Hook("structure", "marginals_iou", "marginals_iou(theta, y_true, temperature) -> (log_z, marginals, loss)",
          "BoxLoss", ("topk_iou",)),
+    Hook("structure", "map_labels", "map_labels(theta, exact) -> an output (labels), never a relaxed point",
+         "Model.predict (every prediction: SSVMProblem, StructuredSVM, SavedModel)"),
     Hook("model", "features_sqnorm", "features_sqnorm(x, mu) -> float", "BCFW line search, smoothing solvers"),
     Hook("model", "nonnegative_blocks", "nonnegative_blocks: tuple of block names",
          "SSVMProblem.project_weights, every solver"),

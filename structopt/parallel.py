@@ -307,8 +307,7 @@ class _ModelOnly:
         self.model = model
 
     def predict(self, X: Sequence[Any], w: np.ndarray) -> list[Any]:
-        return [self.model.structure.argmax(self.model.potentials(self.model.validate_input(x, i), w))
-                for i, x in enumerate(X)]
+        return self.model.predict_batch(X, w)  # the one prediction path (Model.predict_batch)
 
 
 class ProcessExecutor(Executor):

@@ -591,14 +591,11 @@ class SSVMProblem:
         return self._fingerprint
 
     def predict(self, X: Sequence[Any], w: np.ndarray, executor: Any = None) -> list[Any]:
-        """MAP outputs ``argmax_y <A_x w, stats(y)>`` for new inputs (split over ``executor``'s workers
-        when one is given)."""
+        """The best output of each new input: :meth:`Model.predict_batch <structopt.models.Model.predict_batch>`
+        (outputs, never relaxed points; a factor graph's exact MAP labels), split over ``executor``'s
+        workers when one is given."""
         w = self.check_weights(w)
         _check_sequence("X", X)
         if executor is not None:
             return executor.predict(X, w)
-        out = []
-        for i, x in enumerate(X):
-            x = self.model.validate_input(x, i)
-            out.append(self.structure.argmax(self.model.potentials(x, w)))
-        return out
+        return self.model.predict_batch(X, w)

@@ -231,16 +231,12 @@ class SavedModel:
     path: str = ""
 
     def predict(self, X: Sequence[Any]) -> list[Any]:
-        """MAP output of each input: ``structure.argmax(model.potentials(x, w))``, as training evaluated it.
-
-        For a :class:`~structopt.models.graph.GraphModel` this is its oracle: labels with
-        ``exact=True``, AD3's relaxed LP-MAP point with ``exact=False`` (labels when AD3 certifies
-        one optimal, else a fractional point). For labels whatever the oracle, call
-        ``saved.model.predict(x, saved.w)`` (exact MAP; ``exact=False``: AD3's rounding).
-        """
-        structure = self.model.structure
-        return [structure.argmax(self.model.potentials(self.model.validate_input(x, i), self.w))
-                for i, x in enumerate(X)]
+        """The best output of each input: ``model.predict_batch(X, w)``
+        (:meth:`~structopt.models.Model.predict_batch`), the code path of ``SSVMProblem.predict``
+        and ``StructuredSVM.predict``. Outputs always, never relaxed points: a
+        :class:`~structopt.models.GraphModel` gives its exact MAP labels whatever its training
+        oracle (``saved.model.predict(x, saved.w, exact=False)``: AD3's rounded labeling)."""
+        return self.model.predict_batch(X, self.w)
 
 
 def save_model(path: str | os.PathLike, model: Any, w: np.ndarray, *, loss: Any = None, task: str | None = None,

@@ -139,3 +139,97 @@ def test_check_model_rows_pass_for_builtin_models():
         assert report.ok, report.table()
     assert isinstance(so.MultiClassModel(3, 4).potentials(np.ones(3), np.zeros(12)), MultiClassPotentials)
     assert isinstance(so.ChainModel(3, 2).potentials(np.ones((2, 3)), np.zeros(10)), ChainPotentials)
+
+
+# ----------------------------------------------------------------------------- per-label weights (n_labels)
+def _multilabel_structure(L=5):
+    z = cp.Variable(L, boolean=True)
+    return so.LPStructure(z, [cp.sum(z) <= 3, z[0] + z[1] <= 1])   # at most 3 labels, 0 and 1 exclusive
+
+
+def _block_design(x, L, F):
+    """The hand-built design: (L, L*F) block-diagonal rows, row l holding label l's features."""
+    dense = x.toarray() if sp.issparse(x) else np.asarray(x, dtype=float)
+    rows = np.broadcast_to(dense.reshape(-1, F), (L, F))
+    out = np.zeros((L, L * F))
+    for label in range(L):
+        out[label, label * F:(label + 1) * F] = rows[label]
+    return out
+
+
+def _inputs(rng, L, F):
+    return [rng.normal(size=F), rng.normal(size=(1, F)), rng.normal(size=(L, F)),
+            sp.random(1, F, density=0.6, format="csr", random_state=int(rng.integers(1000))),
+            sp.random(L, F, density=0.5, format="csr", random_state=int(rng.integers(1000)))]
+
+
+def test_per_label_weights_equal_a_hand_built_block_design():
+    L, F = 5, 3
+    structure = _multilabel_structure(L)
+    model = so.FeatureModel(structure, n_features=F, n_labels=L)
+    block = so.FeatureModel(structure, n_features=L * F)
+    assert model.blocks == [("weights", (L, F))] and model.n_params == block.n_params
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        w = rng.normal(size=L * F)
+        for x in _inputs(rng, L, F):
+            xb = _block_design(x, L, F)
+            xm = model.validate_input(x, 0)
+            np.testing.assert_allclose(model.potentials(xm, w).values, block.potentials(xb, w).values, atol=1e-12)
+            mu = so.VectorPotentials(rng.random(L))
+            np.testing.assert_allclose(model.features(xm, mu), block.features(xb, mu), atol=1e-12)
+            assert model.features_sqnorm(xm, mu) == pytest.approx(block.features_sqnorm(xb, mu), abs=1e-12)
+            y = model.predict(x, w)
+            np.testing.assert_array_equal(y, block.predict(xb, w))
+            np.testing.assert_allclose(model.joint_feature(xm, y), block.joint_feature(xb, y), atol=1e-12)
+    report = check_model(model, [xs for xs in _inputs(np.random.default_rng(9), L, F)])
+    assert report.ok, report.table()
+
+
+def test_per_label_training_equals_the_block_design():
+    from structopt.solvers import bcfw
+
+    L, F = 5, 3
+    rng = np.random.default_rng(7)
+    structure = _multilabel_structure(L)
+    truth = rng.normal(size=(L, F))
+    X = [rng.normal(size=F) for _ in range(12)]
+    Y = [structure.argmax(so.VectorPotentials(truth @ x)) for x in X]
+    model = so.FeatureModel(structure, n_features=F, n_labels=L)
+    block = so.FeatureModel(structure, n_features=L * F)
+    runs = [bcfw(so.SSVMProblem(m, inputs, Y, so.Hamming(), lam=0.05), max_passes=6, random_state=0)
+            for m, inputs in ((model, X), (block, [_block_design(x, L, F) for x in X]))]
+    np.testing.assert_allclose(runs[0].w, runs[1].w, atol=1e-10)
+    for a, b in zip(runs[0].trace, runs[1].trace, strict=True):
+        assert a["primal"] == pytest.approx(b["primal"], abs=1e-10) and a["gap"] == pytest.approx(b["gap"], abs=1e-10)
+    assert model.unpack(runs[0].w)["weights"].shape == (L, F)  # label l's weights are row l
+
+
+def test_per_label_multiclass_is_the_multiclass_model_transposed():
+    rng = np.random.default_rng(3)
+    K, F = 4, 3
+    model = so.FeatureModel(so.MultiClass(K), n_features=F, n_labels=K)
+    reference = so.MultiClassModel(F, K)
+    W = rng.normal(size=(K, F))
+    for _ in range(5):
+        x = rng.normal(size=F)
+        np.testing.assert_allclose(model.potentials(model.validate_input(x), W.ravel()).scores,
+                                   reference.potentials(x, W.T.ravel()).scores, atol=1e-12)
+        assert model.predict(x, W.ravel()) == reference.predict(x, W.T.ravel())
+
+
+def test_per_label_bad_arguments_name_the_problem():
+    structure = _multilabel_structure(5)
+    with pytest.raises(InvalidInputError, match=r"n_labels=4 does not fit"):
+        so.FeatureModel(structure, n_features=3, n_labels=4)
+    with pytest.raises(InvalidInputError, match="n_labels"):
+        so.FeatureModel(structure, n_features=3, n_labels=0)
+    model = so.FeatureModel(structure, n_features=3, n_labels=5)
+    with pytest.raises(InvalidInputError, match=r"example 2: a per-label FeatureModel input has one feature row .* "
+                                                r"got 3"):
+        model.validate_input(np.zeros((3, 3)), 2)
+    with pytest.raises(InvalidInputError, match=r"example 1: .*shape"):
+        model.validate_input(np.zeros(4), 1)
+    with pytest.raises(InvalidInputError, match=r"do not match 5 labels"):
+        model.features(model.validate_input(np.zeros(3)), so.VectorPotentials(np.ones(4)))
+    assert "n_labels=5" in repr(model)

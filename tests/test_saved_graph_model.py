@@ -67,12 +67,16 @@ def test_round_trip_keeps_the_configuration_and_the_predictions(tmp_path, option
         (options["exact"], options["time_limit"], options["warm_start"])
     np.testing.assert_array_equal(saved.w, w)
     assert repr(saved.loss) == repr(Hamming(normalize=True)) and saved.task == "demo"
-    # the model's oracle, as training evaluated it (labels, or a relaxed point with exact=False) ...
-    expected = [model.structure.argmax(model.potentials(model.validate_input(x, i), w)) for i, x in enumerate(X)]
-    for got, want in zip(saved.predict(X), expected, strict=True):
-        _same_output(got, want)
-    # ... and the labels of GraphModel.predict: exact MAP and AD3's rounding
-    for x in X:
+    # the model's training oracle comes back as it was (labels, or a relaxed point with exact=False) ...
+    thetas = [model.potentials(model.validate_input(x, i), w) for i, x in enumerate(X)]
+    for theta in thetas:
+        _same_output(saved.model.structure.argmax(theta), model.structure.argmax(theta))
+    # ... while prediction gives labels whatever the oracle: the exact MAP (never a relaxed point), the same
+    # through SavedModel.predict, Model.predict and the factor graph's branch-and-bound
+    predicted = saved.predict(X)
+    for x, theta, got in zip(X, thetas, predicted, strict=True):
+        assert isinstance(got, np.ndarray) and got.dtype == np.int64
+        np.testing.assert_array_equal(got, model.structure.map_labels(theta, exact=True))
         for exact in (True, False):
             want = model.predict(x, w, exact=exact)
             np.testing.assert_array_equal(saved.model.predict(x, saved.w, exact=exact), want)

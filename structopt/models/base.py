@@ -3,19 +3,25 @@
 A model maps weights to the potentials of one example, ``theta = A_x w``, and statistics back to
 weight space through the adjoint, ``features(x, mu) = A_x^T mu``; the joint feature of an output
 is ``Phi(x, y) = features(x, stats(y))``.
+
+Prediction is defined once, here: :meth:`Model.predict` (one input) and :meth:`Model.predict_batch`
+(a list of inputs) return the structure's best *output* for the potentials ``A_x w``, integral
+always. ``SSVMProblem.predict``, ``StructuredSVM.predict``, ``SavedModel.predict`` and the executors'
+prediction pass all call :meth:`Model.predict_batch`.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, example_error, numeric_array
-from structopt.structures.base import Potentials, Structure
+from structopt.errors import InvalidInputError, NotSupportedError, example_error, numeric_array
+from structopt.structures.base import Potentials, Structure, check_flag
 
 
 def model_structure(owner: str, kind: type[Structure], structure: Structure | None, default: Any,
@@ -113,6 +119,81 @@ class Model(ABC):
         """``Phi(x, y)``."""
         theta_like = self.potentials(x, self.zeros())
         return self.features(x, self.structure.stats(y, theta_like))
+
+    # ------------------------------------------------------------------ prediction (one code path)
+    def check_weights(self, w: Any) -> np.ndarray:
+        """``w`` as a finite float64 vector of length :attr:`n_params`, or an :class:`InvalidInputError`."""
+        w = numeric_array(w, "weights w")
+        if w.shape != (self.n_params,):
+            raise InvalidInputError(f"weights w must have shape ({self.n_params},), got {w.shape}")
+        return w
+
+    def predict(self, x: Any, w: np.ndarray, exact: bool = True) -> Any:
+        """The best output of one input: ``argmax_y <A_x w, stats(y)>``, always an output, never a
+        relaxed point.
+
+        It is :meth:`predict_output` of the potentials ``A_x w``: the structure's ``argmax`` (exact
+        for chains, trees, grids, boxes, matchings, ``LPStructure``, dynamic programs, ...), or, for a
+        structure whose ``argmax`` is a relaxation (a factor graph's AD3 oracle,
+        :class:`~structopt.models.GraphModel`'s), its ``map_labels`` hook: the exact MAP labeling.
+        The output is the structure's own type (a chain's labels, a bounding box's 4-tuple of
+        cell indices, a dynamic program's output as its ``decode`` makes it, ...).
+
+        Parameters
+        ----------
+        x : Any
+            One input, as :meth:`validate_input` takes it.
+        w : ndarray
+            The weights (:attr:`n_params` finite numbers).
+        exact : bool, default True
+            For structures with a relaxed ``argmax`` only: False takes their fast labeling instead of
+            the exact MAP (a factor graph's: AD3's best rounded labeling, optimal when AD3 certifies it).
+            The other structures' ``argmax`` is exact and ignores it.
+
+        Raises
+        ------
+        InvalidInputError
+            Bad weights or input (before any oracle runs), or potentials that forbid every output.
+        """
+        return self._predict([x], w, exact, single=True)[0]
+
+    def predict_batch(self, X: Sequence[Any], w: np.ndarray, exact: bool = True) -> list[Any]:
+        """:meth:`predict` of every input of ``X``, in order (every input is checked first, an error naming
+        the example).
+
+        Parameters
+        ----------
+        X : sequence
+            Inputs (a list, a tuple, or an array indexed by example).
+        w : ndarray
+            The weights.
+        exact : bool, default True
+            As in :meth:`predict`.
+        """
+        if isinstance(X, (str, bytes)) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
+            raise InvalidInputError(f"X must be a sequence of inputs, got {type(X).__name__}")
+        return self._predict(X, w, exact, single=False)
+
+    def _predict(self, X: Sequence[Any], w: np.ndarray, exact: bool, single: bool) -> list[Any]:
+        exact = check_flag(exact, "exact", f"{type(self).__name__}.predict")
+        w = self.check_weights(w)
+        inputs = [self.validate_input(X[i], None if single else i) for i in range(len(X))]
+        return [self.predict_output(self.potentials(x, w), exact) for x in inputs]
+
+    def predict_output(self, theta: Potentials, exact: bool = True) -> Any:
+        """The output :meth:`predict` returns for potentials ``theta``: ``structure.map_labels(theta,
+        exact=exact)`` when the structure has that hook (its ``argmax`` is a relaxation), else
+        ``structure.argmax(theta)``, refused if it is a relaxed point (statistics rather than an output)."""
+        from structopt.contract import has_hook
+
+        structure = self.structure
+        if has_hook(structure, "map_labels"):
+            return structure.map_labels(theta, exact=exact)
+        y = structure.argmax(theta)
+        if isinstance(y, type(theta)) and hasattr(y, "_fields"):
+            raise NotSupportedError(f"{structure!r}.argmax returned a relaxed point ({type(y).__name__}), not an "
+                                    "output; give the structure a map_labels(theta, exact) hook for prediction")
+        return y
 
 
 def feature_matrix(x: Any, n_features: int, index: int | None, what: str, rows: str) -> Any:

@@ -15,12 +15,21 @@ FeatureInput = np.ndarray | sp.csr_matrix
 
 
 class FeatureModel(Model):
-    """``theta = x @ w``: one feature row per statistic.
+    """``theta = x @ w``: one feature row per statistic; or, with ``n_labels``, per-label weights.
 
     Works with every structure whose potentials type has a single field (``LPStructure``'s
-    ``VectorPotentials``, ``MultiClass``, ...). The input of an example is an (n_stats, F) dense
-    array or scipy.sparse CSR matrix whose row j holds the features of statistic j, so the score of
-    an output is ``<w, x^T stats(y)>``.
+    ``VectorPotentials``, ``MultiClass``, a ``DPStructure``, ...). The input of an example is an
+    (n_stats, F) dense array or scipy.sparse CSR matrix whose row j holds the features of statistic j,
+    so the score of an output is ``<w, x^T stats(y)>``: one weight vector shared by every statistic.
+
+    **Per-label weights** (``n_labels=L``, e.g. multi-label classification with an ``LPStructure``
+    over L labels): the weights are an (L, F) block ``W``, one weight vector per statistic (label),
+    and ``theta_l = <x_l, W[l]>``. An input is then either one feature vector shared by every label
+    (an (F,) vector or a (1, F) row, dense or CSR: a document's features) or (L, F) rows, one per
+    label. Every example has exactly L statistics. This is the model a hand-built block design gives
+    (``FeatureModel(structure, n_features=L * F)`` on the block-diagonal inputs
+    ``kron(eye(L), x)``), with the same weight layout (``W.ravel()``), without building the
+    L-times-wider inputs.
 
     Parameters
     ----------
@@ -28,15 +37,20 @@ class FeatureModel(Model):
         Declares ``Potentials``, a NamedTuple type with one field.
     n_features : int
         F, the number of columns of every input.
+    n_labels : int, optional
+        L: per-label weights for a structure with L statistics (checked here against the structure).
 
     Examples
     --------
     >>> import cvxpy as cp
     >>> z = cp.Variable(5, boolean=True)
     >>> model = FeatureModel(LPStructure(z, [cp.sum(z) == 2]), n_features=3)   # x: (5, 3)
+    >>> tagger = FeatureModel(LPStructure(z, [cp.sum(z) <= 3]), n_features=3, n_labels=5)   # x: (3,)
+    >>> tagger.unpack(tagger.zeros())["weights"].shape                          # one row per label
+    (5, 3)
     """
 
-    def __init__(self, structure: Structure, n_features: int):
+    def __init__(self, structure: Structure, n_features: int, *, n_labels: int | None = None):
         if not isinstance(structure, Structure):  # e.g. the class instead of an instance
             raise InvalidInputError(f"FeatureModel needs a structure instance (e.g. MultiClass(3)), got {structure!r}")
         potentials_type = getattr(structure, "Potentials", None)
@@ -50,34 +64,75 @@ class FeatureModel(Model):
         self.structure = structure
         self.n_features = int(n_features)
         self._potentials = potentials_type
+        self.n_labels = None if n_labels is None else check_count(n_labels, "n_labels", "FeatureModel")
+        if self.n_labels is not None:
+            try:  # the structure must have instances with n_labels statistics
+                structure.expand(potentials_type(np.zeros(self.n_labels)))
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"FeatureModel: n_labels={self.n_labels} does not fit {structure!r}: "
+                                        f"{exc}") from None
 
     def __repr__(self) -> str:
-        return f"FeatureModel({self.structure!r}, n_features={self.n_features})"
+        labels = "" if self.n_labels is None else f", n_labels={self.n_labels}"
+        return f"FeatureModel({self.structure!r}, n_features={self.n_features}{labels})"
 
     @property
     def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
+        if self.n_labels is not None:
+            return [("weights", (self.n_labels, self.n_features))]
         return [("weights", (self.n_features,))]
 
     def validate_input(self, x: FeatureInput, index: int | None = None) -> FeatureInput:
-        x = feature_matrix(x, self.n_features, index, "FeatureModel input", "n_stats")
-        try:  # the structure checks that it has instances with this many statistics
-            self.structure.expand(self._potentials(np.zeros(x.shape[0])))
-        except InvalidInputError as exc:
-            raise example_error(index, f"{x.shape[0]} feature rows do not fit {self.structure!r}: {exc}") from None
+        if self.n_labels is None:
+            x = feature_matrix(x, self.n_features, index, "FeatureModel input", "n_stats")
+            try:  # the structure checks that it has instances with this many statistics
+                self.structure.expand(self._potentials(np.zeros(x.shape[0])))
+            except InvalidInputError as exc:
+                raise example_error(index, f"{x.shape[0]} feature rows do not fit {self.structure!r}: {exc}") from None
+            return x
+        if not sp.issparse(x) and np.ndim(x) == 1:
+            x = np.reshape(x, (1, -1))  # one vector shared by every label
+        x = feature_matrix(x, self.n_features, index, "FeatureModel input", f"1 or {self.n_labels}")
+        if x.shape[0] not in (1, self.n_labels):
+            raise example_error(index, f"a per-label FeatureModel input has one feature row (shared by every label) "
+                                       f"or n_labels={self.n_labels} rows, got {x.shape[0]}")
         return x
 
+    def _weights(self, w: np.ndarray) -> np.ndarray:
+        return self.unpack(w)["weights"]
+
     def potentials(self, x: FeatureInput, w: np.ndarray) -> Potentials:
-        return self._potentials(np.asarray(x @ self.unpack(w)["weights"], dtype=float).ravel())
+        W = self._weights(w)
+        if self.n_labels is None:
+            return self._potentials(np.asarray(x @ W, dtype=float).ravel())
+        if x.shape[0] == 1:  # theta_l = <x, W[l]>
+            return self._potentials(np.asarray(x @ W.T, dtype=float).ravel())
+        rows = x.multiply(W).sum(axis=1) if sp.issparse(x) else np.einsum("lf,lf->l", x, W)
+        return self._potentials(np.asarray(rows, dtype=float).ravel())
+
+    def _mu(self, x: FeatureInput, mu: Potentials) -> np.ndarray:
+        values = np.asarray(mu[0], dtype=float)
+        n = x.shape[0] if self.n_labels is None else self.n_labels
+        if values.shape != (n,):
+            raise InvalidInputError(f"statistics of shape {values.shape} do not match {n} "
+                                    f"{'feature rows' if self.n_labels is None else 'labels'}")
+        return values
+
+    def _features(self, x: FeatureInput, values: np.ndarray) -> np.ndarray:
+        # A_x^T mu in the shape of the weights block
+        if self.n_labels is None:
+            return np.asarray(x.T @ values).ravel()
+        if x.shape[0] == 1:
+            row = x.toarray().ravel() if sp.issparse(x) else x.ravel()
+            return np.outer(values, row)
+        return np.asarray(x.multiply(values[:, None]).toarray() if sp.issparse(x) else values[:, None] * x)
 
     def add_features(self, x: FeatureInput, mu: Potentials, out: np.ndarray, scale: float = 1.0) -> None:
-        values = np.asarray(mu[0], dtype=float)
-        if values.shape != (x.shape[0],):
-            raise InvalidInputError(f"statistics of shape {values.shape} do not match {x.shape[0]} feature rows")
-        out += scale * np.asarray(x.T @ values).ravel()
+        out += scale * self._features(x, self._mu(x, mu)).ravel()
 
     def features_sqnorm(self, x: FeatureInput, mu: Potentials) -> float:
-        g = np.asarray(x.T @ np.asarray(mu[0], dtype=float)).ravel()
-        return float(g @ g)
+        g = self._features(x, self._mu(x, mu))
+        return float(np.sum(g * g))
 
     def joint_feature(self, x: FeatureInput, y: Any) -> np.ndarray:
         return self.features(x, self.structure.stats(y, self.potentials(x, self.zeros())))

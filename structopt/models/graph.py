@@ -267,9 +267,11 @@ class GraphModel(Model):
     (``SSVMProblem.loss_of``). sgd, svrg and casimir need top-K or marginals, which graphs with
     cycles do not have: they refuse (NotSupportedError) before the run.
 
-    **Prediction**: :meth:`predict` returns labels, by exact MAP by default (``exact=False``: AD3's
-    rounded labeling). ``SSVMProblem.predict`` uses the model's oracle, so with ``exact=False`` it
-    may return a fractional point; build the model with ``exact=True`` (same weights) to get labels.
+    **Prediction** (:meth:`~structopt.models.Model.predict`, and ``SSVMProblem.predict``,
+    ``StructuredSVM.predict`` and ``SavedModel.predict``, which call it) returns labels, never the
+    relaxed point: the exact MAP by branch-and-bound over AD3 (:meth:`GraphStructure.map_labels`;
+    AD3's labeling itself when AD3 certifies it), whatever ``exact`` the model was trained with;
+    ``predict(x, w, exact=False)`` takes AD3's rounded labeling instead.
 
     Examples
     --------
@@ -399,10 +401,3 @@ class GraphModel(Model):
         """``||A_x^T mu||^2`` from the blocks alone."""
         unary, pairwise = self._blocks_of(x, mu)
         return float(np.sum(unary * unary)) + (float(np.sum(pairwise * pairwise)) if pairwise is not None else 0.0)
-
-    def predict(self, x: Any, w: np.ndarray, exact: bool = True) -> np.ndarray:
-        """Labels ``(N,)`` of one input: the exact MAP (branch-and-bound over AD3), or with
-        ``exact=False`` AD3's best rounded labeling (optimal when AD3 certifies it)."""
-        x = self.validate_input(x)
-        return self.structure.map_labels(self.potentials(x, np.asarray(w, dtype=float)),
-                                         exact=check_flag(exact, "exact", "GraphModel.predict"))
