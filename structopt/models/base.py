@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError, example_error, numeric_array
+from structopt.hooks import has_hook
 from structopt.structures.base import Potentials, Structure, check_flag
 
 
@@ -184,8 +185,6 @@ class Model(ABC):
         """The output :meth:`predict` returns for potentials ``theta``: ``structure.map_labels(theta,
         exact=exact)`` when the structure has that hook (its ``argmax`` is a relaxation), else
         ``structure.argmax(theta)``, refused if it is a relaxed point (statistics rather than an output)."""
-        from structopt.contract import has_hook
-
         structure = self.structure
         if has_hook(structure, "map_labels"):
             return structure.map_labels(theta, exact=exact)

@@ -65,8 +65,6 @@ class StructuredFactor:
 
     def __init__(self, structure: Structure, scope: tuple[int, ...], theta: Any, n_states: np.ndarray, what: str,
                  use_project: bool = True):
-        # contract imports the structures package: imported here, at first use, not at module load
-
         if not isinstance(structure, Structure):
             raise InvalidInputError(f"{what}: a structured factor needs a structopt Structure, got "
                                     f"{type(structure).__name__}")
