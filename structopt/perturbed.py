@@ -164,6 +164,7 @@ def perturbed_loss(structure: Any, theta: Potentials, y_true: Any, **options: An
     gold = _gold_stats(structure, theta, y_true, flat.size, "perturbed_loss")
     result = perturbed_argmax(structure, theta, **options)
     perturbed = flat + result.epsilon * result.noise
-    margins = np.einsum("md,md->m", perturbed, result.samples) - perturbed @ gold
-    # each margin is >= 0 up to the rounding of the two sums (the oracle's output scores at least the gold's)
+    # one sum per sample over the difference: exactly 0 where the sample is the gold output, and >= 0 up to
+    # rounding elsewhere (the oracle's output scores at least the gold's)
+    margins = np.einsum("md,md->m", perturbed, result.samples - gold)
     return max(float(margins.mean()), 0.0), flatten(result.stats) - gold, result

@@ -140,12 +140,12 @@ def _check_result(structure, theta, result: SparseMAPResult, tol: float) -> None
     assert np.max(vertices @ (flatten(theta) - mu)) - (flatten(theta) - mu) @ mu <= tol + 1e-12
 
 
-def _assert_forward(name, structure, theta):
+def _assert_forward(name, structure, theta, qp_atol=1e-6):
     result = sparsemap(structure, theta, tol=1e-10)
     _check_result(structure, theta, result, 1e-10)
     mu = flatten(result.stats)
     reference = _qp_over_vertices(_vertices(structure, theta), flatten(theta))
-    np.testing.assert_allclose(mu, reference, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(mu, reference, atol=qp_atol, err_msg=name)
     own = _own_projection(structure, theta)
     if own is not None:
         np.testing.assert_allclose(mu, own, atol=1e-6, err_msg=name)
@@ -168,7 +168,10 @@ def test_forward_on_every_variant_integer_and_float():
         for size in cls.example_variants:
             for integer, scale in ((True, 0.5), (False, 0.5), (False, 2.0)):
                 structure, theta = _instance(name, rng, size, integer=integer, scale=scale)
-                _assert_forward(name, structure, theta)
+                # integer potentials put the projection on degenerate points (a vertex reached exactly at the
+                # boundary of its normal cone), where the interior-point reference is only ~1e-6 accurate; the
+                # certificate over every output (in _check_result) stays exact there
+                _assert_forward(name, structure, theta, qp_atol=2e-5 if integer else 1e-6)
                 n += 1
     assert n > 100
 
