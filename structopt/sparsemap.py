@@ -62,8 +62,9 @@ class SparseMAPResult:
     converged: bool
 
 
-# --------------------------------------------------------------------------- the oracle, shared with perturbed
-def _check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Potentials]:
+# --------------------------------------------------------------------------- checks and the oracle (structopt.perturbed
+# shares them; not part of the public API)
+def check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Potentials]:
     """``(flatten(theta), statistics template)`` after the checks every entry point makes before any work:
     potentials that are a NamedTuple of finite arrays in the full statistics layout."""
     if not (isinstance(theta, tuple) and hasattr(theta, "_fields")):
@@ -143,7 +144,7 @@ def _grid_mrf_oracle(H: int, W: int) -> tuple[Any, np.ndarray]:
     return MarginalPolytopeOracle(mrf), order
 
 
-def _vertex_oracle(structure: Any, theta: Potentials, template: Potentials, owner: str,
+def vertex_oracle(structure: Any, theta: Potentials, template: Potentials, owner: str,
                    oracle: Callable[[Potentials], Any] | None = None) -> Callable[[np.ndarray], tuple[np.ndarray, Any]]:
     """``direction (flat) -> (flatten(μ(y)), y)`` with ``y`` the oracle's output at ``direction``."""
     argmax = _linear_oracle(structure, oracle)
@@ -164,7 +165,8 @@ def _vertex_oracle(structure: Any, theta: Potentials, template: Potentials, owne
     return vertex
 
 
-def _gold_stats(structure: Any, theta: Potentials, y_true: Any, size: int, owner: str) -> np.ndarray:
+def gold_stats(structure: Any, theta: Potentials, y_true: Any, size: int, owner: str) -> np.ndarray:
+    """``flatten(μ(y_true))`` after the structure's own check of the output."""
     y = structure.validate_output(y_true, theta)
     mu = flatten(structure.stats(y, theta))
     if mu.size != size:
@@ -172,7 +174,8 @@ def _gold_stats(structure: Any, theta: Potentials, y_true: Any, size: int, owner
     return mu
 
 
-def _flat_gradient(grad: Any, size: int, owner: str) -> np.ndarray:
+def flat_gradient(grad: Any, size: int, owner: str) -> np.ndarray:
+    """An upstream gradient as a finite flat (size,) float vector (potentials are flattened), or an error."""
     if isinstance(grad, tuple) and hasattr(grad, "_fields"):
         grad = flatten(grad)
     try:
@@ -228,11 +231,11 @@ def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter:
     positive_int("sparsemap max_iter", max_iter)
     if warm_start is not None and not isinstance(warm_start, SparseMAPResult):
         raise InvalidInputError(f"sparsemap warm_start must be a SparseMAPResult, got {type(warm_start).__name__}")
-    flat, template = _check_theta(structure, theta, "sparsemap")
+    flat, template = check_theta(structure, theta, "sparsemap")
     if warm_start is not None and warm_start.vertices.shape[1] != flat.size:
         raise InvalidInputError(f"sparsemap warm_start has vertices of size {warm_start.vertices.shape[1]}, theta "
                                 f"{flat.size}: it is from another instance")
-    vertex = _vertex_oracle(structure, theta, template, "sparsemap", oracle)
+    vertex = vertex_oracle(structure, theta, template, "sparsemap", oracle)
     start = None if warm_start is None else (warm_start.vertices, warm_start.weights, list(warm_start.outputs))
     active = min_norm_active_set(flat, vertex, tol=float(tol), max_iter=int(max_iter), start=start)
     return SparseMAPResult(stats=unflatten(active.point, template), outputs=list(active.labels),
@@ -263,7 +266,7 @@ def sparsemap_vjp(result: SparseMAPResult, grad: np.ndarray) -> np.ndarray:
     if not isinstance(result, SparseMAPResult):
         raise InvalidInputError(f"sparsemap_vjp needs a SparseMAPResult, got {type(result).__name__}")
     vertices = result.vertices
-    g = _flat_gradient(grad, vertices.shape[1], "sparsemap_vjp")
+    g = flat_gradient(grad, vertices.shape[1], "sparsemap_vjp")
     if len(vertices) == 1:
         return np.zeros_like(g)  # a single vertex: μ* is locally constant
     diff = vertices[1:] - vertices[0]
@@ -301,8 +304,8 @@ def sparsemap_loss(structure: Any, theta: Potentials, y_true: Any, **options: An
     if unknown:
         raise InvalidInputError(f"sparsemap_loss got unknown options {unknown}; it takes tol, max_iter, "
                                 "warm_start and oracle")
-    flat, _ = _check_theta(structure, theta, "sparsemap_loss")
-    gold = _gold_stats(structure, theta, y_true, flat.size, "sparsemap_loss")
+    flat, _ = check_theta(structure, theta, "sparsemap_loss")
+    gold = gold_stats(structure, theta, y_true, flat.size, "sparsemap_loss")
     result = sparsemap(structure, theta, **options)
     mu = flatten(result.stats)
     value = 0.5 * float((flat - gold) @ (flat - gold)) - 0.5 * float((flat - mu) @ (flat - mu))

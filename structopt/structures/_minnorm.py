@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+from scipy.linalg import cho_factor, cho_solve
 
 _WEIGHT_EPS = 1e-12
 #: relative eigenvalue below which the translated Gram matrix counts as singular (affine dependence)
@@ -74,7 +75,12 @@ def affine_weights(gram: np.ndarray, b: np.ndarray) -> np.ndarray:
     g0 = gram[0]
     translated = gram[1:, 1:] - g0[1:, None] - g0[None, 1:] + g0[0]
     rhs = (b[1:] - b[0]) - (g0[1:] - g0[0])
-    gamma = np.linalg.lstsq(translated, rhs, rcond=None)[0]
+    try:  # positive definite for affinely independent vertices: a Cholesky solve, ~20x cheaper than an SVD
+        gamma = cho_solve(cho_factor(translated, check_finite=False), rhs, check_finite=False)
+        if not np.all(np.isfinite(gamma)):
+            raise np.linalg.LinAlgError
+    except np.linalg.LinAlgError:
+        gamma = np.linalg.lstsq(translated, rhs, rcond=None)[0]
     return np.concatenate([[1.0 - gamma.sum()], gamma])
 
 
@@ -120,9 +126,8 @@ def _reduce_dependent(vertices: np.ndarray, weights: np.ndarray, labels: list) -
     return vertices, weights, labels
 
 
-def _contains(vertices: np.ndarray, q: np.ndarray) -> bool:
-    scale = max(1.0, float(np.max(np.abs(q), initial=0.0)))
-    return bool(np.any(np.max(np.abs(vertices - q), axis=1, initial=0.0) <= 1e-12 * scale))
+def _key(q: np.ndarray) -> bytes:
+    return (q + 0.0).tobytes()  # + 0.0 turns -0.0 into 0.0: equal vectors, equal keys
 
 
 def min_norm_active_set(v: np.ndarray, vertex_oracle: Callable[[np.ndarray], tuple[np.ndarray, Any]], *,
@@ -161,13 +166,27 @@ def min_norm_active_set(v: np.ndarray, vertex_oracle: Callable[[np.ndarray], tup
         keep = weights > _WEIGHT_EPS
         vertices, weights, labels = vertices[keep], weights[keep] / weights[keep].sum(), [
             label for label, kept in zip(start[2], keep, strict=True) if kept]
+    k = len(weights)
+    # vertices live in the first k rows of a buffer that doubles when full (no copy of the set per vertex)
+    buffer = np.empty((max(2 * k, 16), v.size))
+    buffer[:k] = vertices
     gram, b = vertices @ vertices.T, vertices @ v
+
+    def keep_only(idx: np.ndarray) -> None:
+        nonlocal k, gram, b, labels, keys
+        if len(idx) == k:
+            return
+        buffer[:len(idx)] = buffer[idx]
+        k, gram, b = len(idx), gram[np.ix_(idx, idx)], b[idx]
+        labels, keys = [labels[i] for i in idx], [keys[i] for i in idx]
+
+    keys = [_key(row) for row in vertices]
     if start is not None:  # re-optimise the old active set for this v before asking the oracle
         idx, weights = _minor_cycles(gram, b, weights)
-        vertices, gram, b, labels = vertices[idx], gram[np.ix_(idx, idx)], b[idx], [labels[i] for i in idx]
+        keep_only(idx)
     iterations = 0
     while True:
-        x = weights @ vertices
+        x = weights @ buffer[:k]
         q, label = vertex_oracle(v - x)
         q = np.asarray(q, dtype=float)
         gap = float((v - x) @ (q - x))
@@ -178,16 +197,21 @@ def min_norm_active_set(v: np.ndarray, vertex_oracle: Callable[[np.ndarray], tup
         if iterations >= max_iter:
             status = "max_iter"
             break
-        if _contains(vertices, q):  # an active vertex has gap 0 up to rounding: the floor is reached
+        key = _key(q)
+        if key in keys:  # an active vertex has gap 0 up to rounding: the floor is reached
             status = "repeated"
             break
         iterations += 1
-        column = vertices @ q
+        if k == len(buffer):
+            buffer = np.concatenate([buffer, np.empty_like(buffer)])
+        column = buffer[:k] @ q
+        buffer[k] = q
         gram = np.block([[gram, column[:, None]], [column[None, :], np.array([[q @ q]])]])
         b = np.append(b, q @ v)
-        vertices, labels, weights = np.vstack([vertices, q]), [*labels, label], np.append(weights, 0.0)
+        k, labels, keys, weights = k + 1, [*labels, label], [*keys, key], np.append(weights, 0.0)
         idx, weights = _minor_cycles(gram, b, weights)
-        vertices, gram, b, labels = vertices[idx], gram[np.ix_(idx, idx)], b[idx], [labels[i] for i in idx]
+        keep_only(idx)
+    vertices = buffer[:k].copy()
     vertices, weights, labels = _reduce_dependent(vertices, weights, labels)
     return ActiveSet(vertices, weights, labels, max(gap, 0.0), iterations, status)
 
