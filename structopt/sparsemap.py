@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError, refuse_nonfinite
-from structopt.options import positive, positive_int
+from structopt.options import non_negative_int, positive, positive_int
 from structopt.potentials import Potentials, flatten, unflatten
 
 __all__ = ["SparseMAPResult", "sparsemap", "sparsemap_loss", "sparsemap_vjp"]
@@ -51,6 +51,9 @@ class SparseMAPResult:
         are not counted).
     converged : bool
         ``gap <= tol``.
+    face : (m, d) array
+        Further vertices of the optimal face, outside the affine hull of ``vertices`` (usually none): with
+        them the backward spans the whole face (see :func:`sparsemap_vjp`). They carry no weight.
     """
 
     stats: Potentials
@@ -60,6 +63,7 @@ class SparseMAPResult:
     gap: float
     iterations: int
     converged: bool
+    face: np.ndarray | None = None
 
 
 # --------------------------------------------------------------------------- checks and the oracle (structopt.perturbed
@@ -191,8 +195,8 @@ def flat_gradient(grad: Any, size: int, owner: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------- forward
 def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter: int = 1000,
-              warm_start: SparseMAPResult | None = None,
-              oracle: Callable[[Potentials], Any] | None = None) -> SparseMAPResult:
+              warm_start: SparseMAPResult | None = None, oracle: Callable[[Potentials], Any] | None = None,
+              face_tries: int = 2) -> SparseMAPResult:
     """SparseMAP: the projection of ``theta`` onto the marginal polytope, as a sparse mixture of outputs.
 
     Parameters
@@ -211,7 +215,14 @@ def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter:
     oracle : callable, optional
         The exact linear maximisation oracle ``theta -> output`` (default: ``structure.argmax``; for a
         :class:`~structopt.structures.FactorGraph` or ``GraphStructure`` built with ``exact=False``,
-        their exact MAP, since their argmax returns a relaxed point).
+        their exact MAP, since their argmax returns a relaxed point; for a
+        :class:`~structopt.structures.BinaryGrid`, exact MAP also where ``θ − μ`` is not supermodular).
+    face_tries : int
+        After convergence, oracle calls at ``θ − μ* + δr`` (r random, δ small) that find no new direction of
+        the optimal face before the search for one stops (0: no search). The active set spans the face
+        for generic θ, but not always for structured ones (tied potentials, e.g. a grid's shared tables,
+        can put μ* on a lower-dimensional slice of a face that is not a simplex); the backward needs the
+        whole face. Each vertex found goes to ``result.face``.
 
     Returns
     -------
@@ -229,6 +240,7 @@ def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter:
 
     positive("sparsemap tol", tol)
     positive_int("sparsemap max_iter", max_iter)
+    non_negative_int("sparsemap face_tries", face_tries)
     if warm_start is not None and not isinstance(warm_start, SparseMAPResult):
         raise InvalidInputError(f"sparsemap warm_start must be a SparseMAPResult, got {type(warm_start).__name__}")
     flat, template = check_theta(structure, theta, "sparsemap")
@@ -238,9 +250,56 @@ def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter:
     vertex = vertex_oracle(structure, theta, template, "sparsemap", oracle)
     start = None if warm_start is None else (warm_start.vertices, warm_start.weights, list(warm_start.outputs))
     active = min_norm_active_set(flat, vertex, tol=float(tol), max_iter=int(max_iter), start=start)
+    converged = active.gap <= tol
+    face = _face_directions(vertex, flat, active.point, active.vertices, float(tol), int(face_tries)) \
+        if converged and face_tries else None
     return SparseMAPResult(stats=unflatten(active.point, template), outputs=list(active.labels),
                            weights=active.weights, vertices=active.vertices, gap=active.gap,
-                           iterations=active.iterations, converged=active.gap <= tol)
+                           iterations=active.iterations, converged=converged, face=face)
+
+
+def _face_directions(vertex: Callable[[np.ndarray], tuple[np.ndarray, Any]], theta: np.ndarray, mu: np.ndarray,
+                     vertices: np.ndarray, tol: float, tries: int) -> np.ndarray | None:
+    """Vertices of the face exposed by ``n = θ − μ*`` that leave the affine hull of the active ``vertices``.
+
+    The argmax at ``n + δr`` is a vertex of that face maximising ``<r, .>`` over it when δ is below the score
+    margin of the vertices outside it; one found outside the face (its score under ``n`` more than the
+    tolerance below ``<n, μ*>``) makes δ 100 times smaller. r is Gaussian, made orthogonal to the directions
+    spanned so far: the vertices in their hull all score alike on it, so a face reaching beyond the hull
+    has a vertex scoring higher (μ* is inside the face, so it has vertices on both sides of the hull), and
+    one call finds it. Stops after ``tries`` calls in a row bring no new direction. Seeded: the same input
+    gives the same answer.
+    """
+    n = theta - mu
+    top = float(n @ mu)
+    slack = 10.0 * max(tol, 1e-12) * max(1.0, abs(top))
+    rng = np.random.default_rng(0)
+    diff = vertices[1:] - vertices[0]  # the directions spanned so far, and their Gram matrix
+    gram = diff @ diff.T
+    delta = 1e-6 * max(1.0, float(np.max(np.abs(n), initial=0.0)))
+    found: list[np.ndarray] = []
+    misses = 0
+    while misses < tries:
+        r = rng.standard_normal(theta.size)
+        if len(diff):  # orthogonal to the directions found: the face's vertices in their hull tie on it
+            r -= np.linalg.lstsq(gram, diff @ r, rcond=None)[0] @ diff
+        v, _ = vertex(n + delta * r / max(float(np.max(np.abs(r))), 1e-300))
+        if n @ v < top - slack:  # outside the face: the perturbation was too large
+            delta *= 1e-2
+            misses += 1
+            continue
+        w = v - vertices[0]
+        inner = diff @ w
+        # squared distance of w to the span of the directions so far (normal equations on their Gram matrix)
+        spanned = float(inner @ np.linalg.lstsq(gram, inner, rcond=None)[0]) if len(diff) else 0.0
+        if w @ w - spanned > 1e-9 * max(1.0, float(w @ w)):
+            gram = np.block([[gram, inner[:, None]], [inner[None, :], np.array([[w @ w]])]])
+            diff = np.vstack([diff, w])
+            found.append(v)
+            misses = 0
+        else:
+            misses += 1
+    return np.array(found) if found else None
 
 
 # --------------------------------------------------------------------------- backward
@@ -252,7 +311,9 @@ def sparsemap_vjp(result: SparseMAPResult, grad: np.ndarray) -> np.ndarray:
     and ``s = Z1 / 1ᵀZ1`` (Niculae et al. 2018, Prop. 1). It is computed as ``Dᵀ (D Dᵀ)⁻¹ D g`` with
     ``D`` the differences to the first vertex, which is the same matrix and needs no inverse of ``VᵀV``
     (singular when the origin is an active vertex). Symmetric, so it is also the Jacobian-vector product.
-    Valid where the active face does not change (almost every θ).
+    Valid where the active face does not change (almost every θ). The vertices of ``result.face`` join the
+    active ones: the derivative is the projector onto the whole optimal face's directions, also where the
+    active set spans only a slice of it (see ``face_tries`` of :func:`sparsemap`).
 
     Parameters
     ----------
@@ -265,7 +326,7 @@ def sparsemap_vjp(result: SparseMAPResult, grad: np.ndarray) -> np.ndarray:
     """
     if not isinstance(result, SparseMAPResult):
         raise InvalidInputError(f"sparsemap_vjp needs a SparseMAPResult, got {type(result).__name__}")
-    vertices = result.vertices
+    vertices = result.vertices if result.face is None else np.vstack([result.vertices, result.face])
     g = flat_gradient(grad, vertices.shape[1], "sparsemap_vjp")
     if len(vertices) == 1:
         return np.zeros_like(g)  # a single vertex: μ* is locally constant
