@@ -51,9 +51,10 @@ class SparseMAPResult:
         are not counted).
     converged : bool
         ``gap <= tol``.
-    face : (m, d) array
-        Further vertices of the optimal face, outside the affine hull of ``vertices`` (usually none): with
-        them the backward spans the whole face (see :func:`sparsemap_vjp`). They carry no weight.
+    face : (m, d) array or None
+        Further vertices of the optimal face, outside the affine hull of ``vertices`` (None: none found):
+        with them the backward spans the whole face (see ``face_tries`` of :func:`sparsemap`). They carry
+        no weight.
     """
 
     stats: Potentials
@@ -218,11 +219,13 @@ def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter:
         their exact MAP, since their argmax returns a relaxed point; for a
         :class:`~structopt.structures.BinaryGrid`, exact MAP also where ``θ − μ`` is not supermodular).
     face_tries : int
-        After convergence, oracle calls at ``θ − μ* + δr`` (r random, δ small) that find no new direction of
-        the optimal face before the search for one stops (0: no search). The active set spans the face
-        for generic θ, but not always for structured ones (tied potentials, e.g. a grid's shared tables,
-        can put μ* on a lower-dimensional slice of a face that is not a simplex); the backward needs the
-        whole face. Each vertex found goes to ``result.face``.
+        At the optimum, oracle calls at ``θ − μ* + δr`` (r random, δ small) that find no new direction of the
+        optimal face before the search for one stops (0: no search). The active set can span only a slice
+        of the optimal face when that face is not a simplex: the vertices it misses would enter with weights
+        below what the tolerance resolves (a 20 x 20 matching at ``tol=1e-9``: a few of ~90), or tied
+        potentials (a grid's shared tables) put μ* on the slice exactly. μ* is right either way, its
+        derivative is not: the backward needs the whole face. Each vertex found goes to ``result.face``;
+        about ``face_tries`` + (vertices found) extra oracle calls.
 
     Returns
     -------
@@ -251,20 +254,21 @@ def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter:
     start = None if warm_start is None else (warm_start.vertices, warm_start.weights, list(warm_start.outputs))
     active = min_norm_active_set(flat, vertex, tol=float(tol), max_iter=int(max_iter), start=start)
     converged = active.gap <= tol
-    face = _face_directions(vertex, flat, active.point, active.vertices, float(tol), int(face_tries)) \
-        if converged and face_tries else None
+    # (a forward stopped by max_iter is not at the optimum: no optimal face to complete)
+    face = _face_directions(vertex, flat, active.point, active.vertices, active.gap, int(face_tries)) \
+        if active.status != "max_iter" and face_tries else None
     return SparseMAPResult(stats=unflatten(active.point, template), outputs=list(active.labels),
                            weights=active.weights, vertices=active.vertices, gap=active.gap,
                            iterations=active.iterations, converged=converged, face=face)
 
 
 def _face_directions(vertex: Callable[[np.ndarray], tuple[np.ndarray, Any]], theta: np.ndarray, mu: np.ndarray,
-                     vertices: np.ndarray, tol: float, tries: int) -> np.ndarray | None:
+                     vertices: np.ndarray, gap: float, tries: int) -> np.ndarray | None:
     """Vertices of the face exposed by ``n = θ − μ*`` that leave the affine hull of the active ``vertices``.
 
     The argmax at ``n + δr`` is a vertex of that face maximising ``<r, .>`` over it when δ is below the score
-    margin of the vertices outside it; one found outside the face (its score under ``n`` more than the
-    tolerance below ``<n, μ*>``) makes δ 100 times smaller. r is Gaussian, made orthogonal to the directions
+    margin of the vertices outside it; one found outside the face (its score under ``n`` more than twice the
+    forward's gap below ``<n, μ*>``) makes δ 100 times smaller. r is Gaussian, made orthogonal to the directions
     spanned so far: the vertices in their hull all score alike on it, so a face reaching beyond the hull
     has a vertex scoring higher (μ* is inside the face, so it has vertices on both sides of the hull), and
     one call finds it. Stops after ``tries`` calls in a row bring no new direction. Seeded: the same input
@@ -272,17 +276,20 @@ def _face_directions(vertex: Callable[[np.ndarray], tuple[np.ndarray, Any]], the
     """
     n = theta - mu
     top = float(n @ mu)
-    slack = 10.0 * max(tol, 1e-12) * max(1.0, abs(top))
+    # in the face: a score under n within the forward's gap of the top (the oracle's last vertex scores the
+    # gap above it) plus rounding; a looser test would take vertices the exact projection leaves out
+    slack = 2.0 * gap + 1e-13 * max(1.0, float(np.abs(n).sum()))
     rng = np.random.default_rng(0)
     diff = vertices[1:] - vertices[0]  # the directions spanned so far, and their Gram matrix
     gram = diff @ diff.T
+    solve = _gram_solver(gram)
     delta = 1e-6 * max(1.0, float(np.max(np.abs(n), initial=0.0)))
     found: list[np.ndarray] = []
     misses = 0
     while misses < tries:
         r = rng.standard_normal(theta.size)
         if len(diff):  # orthogonal to the directions found: the face's vertices in their hull tie on it
-            r -= np.linalg.lstsq(gram, diff @ r, rcond=None)[0] @ diff
+            r -= solve(diff @ r) @ diff
         v, _ = vertex(n + delta * r / max(float(np.max(np.abs(r))), 1e-300))
         if n @ v < top - slack:  # outside the face: the perturbation was too large
             delta *= 1e-2
@@ -291,15 +298,30 @@ def _face_directions(vertex: Callable[[np.ndarray], tuple[np.ndarray, Any]], the
         w = v - vertices[0]
         inner = diff @ w
         # squared distance of w to the span of the directions so far (normal equations on their Gram matrix)
-        spanned = float(inner @ np.linalg.lstsq(gram, inner, rcond=None)[0]) if len(diff) else 0.0
+        spanned = float(inner @ solve(inner)) if len(diff) else 0.0
         if w @ w - spanned > 1e-9 * max(1.0, float(w @ w)):
             gram = np.block([[gram, inner[:, None]], [inner[None, :], np.array([[w @ w]])]])
             diff = np.vstack([diff, w])
+            solve = _gram_solver(gram)
             found.append(v)
             misses = 0
         else:
             misses += 1
     return np.array(found) if found else None
+
+
+def _gram_solver(gram: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """``b -> gram⁻¹ b`` by Cholesky (affinely independent directions: positive definite), least squares
+    if it is numerically singular."""
+    from scipy.linalg import cho_factor, cho_solve
+
+    if not len(gram):
+        return lambda b: b
+    try:
+        factor = cho_factor(gram, check_finite=False)
+    except np.linalg.LinAlgError:
+        return lambda b: np.linalg.lstsq(gram, b, rcond=None)[0]
+    return lambda b: cho_solve(factor, b, check_finite=False)
 
 
 # --------------------------------------------------------------------------- backward

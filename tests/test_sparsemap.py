@@ -293,6 +293,27 @@ def test_tied_potentials_whose_projection_is_on_a_slice_of_the_face():
     assert n_sliced >= 2
 
 
+@pytest.mark.slow
+def test_large_matching_backward_spans_the_face_the_active_set_misses():
+    # 20 x 20 matchings stop at tol=1e-9 with an active set spanning only part of the optimal face (the
+    # vertices it misses would enter with weights below the tolerance): μ* is right, the face search makes
+    # its derivative right
+    from structopt.structures import BipartiteMatching, MatchingPotentials
+
+    matching, rng = BipartiteMatching(), np.random.default_rng(0)
+    errors_with, errors_without = [], []
+    for _ in range(3):
+        theta = matching.expand(MatchingPotentials(rng.normal(scale=0.3, size=(20, 20)), np.zeros(0), np.zeros(0)))
+        result, bare = sparsemap(matching, theta), sparsemap(matching, theta, face_tries=0)
+        flat, h, direction = flatten(theta), 1e-7, rng.normal(size=400)
+        plus = sparsemap(matching, unflatten(flat + h * direction, theta), tol=1e-12, face_tries=0)
+        minus = sparsemap(matching, unflatten(flat - h * direction, theta), tol=1e-12, face_tries=0)
+        fd = (flatten(plus.stats) - flatten(minus.stats)) / (2 * h)
+        errors_with.append(np.abs(sparsemap_vjp(result, direction) - fd).max())
+        errors_without.append(np.abs(sparsemap_vjp(bare, direction) - fd).max())
+    assert max(errors_with) < 1e-5 and max(errors_without) > 0.05, (errors_with, errors_without)
+
+
 def test_vjp_with_the_origin_as_an_active_vertex():
     # two of three 0/1 points (0, 0) and (1, 0): V^T V is singular, the affine hull is the first axis
     import cvxpy as cp
