@@ -314,6 +314,26 @@ def test_large_matching_backward_spans_the_face_the_active_set_misses():
     assert max(errors_with) < 1e-5 and max(errors_without) > 0.05, (errors_with, errors_without)
 
 
+def test_active_set_engine_drops_affinely_dependent_vertices_keeping_the_point():
+    # a warm start with all four corners of the unit square (affinely dependent) and a point inside
+    from structopt.structures.backends import min_norm_active_set
+
+    square = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+
+    def oracle(d):
+        j = int(np.argmax(square @ d))
+        return square[j], j
+
+    target = np.array([0.3, 0.6])  # inside: its own projection
+    result = min_norm_active_set(target, oracle, tol=1e-12, max_iter=50,
+                                 start=(square, np.full(4, 0.25), [0, 1, 2, 3]))
+    np.testing.assert_allclose(result.point, target, atol=1e-12)
+    assert len(result.weights) == 3 and np.all(result.weights > 0) and result.status == "optimal"
+    assert np.linalg.matrix_rank(result.vertices[1:] - result.vertices[0]) == 2
+    assert sorted(result.labels) == sorted(int(np.flatnonzero((square == v).all(axis=1))[0])
+                                           for v in result.vertices)
+
+
 def test_vjp_with_the_origin_as_an_active_vertex():
     # two of three 0/1 points (0, 0) and (1, 0): V^T V is singular, the affine hull is the first axis
     import cvxpy as cp

@@ -102,17 +102,21 @@ def _minor_cycles(gram: np.ndarray, b: np.ndarray, weights: np.ndarray) -> tuple
         idx, weights = idx[keep], weights[keep] / weights[keep].sum()
 
 
-def _reduce_dependent(vertices: np.ndarray, weights: np.ndarray, labels: list) -> tuple[np.ndarray, np.ndarray, list]:
+def _reduce_dependent(vertices: np.ndarray, weights: np.ndarray, labels: list, gram: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, list]:
     """Drop vertices until the active set is affinely independent, keeping the point (Caratheodory).
 
-    A null vector c of the translated Gram matrix is an affine dependence (``sum c_j V_j = 0``,
-    ``sum c_j = 0``): moving the weights along it to the first zero leaves the point where it is.
+    A null vector c of the translated Gram matrix (from ``gram = V V^T``) is an affine dependence
+    (``sum c_j V_j = 0``, ``sum c_j = 0``): moving the weights along it to the first zero leaves the point
+    where it is.
     """
     while len(weights) > 1:
-        diff = vertices[1:] - vertices[0]
-        eig, vecs = np.linalg.eigh(diff @ diff.T)
+        g0 = gram[0]
+        translated = gram[1:, 1:] - g0[1:, None] - g0[None, 1:] + g0[0]
+        eig = np.linalg.eigvalsh(translated)
         if eig[0] > _DEPENDENT_RTOL * max(1.0, float(eig[-1])):
             break
+        vecs = np.linalg.eigh(translated)[1]
         c = np.concatenate([[-vecs[:, 0].sum()], vecs[:, 0]])
         c = c if np.any(c < 0) else -c
         falling = np.flatnonzero(c < 0)
@@ -121,9 +125,19 @@ def _reduce_dependent(vertices: np.ndarray, weights: np.ndarray, labels: list) -
         weights = np.maximum(weights + ratios[first] * c, 0.0)
         weights[falling[first]] = 0.0
         keep = weights > _WEIGHT_EPS
-        vertices, weights = vertices[keep], weights[keep] / weights[keep].sum()
+        vertices, weights, gram = vertices[keep], weights[keep] / weights[keep].sum(), gram[np.ix_(keep, keep)]
         labels = [label for label, kept in zip(labels, keep, strict=True) if kept]
     return vertices, weights, labels
+
+
+def _grown(gram: np.ndarray, column: np.ndarray, diagonal: float) -> np.ndarray:
+    """``[[gram, column], [column^T, diagonal]]``."""
+    k = len(column)
+    out = np.empty((k + 1, k + 1))
+    out[:k, :k] = gram
+    out[:k, k] = out[k, :k] = column
+    out[k, k] = diagonal
+    return out
 
 
 def _key(q: np.ndarray) -> bytes:
@@ -206,13 +220,13 @@ def min_norm_active_set(v: np.ndarray, vertex_oracle: Callable[[np.ndarray], tup
             buffer = np.concatenate([buffer, np.empty_like(buffer)])
         column = buffer[:k] @ q
         buffer[k] = q
-        gram = np.block([[gram, column[:, None]], [column[None, :], np.array([[q @ q]])]])
+        gram = _grown(gram, column, float(q @ q))
         b = np.append(b, q @ v)
         k, labels, keys, weights = k + 1, [*labels, label], [*keys, key], np.append(weights, 0.0)
         idx, weights = _minor_cycles(gram, b, weights)
         keep_only(idx)
     vertices = buffer[:k].copy()
-    vertices, weights, labels = _reduce_dependent(vertices, weights, labels)
+    vertices, weights, labels = _reduce_dependent(vertices, weights, labels, gram)
     return ActiveSet(vertices, weights, labels, max(gap, 0.0), iterations, status)
 
 
