@@ -75,6 +75,15 @@ def check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Pot
     if not (isinstance(theta, tuple) and hasattr(theta, "_fields")):
         raise InvalidInputError(f"{owner} needs theta as the structure's potentials (a NamedTuple of arrays), "
                                 f"got {type(theta).__name__}")
+    for label, field in zip(theta._fields, theta, strict=True):
+        field = np.asarray(field)
+        if field.dtype.kind not in "biuf":
+            raise InvalidInputError(f"{owner} theta field {label} must be a numeric array, got dtype {field.dtype}")
+        if field.dtype.kind == "f" and np.isneginf(field).any() and not np.isnan(field).any():
+            # forbidden entries (which Chain's argmax honours) would make the projection's scores infinite
+            raise InvalidInputError(f"{owner} theta potentials contain -inf ({label}); -inf entries (forbidden "
+                                    "outputs) are not supported here: use the structure's masks (e.g. "
+                                    "Chain(allowed=...)) or a large negative finite score")
     refuse_nonfinite(zip(theta._fields, theta, strict=True), f"{owner} theta")
     template = structure.expand(theta)
     flat = flatten(theta)

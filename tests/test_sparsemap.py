@@ -498,7 +498,7 @@ class CountingMultiClass(MultiClass):
 @pytest.mark.parametrize(("theta", "options", "match"), [
     (np.array([0.0, np.nan, 1.0]), {}, "NaN"),
     (np.array([0.0, np.inf, 1.0]), {}, r"\+inf"),
-    (np.array([0.0, -np.inf, 1.0]), {}, "-inf"),
+    (np.array([0.0, -np.inf, 1.0]), {}, "-inf entries"),
     (np.zeros(3), {"tol": 0.0}, "tol"),
     (np.zeros(3), {"tol": -1.0}, "tol"),
     (np.zeros(3), {"tol": float("nan")}, "tol"),
@@ -525,6 +525,8 @@ def test_bad_theta_layouts_and_gradients():
     assert result.converged
     with pytest.raises(InvalidInputError, match="NamedTuple"):
         sparsemap(chain, np.zeros(3))
+    with pytest.raises(InvalidInputError, match="numeric"):
+        sparsemap(MultiClass(2), MultiClass(2).Potentials(np.array(["a", "b"])))
     with pytest.raises(InvalidInputError, match="shape"):
         sparsemap_vjp(result, np.zeros(5))
     with pytest.raises(InvalidInputError, match="NaN"):
