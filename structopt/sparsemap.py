@@ -97,8 +97,10 @@ def check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Pot
 
 def _linear_oracle(structure: Any, oracle: Callable[[Potentials], Any] | None) -> Callable[[Potentials], Any]:
     """The exact linear maximisation oracle ``θ -> y``: ``oracle`` if given, else the structure's argmax,
-    except for a factor graph built with ``exact=False``, whose argmax is AD3's relaxed LP-MAP point:
-    then its exact MAP (branch-and-bound over AD3)."""
+    except where that argmax is not exact MAP at every direction: a ``FactorGraph`` or ``GraphStructure``
+    built with ``exact=False`` (AD3's relaxed LP-MAP point) gets its exact MAP (branch-and-bound over AD3),
+    a ``BinaryGrid`` (min cut, supermodular directions only) gets :func:`_grid_oracle`. The classes are
+    looked up among loaded modules only: a structure's class is loaded when it exists."""
     if oracle is not None:
         if not callable(oracle):
             raise InvalidInputError(f"oracle must be callable (theta -> output), got {type(oracle).__name__}")
