@@ -152,12 +152,16 @@ def check_values(owner: str, options: dict[str, Option], values: dict[str, Any])
 
 
 def public_signature(function: Callable, options: dict[str, Option], return_annotation: Any) -> inspect.Signature:
-    """``(problem, *, option=default, ...)`` with the options' types: what ``help`` and IDEs show."""
-    problem = inspect.signature(function).parameters["problem"]
+    """``(problem, *, option=default, ...)`` with the options' types: what ``help`` and IDEs show.
+
+    The annotations are evaluated (the function's ``problem`` type, each option's type), so that
+    ``typing.get_type_hints`` of the public solver works from any module.
+    """
+    problem_type = typing.get_type_hints(function).get("problem", inspect.Parameter.empty)
+    problem = inspect.Parameter("problem", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=problem_type)
     keywords = [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=option.default, annotation=option.type)
                 for key, option in options.items()]
-    return inspect.Signature([problem.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD), *keywords],
-                             return_annotation=return_annotation)
+    return inspect.Signature([problem, *keywords], return_annotation=return_annotation)
 
 
 # --------------------------------------------------------------------------- docstrings

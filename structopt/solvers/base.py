@@ -18,6 +18,7 @@ the solver function the two objects; the function builds its :class:`Method` fro
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -155,6 +156,8 @@ def solver(name: str, options: type[Options] | None = None, *, without: tuple[st
                 return finished.result
 
         call.__signature__ = public_signature(function, declared, Result)
+        call.__annotations__ = {key: parameter.annotation for key, parameter in call.__signature__.parameters.items()
+                                if parameter.annotation is not inspect.Parameter.empty} | {"return": Result}
         call.__doc__ = compose_docstring(name, function, options, common)
         del call.__wrapped__  # the public signature is the declared one, not the function's
         call.solver_name = name
