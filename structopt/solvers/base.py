@@ -199,23 +199,17 @@ class FinishedRun(Exception):
 
 
 # --------------------------------------------------------------------------- a run
-@dataclass(frozen=True)
 class StoppingRule:
-    """The one stopping rule: a run stops at the first evaluation that meets one of these.
+    """The one stopping rule: a run stops at the first evaluation that meets one of ``run_options``' ``tol``,
+    ``max_passes`` and ``time_limit``, or ``rel_tol``.
 
     ``rel_tol`` (no solver option: the regularisation path sets it) stops once
     ``gap <= rel_tol * max(primal, 0)``, a certified relative accuracy.
     """
 
-    max_passes: float
-    tol: float = 0.0
-    rel_tol: float = 0.0
-    time_limit: float | None = None
-
-    @classmethod
-    def of(cls, run_options: RunOptions, rel_tol: float = 0.0) -> StoppingRule:
-        """The rule of a run: ``max_passes``, ``tol``, ``time_limit`` from its options, ``rel_tol`` from the caller."""
-        return cls(float(run_options.max_passes), float(run_options.tol), float(rel_tol), run_options.time_limit)
+    def __init__(self, run_options: RunOptions, rel_tol: float = 0.0):
+        self.max_passes = float(run_options.max_passes)
+        self.tol, self.rel_tol, self.time_limit = float(run_options.tol), float(rel_tol), run_options.time_limit
 
     def step_budget(self, n: int) -> int:
         """Steps of one example each that make ``max_passes`` passes: ``ceil(max_passes * n)``."""
@@ -306,7 +300,7 @@ class Monitor:
     def __init__(self, solver_name: str, run_options: RunOptions, checkpoints: Checkpoints | None = None, *,
                  rel_tol: float = 0.0, label: str | None = None):
         self.solver_name = solver_name
-        self.rule = StoppingRule.of(run_options, rel_tol)
+        self.rule = StoppingRule(run_options, rel_tol)
         self.callback = run_options.callback
         self.checkpoints = checkpoints
         self.trace: list[dict[str, Any]] = []

@@ -214,8 +214,6 @@ def dual_extragradient(problem: SSVMProblem, options: ExtragradientOptions, run_
         max-oracle pass each, not counted in the trace's ``time``).
     tol : float
         Stop when the gap ``F(w_bar) - D(z_bar)`` is at most ``tol``.
-    tol : float
-        Stop when the gap ``F(w_bar) - D(z_bar)`` is at most ``tol``.
     random_state, checkpoint
         Weight constraints are honoured by projecting the w-side steps. ``random_state`` seeds the power
         iteration for ``||B||``. A checkpoint holds, besides the sums, ``||B||`` and the z-pass state (the
