@@ -481,3 +481,8 @@ def initial_weights(problem, w0: np.ndarray | None) -> np.ndarray:
     if w.shape != (problem.n_params,):
         raise InvalidInputError(f"w0 must have shape ({problem.n_params},), got {w.shape}")
     return problem.project_weights(w)
+
+
+__all__ = ["COMMON_OPTIONS", "Checkpoints", "FinishedRun", "Method", "Monitor", "Need", "Option", "Options", "Result",
+           "RunOptions", "StoppingRule", "initial_weights", "load_checkpoint", "make_rng", "refuse_tol", "run",
+           "save_checkpoint", "smoothing_needs", "solver"]
