@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import re
 import typing
@@ -27,6 +28,7 @@ SOLVERS_DIR = Path(so.__file__).resolve().parent / "solvers"
 FUNCTIONS = {function.solver_name: function for function in SOLVERS.values()}
 
 
+@functools.cache
 def _solver_sources() -> dict[str, ast.Module]:
     return {path.name: ast.parse(path.read_text()) for path in sorted(SOLVERS_DIR.glob("*.py"))}
 
