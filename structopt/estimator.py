@@ -23,6 +23,7 @@ from structopt.losses import Hamming, Loss
 from structopt.models.base import Model
 from structopt.problem import SSVMProblem
 from structopt.solvers import SOLVERS, get_solver
+from structopt.solvers.base import check_values
 
 try:
     from sklearn.base import BaseEstimator as _Base
@@ -149,23 +150,11 @@ class StructuredSVM(_EstimatorBase):
 
     # ----- validation
     def _solver_options(self) -> dict[str, Any]:
-        """The solver's keyword options from the hyper-parameters, checked against its signature."""
+        """The solver's keyword options from the hyper-parameters, each checked by the solver's own declaration
+        (:attr:`~structopt.solvers.base.Option.check`), so a bad value is refused at ``fit`` before any work."""
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise InvalidInputError(f"unknown solver {self.solver!r}; choose from {sorted(SOLVERS)}")
-        options: dict[str, Any] = {"max_passes": _positive("max_passes", self.max_passes)}
-        if not (_is_real(self.tol) and np.isfinite(self.tol) and self.tol >= 0):
-            raise InvalidInputError(f"StructuredSVM: tol must be a finite number >= 0, got {self.tol!r}")
-        if self.tol > 0:
-            options["tol"] = float(self.tol)
-        if self.time_limit is not None:
-            options["time_limit"] = _positive("time_limit", self.time_limit)
-        if self.random_state is not None:
-            seed = self.random_state
-            integral = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
-            if not ((integral and seed >= 0) or isinstance(seed, np.random.Generator)):
-                raise InvalidInputError(f"StructuredSVM: random_state must be None, an integer >= 0 or a "
-                                        f"numpy Generator, got {seed!r}")
-            options["random_state"] = seed
+        declared = get_solver(self.solver).options
         extra = {} if self.solver_options is None else self.solver_options
         if not isinstance(extra, dict) or not all(isinstance(key, str) for key in extra):
             raise InvalidInputError(f"StructuredSVM: solver_options must be a dict of option names, got {extra!r}")
@@ -173,13 +162,21 @@ class StructuredSVM(_EstimatorBase):
         if clash:
             raise InvalidInputError(f"StructuredSVM: set {', '.join(clash)} as estimator parameter(s), "
                                     "not in solver_options")
-        options.update(extra)
-        accepted = inspect.signature(get_solver(self.solver)).parameters
-        unknown = sorted(name for name in options if name not in accepted or name == "problem")
+        unknown = sorted(name for name in extra if name not in declared)
         if unknown:
-            known = ", ".join(name for name in accepted if name != "problem")
             raise InvalidInputError(f"solver {self.solver!r} has no option {', '.join(map(repr, unknown))}; "
-                                    f"its options are: {known}")
+                                    f"its options are: {', '.join(declared)}")
+        if self.random_state is not None:  # the declared check, in the estimator's own (tested) wording
+            seed = self.random_state
+            integral = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
+            if not ((integral and seed >= 0) or isinstance(seed, np.random.Generator)):
+                raise InvalidInputError(f"StructuredSVM: random_state must be None, an integer >= 0 or a "
+                                        f"numpy Generator, got {seed!r}")
+        options = {"max_passes": self.max_passes, "tol": self.tol, "time_limit": self.time_limit,
+                   "random_state": self.random_state, **extra}
+        check_values("StructuredSVM", {name: declared[name] for name in options}, options)
+        if options["tol"] == 0:  # passed only when > 0: solvers without a duality gap refuse a positive one
+            del options["tol"]
         return options
 
     def _problem(self, X: Sequence[Any], Y: Sequence[Any]) -> SSVMProblem:

@@ -250,13 +250,13 @@ def test_resume_equals_uninterrupted(tmp_path, options):
 def test_a_resumed_gap_state_that_does_not_fit_is_refused():
     import copy
 
-    from structopt.solvers.bcfw import BCFWMethod, BCFWState
+    from structopt.solvers.base import RunOptions
+    from structopt.solvers.bcfw import BCFWMethod, BCFWOptions, BCFWState
 
     problem = chain()
     result = bcfw(problem, max_passes=2, cache_size=3, steps="pairwise", random_state=0)
-    options = {"cache_size": 3, "cache_factor": 0.25, "cache_nu": 0.01, "steps": "pairwise"}
-    method = BCFWMethod(problem, None, line_search=True, averaging="weighted", sampling="perm", batch_size=1,
-                        eval_every=1, fused=None, progress=False, random_state=0, gap_options=options)
+    options = BCFWOptions(cache_size=3, cache_factor=0.25, cache_nu=0.01, steps="pairwise")
+    method = BCFWMethod(problem, options, RunOptions(random_state=0))
     good = BCFWState(result.info["state"], np.random.default_rng(0), result.info["gap"])
     assert method.resume(good) is good
 

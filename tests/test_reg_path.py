@@ -13,14 +13,13 @@ from _reference import exact_primal, random_chain_problem, random_multiclass_pro
 from structopt.parallel import SerialExecutor
 from structopt.potentials import unflatten
 from structopt.solvers import bcfw
-from structopt.solvers.base import FinishedRun, run
-from structopt.solvers.bcfw import BCFWMethod
+from structopt.solvers.base import FinishedRun, RunOptions, run
+from structopt.solvers.bcfw import BCFWMethod, BCFWOptions
 from structopt.solvers.reg_path import regularization_path
 
 
-def method(problem) -> BCFWMethod:
-    return BCFWMethod(problem, SerialExecutor(problem), line_search=True, averaging="weighted", sampling="perm",
-                      batch_size=1, eval_every=1, fused=None, progress=False, random_state=0)
+def method(problem, **run_options) -> BCFWMethod:
+    return BCFWMethod(problem, BCFWOptions(), RunOptions(random_state=0, **run_options), SerialExecutor(problem))
 
 
 def strip(trace):
@@ -34,16 +33,16 @@ def test_rel_tol_stops_at_the_first_record_within_the_relative_gap(tmp_path):
     first = next(k for k, r in enumerate(full.trace) if r["gap"] <= eps * r["primal"])
     assert 0 < first < len(full.trace) - 1  # the rule bites inside the budget
     path = tmp_path / "rel.npz"
-    stopped = run(problem, method(problem), {"max_passes": 40, "rel_tol": eps, "checkpoint": path})
+    stopped = run(problem, method(problem, max_passes=40, checkpoint=path), rel_tol=eps)
     assert strip(stopped.trace) == strip(full.trace[:first + 1])
     assert "rel_tol" in stopped.info["stop_reason"]
     # a resume whose checkpoint already meets the relative rule returns it unchanged
     with pytest.raises(FinishedRun) as finished:  # (the @solver declaration returns its result)
-        run(problem, method(problem), {"max_passes": 40, "rel_tol": eps, "resume": path})
+        run(problem, method(problem, max_passes=40, resume=path), rel_tol=eps)
     again = finished.value.result
     assert again.info["resumed_finished"] and strip(again.trace) == strip(stopped.trace)
     # rel_tol is run control: without it the same checkpoint continues to the budget
-    longer = run(problem, method(problem), {"max_passes": 40, "resume": path})
+    longer = run(problem, method(problem, max_passes=40, resume=path))
     assert strip(longer.trace) == strip(full.trace)
 
 

@@ -14,6 +14,7 @@ import functools
 import inspect
 import math
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -96,7 +97,11 @@ def test_declared_options_equal_the_signature_and_the_docstring(solver):
 
 
 def test_an_undeclared_check_is_an_import_time_error():
-    def no_check(problem, *, mystery: int = 1):
+    def method(problem, options, run_options, executor):
+        """X."""
+
+    @dataclass(frozen=True)
+    class NoCheck:
         """X.
 
         Parameters
@@ -104,14 +109,19 @@ def test_an_undeclared_check_is_an_import_time_error():
         mystery : int
         """
 
-    with pytest.raises(TypeError, match="mystery declares no check"):
-        solver("x")(no_check)
+        mystery: int = 1
 
-    def undocumented(problem, *, shade: Annotated[str, one_of("a", "b")] = "a"):
+    with pytest.raises(TypeError, match="mystery declares no check"):
+        solver("x", NoCheck)(method)
+
+    @dataclass(frozen=True)
+    class Undocumented:
         """No parameters section."""
 
+        shade: Annotated[str, one_of("a", "b")] = "a"
+
     with pytest.raises(TypeError, match="does not list shade"):
-        solver("x")(undocumented)
+        solver("x", Undocumented)(method)
 
 
 def test_get_solver_introspects_the_declarations():

@@ -22,7 +22,6 @@ fused pass (its steps are BCFW's, which compute each block's gap anyway).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -31,7 +30,6 @@ import numpy as np
 from structopt.archive import state_type
 from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.fused import select
-from structopt.options import non_negative_int
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState, gamma_line_search, make_block_updater
 from structopt.solvers._gap_blocks import FusedGapUpdater, GapBlockUpdater, GapState, load_draw_kernel
@@ -40,8 +38,11 @@ from structopt.solvers.base import (
     Method,
     Monitor,
     Need,
+    Options,
     Result,
+    RunOptions,
     make_rng,
+    non_negative_int,
     one_of,
     open_unit,
     optional,
@@ -93,28 +94,12 @@ FUSED = Annotated[bool | None, optional(one_of(True, False))]
 MAX_ORACLE = (Need("max_oracle", "any options"),)
 
 
-@solver("bcfw", needs=MAX_ORACLE)
-def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated[bool, one_of(True, False)] = True,
-         averaging: Annotated[str, one_of("weighted", "none")] = "weighted",
-         sampling: Annotated[str, one_of("perm", "uniform", "gap")] = "perm",
-         batch_size: Annotated[int, positive_int] = 1,
-         cache_size: Annotated[int, non_negative_int] = 0,
-         cache_factor: Annotated[float, open_unit] = 0.25, cache_nu: Annotated[float, open_unit] = 0.01,
-         steps: Annotated[str, one_of("fw", "pairwise", "away")] = "fw",
-         eval_every: float = 1, tol: float = 0.0,
-         time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
-         progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-         resume: str | os.PathLike | None = None, callback=None, fused: FUSED = None,
-         executor=None, n_workers: int | None = None) -> Result:
-    """Block-coordinate Frank-Wolfe on the structural SVM dual (paper Alg. 3/4).
+@dataclass(frozen=True)
+class BCFWOptions(Options):
+    """The options of :func:`bcfw` beyond the common ones.
 
     Parameters
     ----------
-    problem : SSVMProblem
-        Any loss (non-decomposable ones decode through their loss hooks); weight constraints are
-        honoured (see :mod:`structopt.solvers._blocks`).
-    max_passes : float
-        Effective passes: exactly ``ceil(max_passes * n)`` block steps.
     line_search : bool
         Exact line search (default); otherwise the fixed step ``2n / (k + 2n)`` (with mini-batches
         the paper's ``2n tau / (tau k + 2n)``, clipped to 1).
@@ -149,18 +134,73 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
     steps : {"fw", "pairwise", "away"}
         Frank-Wolfe steps (default), or pairwise / away steps over each block's active set of cached
         corners (exact line search; needs ``line_search=True``).
-    eval_every : float
-        Evaluate primal, dual and duality gap every this many passes (one batch oracle pass each;
-        its time and oracle calls are not counted in the trace's ``time``/``oracle_calls``).
-    tol : float
-        Stop once the duality gap of the reported iterate is at most ``tol``.
-    time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback
-        As for every solver (:mod:`structopt.solvers.base`).
     fused : bool, optional
         Use the fused numba pass when the problem has one (None, default), demand it (True) or use
         the per-example Python path (False). Corner caches and pairwise/away steps always run on the
         per-example path (``fused=True`` is refused with them): where a fused pass exists, an oracle
         call costs about as much as scoring a block's cache.
+    """
+
+    line_search: Annotated[bool, one_of(True, False)] = True
+    averaging: Annotated[str, one_of("weighted", "none")] = "weighted"
+    sampling: Annotated[str, one_of("perm", "uniform", "gap")] = "perm"
+    batch_size: Annotated[int, positive_int] = 1
+    cache_size: Annotated[int, non_negative_int] = 0
+    cache_factor: Annotated[float, open_unit] = 0.25
+    cache_nu: Annotated[float, open_unit] = 0.01
+    steps: Annotated[str, one_of("fw", "pairwise", "away")] = "fw"
+    fused: FUSED = None
+
+    @property
+    def expensive(self) -> bool:
+        """Whether an option for expensive oracles is in use (gap sampling, corner caches, pairwise/away steps)."""
+        return self.sampling == "gap" or self.cache_size > 0 or self.steps != "fw"
+
+    def trajectory(self) -> dict[str, Any]:
+        """Every option, less :data:`GAP_OPTIONS` for plain BCFW (so its checkpoints' fingerprints are unchanged)."""
+        values = super().trajectory()
+        return values if self.expensive else {key: value for key, value in values.items() if key not in GAP_OPTIONS}
+
+    def gap_options(self) -> dict[str, Any] | None:
+        """The gap-BCFW options when any is in use, else None, refusing the combinations that cannot work
+        (one line naming them)."""
+        if self.batch_size > 1 and self.fused:
+            raise NotSupportedError("bcfw: mini-batches (batch_size > 1) decode through the generic oracles; "
+                                    "fused=True cannot be honoured")
+        if not self.expensive:
+            return None
+        if self.fused and (self.cache_size > 0 or self.steps != "fw"):
+            raise NotSupportedError("bcfw: corner caches and pairwise/away steps run on the generic oracles (where "
+                                    "a fused pass exists an oracle call costs about as much as scanning a cache); "
+                                    "fused=True cannot be honoured")
+        if self.batch_size > 1:
+            raise NotSupportedError("bcfw: gap sampling, corner caches and pairwise/away steps take one block per "
+                                    "step; use batch_size=1")
+        if self.steps != "fw" and not self.line_search:
+            raise NotSupportedError(f"bcfw: steps={self.steps!r} needs the exact line search (line_search=True)")
+        return {key: getattr(self, key) for key in GAP_OPTIONS}
+
+
+#: bcfw's options for expensive oracles (besides ``sampling="gap"``)
+GAP_OPTIONS = ("cache_size", "cache_factor", "cache_nu", "steps")
+
+
+@solver("bcfw", BCFWOptions, without=("w0",), needs=MAX_ORACLE)
+def bcfw(problem: SSVMProblem, options: BCFWOptions, run_options: RunOptions, executor) -> Result:
+    """Block-coordinate Frank-Wolfe on the structural SVM dual (paper Alg. 3/4).
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+        Any loss (non-decomposable ones decode through their loss hooks); weight constraints are
+        honoured (see :mod:`structopt.solvers._blocks`).
+    max_passes : float
+        Effective passes: exactly ``ceil(max_passes * n)`` block steps.
+    eval_every : float
+        Evaluate primal, dual and duality gap every this many passes (one batch oracle pass each;
+        its time and oracle calls are not counted in the trace's ``time``/``oracle_calls``).
+    tol : float
+        Stop once the duality gap of the reported iterate is at most ``tol``.
     executor, n_workers
         Where the evaluation passes and the mini-batch oracles run (:mod:`structopt.parallel`).
 
@@ -173,40 +213,7 @@ def bcfw(problem: SSVMProblem, *, max_passes: float = 50, line_search: Annotated
         expensive oracles ``oracle_calls`` counts exact calls and ``cache_hits`` the cached steps) and
         ``info`` (``state``: the blocks; ``gap``: the :class:`~structopt.solvers._gap_blocks.GapState`).
     """
-    gap_options = expensive_options(sampling, cache_size, cache_factor, cache_nu, steps, line_search, batch_size,
-                                    fused)
-    method = BCFWMethod(problem, executor, line_search=line_search, averaging=averaging, sampling=sampling,
-                   batch_size=batch_size, eval_every=eval_every, fused=fused, progress=progress,
-                   random_state=random_state, gap_options=gap_options)
-    options = {key: value for key, value in locals().items() if key not in ("method", "gap_options")}
-    if gap_options is None:  # the options of plain BCFW: its checkpoints' fingerprints are unchanged
-        options = {key: value for key, value in options.items() if key not in GAP_OPTIONS}
-    return run(problem, method, options)
-
-
-#: bcfw's options for expensive oracles (besides ``sampling="gap"``)
-GAP_OPTIONS = ("cache_size", "cache_factor", "cache_nu", "steps")
-
-
-def expensive_options(sampling: str, cache_size: int, cache_factor: float, cache_nu: float, steps: str,
-                      line_search: bool, batch_size: int = 1, fused: bool | None = None) -> dict[str, Any] | None:
-    """The gap-BCFW options when any is in use (gap sampling, corner caches, pairwise/away steps), else None,
-    refusing the combinations that cannot work (one line naming them)."""
-    if batch_size > 1 and fused:
-        raise NotSupportedError("bcfw: mini-batches (batch_size > 1) decode through the generic oracles; "
-                                "fused=True cannot be honoured")
-    if not (sampling == "gap" or cache_size > 0 or steps != "fw"):
-        return None
-    if fused and (cache_size > 0 or steps != "fw"):
-        raise NotSupportedError("bcfw: corner caches and pairwise/away steps run on the generic oracles (where a "
-                                "fused pass exists an oracle call costs about as much as scanning a cache); "
-                                "fused=True cannot be honoured")
-    if batch_size > 1:
-        raise NotSupportedError("bcfw: gap sampling, corner caches and pairwise/away steps take one block per "
-                                "step; use batch_size=1")
-    if steps != "fw" and not line_search:
-        raise NotSupportedError(f"bcfw: steps={steps!r} needs the exact line search (line_search=True)")
-    return {"cache_size": cache_size, "cache_factor": cache_factor, "cache_nu": cache_nu, "steps": steps}
+    return run(problem, BCFWMethod(problem, options, run_options, executor))
 
 
 @state_type
@@ -226,14 +233,14 @@ class BCFWMethod(Method):
 
     name = "bcfw"
 
-    def __init__(self, problem: SSVMProblem, executor, *, line_search, averaging, sampling, batch_size, eval_every,
-                 fused, progress, random_state, gap_options=None,
+    def __init__(self, problem: SSVMProblem, options: BCFWOptions, run_options: RunOptions, executor=None, *,
                  initial: tuple[BlockState, GapState | None] | None = None):
-        self.problem, self.executor, self.line_search, self.sampling = problem, executor, line_search, sampling
-        self.batch_size, self.fused, self.progress, self.random_state = batch_size, fused, progress, random_state
-        self.averaged = averaging == "weighted"
-        self.steps_per_eval = max(1, round(eval_every * problem.n))
-        self.gap_options = gap_options
+        super().__init__(problem, options, run_options, executor)
+        self.gap_options = options.gap_options()  # (refuses the combinations that cannot work)
+        self.line_search, self.sampling, self.fused = options.line_search, options.sampling, options.fused
+        self.averaged = options.averaging == "weighted"
+        self.steps_per_eval = max(1, round(run_options.eval_every * problem.n))
+        self.progress, self.random_state = run_options.progress, run_options.random_state
         self.initial = initial  # a warm start (the regularisation path), else the gold vertices
 
     def init(self, monitor: Monitor) -> BCFWState:
@@ -267,8 +274,9 @@ class BCFWMethod(Method):
                 self.updater = FusedGapUpdater(self.problem, state.blocks, state.gap, view)
                 self.updater.warm_up(self.progress)
             return
-        self.updater = (make_block_updater(self.problem, state.blocks, self.fused) if self.batch_size == 1
-                        else MiniBatchUpdater(self.problem, state.blocks, self.executor, self.batch_size))
+        batch_size = self.options.batch_size
+        self.updater = (make_block_updater(self.problem, state.blocks, self.fused) if batch_size == 1
+                        else MiniBatchUpdater(self.problem, state.blocks, self.executor, batch_size))
         if self.updater.compiled:  # load the kernels before the clock starts
             self.updater.fused.warm_up("hinge_terms", "adjoint_sum", verbose=self.progress)
             self.updater.run(np.zeros(0, dtype=np.int64), self.line_search, self.averaged)
@@ -317,13 +325,25 @@ class BCFWMethod(Method):
                                                             **({} if state.gap is None else {"gap": state.gap})})
 
 
-@solver("frank_wolfe", needs=MAX_ORACLE)
-def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50,
-                line_search: Annotated[bool, one_of(True, False)] = True, tol: float = 0.0,
-                time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
-                progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-                resume: str | os.PathLike | None = None, callback=None, fused: FUSED = None,
-                executor=None, n_workers: int | None = None) -> Result:
+@dataclass(frozen=True)
+class FrankWolfeOptions(Options):
+    """The options of :func:`frank_wolfe` beyond the common ones.
+
+    Parameters
+    ----------
+    line_search : bool
+        Exact line search (default) or the step ``2 / (k + 2)``.
+    fused : bool, optional
+        Use the fused numba pass when the problem has one (None, default), demand it (True) or use the
+        per-example Python path (False).
+    """
+
+    line_search: Annotated[bool, one_of(True, False)] = True
+    fused: FUSED = None
+
+
+@solver("frank_wolfe", FrankWolfeOptions, without=("eval_every", "w0"), needs=MAX_ORACLE)
+def frank_wolfe(problem: SSVMProblem, options: FrankWolfeOptions, run_options: RunOptions, executor) -> Result:
     """Batch Frank-Wolfe on the structural SVM dual (paper Alg. 2), one oracle pass per iteration.
 
     The pass at ``w`` yields both the corner ``(w_s, l_s)`` and the primal value, so primal, dual
@@ -336,14 +356,10 @@ def frank_wolfe(problem: SSVMProblem, *, max_passes: float = 50,
     problem : SSVMProblem
     max_passes : float
         Iterations (each one oracle pass).
-    line_search : bool
-        Exact line search (default) or the step ``2 / (k + 2)``.
-    tol, time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback, fused
-        As in :func:`bcfw`.
     executor, n_workers
         Where the oracle passes run (:mod:`structopt.parallel`).
     """
-    return run(problem, _FrankWolfe(problem, executor, line_search, fused, progress), dict(locals()))
+    return run(problem, _FrankWolfe(problem, options, run_options, executor))
 
 
 @state_type
@@ -361,11 +377,12 @@ class _FrankWolfe(Method):
 
     name = "frank_wolfe"
 
-    def __init__(self, problem: SSVMProblem, executor, line_search: bool, fused: bool | None, progress: bool):
-        self.problem, self.executor, self.line_search, self.fused = problem, executor, line_search, fused
-        self.fast = select(problem, fused)
+    def __init__(self, problem: SSVMProblem, options: FrankWolfeOptions, run_options: RunOptions, executor):
+        super().__init__(problem, options, run_options, executor)
+        self.line_search, self.fused = options.line_search, options.fused
+        self.fast = select(problem, options.fused)
         if self.fast is not None:  # load the kernels before the clock starts
-            self.fast.warm_up("fw_pass", verbose=progress)
+            self.fast.warm_up("fw_pass", verbose=run_options.progress)
         self.evaluation: tuple[np.ndarray, dict] | None = None
 
     def init(self, monitor: Monitor) -> FrankWolfeState:
@@ -414,13 +431,25 @@ def _ssg_steps_python(problem: SSVMProblem, order: np.ndarray, w: np.ndarray, w_
     return k
 
 
-@solver("ssg", needs=MAX_ORACLE)
-def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: Annotated[str, one_of("weighted", "none")] = "none",
-        eval_every: float = 1,
-        tol: float = 0.0, time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
-        progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-        resume: str | os.PathLike | None = None, callback=None, fused: FUSED = None,
-        executor=None, n_workers: int | None = None) -> Result:
+@dataclass(frozen=True)
+class SSGOptions(Options):
+    """The options of :func:`ssg` beyond the common ones.
+
+    Parameters
+    ----------
+    averaging : {"none", "weighted"}
+        Report the last iterate (default) or the weighted average.
+    fused : bool, optional
+        Use the fused numba pass when the problem has one (None, default), demand it (True) or use the
+        per-example Python path (False).
+    """
+
+    averaging: Annotated[str, one_of("weighted", "none")] = "none"
+    fused: FUSED = None
+
+
+@solver("ssg", SSGOptions, without=("w0",), needs=MAX_ORACLE)
+def ssg(problem: SSVMProblem, options: SSGOptions, run_options: RunOptions, executor) -> Result:
     """Pegasos stochastic subgradient: step ``1 / (lam (k + 1))`` on one uniformly drawn example.
 
     With ``averaging="weighted"`` the average ``2/(k(k+1)) sum_t t w_t`` is reported and returned.
@@ -431,19 +460,15 @@ def ssg(problem: SSVMProblem, *, max_passes: float = 50, averaging: Annotated[st
     problem : SSVMProblem
     max_passes : float
         Exactly ``ceil(max_passes * n)`` steps.
-    averaging : {"none", "weighted"}
-        Report the last iterate (default) or the weighted average.
     eval_every : float
         Evaluate the primal every this many passes.
     tol : float
         Must be 0 (no duality gap).
-    time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback, fused
-        As in :func:`bcfw`.
     executor, n_workers
         Where the primal evaluations run (:mod:`structopt.parallel`).
     """
-    refuse_tol("ssg", tol)
-    return run(problem, _SSG(problem, executor, averaging, eval_every, fused, progress, random_state), dict(locals()))
+    refuse_tol("ssg", run_options.tol)
+    return run(problem, _SSG(problem, options, run_options, executor))
 
 
 @state_type
@@ -460,12 +485,12 @@ class SSGState:
 class _SSG(Method):
     name = "ssg"
 
-    def __init__(self, problem: SSVMProblem, executor, averaging: str, eval_every: float, fused: bool | None,
-                 progress: bool, random_state):
-        self.problem, self.executor, self.progress, self.random_state = problem, executor, progress, random_state
-        self.averaged = averaging == "weighted"
-        self.fast = select(problem, fused)
-        self.steps_per_eval = max(1, round(eval_every * problem.n))
+    def __init__(self, problem: SSVMProblem, options: SSGOptions, run_options: RunOptions, executor):
+        super().__init__(problem, options, run_options, executor)
+        self.progress, self.random_state = run_options.progress, run_options.random_state
+        self.averaged = options.averaging == "weighted"
+        self.fast = select(problem, options.fused)
+        self.steps_per_eval = max(1, round(run_options.eval_every * problem.n))
 
     def init(self, monitor: Monitor) -> SSGState:
         return SSGState(self.problem.zeros(), self.problem.zeros(), 0, make_rng(self.random_state))
@@ -496,4 +521,5 @@ class _SSG(Method):
         return Result(w.copy(), monitor.trace, {"stop_reason": monitor.stop_reason, "fused": self.fast is not None})
 
 
-__all__ = ["BCFWState", "FrankWolfeState", "SSGState", "bcfw", "frank_wolfe", "ssg"]
+__all__ = ["BCFWOptions", "BCFWState", "FrankWolfeOptions", "FrankWolfeState", "SSGOptions", "SSGState", "bcfw",
+           "frank_wolfe", "ssg"]

@@ -44,8 +44,6 @@ iteration) reported apart; see :mod:`structopt.solvers._smooth`.
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -71,7 +69,9 @@ from structopt.solvers._smooth_options import Flag, Kind, OptionalPositive, TopK
 from structopt.solvers.base import (
     Method,
     Monitor,
+    Options,
     Result,
+    RunOptions,
     initial_weights,
     make_rng,
     non_negative,
@@ -140,33 +140,12 @@ def _learning_rate_option(name: str, value) -> None:
         positive(name, value)
 
 
-@solver("casimir_svrg", needs=smoothing_needs())
-def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHEDULES)] = "decreasing",
-                 mu: OptionalPositive = None,
-                 kind: Kind = "topk", k: TopK = 5,
-                 L: OptionalPositive = None,
-                 kappa: OptionalPositive = None,
-                 learning_rate: Annotated[float | str | None, _learning_rate_option] = None,
-                 mu_min: Annotated[float, non_negative] = 0.0,
-                 warm_start: Annotated[str | None, optional(one_of(*WARM_STARTS))] = None,
-                 alpha0: Annotated[float | None, optional(open_unit)] = None,
-                 inner_steps: Annotated[int | None, optional(positive_int)] = None,
-                 iterate: Annotated[str | None, optional(one_of("average", "last"))] = None,
-                 sgd_init: Annotated[bool | None, optional(one_of(True, False))] = None,
-                 guard: Flag = True, max_passes: float = 50, tol: float = 0.0,
-                 w0: np.ndarray | None = None, time_limit: float | None = None,
-                 random_state: int | np.random.Generator | None = None, progress: bool = False,
-                 checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-                 resume: str | os.PathLike | None = None,
-                 callback: Callable[[np.ndarray], dict | None] | None = None, fused: FUSED = None, executor=None,
-                 n_workers: int | None = None) -> Result:
-    """Casimir-SVRG (Algo 4) with the constant (Prop. 29) or adaptive (Prop. 30) schedule.
+@dataclass(frozen=True)
+class CasimirOptions(Options):
+    """The options of :func:`casimir_svrg` beyond the common ones.
 
     Parameters
     ----------
-    problem : SSVMProblem
-        Any loss with a top-K (or, for ``kind="entropy"``, marginal) oracle; constrained weights
-        get projected steps.
     schedule : {"decreasing", "const", "adapt"}
         Parameter schedule (module docstring); ``"decreasing"`` (default) converges to the SSVM
         optimum, ``"const"`` to the optimum of the ``mu``-smoothed objective.
@@ -218,6 +197,38 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHED
         rejected: ``w`` is still the start point). ``L`` is not lowered again: a rejection
         restarts the acceleration at the larger ``L``, and the decreasing schedule's step cap
         soon falls below ``1/L`` anyway.
+    fused : bool, optional
+        Run the snapshots and inner steps in the fused numba passes when the problem has them for
+        this smoothing (chain models; None, default), demand them (True) or use the generic path
+        (False). Same iterates (up to the order of floating-point sums).
+    """
+
+    schedule: Annotated[str, one_of(*SCHEDULES)] = "decreasing"
+    mu: OptionalPositive = None
+    kind: Kind = "topk"
+    k: TopK = 5
+    L: OptionalPositive = None
+    kappa: OptionalPositive = None
+    learning_rate: Annotated[float | str | None, _learning_rate_option] = None
+    mu_min: Annotated[float, non_negative] = 0.0
+    warm_start: Annotated[str | None, optional(one_of(*WARM_STARTS))] = None
+    alpha0: Annotated[float | None, optional(open_unit)] = None
+    inner_steps: Annotated[int | None, optional(positive_int)] = None
+    iterate: Annotated[str | None, optional(one_of("average", "last"))] = None
+    sgd_init: Annotated[bool | None, optional(one_of(True, False))] = None
+    guard: Flag = True
+    fused: FUSED = None
+
+
+@solver("casimir_svrg", CasimirOptions, without=("eval_every",), needs=smoothing_needs())
+def casimir_svrg(problem: SSVMProblem, options: CasimirOptions, run_options: RunOptions, executor) -> Result:
+    """Casimir-SVRG (Algo 4) with the constant (Prop. 29) or adaptive (Prop. 30) schedule.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+        Any loss with a top-K (or, for ``kind="entropy"``, marginal) oracle; constrained weights
+        get projected steps.
     max_passes : float
         Budget in oracle calls / n (paper counting, 2 per inner step, 1 per step of the SGD start);
         the last inner solve (or the SGD start) is shortened to meet it, so a run ends at most one
@@ -225,16 +236,10 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHED
         counted in ``passes`` (see ``full_grad_passes``).
     tol : float
         Must be 0: the method has no duality gap.
-    w0, time_limit, random_state, progress, checkpoint_every, callback
-        As for every solver (:mod:`structopt.solvers.base`).
     checkpoint, resume : path, optional
         Save the state after every outer iteration / continue from such a state.
         Resuming restores the iterates, counters, random state and the step/schedule constants;
         pass the other options (smoothing, schedule, warm start, max_passes) as in the first run.
-    fused : bool, optional
-        Run the snapshots and inner steps in the fused numba passes when the problem has them for
-        this smoothing (chain models; None, default), demand them (True) or use the generic path
-        (False). Same iterates (up to the order of floating-point sums).
     executor, n_workers
         Where the snapshots and primal evaluations run (:mod:`structopt.parallel`).
 
@@ -247,16 +252,8 @@ def casimir_svrg(problem: SSVMProblem, *, schedule: Annotated[str, one_of(*SCHED
         ``stop_reason``, ``L``, ``kappa``, ``memory``, ``schedule``, ``warm_start``, ``epochs``
         (outer iterations run, and the SGD start if any), ``rejected_epochs`` (the SGD start included).
     """
-    options = dict(locals())  # as given: the defaults below follow from them
-    refuse_tol("casimir_svrg", tol)
-    defaults = SCHEDULE_DEFAULTS[schedule]
-    method = _Casimir(problem, executor, schedule=schedule, mu=(1.0 if schedule == "const" else 2.0) if mu is None
-                      else float(mu), kind=kind, k=k, L=L, kappa=kappa, learning_rate=learning_rate, mu_min=mu_min,
-                      warm_start=defaults[0] if warm_start is None else warm_start, alpha0=alpha0,
-                      inner_steps=inner_steps, iterate=defaults[1] if iterate is None else iterate,
-                      sgd_init=defaults[2] if sgd_init is None else sgd_init, guard=guard, w0=w0,
-                      random_state=random_state, view=smooth_view(problem, fused, kind))
-    return run(problem, method, options)
+    refuse_tol("casimir_svrg", run_options.tol)
+    return run(problem, _Casimir(problem, options, run_options, executor))
 
 
 @state_type
@@ -286,20 +283,29 @@ class CasimirState:
 class _Casimir(Method):
     name = "casimir_svrg"
 
-    def __init__(self, problem: SSVMProblem, executor, **settings):
-        self.problem, self.executor = problem, executor
-        self.__dict__.update(settings)  # the options, defaults resolved (schedule, mu, warm_start, ...)
-        self.label = f"casimir-{self.schedule}"
+    def __init__(self, problem: SSVMProblem, options: CasimirOptions, run_options: RunOptions, executor):
+        super().__init__(problem, options, run_options, executor)
+        schedule = self.schedule = options.schedule
+        # the defaults that follow from the schedule
+        self.mu = (1.0 if schedule == "const" else 2.0) if options.mu is None else float(options.mu)
+        warm_start, iterate, sgd_init = SCHEDULE_DEFAULTS[schedule]
+        self.warm_start = warm_start if options.warm_start is None else options.warm_start
+        self.iterate = iterate if options.iterate is None else options.iterate
+        self.sgd_init = sgd_init if options.sgd_init is None else options.sgd_init
+        self.kind, self.k, self.mu_min = options.kind, options.k, options.mu_min
+        self.view = smooth_view(problem, options.fused, options.kind)
+        self.label = f"casimir-{schedule}"
 
     def start(self, L: float) -> tuple[float, float]:
         """``(kappa, alpha_0)`` that follow from L (or the given kappa / alpha0)."""
-        return catalyst_start(L, self.problem.lam, self.problem.n, self.schedule, self.kappa, self.alpha0)
+        options = self.options
+        return catalyst_start(L, self.problem.lam, self.problem.n, self.schedule, options.kappa, options.alpha0)
 
     def init(self, monitor: Monitor) -> CasimirState:
         problem, n, lam, executor = self.problem, self.problem.n, self.problem.lam, self.executor
-        rng = make_rng(self.random_state)
-        w = initial_weights(problem, self.w0)
-        L = estimate_lipschitz(problem, self.mu, k=self.k, w=w) if self.L is None else float(self.L)
+        rng = make_rng(self.run_options.random_state)
+        w = initial_weights(problem, self.run_options.w0)
+        L = estimate_lipschitz(problem, self.mu, k=self.k, w=w) if self.options.L is None else float(self.options.L)
         kappa, alpha = self.start(L)
         counters = Counters()
         monitor.pause()
@@ -315,7 +321,7 @@ class _Casimir(Method):
                              counters=counters, n_steps=min(n, monitor.step_budget(n)), view=self.view)
             monitor.pause()
             primal_sgd = executor.primal(w_sgd)
-            rejected = self.guard and rose(primal, primal_sgd)
+            rejected = self.options.guard and rose(primal, primal_sgd)
             guard.count(rejected)  # the SGD start is judged like an epoch (as svrg counts it)
             if rejected:  # keep w0, take the hint about L (of the step taken)
                 L = larger_smoothness(problem, max(L, 1.0 / gamma - lam), primal, primal_sgd, w_sgd, self.mu, self.k)
@@ -324,8 +330,8 @@ class _Casimir(Method):
             else:
                 w, primal = w_sgd, primal_sgd
                 monitor.record(w, primal=primal, outer_iter=0, **counters.record(n))
-        return CasimirState(rng, counters, 0, w, w.copy(), w.copy(), alpha, L, kappa, {}, primal, self.learning_rate,
-                            guard, L)
+        return CasimirState(rng, counters, 0, w, w.copy(), w.copy(), alpha, L, kappa, {}, primal,
+                            self.options.learning_rate, guard, L)
 
     def advance(self, state: CasimirState, monitor: Monitor) -> None:
         problem, n, lam, kappa = self.problem, self.problem.n, self.problem.lam, state.kappa
@@ -338,7 +344,9 @@ class _Casimir(Method):
             gamma = 1.0 / (state.L * self.L_factor + lam + kappa)
         else:
             gamma = 1.0 / (state.L + lam + kappa) if state.learning_rate is None else float(state.learning_rate)
-        m = self.inner_steps if self.inner_steps is not None else epoch_steps(n) if self.schedule == "decreasing" else n
+        m = self.options.inner_steps
+        if m is None:
+            m = epoch_steps(n) if self.schedule == "decreasing" else n
         if self.schedule == "decreasing":  # (the outer iterations accepted so far were m steps each)
             # the Pegasos cap of the SSVM objective (lam-strongly convex), not of the subproblem's lam + kappa: the
             # prox centre follows the iterates, so the prox term adds no curvature to the path to the optimum
@@ -362,7 +370,7 @@ class _Casimir(Method):
     def evaluate(self, state: CasimirState) -> tuple[np.ndarray, dict]:
         lam, w_new, primal = self.problem.lam, self.w_new, state.primal
         primal_new = self.executor.primal(w_new)
-        rejected = self.guard and rose(primal, primal_new)
+        rejected = self.options.guard and rose(primal, primal_new)
         state.guard.count(rejected)
         if rejected:  # back to w with a larger L; the acceleration restarts there
             state.k -= 1
@@ -396,5 +404,5 @@ class _Casimir(Method):
                                                "warm_start": self.warm_start, **state.guard.info()})
 
 
-__all__ = ["SCHEDULES", "SCHEDULE_DEFAULTS", "WARM_STARTS", "CasimirState", "adapt_mu", "casimir_svrg",
-           "catalyst_alpha", "catalyst_beta", "const_kappa"]
+__all__ = ["SCHEDULES", "SCHEDULE_DEFAULTS", "WARM_STARTS", "CasimirOptions", "CasimirState", "adapt_mu",
+           "casimir_svrg", "catalyst_alpha", "catalyst_beta", "const_kappa"]

@@ -39,7 +39,6 @@ per-example Python loop around ``structure.project`` (or the structure's warm-st
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -56,7 +55,9 @@ from structopt.solvers.base import (
     Method,
     Monitor,
     Need,
+    Options,
     Result,
+    RunOptions,
     at_least,
     make_rng,
     non_negative,
@@ -127,40 +128,16 @@ def _make_zpass(problem, geometry, beta, sigma, memory_light, warm, tol, fused, 
     return PythonZPass(problem, geometry, beta, sigma, memory_light, warm, tol, keep_z, centre, centre_potential)
 
 
-@solver("dual_extragradient", needs=(Need("marginals", "geometry='entropic'", lambda o: o["geometry"] == "entropic"),))
-def dual_extragradient(problem: SSVMProblem, *, geometry: Annotated[str, one_of("euclidean", "entropic")] = "euclidean",
-                       max_passes: float = 50, step: Annotated[float | None, optional(positive)] = None,
-                       z_weight: Annotated[float | None, optional(positive)] = None,
-                       backtracking: Annotated[bool, one_of(True, False)] = True,
-                       step_growth: Annotated[float, at_least(1.0)] = 1.25,
-                       memory_light: Annotated[bool, one_of(True, False)] = False, eval_every: float = 1,
-                       tol: float = 0.0, time_limit: float | None = None,
-                       power_iters: Annotated[int, positive_int] = 30,
-                       lipschitz_margin: Annotated[float, positive] = 1.05,
-                       projection_tol: Annotated[float, positive] = 1e-8,
-                       warm_projections: Annotated[bool, one_of(True, False)] = True,
-                       fused: Annotated[bool | None, optional(one_of(True, False))] = None,
-                       keep_z: Annotated[bool, one_of(True, False)] = False,
-                       centre: Annotated[str, one_of("gold", "uniform")] = "gold",
-                       centre_potential: Annotated[float | None, optional(non_negative)] = None,
-                       w_block: Annotated[str, one_of("saddle", "exact")] = "saddle",
-                       random_state: int | np.random.Generator | None = None, progress: bool = False,
-                       checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-                       resume: str | os.PathLike | None = None, callback=None, executor=None,
-                       n_workers: int | None = None) -> Result:
-    """Dual extragradient on the penalized saddle-point form of the structural SVM.
+@dataclass(frozen=True)
+class ExtragradientOptions(Options):
+    """The options of :func:`dual_extragradient` beyond the common ones.
 
     Parameters
     ----------
-    problem : SSVMProblem
-        Needs a decomposable (linear) loss; raises :class:`NotSupportedError` otherwise.
     geometry : {"euclidean", "entropic"}
         z-block prox: Euclidean projection (``structure.project``; for chains a dual-Newton
         projection with per-example warm starts) or entropic prox in natural parameters (needs
         ``marginals``).
-    max_passes : float
-        Iterations (each is one pass with two prox calls per example; rejected backtracking trials
-        are counted in ``oracle_calls``).
     step : float, optional
         Initial step ``eta`` (default ``1 / L``, ``L = lam + ||B|| / (n sqrt(beta sigma))``).
     z_weight : float, optional
@@ -178,12 +155,6 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: Annotated[str, one_of(
         Python path only: recompute each ``s_{z_i} = (A_i W_t + Lambda_t c_i) / n`` from the
         w-side sums while streaming instead of storing it. The fused chain
         path is always memory-light.
-    eval_every : float
-        Evaluate primal, dual and gap every this many iterations, rounded up to a whole number (one
-        max-oracle pass each, not counted in the trace's ``time``).
-    tol : float
-        Stop when the gap ``F(w_bar) - D(z_bar)`` is at most ``tol``.
-    time_limit : float, optional
     power_iters : int
         Power-iteration passes for ``||B||_2``.
     lipschitz_margin : float
@@ -206,10 +177,46 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: Annotated[str, one_of(
         Called ``kappa`` up to 0.1.0 (Casimir's ``kappa`` is a prox weight).
     w_block : {"saddle", "exact"}
         Extrapolate on both players (default) or replace the w-player by its best response ``w(z)``.
-    random_state, progress, checkpoint, checkpoint_every, resume, callback
-        As in every structopt solver (see :mod:`structopt.solvers.base`). Weight constraints are
-        honoured by projecting the w-side steps. ``random_state`` seeds the power iteration for
-        ``||B||``. A checkpoint holds, besides the sums, ``||B||`` and the z-pass state (the
+    """
+
+    geometry: Annotated[str, one_of("euclidean", "entropic")] = "euclidean"
+    step: Annotated[float | None, optional(positive)] = None
+    z_weight: Annotated[float | None, optional(positive)] = None
+    backtracking: Annotated[bool, one_of(True, False)] = True
+    step_growth: Annotated[float, at_least(1.0)] = 1.25
+    memory_light: Annotated[bool, one_of(True, False)] = False
+    power_iters: Annotated[int, positive_int] = 30
+    lipschitz_margin: Annotated[float, positive] = 1.05
+    projection_tol: Annotated[float, positive] = 1e-8
+    warm_projections: Annotated[bool, one_of(True, False)] = True
+    fused: Annotated[bool | None, optional(one_of(True, False))] = None
+    keep_z: Annotated[bool, one_of(True, False)] = False
+    centre: Annotated[str, one_of("gold", "uniform")] = "gold"
+    centre_potential: Annotated[float | None, optional(non_negative)] = None
+    w_block: Annotated[str, one_of("saddle", "exact")] = "saddle"
+
+
+@solver("dual_extragradient", ExtragradientOptions, without=("w0",),
+        needs=(Need("marginals", "geometry='entropic'", lambda o: o["geometry"] == "entropic"),))
+def dual_extragradient(problem: SSVMProblem, options: ExtragradientOptions, run_options: RunOptions,
+                       executor) -> Result:
+    """Dual extragradient on the penalized saddle-point form of the structural SVM.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+        Needs a decomposable (linear) loss; raises :class:`NotSupportedError` otherwise.
+    max_passes : float
+        Iterations (each is one pass with two prox calls per example; rejected backtracking trials
+        are counted in ``oracle_calls``).
+    eval_every : float
+        Evaluate primal, dual and gap every this many iterations, rounded up to a whole number (one
+        max-oracle pass each, not counted in the trace's ``time``).
+    tol : float
+        Stop when the gap ``F(w_bar) - D(z_bar)`` is at most ``tol``.
+    random_state, checkpoint
+        Weight constraints are honoured by projecting the w-side steps. ``random_state`` seeds the power
+        iteration for ``||B||``. A checkpoint holds, besides the sums, ``||B||`` and the z-pass state (the
         Euclidean projections' warm starts: four floats per token and state on chains; the
         stored ``s_{z_i}``), so a resumed run equals an uninterrupted one bit for bit.
     executor, n_workers
@@ -223,19 +230,12 @@ def dual_extragradient(problem: SSVMProblem, *, geometry: Annotated[str, one_of(
         ``time``, ``primal``, ``dual``, ``gap``, ``step``; ``info`` has ``L``, ``norm_B``,
         ``z_weight``, ``w_of_z`` (the dual's weights ``w(z_bar)``).
     """
-    options = dict(locals())
     if not problem.loss.decomposable:
         raise NotSupportedError(f"dual extragradient needs a loss linear in the statistics (decomposable); "
                                 f"{problem.loss!r} is not")
-    if not step_growth >= 1.0:
-        raise InvalidInputError(f"step_growth must be >= 1, got {step_growth}")
-    settings = {key: value for key, value in options.items() if key not in _RUN_ONLY}
-    return run(problem, _Extragradient(problem, **settings), options)
-
-
-#: options of dual_extragradient its Method does not read (the loop and Monitor do)
-_RUN_ONLY = frozenset({"problem", "max_passes", "tol", "time_limit", "progress", "checkpoint", "checkpoint_every",
-                       "resume", "callback", "n_workers"})
+    if not options.step_growth >= 1.0:
+        raise InvalidInputError(f"step_growth must be >= 1, got {options.step_growth}")
+    return run(problem, _Extragradient(problem, options, run_options, executor))
 
 
 @state_type
@@ -260,27 +260,26 @@ class ExtragradientState:
 class _Extragradient(Method):
     name = "dual_extragradient"
 
-    def __init__(self, problem: SSVMProblem, *, geometry, step, z_weight, backtracking, step_growth, memory_light,
-                 eval_every, power_iters, lipschitz_margin, projection_tol, warm_projections, fused, keep_z, centre,
-                 centre_potential, w_block, random_state, executor):
-        self.problem, self.executor, self.geometry, self.step = problem, executor, geometry, step
-        self.backtracking, self.step_growth = backtracking, step_growth
-        self.eval_every, self.keep_z = eval_every, keep_z
-        self.power_iters, self.lipschitz_margin = power_iters, lipschitz_margin
+    def __init__(self, problem: SSVMProblem, options: ExtragradientOptions, run_options: RunOptions, executor):
+        super().__init__(problem, options, run_options, executor)
+        geometry, z_weight, centre = options.geometry, options.z_weight, options.centre
+        self.geometry, self.step, self.backtracking = geometry, options.step, options.backtracking
+        self.step_growth, self.eval_every = options.step_growth, run_options.eval_every
         self.label = f"extragradient-{geometry}"
         self.n, self.lam = problem.n, problem.lam
-        self.rng = make_rng(random_state)
+        self.rng = make_rng(run_options.random_state)
         # strong convexity of the z-block prox function w.r.t. l2: 1 (Euclidean), 1 / max ||stats||^2 (entropic)
         self.sigma = 1.0 if geometry == "euclidean" else entropic_sigma(float(_output_sqnorms(problem).max()))
         f0 = executor.primal(problem.zeros())
-        centre_potential = float(CENTRE_POTENTIAL if centre_potential is None else centre_potential)
+        centre_potential = float(CENTRE_POTENTIAL if options.centre_potential is None else options.centre_potential)
         self.beta = (float(z_weight) if z_weight is not None
                      else default_z_weight(problem, geometry, 2.0 * f0 / self.lam, centre, centre_potential))
         if not self.beta > 0:
             raise InvalidInputError(f"z_weight must be > 0, got {z_weight}")
-        self.zpass = _make_zpass(problem, geometry, self.beta, self.sigma, memory_light, warm_projections,
-                                 projection_tol, fused, keep_z, centre, centre_potential)
-        self.exact = w_block == "exact"
+        self.zpass = _make_zpass(problem, geometry, self.beta, self.sigma, options.memory_light,
+                                 options.warm_projections, options.projection_tol, options.fused, options.keep_z,
+                                 centre, centre_potential)
+        self.exact = options.w_block == "exact"
 
     def _constants(self, norm_b: float) -> None:
         n, lam, beta, sigma = self.n, self.lam, self.beta, self.sigma
@@ -291,7 +290,7 @@ class _Extragradient(Method):
         self.dbar = float(np.mean([op.loss_vector(self.problem, i)[1] for i in range(n)]))
 
     def init(self, monitor: Monitor) -> ExtragradientState:
-        norm_b = self.zpass.operator_norm(self.power_iters, self.rng) * self.lipschitz_margin
+        norm_b = self.zpass.operator_norm(self.options.power_iters, self.rng) * self.options.lipschitz_margin
         self._constants(norm_b)
         d = self.problem.n_params
         return ExtragradientState(0, 0.0, np.zeros(d), np.zeros(d), np.zeros(d), 0.0,
@@ -361,7 +360,7 @@ class _Extragradient(Method):
         info = {"stop_reason": monitor.stop_reason, "L": self.lip, "norm_B": state.norm_b, "z_weight": self.beta,
                 "sigma": self.sigma, "geometry": self.geometry, "iterations": state.t, "step": state.eta,
                 "w_of_z": self.w_of_z, "fused": zpass.compiled, "max_projection_residual": zpass.max_residual}
-        if self.keep_z and zpass.z_sum is not None:
+        if self.options.keep_z and zpass.z_sum is not None:
             info["z_bar"] = [scale(z, 1.0 / state.Lam) for z in zpass.z_sum]
         return Result(self.w_bar.copy(), monitor.trace, info)
 

@@ -32,8 +32,6 @@ of ``F(w^_k)`` that Line 4 needs -- are reported apart (``full_grad_passes``, ``
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -48,7 +46,9 @@ from structopt.solvers.base import (
     Method,
     Monitor,
     Need,
+    Options,
     Result,
+    RunOptions,
     initial_weights,
     make_rng,
     one_of,
@@ -103,28 +103,12 @@ def _inner_solve(sub: LinearisedProblem, inner: str, *, u0: np.ndarray, passes: 
     return bcfw(sub, tol=tol, max_passes=passes, random_state=rng, **extra)
 
 
-@solver("prox_linear", needs=(Need("max_oracle", "inner='bcfw'", lambda o: o["inner"] == "bcfw"),
-                             *smoothing_needs(lambda o: o["inner"] != "bcfw", "inner!='bcfw' and ")))
-def prox_linear(problem: NonconvexProblem, *, inner: Annotated[str, one_of(*INNER_SOLVERS)] = "casimir",
-                eta: Annotated[float, positive] = 1.0, inner_passes: Annotated[float, positive] = 10.0,
-                mu: Annotated[float, positive] = 1.0,
-                smoothing: Annotated[str, one_of("adaptive", "constant")] = "adaptive",
-                kind: Kind = "topk", k: TopK = 5,
-                L: OptionalPositive = None,
-                eps0: OptionalPositive = None,
-                accept: Annotated[str, one_of("descent", "always")] = "descent",
-                inner_options: Annotated[dict | None, _inner_options_option] = None,
-                max_passes: float = 50, tol: float = 0.0, w0: np.ndarray | None = None, time_limit: float | None = None,
-                random_state: int | np.random.Generator | None = None, progress: bool = False,
-                checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-                resume: str | os.PathLike | None = None,
-                callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
-    """Inexact prox-linear (Algo 5) on a non-linear structural SVM, a convex solver inside.
+@dataclass(frozen=True)
+class ProxLinearOptions(Options):
+    """The options of :func:`prox_linear` beyond the common ones.
 
     Parameters
     ----------
-    problem : NonconvexProblem
-        Any structure with the inner solver's oracle (top-K or marginals; max for BCFW).
     inner : {"casimir", "svrg", "sgd", "bcfw"}
         Solver of the convex subproblems (module docstring).
     eta : float
@@ -147,6 +131,31 @@ def prox_linear(problem: NonconvexProblem, *, inner: Annotated[str, one_of(*INNE
         Further options of the inner solver (e.g. ``{"iterate": "last", "sgd_init": True}`` for
         Casimir or SVRG, ``{"warm_start": "prev-iterate"}`` for Casimir); those prox_linear sets
         per subproblem (smoothing, budget, start, seed, ...) are refused.
+    """
+
+    inner: Annotated[str, one_of(*INNER_SOLVERS)] = "casimir"
+    eta: Annotated[float, positive] = 1.0
+    inner_passes: Annotated[float, positive] = 10.0
+    mu: Annotated[float, positive] = 1.0
+    smoothing: Annotated[str, one_of("adaptive", "constant")] = "adaptive"
+    kind: Kind = "topk"
+    k: TopK = 5
+    L: OptionalPositive = None
+    eps0: OptionalPositive = None
+    accept: Annotated[str, one_of("descent", "always")] = "descent"
+    inner_options: Annotated[dict | None, _inner_options_option] = None
+
+
+@solver("prox_linear", ProxLinearOptions, without=("eval_every", "executor", "n_workers"),
+        needs=(Need("max_oracle", "inner='bcfw'", lambda o: o["inner"] == "bcfw"),
+               *smoothing_needs(lambda o: o["inner"] != "bcfw", "inner!='bcfw' and ")))
+def prox_linear(problem: NonconvexProblem, options: ProxLinearOptions, run_options: RunOptions, executor) -> Result:
+    """Inexact prox-linear (Algo 5) on a non-linear structural SVM, a convex solver inside.
+
+    Parameters
+    ----------
+    problem : NonconvexProblem
+        Any structure with the inner solver's oracle (top-K or marginals; max for BCFW).
     max_passes : float
         Budget in inner oracle calls / n; the last subproblem's budget is cut to meet it.
     tol : float
@@ -154,9 +163,8 @@ def prox_linear(problem: NonconvexProblem, *, inner: Annotated[str, one_of(*INNE
     w0 : ndarray, optional
         Start; default ``model.initial_weights(random_state)`` (zero weights are a stationary
         point of a two-layer network).
-    time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback
-        As for every solver (:mod:`structopt.solvers.base`); the time limit is checked after each
-        prox-linear step, checkpoints are written after a step.
+    time_limit, checkpoint
+        The time limit is checked after each prox-linear step, checkpoints are written after a step.
 
     Returns
     -------
@@ -168,14 +176,11 @@ def prox_linear(problem: NonconvexProblem, *, inner: Annotated[str, one_of(*INNE
         ``L``, and for BCFW ``eps`` and ``inner_gap``.
     """
     check_nonconvex("prox_linear", problem)
-    refuse_tol("prox_linear", tol)
-    if eps0 is not None and inner != "bcfw":
-        raise InvalidInputError(f"prox_linear: eps0 sets BCFW's certified gap schedule; inner={inner!r} runs a "
-                                "fixed budget (inner_passes)")
-    method = _ProxLinear(problem, inner=inner, eta=eta, inner_passes=inner_passes, mu=mu, smoothing=smoothing,
-                         kind=kind, k=k, L=L, eps0=eps0, accept=accept, inner_options=inner_options or {}, w0=w0,
-                         random_state=random_state)
-    return run(problem, method, {key: value for key, value in locals().items() if key != "method"})
+    refuse_tol("prox_linear", run_options.tol)
+    if options.eps0 is not None and options.inner != "bcfw":
+        raise InvalidInputError(f"prox_linear: eps0 sets BCFW's certified gap schedule; inner={options.inner!r} "
+                                "runs a fixed budget (inner_passes)")
+    return run(problem, _ProxLinear(problem, options, run_options))
 
 
 @state_type
@@ -196,34 +201,34 @@ class ProxLinearState:
 class _ProxLinear(Method):
     name = "prox_linear"
 
-    def __init__(self, problem: NonconvexProblem, **settings):
-        self.problem = problem
-        self.__dict__.update(settings)  # the options the steps read
-        self.label = f"prox-linear[{self.inner}]"
+    def __init__(self, problem: NonconvexProblem, options: ProxLinearOptions, run_options: RunOptions):
+        super().__init__(problem, options, run_options)
+        self.label = f"prox-linear[{options.inner}]"
 
     def init(self, monitor: Monitor) -> ProxLinearState:
-        problem = self.problem
-        rng = make_rng(self.random_state)
-        w = problem.initial_weights(rng) if self.w0 is None else initial_weights(problem, self.w0)
+        problem, options, w0 = self.problem, self.options, self.run_options.w0
+        rng = make_rng(self.run_options.random_state)
+        w = problem.initial_weights(rng) if w0 is None else initial_weights(problem, w0)
         F = problem.primal(w)
-        state = ProxLinearState(w, F, 0, rng, Counters(), None if self.L is None else float(self.L),
-                                F if self.eps0 is None else float(self.eps0), 1)
+        state = ProxLinearState(w, F, 0, rng, Counters(), None if options.L is None else float(options.L),
+                                F if options.eps0 is None else float(options.eps0), 1)
         monitor.pause()
         monitor.record(w, primal=F, objective_passes=1, **state.counters.record(problem.n))
         return state
 
     def advance(self, state: ProxLinearState, monitor: Monitor) -> None:
-        problem, n, inner, counters = self.problem, self.problem.n, self.inner, state.counters
+        problem, n, options, counters = self.problem, self.problem.n, self.options, state.counters
+        inner = options.inner
         state.k += 1
-        sub = problem.linearize(state.w, self.eta)
+        sub = problem.linearize(state.w, options.eta)
         u0 = sub.variable(state.w)
         if state.L0 is None and inner != "bcfw":
-            state.L0 = estimate_lipschitz(sub, self.mu, k=self.k, w=u0)
-        scale = state.k if self.smoothing == "adaptive" else 1
-        mu_k, L_k, eps_k = self.mu / scale, (state.L0 or 0.0) * scale, state.eps0 / state.k
-        passes = min(float(self.inner_passes), (monitor.step_budget(n) - counters.oracle_calls) / n)
-        res = _inner_solve(sub, inner, u0=u0, passes=passes, mu=mu_k, kind=self.kind, k=self.k, L=L_k, tol=eps_k,
-                           rng=state.rng, extra=self.inner_options)
+            state.L0 = estimate_lipschitz(sub, options.mu, k=options.k, w=u0)
+        scale = state.k if options.smoothing == "adaptive" else 1
+        mu_k, L_k, eps_k = options.mu / scale, (state.L0 or 0.0) * scale, state.eps0 / state.k
+        passes = min(float(options.inner_passes), (monitor.step_budget(n) - counters.oracle_calls) / n)
+        res = _inner_solve(sub, inner, u0=u0, passes=passes, mu=mu_k, kind=options.kind, k=options.k, L=L_k, tol=eps_k,
+                           rng=state.rng, extra=options.inner_options or {})
         last = res.trace[-1]
         counters.oracle_calls += int(last["oracle_calls"])
         counters.oracle_calls_made += int(last.get("oracle_calls_made", last["oracle_calls"]))
@@ -235,19 +240,20 @@ class _ProxLinear(Method):
 
     def evaluate(self, state: ProxLinearState) -> tuple[np.ndarray, dict]:
         sub, res, candidate, F_candidate, mu_k, L_k, eps_k, last = self.step
-        accepted = self.accept == "always" or F_candidate <= state.F
+        accepted = self.options.accept == "always" or F_candidate <= state.F
         model_value = sub.primal(res.w) + sub.constant
         step_norm = float(np.linalg.norm(candidate - state.w))
         if accepted:
             state.w, state.F = candidate, F_candidate
-        extra = {"eps": eps_k, "inner_gap": last.get("gap")} if self.inner == "bcfw" else {"mu": mu_k, "L": L_k}
+        extra = {"eps": eps_k, "inner_gap": last.get("gap")} if self.options.inner == "bcfw" else {"mu": mu_k, "L": L_k}
         return state.w, {"primal": state.F, "prox_iter": state.k, "accepted": bool(accepted),
                          "candidate_primal": F_candidate, "model_value": model_value, "step_norm": step_norm,
                          "objective_passes": state.objective_passes, **extra, **state.counters.record(self.problem.n)}
 
     def result(self, state: ProxLinearState, monitor: Monitor) -> Result:
         return Result(state.w, monitor.trace, {"stop_reason": monitor.stop_reason, "L0": state.L0, "eps0": state.eps0,
-                                               "inner": self.inner, "eta": self.eta, "prox_iters": state.k})
+                                               "inner": self.options.inner, "eta": self.options.eta,
+                                               "prox_iters": state.k})
 
 
-__all__ = ["INNER_SOLVERS", "ProxLinearState", "check_nonconvex", "prox_linear"]
+__all__ = ["INNER_SOLVERS", "ProxLinearOptions", "ProxLinearState", "check_nonconvex", "prox_linear"]

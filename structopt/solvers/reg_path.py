@@ -24,8 +24,8 @@ from structopt.errors import InvalidInputError
 from structopt.parallel import SerialExecutor
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
-from structopt.solvers.base import make_rng, run
-from structopt.solvers.bcfw import BCFWMethod, bcfw, expensive_options
+from structopt.solvers.base import RunOptions, check_values, make_rng, run
+from structopt.solvers.bcfw import BCFWMethod, BCFWOptions, bcfw
 
 
 @dataclass
@@ -108,15 +108,16 @@ def regularization_path(problem: SSVMProblem, lams, *, eps: float = 0.01, max_pa
     if unknown:
         raise InvalidInputError(f"regularization_path: unknown option(s) {', '.join(unknown)}; it passes "
                                 f"{', '.join(sorted(allowed))} to bcfw")
-    defaults = {name: option.default for name, option in bcfw.options.items()}
-    values = {**{key: defaults[key] for key in allowed}, **options}
-    for key in allowed:  # the solver's own checks, with its messages
-        bcfw.options[key].check(f"regularization_path: {key}", values[key])
-    for key in ("max_passes", "eval_every"):
-        bcfw.options[key].check(f"regularization_path: {key}", locals()[key])
-    gap_options = expensive_options(values["sampling"], values["cache_size"], values["cache_factor"],
-                                    values["cache_nu"], values["steps"], values["line_search"])
+    # the solver's own checks, with its messages
+    check_values("regularization_path", {key: bcfw.options[key] for key in sorted(allowed)},
+                 {key: options.get(key, bcfw.options[key].default) for key in allowed})
+    check_values("regularization_path", {key: bcfw.options[key] for key in ("max_passes", "eval_every")},
+                 {"max_passes": max_passes, "eval_every": eval_every})
+    bcfw_options = BCFWOptions(**options)  # mini-batches and the fused pass keep their defaults
+    bcfw_options.gap_options()  # refuses the combinations that cannot work, before any work
     rng = make_rng(random_state)
+    # one generator for the whole path; no checkpoints
+    run_options = RunOptions(max_passes=max_passes, eval_every=eval_every, random_state=rng)
     points: list[PathPoint] = []
     warm: tuple[BlockState, Any] | None = None
     previous_lam = None
@@ -127,12 +128,9 @@ def regularization_path(problem: SSVMProblem, lams, *, eps: float = 0.01, max_pa
             blocks.rescale_restart(previous_lam / lam)  # w = A alpha / (lam n): alpha kept, lambda changed
             if gap is not None:  # counts per lambda
                 gap.restart()
-        method = BCFWMethod(sub, SerialExecutor(sub), line_search=values["line_search"], averaging=values["averaging"],
-                            sampling=values["sampling"], batch_size=1, eval_every=eval_every,
-                            fused=None, progress=False, random_state=rng,
-                            gap_options=gap_options, initial=warm)
+        method = BCFWMethod(sub, bcfw_options, run_options, SerialExecutor(sub), initial=warm)
         # the shared run loop, stopped at a certified relative gap: gap <= eps * primal
-        result = run(sub, method, {"max_passes": max_passes, "rel_tol": eps})
+        result = run(sub, method, rel_tol=eps)
         last = result.trace[-1]
         points.append(PathPoint(lam=lam, w=result.w, primal=last["primal"], dual=last["dual"],
                                 gap=last["gap"], passes=last["passes"], oracle_calls=int(last["oracle_calls"]),

@@ -12,8 +12,6 @@ touches only the weights of the features present in ``x_i`` (see
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -28,7 +26,9 @@ from structopt.solvers.base import (
     Method,
     Monitor,
     Need,
+    Options,
     Result,
+    RunOptions,
     initial_weights,
     make_rng,
     one_of,
@@ -47,25 +47,12 @@ def _subgradient_stats(problem: SSVMProblem, i: int, theta):
     return problem.compact_diff(i, y, theta)
 
 
-@solver("sgd", needs=(Need("max_oracle", "mu=None", lambda o: o["mu"] is None),
-                     *smoothing_needs(lambda o: o["mu"] is not None, "mu set and ")))
-def sgd(problem: SSVMProblem, *, mu: OptionalPositive = None,
-        kind: Kind = "topk", k: TopK = 5,
-        gamma0: OptionalPositive = None,
-        t0: OptionalPositive = None,
-        averaging: Annotated[str, one_of(*AVERAGING)] = "weighted", guard: Flag = True,
-        max_passes: float = 50, eval_every: float = 1, tol: float = 0.0, w0: np.ndarray | None = None,
-        time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
-        progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-        resume: str | os.PathLike | None = None,
-        callback: Callable[[np.ndarray], dict | None] | None = None, executor=None,
-        n_workers: int | None = None) -> Result:
-    """SGD with step ``gamma0 / (1 + floor(t / t0))`` on the smoothed or non-smooth objective.
+@dataclass(frozen=True)
+class SGDOptions(Options):
+    """The options of :func:`sgd` beyond the common ones.
 
     Parameters
     ----------
-    problem : SSVMProblem
-        Any loss; constrained weights get projected steps.
     mu : float or None
         Smoothing parameter; None uses the max oracle (subgradients of the non-smooth hinge).
     kind, k
@@ -93,14 +80,32 @@ def sgd(problem: SSVMProblem, *, mu: OptionalPositive = None,
         value). Keeps one copy of the accepted report; the rejected steps' oracle calls are counted, their
         records say ``rejected`` and ``info["rejected_epochs"]`` / ``info["epochs"]`` count the
         evaluations.
+    """
+
+    mu: OptionalPositive = None
+    kind: Kind = "topk"
+    k: TopK = 5
+    gamma0: OptionalPositive = None
+    t0: OptionalPositive = None
+    averaging: Annotated[str, one_of(*AVERAGING)] = "weighted"
+    guard: Flag = True
+
+
+@solver("sgd", SGDOptions, needs=(Need("max_oracle", "mu=None", lambda o: o["mu"] is None),
+                                  *smoothing_needs(lambda o: o["mu"] is not None, "mu set and ")))
+def sgd(problem: SSVMProblem, options: SGDOptions, run_options: RunOptions, executor) -> Result:
+    """SGD with step ``gamma0 / (1 + floor(t / t0))`` on the smoothed or non-smooth objective.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+        Any loss; constrained weights get projected steps.
     max_passes : float
         Stop after this many oracle calls / n (one call per step).
     eval_every : float
         Evaluate the non-smooth primal every this many passes.
     tol : float
         Must be 0: the method has no duality gap.
-    w0, time_limit, random_state, progress, checkpoint_every, callback
-        As for every solver (:mod:`structopt.solvers.base`).
     checkpoint, resume : path, optional
         Save the state at each evaluation / continue from such a state.
         Resuming restores the iterates, counters, random state and the step/schedule constants;
@@ -116,11 +121,8 @@ def sgd(problem: SSVMProblem, *, mu: OptionalPositive = None,
         ``info``: ``stop_reason``, ``gamma0``, ``t0``, ``epochs`` (evaluations judged by the
         guard), ``rejected_epochs``.
     """
-    options = dict(locals())
-    refuse_tol("sgd", tol)
-    method = _SGD(problem, executor, mu=mu, kind=kind, k=k, gamma0=gamma0, t0=t0, averaging=averaging, guard=guard,
-                  eval_every=eval_every, w0=w0, random_state=random_state)
-    return run(problem, method, options)
+    refuse_tol("sgd", run_options.tol)
+    return run(problem, _SGD(problem, options, run_options, executor))
 
 
 @state_type
@@ -144,21 +146,20 @@ class SGDState:
 class _SGD(Method):
     name = "sgd"
 
-    def __init__(self, problem: SSVMProblem, executor, *, mu, kind, k, gamma0, t0, averaging, guard, eval_every, w0,
-                 random_state):
-        self.problem, self.executor = problem, executor
-        self.mu, self.kind, self.k, self.averaging, self.guard = mu, kind, k, averaging, guard
-        self.gamma0, self.t0, self.w0, self.random_state = gamma0, t0, w0, random_state
-        self.steps_per_eval = max(1, round(eval_every * problem.n))
+    def __init__(self, problem: SSVMProblem, options: SGDOptions, run_options: RunOptions, executor):
+        super().__init__(problem, options, run_options, executor)
+        # read on every step of the Python loop: plain attributes
+        self.mu, self.kind, self.k, self.averaging = options.mu, options.kind, options.k, options.averaging
+        self.steps_per_eval = max(1, round(run_options.eval_every * problem.n))
 
     def init(self, monitor: Monitor) -> SGDState:
         problem, n = self.problem, self.problem.n
-        rng = make_rng(self.random_state)
-        gamma0 = self.gamma0
+        rng = make_rng(self.run_options.random_state)
+        gamma0 = self.options.gamma0
         if gamma0 is None:
             gamma0 = 1.0 / (estimate_lipschitz(problem, 1.0 if self.mu is None else self.mu, k=self.k) + problem.lam)
-        t0 = 1.0 / (problem.lam * gamma0) if self.t0 is None and problem.lam > 0 else self.t0
-        w = initial_weights(problem, self.w0)
+        t0 = 1.0 / (problem.lam * gamma0) if self.options.t0 is None and problem.lam > 0 else self.options.t0
+        w = initial_weights(problem, self.run_options.w0)
         state = SGDState(rng, Counters(), LazyIterate(problem, w), gamma0, float(n if t0 is None else t0), 0.0,
                          gamma0, GuardCount(), w, 0.0)
         monitor.pause()
@@ -190,7 +191,7 @@ class _SGD(Method):
     def evaluate(self, state: SGDState) -> tuple[np.ndarray, dict]:
         w_report = self.report(state)
         primal_new = self.executor.primal(w_report)
-        rejected = self.guard and rose(state.primal, primal_new)
+        rejected = self.options.guard and rose(state.primal, primal_new)
         state.guard.count(rejected)
         if rejected:  # restart from the last accepted report (the average, if averaging) with a shorter step
             state.gamma0 = shortened_step(self.problem, state.gamma0, state.primal, primal_new, state.iterate.dense(),
@@ -209,4 +210,4 @@ class _SGD(Method):
                                                           "t0": state.t0, **state.guard.info()})
 
 
-__all__ = ["SGDState", "sgd"]
+__all__ = ["SGDOptions", "SGDState", "sgd"]

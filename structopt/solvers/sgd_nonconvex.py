@@ -14,8 +14,6 @@ iterate is reported (averages of non-convex iterates carry no guarantee).
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -29,7 +27,9 @@ from structopt.solvers.base import (
     Method,
     Monitor,
     Need,
+    Options,
     Result,
+    RunOptions,
     initial_weights,
     make_rng,
     one_of,
@@ -50,25 +50,33 @@ def step_size(gamma0: float, t: int, schedule: str) -> float:
     return gamma0 / math.sqrt(t) if schedule == "sqrt" else gamma0 / t
 
 
-@solver("sgd_nonconvex", needs=(Need("max_oracle", "any options"),))
-def sgd_nonconvex(problem: NonconvexProblem, *, schedule: Annotated[str, one_of(*SCHEDULES)] = "sqrt",
-                  gamma0: OptionalPositive = None,
-                  max_passes: float = 50, eval_every: float = 1, tol: float = 0.0, w0: np.ndarray | None = None,
-                  time_limit: float | None = None, random_state: int | np.random.Generator | None = None,
-                  progress: bool = False, checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-                  resume: str | os.PathLike | None = None,
-                  callback: Callable[[np.ndarray], dict | None] | None = None) -> Result:
+@dataclass(frozen=True)
+class SGDNonconvexOptions(Options):
+    """The options of :func:`sgd_nonconvex` beyond the common ones.
+
+    Parameters
+    ----------
+    schedule : {"const", "sqrt", "linear"}
+        ``gamma_t = gamma0``, ``gamma0 / sqrt(t)`` or ``gamma0 / t`` (SGD-const, -t^-1/2, -t^-1).
+    gamma0 : float, optional
+        Initial step; default ``1 / (L + lam)`` with L the local top-K curvature (at mu = 1) of the
+        problem linearised at ``w0``, as the convex SGD's default.
+    """
+
+    schedule: Annotated[str, one_of(*SCHEDULES)] = "sqrt"
+    gamma0: OptionalPositive = None
+
+
+@solver("sgd_nonconvex", SGDNonconvexOptions, without=("executor", "n_workers"),
+        needs=(Need("max_oracle", "any options"),))
+def sgd_nonconvex(problem: NonconvexProblem, options: SGDNonconvexOptions, run_options: RunOptions,
+                  executor) -> Result:
     """Stochastic subgradient steps on the non-convex objective ``F`` of a :class:`NonconvexProblem`.
 
     Parameters
     ----------
     problem : NonconvexProblem
         Any structure with a max oracle.
-    schedule : {"const", "sqrt", "linear"}
-        ``gamma_t = gamma0``, ``gamma0 / sqrt(t)`` or ``gamma0 / t`` (SGD-const, -t^-1/2, -t^-1).
-    gamma0 : float, optional
-        Initial step; default ``1 / (L + lam)`` with L the local top-K curvature (at mu = 1) of the
-        problem linearised at ``w0``, as the convex SGD's default.
     max_passes : float
         Exactly ``ceil(max_passes * n)`` steps (one oracle call each).
     eval_every : float
@@ -77,8 +85,6 @@ def sgd_nonconvex(problem: NonconvexProblem, *, schedule: Annotated[str, one_of(
         Must be 0.
     w0 : ndarray, optional
         Start; default ``model.initial_weights(random_state)``.
-    time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback
-        As for every solver (:mod:`structopt.solvers.base`).
 
     Returns
     -------
@@ -87,8 +93,8 @@ def sgd_nonconvex(problem: NonconvexProblem, *, schedule: Annotated[str, one_of(
         ``full_grad_passes`` (0), ``time``, ``primal`` (``F``), ``step``.
     """
     check_nonconvex("sgd_nonconvex", problem)
-    refuse_tol("sgd_nonconvex", tol)
-    return run(problem, _SGDNonconvex(problem, schedule, gamma0, eval_every, w0, random_state), dict(locals()))
+    refuse_tol("sgd_nonconvex", run_options.tol)
+    return run(problem, _SGDNonconvex(problem, options, run_options))
 
 
 @state_type
@@ -106,18 +112,18 @@ class SGDNonconvexState:
 class _SGDNonconvex(Method):
     name = "sgd_nonconvex"
 
-    def __init__(self, problem: NonconvexProblem, schedule: str, gamma0: float | None, eval_every: float, w0,
-                 random_state):
-        self.problem, self.schedule, self.gamma0 = problem, schedule, gamma0
-        self.w0, self.random_state = w0, random_state
-        self.label = f"sgd-nonconvex[{schedule}]"
-        self.steps_per_eval = max(1, round(eval_every * problem.n))
+    def __init__(self, problem: NonconvexProblem, options: SGDNonconvexOptions, run_options: RunOptions):
+        super().__init__(problem, options, run_options)
+        self.schedule = options.schedule
+        self.label = f"sgd-nonconvex[{options.schedule}]"
+        self.steps_per_eval = max(1, round(run_options.eval_every * problem.n))
 
     def init(self, monitor: Monitor) -> SGDNonconvexState:
         problem = self.problem
-        rng = make_rng(self.random_state)
-        v = problem.initial_weights(rng) if self.w0 is None else initial_weights(problem, self.w0)
-        gamma0 = self.gamma0
+        rng = make_rng(self.run_options.random_state)
+        w0 = self.run_options.w0
+        v = problem.initial_weights(rng) if w0 is None else initial_weights(problem, w0)
+        gamma0 = self.options.gamma0
         if gamma0 is None:
             gamma0 = 1.0 / (estimate_lipschitz(problem.linearize(v, 1.0), 1.0) + problem.lam)
         state = SGDNonconvexState(v, 1.0, rng, Counters(), gamma0)
@@ -152,4 +158,4 @@ class _SGDNonconvex(Method):
                                                          "schedule": self.schedule})
 
 
-__all__ = ["SCHEDULES", "SGDNonconvexState", "sgd_nonconvex", "step_size"]
+__all__ = ["SCHEDULES", "SGDNonconvexOptions", "SGDNonconvexState", "sgd_nonconvex", "step_size"]

@@ -23,8 +23,6 @@ honoured; the iterates are the generic path's (tests/test_fast_paths.py).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -58,7 +56,9 @@ from structopt.solvers._smooth_options import Flag, Iterate, Kind, OptionalPosit
 from structopt.solvers.base import (
     Method,
     Monitor,
+    Options,
     Result,
+    RunOptions,
     initial_weights,
     make_rng,
     one_of,
@@ -141,29 +141,12 @@ def svrg_epoch(problem: SSVMProblem, w_start: np.ndarray, *, mu: float, kind: st
     return problem.project_weights(it.average() if iterate == "average" else it.dense()), memory
 
 
-@solver("svrg", needs=smoothing_needs())
-def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
-         mu_schedule: Annotated[str, one_of(*MU_SCHEDULES)] = "decreasing",
-         kind: Kind = "topk", k: TopK = 5,
-         learning_rate: OptionalPositive = None,
-         L: OptionalPositive = None,
-         iterate: Iterate = "average",
-         sgd_init: Flag = True, guard: Flag = True,
-         max_passes: float = 50, tol: float = 0.0,
-         w0: np.ndarray | None = None, time_limit: float | None = None,
-         random_state: int | np.random.Generator | None = None, progress: bool = False,
-         checkpoint: str | os.PathLike | None = None, checkpoint_every: float = 1,
-         resume: str | os.PathLike | None = None,
-         callback: Callable[[np.ndarray], dict | None] | None = None, fused: FUSED = None, executor=None,
-         n_workers: int | None = None) -> Result:
-    """SVRG on the smoothed objective: epochs of ``max(n, 50)`` steps (``n`` with ``"constant"``), full gradient at
-    the averaged iterate.
+@dataclass(frozen=True)
+class SVRGOptions(Options):
+    """The options of :func:`svrg` beyond the common ones.
 
     Parameters
     ----------
-    problem : SSVMProblem
-        Any loss with a top-K (or, for ``kind="entropy"``, marginal) oracle; constrained weights
-        get projected steps.
     mu : float, optional
         Smoothing parameter (> 0) of the first epoch; default 1 (``"decreasing"``) or 0.1
         (``"constant"``).
@@ -204,6 +187,34 @@ def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
         curvature grows as the weights train (grids, boxes); the guard turns that divergence into
         a few repeated epochs (Weizmann horses, 2 passes: the SGD start is rejected, the second
         pass learns). Their oracle calls are counted, and their records say ``rejected``.
+    fused : bool, optional
+        Run the snapshots and steps in the fused numba passes when the problem has them for this
+        smoothing (chain models; None, default), demand them (True) or use the generic path
+        (False). Same iterates (up to the order of floating-point sums).
+    """
+
+    mu: OptionalPositive = None
+    mu_schedule: Annotated[str, one_of(*MU_SCHEDULES)] = "decreasing"
+    kind: Kind = "topk"
+    k: TopK = 5
+    learning_rate: OptionalPositive = None
+    L: OptionalPositive = None
+    iterate: Iterate = "average"
+    sgd_init: Flag = True
+    guard: Flag = True
+    fused: FUSED = None
+
+
+@solver("svrg", SVRGOptions, without=("eval_every",), needs=smoothing_needs())
+def svrg(problem: SSVMProblem, options: SVRGOptions, run_options: RunOptions, executor) -> Result:
+    """SVRG on the smoothed objective: epochs of ``max(n, 50)`` steps (``n`` with ``"constant"``), full gradient at
+    the averaged iterate.
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+        Any loss with a top-K (or, for ``kind="entropy"``, marginal) oracle; constrained weights
+        get projected steps.
     max_passes : float
         Budget in oracle calls / n (paper counting: 2 per step, so ``2 m / n`` per epoch of ``m``
         steps, 2 with ``"constant"``, 100 for ``n = 2`` with ``"decreasing"``; 1 per step of the SGD pass);
@@ -212,12 +223,6 @@ def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
         counted in ``passes`` (see ``full_grad_passes``).
     tol : float
         Must be 0: the method has no duality gap.
-    w0, time_limit, random_state, progress, checkpoint, checkpoint_every, resume, callback
-        As for every solver (:mod:`structopt.solvers.base`).
-    fused : bool, optional
-        Run the snapshots and steps in the fused numba passes when the problem has them for this
-        smoothing (chain models; None, default), demand them (True) or use the generic path
-        (False). Same iterates (up to the order of floating-point sums).
     executor, n_workers
         Where the snapshots and primal evaluations run (:mod:`structopt.parallel`).
 
@@ -230,13 +235,8 @@ def svrg(problem: SSVMProblem, *, mu: OptionalPositive = None,
         ``learning_rate``, ``memory``, ``epochs`` (epochs run, the SGD start included),
         ``rejected_epochs``.
     """
-    options = dict(locals())
-    refuse_tol("svrg", tol)
-    mu = (1.0 if mu_schedule == "decreasing" else 0.1) if mu is None else float(mu)
-    method = _SVRG(problem, executor, mu=mu, mu_schedule=mu_schedule, kind=kind, k=k, learning_rate=learning_rate,
-                   L=L, iterate=iterate, sgd_init=sgd_init, guard=guard, w0=w0, random_state=random_state,
-                   fused=fused)
-    return run(problem, method, options)
+    refuse_tol("svrg", run_options.tol)
+    return run(problem, _SVRG(problem, options, run_options, executor))
 
 
 @state_type
@@ -259,22 +259,21 @@ class SVRGState:
 class _SVRG(Method):
     name = "svrg"
 
-    def __init__(self, problem: SSVMProblem, executor, *, mu, mu_schedule, kind, k, learning_rate, L, iterate,
-                 sgd_init, guard, w0, random_state, fused):
-        self.problem, self.executor = problem, executor
-        self.view = smooth_view(problem, fused, kind)
-        self.mu_schedule = mu_schedule
-        self.mu, self.kind, self.k, self.learning_rate, self.L = mu, kind, k, learning_rate, L
-        self.iterate, self.sgd_init, self.guard, self.w0, self.random_state = iterate, sgd_init, guard, w0, random_state
+    def __init__(self, problem: SSVMProblem, options: SVRGOptions, run_options: RunOptions, executor):
+        super().__init__(problem, options, run_options, executor)
+        self.view = smooth_view(problem, options.fused, options.kind)
+        # mu's default follows from the schedule
+        self.mu = (1.0 if options.mu_schedule == "decreasing" else 0.1) if options.mu is None else float(options.mu)
+        self.mu_schedule, self.kind, self.k = options.mu_schedule, options.kind, options.k
         self.w_new: np.ndarray | None = None  # the last epoch's output, before the guard's verdict
 
     def init(self, monitor: Monitor) -> SVRGState:
         problem = self.problem
-        rng = make_rng(self.random_state)
-        w = initial_weights(problem, self.w0)
-        learning_rate = self.learning_rate
+        rng = make_rng(self.run_options.random_state)
+        w = initial_weights(problem, self.run_options.w0)
+        learning_rate = self.options.learning_rate
         if learning_rate is None:
-            L = estimate_lipschitz(problem, self.mu, k=self.k, w=w) if self.L is None else float(self.L)
+            L = estimate_lipschitz(problem, self.mu, k=self.k, w=w) if self.options.L is None else float(self.options.L)
             learning_rate = 1.0 / (L + problem.lam)
         state = SVRGState(w, Counters(), rng, 0, float(learning_rate), {}, 0.0, float(learning_rate), GuardCount())
         monitor.pause()
@@ -286,7 +285,7 @@ class _SVRG(Method):
         problem, n, counters = self.problem, self.problem.n, state.counters
         budget = monitor.step_budget(n)  # in paper-counted oracle calls
         m = epoch_steps(n) if self.mu_schedule == "decreasing" else n  # (the paper's epochs with constant mu)
-        if self.sgd_init and state.epoch == 0:  # one call per step: shortened to the budget like an epoch
+        if self.options.sgd_init and state.epoch == 0:  # one call per step: shortened to the budget like an epoch
             self.mu_e, gamma = self.mu, state.gamma
             if self.mu_schedule == "decreasing":  # the first epoch's cap
                 gamma = decreasing_schedule(self.mu, gamma, problem.lam, n, 0)[1]
@@ -296,19 +295,19 @@ class _SVRG(Method):
                                   view=self.view)
         else:  # two calls per step: an odd remainder ends one call (1/n pass) past the budget
             steps = min(m, -(-(budget - counters.oracle_calls) // 2))
-            e = state.epoch - (1 if self.sgd_init else 0)  # SVRG epochs accepted so far (all m steps long)
+            e = state.epoch - (1 if self.options.sgd_init else 0)  # SVRG epochs accepted so far (all m steps long)
             self.mu_e, gamma = self.mu, state.gamma
             if self.mu_schedule == "decreasing":
                 self.mu_e, gamma = decreasing_schedule(self.mu, state.gamma, problem.lam, n, e * m)
             self.gamma_e = gamma
             self.w_new, state.memory = svrg_epoch(problem, state.w, mu=self.mu_e, kind=self.kind, k=self.k,
                                                   gamma=gamma, rng=state.rng, counters=counters,
-                                                  iterate=self.iterate, n_steps=steps, executor=self.executor,
+                                                  iterate=self.options.iterate, n_steps=steps, executor=self.executor,
                                                   view=self.view)
 
     def evaluate(self, state: SVRGState) -> tuple[np.ndarray, dict]:
         primal_new = self.executor.primal(self.w_new)
-        rejected = self.guard and rose(state.primal, primal_new)
+        rejected = self.options.guard and rose(state.primal, primal_new)
         state.guard.count(rejected)
         if rejected:  # shorten the step the epoch took (the schedule's cap may have been below state.gamma)
             state.gamma = shortened_step(self.problem, self.gamma_e, state.primal, primal_new, self.w_new, self.mu_e,
@@ -325,4 +324,4 @@ class _SVRG(Method):
                                                "memory": state.memory, **state.guard.info()})
 
 
-__all__ = ["SVRGState", "svrg", "svrg_epoch"]
+__all__ = ["SVRGOptions", "SVRGState", "svrg", "svrg_epoch"]
