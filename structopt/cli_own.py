@@ -73,6 +73,7 @@ class OwnBoxesTask(OwnDataTask):
     output_help = LocalizationTask.output_help.replace("localization:", "boxes:")
     default_output, output_is_folder = LocalizationTask.default_output, LocalizationTask.output_is_folder
     read_inputs, write, scores = LocalizationTask.read_inputs, LocalizationTask.write, LocalizationTask.scores
+    _read_items = LocalizationTask._read_items  # what the borrowed read_inputs calls
 
 
 class OwnSequenceTask(OwnDataTask):
@@ -87,16 +88,25 @@ class OwnSequenceTask(OwnDataTask):
     default_output = "predictions.conll"
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
-        from structopt.tasks.own_sequence import encode_labels, featurize_columns, read_columns, token_rows
+        from structopt.tasks.own_sequence import (
+            check_width,
+            encode_labels,
+            featurize_columns,
+            read_columns,
+            token_rows,
+        )
 
         p = saved.preprocessing
         token, label, features = int(p["token_column"]), int(p["label_column"]), [int(c) for c in p["feature_columns"]]
         rows = token_rows(path)
-        width = len(rows[0]) if rows else 0
-        # the label column is there when the file has a column beyond the token and feature columns
-        # (label counted from the end) or reaches the label's column number
-        needed = max(abs(c) for c in [token, *features])
-        has_gold = width > needed if label < 0 else width >= label
+        if isinstance(p.get("n_columns"), int) and p["n_columns"] > 0:  # the training file's width, as recorded
+            has_gold = check_width(path, int(p["n_columns"]), label)
+        else:  # a model saved before the width was recorded
+            width = len(rows[0]) if rows else 0
+            # the label column is there when the file has a column beyond the token and feature columns
+            # (label counted from the end) or reaches the label's column number
+            needed = max(abs(c) for c in [token, *features])
+            has_gold = width > needed if label < 0 else width >= label
         file = read_columns(path, token, label if has_gold else None, features)
         (X,) = featurize_columns([file], int(p["n_features"]), int(p["window"]), [int(a) for a in p["affix_lengths"]])
         tags = list(p["tags"])
