@@ -100,7 +100,7 @@ class OwnSequenceTask(OwnDataTask):
         token, label, features = int(p["token_column"]), int(p["label_column"]), [int(c) for c in p["feature_columns"]]
         rows = token_rows(path)
         if isinstance(p.get("n_columns"), int) and p["n_columns"] > 0:  # the training file's width, as recorded
-            has_gold = check_width(path, int(p["n_columns"]), label)
+            has_gold = check_width(path, int(p["n_columns"]), label, [str(t) for t in p["tags"]])
         else:  # a model saved before the width was recorded
             width = len(rows[0]) if rows else 0
             # the label column is there when the file has a column beyond the token and feature columns

@@ -164,9 +164,13 @@ def _numbered_token_rows(path: str | os.PathLike, encoding: str = "utf-8") -> li
     return [(number, row) for number, row in enumerate(rows, 1) if row and row[0] != _DOCSTART]
 
 
-def check_width(path: str | os.PathLike, n_columns: int, label_column: int, encoding: str = "utf-8") -> bool:
+def check_width(path: str | os.PathLike, n_columns: int, label_column: int, labels: Sequence[str] = (),
+                encoding: str = "utf-8") -> bool:
     """Whether a file to label has its gold labels, from its number of columns and the training file's
     ``n_columns``: all of them (with the labels) or, when the label column is the last, one fewer (without).
+
+    A file of one column fewer whose columns (but the first) hold mostly the model's ``labels`` (``O``
+    aside) is not a file without labels but one missing another column: refused too.
 
     Raises
     ------
@@ -179,11 +183,20 @@ def check_width(path: str | os.PathLike, n_columns: int, label_column: int, enco
         raise InvalidInputError(f"{path}: no token lines")
     number, row = rows[0]
     last = label_column == -1 or label_column == n_columns
-    if len(row) == n_columns or (last and len(row) == n_columns - 1):
-        return len(row) == n_columns
     expected = f"{n_columns} (with the labels) or {n_columns - 1} (without)" if last else f"{n_columns}"
-    raise InvalidInputError(f"{path}, line {number}: expected {expected} columns, as the model's training file had "
-                            f"{n_columns}, found {len(row)}")
+    trained = f"as the model's training file had {n_columns}"
+    if len(row) == n_columns:
+        return True
+    if not (last and len(row) == n_columns - 1):
+        raise InvalidInputError(f"{path}, line {number}: expected {expected} columns, {trained}, found {len(row)}")
+    known = set(labels) - {"O"}
+    for k in range(1, len(row)):
+        values = [r[k] for _, r in rows if len(r) > k]
+        if known and 2 * sum(v in known for v in values) > len(values):
+            raise InvalidInputError(f"{path}, line {number}: expected {expected} columns, {trained}, found "
+                                    f"{len(row)} whose column {k + 1} holds the model's labels ({row[k]}, ...): "
+                                    "another column is missing")
+    return False
 
 
 def featurize_columns(files: Sequence[ColumnFile], n_features: int = 2**16, window: int = 2,

@@ -132,3 +132,31 @@ def test_predict_bitext_names_the_one_missing_file(tmp_path, capsys):
     assert main(["predict", str(out / "model.npz"), f"{source},{tmp_path}", "--out", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"input {tmp_path} is not what this task reads" in err
+
+
+def test_sequence_predict_refuses_a_file_whose_columns_differ_from_training(tmp_path, capsys):
+    """Trained on 'token POS chunk' (POS as features): a 'token chunk' file was read as 'token POS' without
+    labels (the chunks became POS features) and a five-column file took its last column as the labels, both
+    without a word. Now each is refused naming the file, the line and the expected and found counts."""
+    rng = np.random.default_rng(4)
+    train = _write_conll(tmp_path / "train.txt", _sentences(rng, 30))
+    out = tmp_path / "run"
+    assert main(["train", "sequence", "--train", str(train), "--feature-columns", "2", "--passes", "1", "--out",
+                 str(out), "--no-progress"]) == 0
+    model = str(out / "model.npz")
+    sentences = _sentences(rng, 3)
+    cases = {"token_chunk.txt": ((0, 2), "found 2 whose column 2 holds the model's labels"),
+             "five.txt": ((0, 1, 1, 2, 2), "found 5"), "token.txt": ((0,), "found 1")}
+    for name, (order, found) in cases.items():
+        path = _write_conll(tmp_path / name, sentences, order=order)
+        capsys.readouterr()
+        assert main(["predict", model, str(path), "--out", str(tmp_path / "pred")]) == 2, name
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{path}, line 1: expected 3 (with the labels) or 2 (without) " \
+                                              "columns, as the model's training file had 3" in err, err
+        assert found in err, err
+    assert not (tmp_path / "pred").exists()
+    # 'token POS' (no labels) and the training layout are read as before
+    for order in ((0, 1), (0, 1, 2)):
+        path = _write_conll(tmp_path / "ok.txt", sentences, order=order)
+        assert main(["predict", model, str(path), "--out", str(tmp_path / "pred")]) == 0

@@ -205,6 +205,20 @@ def test_conll_predict_scores_the_split_train_used(tmp_path, capsys):
     assert got["n"] == 210
 
 
+@needs_data("conll2000")
+def test_conll_predict_refuses_word_tag_lines_missing_the_pos_column(tmp_path, capsys):
+    data = _conll_subset(tmp_path, 40, 5)
+    _, model = _train(tmp_path, capsys, "conll", "--data", str(data), "--passes", "1")
+    word_tag = tmp_path / "word_tag.txt"  # the model was trained on 'word POS tag': here the POS column is missing
+    word_tag.write_text("\n".join(" ".join(line.split()[::2]) for line in
+                                  (data / "test.txt").read_text().split("\n")) + "\n")
+    assert main(["predict", str(model), str(word_tag), "--out", str(tmp_path / "x.conll")]) == 2
+    err = _one_line_error(capsys)
+    assert f"{word_tag}, line 1: expected 3 columns (word POS tag, as the model was trained on) or 2 (word POS), " \
+           "found 2 whose second holds chunk tags" in err
+    assert not (tmp_path / "x.conll").exists()
+
+
 @pytest.mark.slow
 @needs_data("conll2000")
 def test_conll_round_trip_on_the_whole_test_file(tmp_path, capsys):
