@@ -336,10 +336,18 @@ def test_horses_predict_scores_the_split_train_used(tmp_path, capsys):
 def test_superpixel_predict_scores_the_split_train_used(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("STRUCTOPT_CACHE", str(tmp_path / "cache"))
     data = _synthetic_horses(tmp_path / "horses", 9)
-    summary, model, train_line = _train_lines(tmp_path, capsys, "horses", "--graph", "superpixels", "--data",
-                                              str(data), "--passes", "2")
+    out = tmp_path / "run"
+    assert main(["train", "horses", "--graph", "superpixels", "--data", str(data), "--passes", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    summary, model, train_line = json.loads((out / "trace.json").read_text()), out / "model.npz", \
+        captured.out.strip().splitlines()[-1]
     got, _ = _same_split_metrics(tmp_path, capsys, model, train_line, summary, SEGMENTATION)
     assert got["n"] == 3
+    # the minutes of feature computation are announced (stage lines; --no-progress drops only the bar)
+    assert "computing superpixel features of 9 images (cached for the next run)" in captured.err
+    assert "fitting the stacked foreground score" in captured.err and "/9 [" not in captured.err
+    assert captured.err.splitlines()[-1].startswith("training Weizmann horses on SLIC superpixels")
 
 
 # --------------------------------------------------------------------------- localization
