@@ -325,7 +325,7 @@ def _predict(args: argparse.Namespace) -> int:
     if args.json:  # checked like --out, before predicting rather than after writing the predictions
         _check_writable_file(Path(args.json), "--json")
     record = _split_record(saved)
-    own = record is not None and (args.input is None or _same_path(Path(args.input), Path(record["data"])))
+    own = record is not None and (args.input is None or spec.is_training_data(args.input, record))
     if args.input is None and not own:
         raise InvalidInputError(f"model {args.model} records no data that train read; give INPUT ({spec.input_help})")
     split = (args.split or "test") if own else None
@@ -385,14 +385,6 @@ def _split_record(saved: Any) -> dict[str, Any] | None:
         raise InvalidInputError(f"model {saved.path}: its record of train's split (preprocessing 'data_split') is "
                                 "malformed")
     return record
-
-
-def _same_path(a: Path, b: Path) -> bool:
-    """Whether two paths name the same file or folder (symbolic links and relative paths resolved)."""
-    try:
-        return a.resolve() == b.resolve()
-    except OSError:
-        return False
 
 
 def _scope_line(record: dict[str, Any] | None, split: str | None, source: Path, n: int, scored: bool) -> str:

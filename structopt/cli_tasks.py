@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
-from structopt.tasks.own_common import BuiltTask, resolve_lam
+from structopt.tasks.own_common import BuiltTask, data_split, resolve_lam
 
 #: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization and
 #: superpixels, the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py
@@ -105,14 +105,6 @@ def split_index(train: Any, test: Any, n_train: int, split: str) -> np.ndarray:
     raise InvalidInputError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
 
 
-def data_split(data: str | Path, rule: str, n_train: int, n_test: int, **details: Any) -> dict[str, Any]:
-    """What a saved model records of the data train read and how it split them (``preprocessing["data_split"]``):
-    the data's resolved path, the rule in words, the number of training examples used and of test examples,
-    and the task's parameters of the rule (``details``)."""
-    return {"data": str(Path(data).resolve()), "rule": rule, "n_train": int(n_train), "n_test": int(n_test),
-            **details}
-
-
 class TaskSpec:
     """One built-in task. Subclasses set the class attributes and implement the four methods.
 
@@ -165,6 +157,13 @@ class TaskSpec:
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         """Read ``structopt predict``'s INPUT with a saved model's preprocessing."""
         raise NotImplementedError
+
+    def is_training_data(self, given: str, record: dict[str, Any]) -> bool:
+        """Whether ``predict``'s INPUT ``given`` names the data train read (``record["data"]``)."""
+        try:
+            return Path(given).resolve() == Path(record["data"]).resolve()
+        except OSError:
+            return False
 
     def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
         """The examples of ``split`` (:data:`SPLITS`) of the data train read, which ``record`` (the model's

@@ -41,9 +41,11 @@ from structopt.tasks.own_common import (
     CommonOptions,
     column,
     columns,
+    data_split,
     existing_file,
     first,
     holdout,
+    holdout_rule,
     option,
     positive_int,
     resolve_lam,
@@ -291,17 +293,22 @@ def load_sequence(options: SequenceOptions) -> dict:
     if options.test is not None:
         train = {"X": mats[0], "y": ys[0]}
         test = {"X": mats[1], "y": ys[1]}
+        split = {"rule": f"train on {train_file.path.name}, test on {files[1].path.name}",
+                 "test": str(files[1].path.resolve())}
     else:
-        tr, te = holdout(train_file.corpus.n_sentences, options.test_fraction, options.seed, str(train_file.path))
+        n = train_file.corpus.n_sentences
+        tr, te = holdout(n, options.test_fraction, options.seed, str(train_file.path))
         train = {"X": [mats[0][i] for i in tr], "y": [ys[0][i] for i in tr]}
         test = {"X": [mats[0][i] for i in te], "y": [ys[0][i] for i in te]}
+        split = {"rule": holdout_rule(options.test_fraction, options.seed, n, "sentences"),
+                 "test_fraction": float(options.test_fraction), "seed": int(options.seed)}
     return {"train": train, "test": test, "labels": labels,
             "model": ChainModel(options.n_features, len(labels), start_end=False, bias=False),
             "info": {"files": [str(f.path) for f in files], "columns": cols, "n_columns": train_file.n_columns,
                      "n_features": int(options.n_features),
                      "window": int(options.window), "affix_lengths": [1, 2, 3],
                      "use_pos": bool(options.feature_columns),
-                     "sentences": {"train": len(train["y"]), "test": len(test["y"])}}}
+                     "sentences": {"train": len(train["y"]), "test": len(test["y"])}, "split": split}}
 
 
 def build_sequence(options: SequenceOptions) -> BuiltTask:
@@ -328,7 +335,9 @@ def build_sequence(options: SequenceOptions) -> BuiltTask:
 
     info = data["info"]
     preprocessing = {"tags": list(labels), **info["columns"],
-                     **{key: info[key] for key in ("n_columns", "n_features", "window", "affix_lengths", "use_pos")}}
+                     **{key: info[key] for key in ("n_columns", "n_features", "window", "affix_lengths", "use_pos")},
+                     "data_split": data_split(options.train, n_train=problem.n, n_test=len(test["y"]),
+                                              **info["split"])}
     return BuiltTask(problem, evaluate, f"sequence labeling of {Path(options.train).name}", preprocessing)
 
 

@@ -160,3 +160,63 @@ def test_sequence_predict_refuses_a_file_whose_columns_differ_from_training(tmp_
     for order in ((0, 1), (0, 1, 2)):
         path = _write_conll(tmp_path / "ok.txt", sentences, order=order)
         assert main(["predict", model, str(path), "--out", str(tmp_path / "pred")]) == 0
+
+
+def _split_predict(tmp_path: Path, capsys, model: Path, given: str | None, *flags: str) -> dict:
+    metrics = tmp_path / "split.json"
+    args = ["predict", str(model), *([given] if given else []), "--out", str(tmp_path / "split_pred"), "--json",
+            str(metrics), *flags]
+    assert main(args) == 0
+    capsys.readouterr()
+    return json.loads(metrics.read_text())
+
+
+def _train_split(tmp_path: Path, capsys, args: list[str]) -> tuple[dict, Path]:
+    out = tmp_path / "run"
+    assert main(["train", *args, "--passes", "3", "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    return json.loads((out / "trace.json").read_text()), out / "model.npz"
+
+
+@pytest.mark.parametrize("separate_test", [False, True])
+def test_sequence_predict_scores_the_split_train_held_out(tmp_path, capsys, separate_test):
+    """Without INPUT (or with the training file) predict scores the sentences train held out, by the recorded
+    seed and fraction, or the test file: train's numbers exactly."""
+    rng = np.random.default_rng(5)
+    train = _write_conll(tmp_path / "train.txt", _sentences(rng, 40))
+    args = ["sequence", "--train", str(train), "--feature-columns", "2", "--n-train", "20"]
+    if separate_test:
+        args += ["--test", str(_write_conll(tmp_path / "test.txt", _sentences(rng, 9)))]
+    else:
+        args += ["--test-fraction", "0.25", "--seed", "3"]
+    trained, model = _train_split(tmp_path, capsys, args)
+    for given in (None, str(train)):
+        got = _split_predict(tmp_path, capsys, model, given)
+        assert got["split"] == "test" and got["n"] == (9 if separate_test else 10)
+        _same_metrics(trained, got, ["test_token_accuracy", "test_chunk_f1"])
+    got = _split_predict(tmp_path, capsys, model, None, "--split", "train")
+    assert got["n"] == 20 and "train_token_accuracy" in got
+    assert _split_predict(tmp_path, capsys, model, None, "--split", "all")["n"] == (49 if separate_test else 40)
+
+
+def test_bitext_predict_scores_the_pairs_train_held_out(tmp_path, capsys):
+    files = _bitext(tmp_path, 40, 0)
+    trained, model = _train_split(tmp_path, capsys, ["bitext", "--source", str(files[0]), "--target", str(files[1]),
+                                                     "--gold", str(files[2]), "--test-fraction", "0.3"])
+    for given in (None, ",".join(map(str, files))):
+        got = _split_predict(tmp_path, capsys, model, given)
+        assert got["split"] == "test" and got["n"] == 12
+        _same_metrics(trained, got, ["test_aer"])
+    whole = _split_predict(tmp_path, capsys, model, ",".join(map(str, files[:2])))  # no gold: other input, whole
+    assert whole["split"] == "whole" and whole["n"] == 40
+
+
+def test_segmentation_predict_scores_the_images_train_held_out(tmp_path, capsys):
+    images, masks = _segmentation_folders(tmp_path, 8, 2)
+    trained, model = _train_split(tmp_path, capsys, ["segmentation", "--images", str(images), "--masks", str(masks),
+                                                     "--test-fraction", "0.25"])
+    for given in (None, str(images)):
+        got = _split_predict(tmp_path, capsys, model, given)
+        assert got["split"] == "test" and got["n"] == 2
+        _same_metrics(trained, got, ["test_pixel_accuracy", "test_foreground_iou"])
+    assert len(list((tmp_path / "split_pred").iterdir())) == 2
