@@ -94,6 +94,19 @@ class OwnBoxesTask(OwnDataTask):
     read_inputs, write, scores = LocalizationTask.read_inputs, LocalizationTask.write, LocalizationTask.scores
     _read_items = LocalizationTask._read_items  # what the borrowed read_inputs calls
 
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        from structopt.tasks.own_localization import box_items
+
+        items = box_items(record["train"])
+        if record.get("test"):  # separate test images: the training images come first, as train ordered them
+            test = box_items(record["test"])
+            train_index, test_index = np.arange(len(items)), np.arange(len(items), len(items) + len(test))
+            items += test
+        else:
+            train_index, test_index = _holdout(record, len(items))
+        chosen = split_index(train_index, test_index, int(record["n_train"]), split)
+        return self._read_items(saved, [items[i] for i in chosen], True)
+
 
 class OwnSequenceTask(OwnDataTask):
     """Sequence labeling of your column files; ``predict`` reads the training layout, the label column
@@ -242,3 +255,7 @@ def _holdout(record: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
 OWN_SPECS: dict[str, TaskSpec] = {spec.name: spec for spec in (
     OwnSequenceTask("sequence"), OwnSegmentationTask("segmentation"), OwnBoxesTask("boxes"),
     OwnBitextTask("bitext"))}
+# one split line for the four kinds (``structopt predict --help``): they split alike
+OWN_SPECS["sequence"].split_help = (f"{', '.join(OWN_SPECS)}: the test files given to train, else a seeded random "
+                                    "--test-fraction of the training examples (train's --seed), as the model "
+                                    "records them")

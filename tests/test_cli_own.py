@@ -70,9 +70,17 @@ def test_boxes_round_trip(tmp_path, capsys):
     trained, _ = _round_trip(tmp_path, capsys, ["boxes", "--images", str(images), "--boxes", str(csv),
                                                 "--test-fraction", "0.25"], str(images))
     assert trained["test_detection_rate"] >= 0.0
-    lines = (tmp_path / "pred").read_text().splitlines()  # a CSV row of cells and pixels per image
-    assert lines[0].startswith("name,") and sorted(line.split(",")[0] for line in lines[1:]) == sorted(
-        Path(row[0]).stem for row in rows)
+    # INPUT is the folder train read: the 3 images it held out, a CSV row of cells and pixels each
+    lines = (tmp_path / "pred").read_text().splitlines()
+    assert lines[0].startswith("name,") and len(lines) == 4
+    assert {line.split(",")[0] for line in lines[1:]} < {Path(row[0]).stem for row in rows}
+    other = tmp_path / "copy"  # the same images elsewhere: other input, scored whole (no gold: boxes only)
+    other.mkdir()
+    for image in images.iterdir():
+        (other / image.name).symlink_to(image)
+    assert main(["predict", str(tmp_path / "run" / "model.npz"), str(other), "--out", str(tmp_path / "all.csv")]) == 0
+    lines = (tmp_path / "all.csv").read_text().splitlines()
+    assert sorted(line.split(",")[0] for line in lines[1:]) == sorted(Path(row[0]).stem for row in rows)
 
 
 def test_bitext_round_trip(tmp_path, capsys):
@@ -220,3 +228,15 @@ def test_segmentation_predict_scores_the_images_train_held_out(tmp_path, capsys)
         assert got["split"] == "test" and got["n"] == 2
         _same_metrics(trained, got, ["test_pixel_accuracy", "test_foreground_iou"])
     assert len(list((tmp_path / "split_pred").iterdir())) == 2
+
+
+@pytest.mark.slow
+def test_boxes_predict_scores_the_images_train_held_out(tmp_path, capsys):
+    images, rows = _box_images(tmp_path, 12, 0)
+    csv = _write_boxes_csv(tmp_path / "boxes.csv", rows)
+    trained, model = _train_split(tmp_path, capsys, ["boxes", "--images", str(images), "--boxes", str(csv),
+                                                     "--test-fraction", "0.25"])
+    for given in (None, str(images)):
+        got = _split_predict(tmp_path, capsys, model, given)
+        assert got["split"] == "test" and got["n"] == 3
+        _same_metrics(trained, got, ["test_detection_rate", "test_mean_iou"])
