@@ -1,5 +1,5 @@
 """Command line: ``structopt train TASK ...`` (ocr, conll, alignment, horses, localization; writes a
-saved model), ``structopt predict MODEL INPUT``, ``structopt check [STRUCTURE ...]`` and
+saved model), ``structopt predict MODEL [INPUT]``, ``structopt check [STRUCTURE ...]`` and
 ``structopt infer FILE.uai``. The tasks are declared in :mod:`structopt.cli_tasks`."""
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ DESCRIPTION = """Structured prediction with combinatorial oracles.
 
   structopt train TASK     train a structural SVM on a built-in task (ocr, conll, alignment, horses,
                            localization)
-  structopt predict MODEL INPUT --out OUTPUT
-                           predict with a model saved by train (OUT/model.npz), writing the task's format
+  structopt predict MODEL [INPUT] --out OUTPUT
+                           predict with a model saved by train (OUT/model.npz), writing the task's format;
+                           without INPUT, the test split of the data train read (--split)
   structopt check [NAME]   check the oracles of the built-in structures against enumeration and LP
   structopt infer FILE     log Z and marginals (or --task map: MAP with a certified bound) of a UAI model
 
