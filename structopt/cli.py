@@ -610,14 +610,16 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="PASSES", help="save the checkpoint every PASSES effective passes")
     train.add_argument("--seed", type=number_argument(int, 0), default=0)
     train.add_argument("--n-train", type=number_argument(int, 1), default=None,
-                       help="use only the first N training examples")
+                       help="use only the first N training examples (the test examples stay the same; an N beyond "
+                            "them uses all, with a warning)")
     train.add_argument("--workers", type=number_argument(int, 1), default=None, metavar="N",
                        help="run the batch passes on a local dask cluster of N worker processes (needs the [dask] "
                             "extra); with --scheduler, the number of chunks (default: the cluster's workers)")
     train.add_argument("--scheduler", default=None, metavar="ADDRESS", type=_scheduler_argument,
                        help="run the batch passes on the dask cluster at ADDRESS (e.g. tcp://host:8786)")
     train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--no-progress", action="store_true",
+                       help="no progress bars (the one-line stage names on stderr stay)")
     from structopt.tasks.own_data import add_flat_arguments
 
     own = train.add_argument_group("your own data (structopt train sequence|segmentation|boxes|bitext)")
