@@ -393,8 +393,7 @@ def _scope_line(record: dict[str, Any] | None, split: str | None, source: Path, 
     examples = f"{n:,} example{'' if n == 1 else 's'}"
     if split is None:
         verb = "scored" if scored else "predicted (no gold outputs, no metric)"
-        return (f"{verb} {source} whole: {examples} (your own input, not the data train read, so no split is "
-                "selected)")
+        return f"{verb} {source} whole: {examples} (not the data train read, so no split is selected)"
     which = {"test": f"the ones train held out for its test metric ({record['rule']})",
              "train": f"the {record['n_train']:,} train fitted on ({record['rule']})",
              "all": "every example, train and test"}[split]

@@ -125,8 +125,8 @@ def test_predict_scores_other_input_whole_and_refuses_a_split_of_it(tmp_path, ca
     got, _ = _predict(tmp_path, capsys, model, source, tmp_path / "p.txt")
     assert got["n"] == 7 and got["split"] == "whole"
     assert main(["predict", str(model), str(source), "--out", str(tmp_path / "p.txt")]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == (f"scored {source} whole: 7 examples (your own input, not the "
-                                                       "data train read, so no split is selected)")
+    assert capsys.readouterr().out.splitlines()[0] == (f"scored {source} whole: 7 examples (not the data train "
+                                                       "read, so no split is selected)")
     assert main(["predict", str(model), str(source), "--split", "test", "--out", str(tmp_path / "p.txt")]) == 2
     err = _one_line_error(capsys)
     assert "--split test selects from the data train read" in err and str(source) in err
