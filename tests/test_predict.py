@@ -266,7 +266,9 @@ def _features(saved, prefix):
 
 # --------------------------------------------------------------------------- horses
 def _horses_subset(tmp_path: Path, n: int) -> tuple[Path, Path]:
-    """The first ``n`` horses, and a folder with their test images (index % 3 == 2), as symbolic links."""
+    """The first ``n`` horses, and a folder with their test images (the task's split rule), as symbolic links."""
+    from structopt.tasks.horses import held_out_images
+
     root, test = tmp_path / "horses", tmp_path / "horses_test"
     source = SHARED_DATA / "horses"
     names = sorted(p.name for p in (source / "gray").glob("*.jpg"))[:n]
@@ -275,7 +277,7 @@ def _horses_subset(tmp_path: Path, n: int) -> tuple[Path, Path]:
         (test / folder).mkdir(parents=True)
         for i, name in enumerate(names):
             (root / folder / name).symlink_to(source / folder / name)
-            if i % 3 == 2:
+            if held_out_images(len(names))[i]:
                 (test / folder / name).symlink_to(source / folder / name)
     return root, test
 
