@@ -1,5 +1,5 @@
 """Command line: ``structopt train TASK ...`` (ocr, conll, alignment, horses, localization; writes a
-saved model), ``structopt predict MODEL INPUT``, ``structopt check [STRUCTURE ...]`` and
+saved model), ``structopt predict MODEL [INPUT]``, ``structopt check [STRUCTURE ...]`` and
 ``structopt infer FILE.uai``. The tasks are declared in :mod:`structopt.cli_tasks`."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from structopt.cli_tasks import (
     DEFAULT_DATASET,
     DEFAULT_LAM,
     SPLIT_TASKS,
+    SPLITS,
     TASK_OPTIONS,
     TASKS,
     Task,
@@ -38,8 +39,9 @@ DESCRIPTION = """Structured prediction with combinatorial oracles.
 
   structopt train TASK     train a structural SVM on a built-in task (ocr, conll, alignment, horses,
                            localization)
-  structopt predict MODEL INPUT --out OUTPUT
-                           predict with a model saved by train (OUT/model.npz), writing the task's format
+  structopt predict MODEL [INPUT] --out OUTPUT
+                           predict with a model saved by train (OUT/model.npz), writing the task's format;
+                           without INPUT, the test split of the data train read (--split)
   structopt check [NAME]   check the oracles of the built-in structures against enumeration and LP
   structopt infer FILE     log Z and marginals (or --task map: MAP with a certified bound) of a UAI model
 
@@ -185,11 +187,18 @@ def _train(args: argparse.Namespace) -> int:
     _make_dir(out, "--out")
     if args.checkpoint:
         _make_dir(Path(args.checkpoint).parent, "--checkpoint")
+    if args.n_train is not None and args.n_train > problem.n:  # every task: said, never silently capped
+        print(f"structopt: warning: --n-train {args.n_train:,} exceeds the {problem.n:,} training examples; "
+              f"using all {problem.n:,}", file=sys.stderr)
     if "resume" in options:
         print(f"resuming from {args.checkpoint}", file=sys.stderr)
-    if options["progress"]:
-        print(f"training {task.description} with {args.solver}, λ={problem.lam:.3g}, n={problem.n}",
+    record = (task.preprocessing or {}).get("data_split")
+    if record is not None:
+        print(f"split: {record['rule']} (training on {record['n_train']:,}, testing on {record['n_test']:,})",
               file=sys.stderr)
+    # a stage line even with --no-progress (which only drops the bar)
+    print(f"training {task.description} with {args.solver}, λ={problem.lam:.3g}, n={problem.n}", file=sys.stderr,
+          flush=True)
     started = time.time()  # files written from now on are this run's outputs
     start = time.perf_counter()
     from threadpoolctl import threadpool_limits
@@ -316,13 +325,29 @@ def _predict(args: argparse.Namespace) -> int:
         _check_writable_file(out, "--out")
     if args.json:  # checked like --out, before predicting rather than after writing the predictions
         _check_writable_file(Path(args.json), "--json")
-    source = Path(args.input)
+    record = _split_record(saved)
+    own = record is not None and (args.input is None or spec.is_training_data(args.input, record))
+    if args.input is None and not own:
+        raise InvalidInputError(f"model {args.model} records no data that train read; give INPUT ({spec.input_help})")
+    split = (args.split or "test") if own else None
+    if not own and args.split not in (None, "all"):  # a split is a part of the data train read, not of other files
+        raise InvalidInputError(f"--split {args.split} selects from the data train read"
+                                f"{' (' + str(record['data']) + ')' if record else ''}; INPUT {args.input} is other "
+                                "data, which predict scores whole (omit --split)")
+    source = Path(record["data"] if own else args.input)
     missing = spec.missing_input(source)
     if missing is not None:
         what = "is not what this task reads" if missing.exists() else "does not exist"  # e.g. a folder for a file
         raise DataNotFoundError(f"input {missing} {what} ({spec.input_help})")
     start = time.perf_counter()
-    inputs = spec.read_inputs(saved, source)
+    if own:
+        try:
+            inputs = spec.split_inputs(saved, record, split)
+        except (KeyError, TypeError, ValueError) as error:  # the record is untrusted: a key missing or mistyped
+            raise InvalidInputError(f"model {args.model}: its record of train's split is malformed ({error!r})") \
+                from None
+    else:
+        inputs = spec.read_inputs(saved, source)
     for warning in inputs.warnings:
         print(f"structopt: warning: {warning}", file=sys.stderr)
     from threadpoolctl import threadpool_limits
@@ -336,14 +361,43 @@ def _predict(args: argparse.Namespace) -> int:
     else:
         _write_atomic(out, lambda tmp: spec.write(saved, inputs, predictions, tmp))
     metrics = spec.scores(saved, inputs, predictions) if inputs.gold is not None else {}
+    if split in ("train", "all"):  # named after what was scored, not "test"
+        metrics = {(f"{split}_{name[5:]}" if name.startswith("test_") else name): v for name, v in metrics.items()}
+    print(_scope_line(record, split, source, len(predictions), inputs.gold is not None))
     shown = "".join(f" | {name.replace('_', ' ')} {value:.4f}" if not name.endswith("pairs") else
                     f" ({int(value)} pairs)" for name, value in metrics.items())
     print(f"{saved.task}: {len(predictions)} predictions in {seconds:.1f}s{shown} | wrote {out}")
     if args.json:
         _write_text_atomic(Path(args.json), json.dumps({"model": str(args.model), "task": saved.task,
-                                                         "input": str(source), "output": str(out),
-                                                         "n": len(predictions), **metrics}, indent=1))
+                                                         "input": str(source), "split": split or "whole",
+                                                         "output": str(out), "n": len(predictions), **metrics},
+                                                        indent=1))
     return 0
+
+
+def _split_record(saved: Any) -> dict[str, Any] | None:
+    """The model's record of the data train read and its split (``preprocessing["data_split"]``), checked:
+    a file is untrusted even when its checksum holds. None when the model has none (own-data kinds, older models)."""
+    record = saved.preprocessing.get("data_split")
+    if record is None:
+        return None
+    if not (isinstance(record, dict) and isinstance(record.get("data"), str) and isinstance(record.get("rule"), str)
+            and all(isinstance(record.get(key), int) and record[key] >= 0 for key in ("n_train", "n_test"))):
+        raise InvalidInputError(f"model {saved.path}: its record of train's split (preprocessing 'data_split') is "
+                                "malformed")
+    return record
+
+
+def _scope_line(record: dict[str, Any] | None, split: str | None, source: Path, n: int, scored: bool) -> str:
+    """The line saying which examples ``predict`` scored: a split of the data train read, or INPUT whole."""
+    examples = f"{n:,} example{'' if n == 1 else 's'}"
+    if split is None:
+        verb = "scored" if scored else "predicted (no gold outputs, no metric)"
+        return f"{verb} {source} whole: {examples} (not the data train read, so no split is selected)"
+    which = {"test": f"the ones train held out for its test metric ({record['rule']})",
+             "train": f"the {record['n_train']:,} train fitted on ({record['rule']})",
+             "all": "every example, train and test"}[split]
+    return f"scored the {split} split of {source}: {examples}, {which}"
 
 
 # --------------------------------------------------------------------------- check
@@ -555,14 +609,16 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="PASSES", help="save the checkpoint every PASSES effective passes")
     train.add_argument("--seed", type=number_argument(int, 0), default=0)
     train.add_argument("--n-train", type=number_argument(int, 1), default=None,
-                       help="use only the first N training examples")
+                       help="use only the first N training examples (the test examples stay the same; an N beyond "
+                            "them uses all, with a warning)")
     train.add_argument("--workers", type=number_argument(int, 1), default=None, metavar="N",
                        help="run the batch passes on a local dask cluster of N worker processes (needs the [dask] "
                             "extra); with --scheduler, the number of chunks (default: the cluster's workers)")
     train.add_argument("--scheduler", default=None, metavar="ADDRESS", type=_scheduler_argument,
                        help="run the batch passes on the dask cluster at ADDRESS (e.g. tcp://host:8786)")
     train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--no-progress", action="store_true",
+                       help="no progress bars (the one-line stage names on stderr stay)")
     from structopt.tasks.own_data import add_flat_arguments
 
     own = train.add_argument_group("your own data (structopt train sequence|segmentation|boxes|bitext)")
@@ -576,13 +632,27 @@ def build_parser() -> argparse.ArgumentParser:
     predict = sub.add_parser("predict", parents=[debug], help="predict with a model saved by structopt train",
                              formatter_class=argparse.RawDescriptionHelpFormatter,
                              description=_wrap("Reads a model that structopt train saved (OUT/model.npz: weights, "
-                                               "model and the task's preprocessing) and the task's own input; "
-                                               "writes the predictions in the task's format. When the input "
-                                               "carries gold outputs, prints the metric train prints.")
+                                               "model, the task's preprocessing and the split train used) and "
+                                               "an input; writes the predictions in the task's format. Without "
+                                               "INPUT, or with INPUT the data train read, it scores the split "
+                                               "--split selects (default test: the examples train held out, so "
+                                               "it prints the test metric train printed); any other INPUT (your "
+                                               "own files) is scored whole. Every run says which it scored.")
                              + "\n\nINPUT per task:\n" + "\n".join(_wrap(spec.input_help, "  ") for spec in specs)
-                             + "\n\nOUTPUT per task:\n" + "\n".join(_wrap(spec.output_help, "  ") for spec in specs))
+                             + "\n\nOUTPUT per task:\n" + "\n".join(_wrap(spec.output_help, "  ") for spec in specs)
+                             + "\n\n" + _wrap("SPLITS per task (the examples train held out for its test metric, "
+                                               "which --split test scores; --n-train N trains on the first N "
+                                               "training examples and leaves the test examples unchanged):")
+                             + "\n" + "\n".join(_wrap(spec.split_help, "  ") for spec in specs if spec.split_help))
     predict.add_argument("model", metavar="MODEL", help="a model file saved by structopt train")
-    predict.add_argument("input", metavar="INPUT", help="the task's input (see above)")
+    predict.add_argument("input", metavar="INPUT", nargs="?", default=None,
+                         help="the task's input (see above); default: the data train read, of which --split "
+                              "selects a part")
+    predict.add_argument("--split", default=None, choices=SPLITS,
+                         help="which examples of the data train read are scored when INPUT is omitted or is those "
+                              "data (the default data or train's --data): test (default), the examples train held "
+                              "out, selected by the task's split rule (see SPLITS above); train, the training "
+                              "examples train used (the first --n-train); all. Other INPUT is scored whole.")
     predict.add_argument("--out", default=None, metavar="OUTPUT",
                          help="where the predictions go (default: predictions.txt, predictions.conll, "
                               "predictions.naacl, masks/ or boxes.csv by task); checked before predicting")

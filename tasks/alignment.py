@@ -10,12 +10,17 @@ have several), so the target is a maximum-cardinality one-to-one subset of the s
 broken by larger Dice and then by closeness to the diagonal (a max-weight matching restricted to
 sure links). Evaluation uses the full gold: AER = 1 - ``(|A∩S| + |A∩P|) / (|A| + |S|)``, with S the
 sure links and P the sure plus possible links, summed over the evaluated sentence pairs.
+
+Split (:func:`heldout_indices`, :data:`SPLIT_RULE`): a seeded random 200 of the 447 test pairs are
+held out for testing; the other 247 test pairs and the 37 trial pairs train (``--n-train N``: the
+first N of those).
 """
 
 from __future__ import annotations
 
 import os
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -379,6 +384,22 @@ class AlignmentTask:
         return aer([links(y) for y in predictions], self.test_pairs)
 
 
+#: the Hansards split in words (:func:`heldout_indices` applies it)
+SPLIT_RULE = ("a seeded random 200 of the 447 test pairs are held out for testing; the other 247 and the 37 "
+              "trial pairs train")
+
+
+def heldout_indices(pairs: Sequence[SentencePair], n_heldout: int = 200, random_state: int | None = 0) -> np.ndarray:
+    """The split rule: indices (into :func:`load_hansards`' pairs, sorted) of the ``n_heldout`` test pairs held
+    out, a seeded random choice among the ``"test"`` part's. ``load_alignment`` and ``structopt predict`` both
+    select the held-out pairs with it."""
+    test_idx = [i for i, p in enumerate(pairs) if p.part == "test"]
+    if not 1 <= n_heldout < len(test_idx):
+        raise InvalidInputError(f"n_heldout must be in [1, {len(test_idx) - 1}], got {n_heldout}")
+    rng = np.random.default_rng(random_state)
+    return np.sort(rng.choice(test_idx, size=n_heldout, replace=False))
+
+
 def load_alignment(path: str | os.PathLike | None = None, n_heldout: int = 200,
                    random_state: int | None = 0) -> AlignmentTask:
     """Hansards alignment task: ``n_heldout`` of the 447 test pairs are held out (a seeded random
@@ -394,11 +415,7 @@ def load_alignment(path: str | os.PathLike | None = None, n_heldout: int = 200,
         Seed of the held-out choice.
     """
     pairs = load_hansards(path)
-    test_idx = [i for i, p in enumerate(pairs) if p.part == "test"]
-    if not 1 <= n_heldout < len(test_idx):
-        raise InvalidInputError(f"n_heldout must be in [1, {len(test_idx) - 1}], got {n_heldout}")
-    rng = np.random.default_rng(random_state)
-    heldout = set(rng.choice(test_idx, size=n_heldout, replace=False).tolist())
+    heldout = set(heldout_indices(pairs, n_heldout, random_state).tolist())
     featurizer = AlignmentFeaturizer(pairs)
     train = [p for i, p in enumerate(pairs) if i not in heldout]
     test = [p for i, p in enumerate(pairs) if i in heldout]

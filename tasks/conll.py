@@ -4,6 +4,9 @@ Loaders read the original column files (never downloaded), turn every token into
 hashed features and return ``{"train", "test"[, "dev"], "tags", "model", "info"}``; the metrics
 follow the CoNLL ``conlleval`` script (exact chunks, IOB1/IOB2 semantics).
 
+Split (:data:`SPLIT_FILES`): CoNLL-2000 trains on the distributed ``train.txt`` (8,936 sentences)
+and tests on ``test.txt`` (2,012); ``--n-train N`` trains on the first N training sentences.
+
 Features of token ``t`` (all hashed into ``n_features`` dimensions with a stable hash):
 
 * for every offset ``o`` in ``-window..window``: word, lowercase word, word shape, lowercase
@@ -37,6 +40,7 @@ from numba import njit
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models import ChainModel
 from structopt.tasks._data import find_data_dir, read_text_lines
+from structopt.tasks._progress import Progress, as_progress, count
 
 __all__ = [
     "Corpus", "chunk_f1", "decode_tags", "featurize", "load_conll2000", "load_conll2002",
@@ -50,6 +54,11 @@ _SOURCES = {
                  "ned.*; also NLTK's 'conll2002' data package)",
 }
 _DOCSTART = "-DOCSTART-"
+#: display names of the corpora (stage lines)
+_NAMES = {"conll2000": "CoNLL-2000", "conll2002": "CoNLL-2002"}
+#: the CoNLL-2000 split: the distributed files, training on ``train.txt`` (8,936 sentences) and testing on
+#: ``test.txt`` (2,012); ``structopt train`` and ``structopt predict`` both read it from here
+SPLIT_FILES = {"train": "train.txt", "test": "test.txt"}
 # pseudo-tokens outside the sentence: control characters only, so that none of their templates
 # (affixes, shape, ...) can equal a real word's
 _BOS, _EOS = "\x02" * 4, "\x03" * 4
@@ -143,13 +152,15 @@ def read_conll(path: str | os.PathLike, encoding: str = "utf-8") -> Corpus:
     return Corpus(list(columns[0]), pos, list(columns[-1]), lengths, path.name)
 
 
-def read_tokens(path: str | os.PathLike, use_pos: bool,
-                encoding: str = "utf-8") -> tuple[Corpus, list[list[str]], bool]:
+def read_tokens(path: str | os.PathLike, use_pos: bool, encoding: str = "utf-8",
+                known_tags: Sequence[str] = ()) -> tuple[Corpus, list[list[str]], bool]:
     """Read a CoNLL column file to tag: ``word [POS] [gold tag]`` per line, blank lines between sentences.
 
     With ``use_pos`` the second column is the POS tag (the model's features use it) and a third
     column, if every token line has one, is the gold tag; without, a second column is the gold tag.
-    ``-DOCSTART-`` lines are dropped, as by :func:`read_conll`.
+    ``-DOCSTART-`` lines are dropped, as by :func:`read_conll`. ``known_tags`` are the model's chunk
+    tags: a two-column file whose second column holds mostly those is a ``word tag`` file missing its
+    POS column, refused rather than read as ``word POS`` (its tags would silently become POS features).
 
     Returns
     -------
@@ -182,6 +193,13 @@ def read_tokens(path: str | os.PathLike, use_pos: bool,
     if odd:
         raise InvalidInputError(f"{path}, line {odd[0] + 1}: {len(lines[odd[0]])} columns, but the first token line "
                                 f"(line {numbers[0] + 1}) has {first}")
+    if use_pos and first == need and known_tags:
+        tagged = [lines[i][1] for i in numbers if lines[i][1] in set(known_tags) - {"O"}]
+        if 2 * len(tagged) > len(numbers):  # POS tags are never B-NP, I-VP, ...: a column is missing
+            raise InvalidInputError(f"{path}, line {numbers[0] + 1}: expected 3 columns (word POS tag, as the model "
+                                    f"was trained on) or 2 (word POS), found 2 whose second holds chunk tags "
+                                    f"({', '.join(sorted(set(tagged))[:3])}, ...), not POS tags: the POS column "
+                                    "is missing")
     token = np.zeros(len(lines), dtype=bool)
     token[numbers] = True
     prev = np.concatenate([[False], token[:-1]])
@@ -462,12 +480,14 @@ def _encode_tags(corpus: Corpus, tags: list[str], unseen_tags: str) -> list[np.n
 
 
 def _load(corpus_name: str, files: dict[str, Path], n_features: int, window: int,
-          affix_lengths: Sequence[int], unseen_tags: str) -> dict:
+          affix_lengths: Sequence[int], unseen_tags: str, progress: bool | Progress = False) -> dict:
     if unseen_tags not in ("extend", "error", "outside"):
         raise InvalidInputError(f"unseen_tags must be 'extend', 'error' or 'outside', got {unseen_tags!r}")
     t0 = time.perf_counter()
     corpora = {split: read_conll(f) for split, f in files.items()}
     t_read = time.perf_counter() - t0
+    read = ", ".join(f"{split} ({count(c.n_sentences, 'sentence')})" for split, c in corpora.items())
+    as_progress(progress).stage(f"read {_NAMES.get(corpus_name, corpus_name)} {read}; computing hashed features")
     order = list(files)
     mats = featurize([corpora[s] for s in order], n_features, window, affix_lengths)
     tags = _tag_set(corpora["train"])
@@ -493,7 +513,8 @@ def _load(corpus_name: str, files: dict[str, Path], n_features: int, window: int
 
 
 def load_conll2000(path: str | os.PathLike | None = None, n_features: int = 2**16, *, window: int = 2,
-                   affix_lengths: Sequence[int] = (1, 2, 3), unseen_tags: str = "extend") -> dict:
+                   affix_lengths: Sequence[int] = (1, 2, 3), unseen_tags: str = "extend",
+                   progress: bool | Progress = False) -> dict:
     """CoNLL-2000 chunking (WSJ; train 8,936 sentences, test 2,012) as a sparse chain problem.
 
     Parameters
@@ -508,6 +529,8 @@ def load_conll2000(path: str | os.PathLike | None = None, n_features: int = 2**1
         Tags of the test file absent from training (CoNLL-2000 test has ``I-LST``): ``"extend"``
         appends them to ``tags`` after the training tags (a model never sees them in training);
         ``"error"`` raises; ``"outside"`` maps them to ``O`` with a warning (alters the gold chunks).
+    progress : bool or Progress
+        Say on stderr what is read and computed (:mod:`~structopt.tasks._progress`).
 
     Returns
     -------
@@ -518,8 +541,8 @@ def load_conll2000(path: str | os.PathLike | None = None, n_features: int = 2**1
         features carry a bias and begin/end-of-sentence indicators); ``info``: sizes and timings.
     """
     d = resolve_data_dir("conll2000", path)
-    files = {s: _data_file(d, f"{s}.txt", "conll2000") for s in ("train", "test")}
-    return _load("conll2000", files, n_features, window, affix_lengths, unseen_tags)
+    files = {s: _data_file(d, name, "conll2000") for s, name in SPLIT_FILES.items()}
+    return _load("conll2000", files, n_features, window, affix_lengths, unseen_tags, progress)
 
 
 def load_conll2002(path: str | os.PathLike | None = None, language: str = "esp", n_features: int = 2**16, *,

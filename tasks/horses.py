@@ -31,8 +31,9 @@ per-pixel average: with the normalised Hamming loss (the fraction of wrong pixel
 regularisation ``lam`` then means the same for every image size (features summed over ~1,700
 pixels would make ``lam`` about 1700^2 times weaker and the dual badly conditioned).
 
-Split: images sorted by name; every third one (index 2, 5, 8, ...) is a test image (109 test,
-219 training images).
+Split (:func:`held_out_images`, :data:`SPLIT_RULE`): images sorted by name; every third one (index 2,
+5, 8, ...) is a test image (109 test, 219 training images). ``--n-train N`` trains on the first N
+training images; the test images stay the same. The superpixel task uses the same split.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import numpy as np
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models.grid import GridInput, GridModel
 from structopt.tasks._data import find_data_dir, read_image
+from structopt.tasks._progress import Progress, as_progress, count
 
 SOURCE = ("the Weizmann Horse Database (Borenstein and Ullman): grey images in gray/ and masks in "
           "figure_ground/, same file names")
@@ -57,6 +59,15 @@ FEATURE_NAMES = (
     + [f"log{s}" for s in (1, 2, 4)] + [f"localstd{s}" for s in (2, 4)] + ["hessian_max", "hessian_min"]
     + [f"bin{b}" for b in range(N_BINS)] + ["row", "col", "row2", "col2", "centre_dist2"])
 EDGE_FEATURE_NAMES = ("constant", "contrast")
+
+#: the horses' train/test split in words (:func:`held_out_images` applies it)
+SPLIT_RULE = "images sorted by name; every third one (index 2, 5, 8, ...) is a test image"
+
+
+def held_out_images(n: int) -> np.ndarray:
+    """The split rule: a boolean mask over ``n`` images sorted by name, True for the test images (index
+    % 3 == 2). ``load_horses``, the superpixel loader and ``structopt predict`` all select with it."""
+    return np.arange(n) % 3 == 2
 DEFAULT_EDGE_FEATURES = ("contrast",)
 
 
@@ -186,6 +197,12 @@ def write_mask(path: Path, mask: np.ndarray, image_shape: tuple[int, int]) -> No
     Image.fromarray(full, mode="L").save(path, format="PNG")
 
 
+def resolve_data_dir(path: str | os.PathLike | None = None) -> Path:
+    """The horses directory: ``path``, ``$STRUCTOPT_DATA/horses`` or ``../shared/data/horses`` (see
+    :func:`~structopt.tasks._data.find_data_dir`), holding ``gray/`` and ``figure_ground/``."""
+    return find_data_dir("horses", path, required=["gray", "figure_ground"], source=SOURCE)
+
+
 def paired_names(root: Path) -> list[str]:
     """Sorted names of the ``gray/*.jpg`` images of ``root``, each with a mask of the same name in ``figure_ground/``.
 
@@ -211,7 +228,8 @@ def paired_names(root: Path) -> list[str]:
 
 
 def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE, max_images: int | None = None,
-                edge_features: tuple[str, ...] = DEFAULT_EDGE_FEATURES) -> dict[str, Any]:
+                edge_features: tuple[str, ...] = DEFAULT_EDGE_FEATURES, progress: bool | Progress = False
+                ) -> dict[str, Any]:
     """Load the Weizmann horses as a grid segmentation task.
 
     Parameters
@@ -224,6 +242,8 @@ def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE,
         Use only the first images (sorted by name) — for quick tests; the split rule is unchanged.
     edge_features : tuple of str
         Names among :data:`EDGE_FEATURE_NAMES` (see the module docstring).
+    progress : bool or Progress
+        Say on stderr what is computed (a bar over the images; :mod:`~structopt.tasks._progress`).
 
     Returns
     -------
@@ -244,18 +264,20 @@ def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE,
     if unknown or not edge_features:
         raise InvalidInputError(f"edge_features must be a non-empty subset of {EDGE_FEATURE_NAMES}, "
                                 f"got {edge_features}")
-    root = find_data_dir("horses", path, required=["gray", "figure_ground"], source=SOURCE)
+    root = resolve_data_dir(path)
     names = paired_names(root)
     if max_images is not None:
         names = names[: int(max_images)]
     if int(size) < 2:
         raise InvalidInputError(f"size must be >= 2 pixels, got {size}")
     raw, masks = [], []
-    for name in names:
+    report = as_progress(progress)
+    report.stage(f"computing pixel features of {count(len(names), 'image')}")
+    for name in report.items(names, len(names), "pixel features", "images"):
         feats, mask, _ = load_image(root / "gray" / name, root / "figure_ground" / name, int(size))
         raw.append(feats)
         masks.append(mask)
-    is_test = np.arange(len(names)) % 3 == 2
+    is_test = held_out_images(len(names))
     train_pixels = np.concatenate([raw[i].reshape(-1, raw[i].shape[-1]) for i in np.flatnonzero(~is_test)])
     mean, std = train_pixels.mean(axis=0), train_pixels.std(axis=0)
     std[std == 0] = 1.0
@@ -272,7 +294,7 @@ def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE,
             "info": {"root": str(root), "size": int(size), "n_images": len(names),
                      "feature_names": list(FEATURE_NAMES), "edge_feature_names": list(edge_features),
                      "mean": mean, "std": std,
-                     "split": "sorted by name; every third image (index % 3 == 2) is a test image"}}
+                     "split": SPLIT_RULE}}
 
 
 def _image_counts(i: int, y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:

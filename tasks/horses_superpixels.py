@@ -87,18 +87,20 @@ from structopt.tasks._data import (
     cache_dir,
     check_cross_validation,
     file_listing,
-    find_data_dir,
     read_cache,
     read_image,
     write_cache,
 )
 from structopt.tasks._patch_features import PatchCodebook, fit_patch_codebook, pooled_activations
+from structopt.tasks._progress import Progress, as_progress, count
 from structopt.tasks.horses import (
-    SOURCE,
+    SPLIT_RULE,
     _filter_bank,
     count_metrics,
+    held_out_images,
     paired_names,
     pixel_counts,
+    resolve_data_dir,
     segmentation_scores,
 )
 
@@ -370,16 +372,18 @@ def _fit_codebooks(root: Path, names: Sequence[str], n_centres: int, seed: int) 
 
 
 def _compute(root: Path, names: list[str], is_test: np.ndarray, n_segments: int, compactness: float,
-             n_textons: int, patch_centres: int, seed: int, progress: bool) -> dict[str, np.ndarray]:
+             n_textons: int, patch_centres: int, seed: int, progress: bool | Progress) -> dict[str, np.ndarray]:
+    report = as_progress(progress)
     train_names = [names[i] for i in np.flatnonzero(~is_test)]
+    report.stage(f"fitting the texton and patch codebooks on {count(min(len(train_names), _TEXTON_IMAGES), 'image')}")
     step = max(1, len(train_names) // _TEXTON_IMAGES)
     centres, (mu, sd) = _fit_textons(root, train_names[::step][:_TEXTON_IMAGES], n_textons, seed)
     codebooks = _fit_codebooks(root, train_names[::step][:_TEXTON_IMAGES], patch_centres, seed)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("segments", "masks", "nodes", "edges", "edge_features",
                                                            "labels")}
     shapes, n_nodes, n_edges = [], [], []
-    start = time.perf_counter()
-    for i, name in enumerate(names):
+    report.stage(f"computing superpixel features of {count(len(names), 'image')} (cached for the next run)")
+    for name in report.items(names, len(names), "superpixel features", "images"):
         image, mask = _read_pair(root, name)
         f = image_features(image, mask, centres, (mu, sd), n_segments, compactness, codebooks)
         if f["nodes"].shape[0] > np.iinfo(np.int16).max:
@@ -392,9 +396,6 @@ def _compute(root: Path, names: list[str], is_test: np.ndarray, n_segments: int,
         shapes.append(image.shape)
         n_nodes.append(f["nodes"].shape[0])
         n_edges.append(f["edges"].shape[0])
-        if progress and (i + 1) % 25 == 0:
-            print(f"  superpixel features: {i + 1}/{len(names)} images, {time.perf_counter() - start:.0f} s",
-                  flush=True)
     data = {key: np.concatenate(value) for key, value in parts.items()}
     data.update(shapes=np.array(shapes, dtype=np.int64), n_nodes=np.array(n_nodes, dtype=np.int64),
                 n_edges=np.array(n_edges, dtype=np.int64), centres=centres, texton_mean=mu, texton_std=sd,
@@ -553,7 +554,7 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
                            patch_centres: int = DEFAULT_PATCH_CENTRES, max_images: int | None = None,
                            stacked: bool = True, n_folds: int = 3,
                            context_stages: int = DEFAULT_CONTEXT_STAGES, seed: int = 0, cache: bool = True,
-                           progress: bool = False) -> dict[str, Any]:
+                           progress: bool | Progress = False) -> dict[str, Any]:
     """Load the Weizmann horses as superpixel graphs (see the module docstring).
 
     Parameters
@@ -578,8 +579,8 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
         Seed of the texton sample, k-means and the boosted classifiers.
     cache : bool
         Read/write steps 1-4, and the stages' scores and trees, in the cache directory.
-    progress : bool
-        Print progress while computing features.
+    progress : bool or Progress
+        Say on stderr what is computed (stage lines, a bar over the images; :mod:`~structopt.tasks._progress`).
 
     Returns
     -------
@@ -608,11 +609,11 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
         raise InvalidInputError(f"compactness must be a positive number, got {compactness!r}")
     if max_images is not None and (not isinstance(max_images, (int, np.integer)) or max_images < 3):
         raise InvalidInputError(f"max_images must be an integer >= 3 (one test image per three), got {max_images!r}")
-    root = find_data_dir("horses", path, required=["gray", "figure_ground"], source=SOURCE)
+    root = resolve_data_dir(path)
     names = paired_names(root)
     if max_images is not None:
         names = names[: int(max_images)]
-    is_test = np.arange(len(names)) % 3 == 2
+    is_test = held_out_images(len(names))
     params = {"root": str(root), "names": names, "n_segments": int(n_segments), "compactness": float(compactness),
               "n_textons": int(n_textons), "patch_centres": int(patch_centres), "seed": int(seed),
               "version": _CACHE_VERSION,
@@ -620,6 +621,8 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     file = cache_dir() / "horses_superpixels" / f"features-{key}.npz"
     data = read_cache(file) if cache else None
+    if data is not None:
+        as_progress(progress).stage(f"superpixel features of {count(len(names), 'image')} read from the cache {file}")
     if data is None:
         data = _compute(root, names, is_test, int(n_segments), float(compactness), int(n_textons),
                         int(patch_centres), int(seed), progress)
@@ -640,7 +643,7 @@ def _split(array: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
 
 def _cached_stages(file: Path | None, nodes: list[np.ndarray], labels: list[np.ndarray], segments: list[np.ndarray],
                    edges: list[np.ndarray], is_train: np.ndarray, n_folds: int, seed: int, context_stages: int,
-                   n_textons: int, progress: bool) -> tuple[list[list[np.ndarray]], list[BoostedTrees]]:
+                   n_textons: int, progress: bool | Progress) -> tuple[list[list[np.ndarray]], list[BoostedTrees]]:
     """:func:`_stage_scores`, read from / written to ``file`` (a sealed archive) when it is given."""
     n_nodes = np.array([x.shape[0] for x in nodes])
     arrays = read_cache(file) if file is not None else None
@@ -653,13 +656,14 @@ def _cached_stages(file: Path | None, nodes: list[np.ndarray], labels: list[np.n
                 return stages, trees
         except (KeyError, InvalidInputError) as error:
             warnings.warn(f"{error}; fitting the stages again", stacklevel=3)
+    stages_text = count(context_stages, "auto-context stage")
+    as_progress(progress).stage(f"fitting the stacked foreground score and {stages_text} (boosted trees, cached)")
     start = time.perf_counter()
     names = feature_names(n_textons)
     geometry = [(e, *_geometry(s, e, x, names)) for s, e, x in zip(segments, edges, nodes)]
     stages, trees = _stage_scores(nodes, labels, geometry, is_train, n_folds, seed, context_stages)
-    if progress:
-        print(f"  stacked score and {context_stages} auto-context stage(s): {time.perf_counter() - start:.0f} s",
-              flush=True)
+    as_progress(progress).stage(f"stacked score and {count(context_stages, 'auto-context stage')}: "
+                                f"{time.perf_counter() - start:.0f} s")
     if file is not None:
         out = {f"stage{k}": np.concatenate(scores) for k, scores in enumerate(stages)}
         for k, t in enumerate(trees):
@@ -670,7 +674,7 @@ def _cached_stages(file: Path | None, nodes: list[np.ndarray], labels: list[np.n
 
 
 def _assemble(data: dict[str, np.ndarray], names: list[str], is_test: np.ndarray, stacked: bool, n_folds: int,
-              seed: int, n_textons: int, context_stages: int, stage_file: Path | None, progress: bool,
+              seed: int, n_textons: int, context_stages: int, stage_file: Path | None, progress: bool | Progress,
               info: dict[str, Any]) -> dict[str, Any]:
     shapes, n_nodes, n_edges = data["shapes"], data["n_nodes"], data["n_edges"]
     if len(shapes) != len(names) or [str(n) for n in data["names"]] != names:
@@ -723,7 +727,7 @@ def _assemble(data: dict[str, np.ndarray], names: list[str], is_test: np.ndarray
                 edge_feature_names=list(EDGE_FEATURE_NAMES), stacked=bool(stacked), context_stages=context_stages,
                 preprocessing=preprocessing,
                 mean_nodes=float(n_nodes.mean()), mean_edges=float(n_edges.mean()),
-                split="sorted by name; every third image (index % 3 == 2) is a test image")
+                split=SPLIT_RULE)
     return {"train": pick(~is_test), "test": pick(is_test),
             "model": GraphModel(X[0].nodes.shape[1], len(EDGE_FEATURE_NAMES), 2, symmetric=True), "info": info}
 
@@ -914,7 +918,7 @@ def _train(model: GraphModel, X: Sequence[GraphInput], Y: Sequence[np.ndarray], 
 
 
 def select_lam(data: dict[str, Any], lams: Sequence[float] = DEFAULT_LAMS, n_folds: int = 3, passes: float = 5,
-               n_train: int | None = None, seed: int = 0, progress: bool = False, fg_weight: float = 1.0
+               n_train: int | None = None, seed: int = 0, progress: bool | Progress = False, fg_weight: float = 1.0
                ) -> dict[str, Any]:
     """λ by ``n_folds``-fold cross-validation on the training images only (image ``t`` in fold ``t % n_folds``):
     BCFW for ``passes`` passes on the other folds, scored by the mean of pixel accuracy and foreground
@@ -950,16 +954,15 @@ def select_lam(data: dict[str, Any], lams: Sequence[float] = DEFAULT_LAMS, n_fol
         scores[lam] = float(np.mean(values))
         pooled = pixel_scores(held_masks, held_pred)
         metrics[lam] = {"pixel_accuracy": pooled["pixel_accuracy"], "foreground_iou": pooled["foreground_iou"]}
-        if progress:
-            print(f"  cv λ={lam:g}: score {scores[lam]:.4f} ({time.perf_counter() - start:.0f} s)", flush=True)
+        as_progress(progress).stage(f"cv λ={lam:g}: score {scores[lam]:.4f} ({time.perf_counter() - start:.0f} s)")
     best = max(scores, key=lambda v: (scores[v], v))  # ties: the larger λ (the simpler model)
     return {"lam": best, "scores": scores, "metrics": metrics, "seconds": time.perf_counter() - start}
 
 
 def select_fg_bias(data: dict[str, Any], lam: float, biases: Sequence[float], modes: Sequence[str] = BIAS_MODES,
                    n_folds: int = 3, passes: float = 5, n_train: int | None = None, seed: int = 0,
-                   fg_weight: float = 1.0, min_accuracy: float = 0.905, exact: bool = True, progress: bool = False
-                   ) -> dict[str, Any]:
+                   fg_weight: float = 1.0, min_accuracy: float = 0.905, exact: bool = True,
+                   progress: bool | Progress = False) -> dict[str, Any]:
     """The prediction-time foreground bias (:func:`biased_labels`) by ``n_folds``-fold cross-validation on the
     training images only (the folds of :func:`select_lam`): BCFW for ``passes`` passes at ``lam`` on the other
     folds, then every ``(mode, bias)`` scored on the held-out fold by exact MAP (or AD3's rounding).
@@ -997,8 +1000,7 @@ def select_fg_bias(data: dict[str, Any], lam: float, biases: Sequence[float], mo
             counts[c] += k
             m = count_metrics(k)
             fold_scores[c].append(0.5 * (m["pixel_accuracy"] + m["foreground_iou"]))
-        if progress:
-            print(f"  bias cv fold {f + 1}/{n_folds} ({time.perf_counter() - start:.0f} s)", flush=True)
+        as_progress(progress).stage(f"bias cv fold {f + 1}/{n_folds} ({time.perf_counter() - start:.0f} s)")
     table = {c: {"score": float(np.mean(fold_scores[c])), **count_metrics(counts[c])} for c in grid}
 
     def tie(c: tuple[str, float]) -> tuple[float, int]:
@@ -1057,7 +1059,7 @@ def write_mask_png(path: str | os.PathLike, root: str | os.PathLike, names: Sequ
 def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = None, lam: float | None = None,
                seed: int = 0, *, fg_weight: float = DEFAULT_FG_WEIGHT, lams: Sequence[float] = DEFAULT_LAMS,
                cv_folds: int = 3, cv_passes: float = 5, exact_predict: bool = True,
-               png: str | os.PathLike | None = None, progress: bool = False, **load_options: Any
+               png: str | os.PathLike | None = None, progress: bool | Progress = False, **load_options: Any
                ) -> tuple[Any, Callable[[np.ndarray], dict[str, float]], str, dict[str, Any]]:
     """The superpixel horses as a training task: ``(problem, evaluate, description, preprocessing)``.
 
@@ -1078,8 +1080,8 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
         ``evaluate`` predicts by exact MAP (branch-and-bound over AD3) or AD3's rounding.
     png : path, optional
         ``evaluate`` also writes the test masks there (:func:`write_mask_png`).
-    progress : bool
-        Print progress (features, CV).
+    progress : bool or Progress
+        Say on stderr what is computed (features, CV; :mod:`~structopt.tasks._progress`).
     **load_options
         Passed to :func:`load_superpixel_horses` (``n_segments``, ``compactness``, ``n_textons``,
         ``patch_centres``, ``max_images``, ``stacked``, ``context_stages``, ``cache``).

@@ -6,7 +6,7 @@ output is one box in cell coordinates, half-open ``(top, left, bottom, right)``;
 is the pixel box rounded to the nearest cell boundaries (clipped to the grid, at least one cell).
 
 - ``horses``: 328 grey images; the box is the bounding box of the figure-ground mask (> 127).
-  Split: images sorted by name, the first 200 train, the other 128 test.
+  Split (:func:`held_out_items`): images sorted by name, the first 200 train, the other 128 test.
 - ``raccoon``: 200 images with VOC XML; the 184 with exactly one object are kept (the 16 with
   several raccoons are dropped). Split: sorted by their number, the first 120 train, the other 64
   test.
@@ -73,6 +73,7 @@ from structopt.tasks._data import (
     read_image,
     write_cache,
 )
+from structopt.tasks._progress import Progress, as_progress, count
 
 DATASETS = ("horses", "raccoon")
 SOURCES = {
@@ -81,6 +82,9 @@ SOURCES = {
 }
 REQUIRED = {"horses": ("gray", "figure_ground"), "raccoon": ("images", "annotations")}
 N_TRAIN = {"horses": 200, "raccoon": 120}
+#: each dataset's train/test split in words (:func:`held_out_items` applies it)
+SPLIT_RULES = {"horses": "images sorted by name; the first 200 train, the other 128 test",
+               "raccoon": "the single-object images sorted by number; the first 120 train, the other 64 test"}
 _CACHE_VERSION = 5  # 5: the codebooks are cached too (saved models keep them)
 
 Box = tuple[int, int, int, int]
@@ -350,15 +354,24 @@ def _image_counts(d: dict[str, Any], codebooks: dict[str, np.ndarray], cell_size
             .reshape(-1, n_colours).astype(np.float32)}
 
 
+def held_out_items(n: int, dataset: str) -> np.ndarray:
+    """The split rule (:data:`SPLIT_RULES`): a boolean mask over a dataset's ``n`` images in its order
+    (:func:`dataset_items`), True for the test images (all after the first :data:`N_TRAIN`).
+    ``load_boxes`` and ``structopt predict`` both select with it."""
+    return np.arange(n) >= N_TRAIN[dataset]
+
+
 def _compute(dataset: str, root: Path, image_size: int, cell_size: int, n_words: int, n_colours: int,
-             random_state: int) -> dict[str, Any]:
+             random_state: int, progress: bool | Progress = False) -> dict[str, Any]:
     items, dropped = _items(dataset, root)
-    n_train = N_TRAIN[dataset]
+    n_train = int(np.count_nonzero(~held_out_items(len(items), dataset)))
     if len(items) <= n_train:
         raise InvalidInputError(f"{dataset}: found {len(items)} usable images in {root}, expected more than {n_train}")
+    report = as_progress(progress)
+    report.stage(f"computing {dataset} cell descriptors of {count(len(items), 'image')} (cached for the next run)")
     rng = np.random.default_rng(random_state)
     described, boxes, samples = [], [], []
-    for _name, path, pixel_box in items:
+    for _name, path, pixel_box in report.items(items, len(items), "image descriptors", "images"):
         original = _read_grey(path).shape
         d = _image_descriptors(path, image_size, cell_size)
         box = rescale_box(pixel_box, original, d["image"].shape)
@@ -526,7 +539,7 @@ def pixel_box(box: Box, cell_size: int, original: tuple[int, int], rescaled: tup
 def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *, image_size: int = 192,
                cell_size: int = 8, n_words: int = 100, n_colours: int = 32, context: int = 5,
                colour_context: int = 9, position_bins: int = 12, foreground: bool = True, random_state: int = 0,
-               cache: bool = True) -> dict[str, Any]:
+               cache: bool = True, progress: bool | Progress = False) -> dict[str, Any]:
     """Load a localization dataset as cell-feature arrays and gold boxes in cell coordinates.
 
     Parameters
@@ -554,6 +567,8 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
         Seed of the codebook's k-means.
     cache : bool
         Read/write the features in the cache directory (see :func:`cache_dir`).
+    progress : bool or Progress
+        Say on stderr what is computed (:mod:`~structopt.tasks._progress`).
 
     Returns
     -------
@@ -595,7 +610,8 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
     file = cache_dir() / "localization" / f"{dataset}-{key}.npz"
     data = read_cache(file) if cache else None
     if data is None:
-        data = _compute(dataset, root, int(image_size), int(cell_size), int(n_words), int(n_colours), int(random_state))
+        data = _compute(dataset, root, int(image_size), int(cell_size), int(n_words), int(n_colours), int(random_state),
+                        progress)
         if cache:
             write_cache(file, {"kind": "structopt localization features", "params": params}, data)
     sizes = data["grids"].prod(axis=1)
@@ -609,7 +625,7 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
                         int(position_bins), int(context), int(colour_context))
          for i, (H, W) in enumerate(data["grids"])]
     y = [tuple(int(v) for v in box) for box in data["boxes"]]
-    n_train = N_TRAIN[dataset]
+    n_train = int(np.count_nonzero(~held_out_items(len(X), dataset)))  # the first n_train: the split rule
     train_X, test_X = X[:n_train], X[n_train:]
     preprocessing = {"dataset": dataset, "image_size": int(image_size), "cell_size": int(cell_size),
                      "context": int(context), "colour_context": int(colour_context),

@@ -36,9 +36,11 @@ from structopt.tasks.own_common import (
     BuiltTask,
     CommonOptions,
     both_or_neither,
+    data_split,
     existing_file,
     first,
     holdout,
+    holdout_rule,
     option,
     resolve_lam,
 )
@@ -102,15 +104,21 @@ def load_parallel(options: ParallelOptions) -> dict:
     if both_or_neither(options, ("test_source", "test_target", "test_gold"), "bitext"):
         test = read_bitext(options.test_source, options.test_target, options.test_gold, "test")
         train = pairs
+        test_files = (options.test_source, options.test_target, options.test_gold)
+        split = {"rule": f"train on {Path(options.source).name}, test on {Path(options.test_source).name}",
+                 "test": ",".join(str(Path(f).resolve()) for f in test_files)}
     else:
         tr, te = holdout(len(pairs), options.test_fraction, options.seed, str(options.source))
         train, test = [pairs[i] for i in tr], [pairs[i] for i in te]
+        split = {"rule": holdout_rule(options.test_fraction, options.seed, len(pairs), "sentence pairs"),
+                 "test_fraction": float(options.test_fraction), "seed": int(options.seed)}
     train = first(train, options.n_train)
     featurizer = AlignmentFeaturizer(train + test)
     return {"train": {"X": [featurizer(p) for p in train], "y": [gold_matching(p, featurizer.dice(p)) for p in train],
                       "pairs": train},
             "test": {"X": [featurizer(p) for p in test], "pairs": test},
-            "model": MatchingModel(featurizer.n_features, allow_unmatched=True), "featurizer": featurizer}
+            "model": MatchingModel(featurizer.n_features, allow_unmatched=True), "featurizer": featurizer,
+            "split": split}
 
 
 def build_parallel(options: ParallelOptions) -> BuiltTask:
@@ -128,8 +136,10 @@ def build_parallel(options: ParallelOptions) -> BuiltTask:
     def evaluate(w: np.ndarray) -> dict[str, float]:
         return {"test_aer": aer([links(y) for y in problem.predict(test["X"], w)], test["pairs"])}
 
+    record = data_split([options.source, options.target, options.gold], n_train=problem.n, n_test=len(test["X"]),
+                        **data["split"])
     return BuiltTask(problem, evaluate, f"word alignment of {Path(str(options.source)).name}",
-                     {"statistics": data["featurizer"].state()})
+                     {"statistics": data["featurizer"].state(), "data_split": record})
 
 
 __all__ = ["ParallelOptions", "build_parallel", "load_parallel", "read_bitext"]

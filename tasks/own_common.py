@@ -210,6 +210,33 @@ def holdout(n: int, fraction: float, seed: int, what: str) -> tuple[np.ndarray, 
     return train, test
 
 
+def data_split(data: str | os.PathLike | Sequence[str | os.PathLike], rule: str, n_train: int, n_test: int,
+               **details: Any) -> dict[str, Any]:
+    """What a saved model records of the data train read and how it split them (``preprocessing["data_split"]``,
+    which ``structopt predict`` reads to score the same held-out examples).
+
+    Parameters
+    ----------
+    data : path or sequence of paths
+        What train read (a file or folder; several files are recorded comma-separated, as ``predict`` takes
+        them), resolved.
+    rule : str
+        The split rule in words.
+    n_train, n_test : int
+        The training examples used (after ``--n-train``) and the test examples.
+    **details
+        The task's parameters of the rule (a split name, a seed, a fraction, test files, ...).
+    """
+    paths = [data] if isinstance(data, str | os.PathLike) else list(data)
+    return {"data": ",".join(str(Path(p).resolve()) for p in paths), "rule": rule, "n_train": int(n_train),
+            "n_test": int(n_test), **details}
+
+
+def holdout_rule(fraction: float, seed: int, n: int, unit: str) -> str:
+    """The held-out split of the own-data kinds, in words."""
+    return f"a seeded random fraction {fraction:g} of the {n:,} {unit} held out for testing (--seed {seed})"
+
+
 def first(values: list, n_train: int | None) -> list:
     """The first ``n_train`` training examples (all with None)."""
     if n_train is not None and n_train < 1:

@@ -49,10 +49,12 @@ from structopt.tasks.localization import (
 from structopt.tasks.own_common import (
     BuiltTask,
     CommonOptions,
+    data_split,
     existing_dir,
     existing_file,
     first,
     holdout,
+    holdout_rule,
     image_files,
     non_negative_int,
     option,
@@ -250,8 +252,12 @@ def _load_localization(options: BoxesOptions) -> dict:
         test_items = _items(options, options.test_images, options.test_boxes, options.test_annotations, "test-")
         train_index, test_index = np.arange(len(items)), np.arange(len(items), len(items) + len(test_items))
         items = items + test_items
+        split = {"rule": f"train on the images of {options.images}, test on those of {options.test_images}",
+                 "test": _box_source(options.test_images, options.test_boxes, options.test_annotations)}
     else:
         train_index, test_index = holdout(len(items), options.test_fraction, options.seed, str(options.images))
+        split = {"rule": holdout_rule(options.test_fraction, options.seed, len(items), "images"),
+                 "test_fraction": float(options.test_fraction), "seed": int(options.seed)}
     train_index = np.asarray(first(list(train_index), options.n_train), dtype=np.int64)
     order = np.concatenate([train_index, test_index])
     cell, n_train = options.cell_size, len(train_index)
@@ -291,7 +297,8 @@ def _load_localization(options: BoxesOptions) -> dict:
             "test": {"X": test_X, "y": boxes[n_train:], "names": names[n_train:]},
             "model": BoxModel(train_X[0].shape[2]),
             "info": {"cell_size": cell, "image_size": options.image_size,
-                     "images": {"train": n_train, "test": len(test_X)}, "preprocessing": preprocessing}}
+                     "images": {"train": n_train, "test": len(test_X)}, "preprocessing": preprocessing,
+                     "split": {**split, "train": _box_source(options.images, options.boxes, options.annotations)}}}
 
 
 def build_localization(options: BoxesOptions) -> BuiltTask:
@@ -313,9 +320,24 @@ def build_localization(options: BoxesOptions) -> BuiltTask:
                 "test_mean_iou": mean_iou(test["y"], predicted),
                 "prior_detection_rate": detection_rate(test["y"], prior), "prior_mean_iou": mean_iou(test["y"], prior)}
 
+    record = data_split(options.images, n_train=problem.n, n_test=len(test["X"]), **data["info"]["split"])
     return BuiltTask(problem, evaluate, f"localization of {Path(str(options.images)).name}",
-                     data["info"]["preprocessing"])
+                     {**data["info"]["preprocessing"], "data_split": record})
 
 
-__all__ = ["CSV_COLUMNS", "BoxesOptions", "build_localization", "load_localization", "read_csv_boxes",
+def _box_source(images: str | None, boxes: str | None, annotations: str | None) -> dict[str, str | None]:
+    """Where a split's images and boxes were read (resolved), to read them again (:func:`box_items`)."""
+    return {"images": str(Path(str(images)).resolve()),
+            "boxes": None if boxes is None else str(Path(boxes).resolve()),
+            "annotations": None if annotations is None else str(Path(annotations).resolve())}
+
+
+def box_items(source: dict[str, str | None]) -> list[Item]:
+    """The images of a recorded :func:`_box_source` with their gold pixel boxes, as training read them."""
+    if source.get("boxes"):
+        return read_csv_boxes(source["boxes"], source["images"])
+    return read_voc_boxes(source["annotations"], source["images"])
+
+
+__all__ = ["CSV_COLUMNS", "BoxesOptions", "box_items", "build_localization", "load_localization", "read_csv_boxes",
            "read_voc_boxes"]

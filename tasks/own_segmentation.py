@@ -35,9 +35,11 @@ from structopt.tasks.own_common import (
     BuiltTask,
     CommonOptions,
     both_or_neither,
+    data_split,
     existing_dir,
     first,
     holdout,
+    holdout_rule,
     image_files,
     names,
     non_negative,
@@ -164,8 +166,13 @@ def load_segmentation(options: SegmentationOptions) -> dict:
         test_pairs = paired_files(options.test_images, options.test_masks)
         train_index, test_index = np.arange(len(pairs)), np.arange(len(pairs), len(pairs) + len(test_pairs))
         pairs = pairs + test_pairs
+        split = {"rule": f"train on the images of {options.images}, test on those of {options.test_images}",
+                 "test": str(Path(options.test_images).resolve()),
+                 "test_masks": str(Path(options.test_masks).resolve())}
     else:
         train_index, test_index = holdout(len(pairs), options.test_fraction, options.seed, str(options.images))
+        split = {"rule": holdout_rule(options.test_fraction, options.seed, len(pairs), "images"),
+                 "test_fraction": float(options.test_fraction), "seed": int(options.seed)}
     train_index = np.asarray(first(list(train_index), options.n_train), dtype=np.int64)
     loaded = {i: image_features(pairs[i][1], pairs[i][2], options.size, options.mask_threshold)
               for i in np.concatenate([train_index, test_index]).tolist()}
@@ -182,7 +189,7 @@ def load_segmentation(options: SegmentationOptions) -> dict:
     return {"train": pick(train_index), "test": pick(test_index), "model": GridModel(F, len(edge_features)),
             "info": {"size": int(options.size), "edge_feature_names": list(edge_features), "mean": mean, "std": std,
                      "mask_threshold": options.mask_threshold,
-                     "images": {"train": len(train_index), "test": len(test_index)}}}
+                     "images": {"train": len(train_index), "test": len(test_index)}, "split": split}}
 
 
 def build_segmentation(options: SegmentationOptions) -> BuiltTask:
@@ -203,8 +210,10 @@ def build_segmentation(options: SegmentationOptions) -> BuiltTask:
         return {f"test_{name}": value for name, value in scores.items()}
 
     info = data["info"]
+    record = data_split(options.images, n_train=problem.n, n_test=len(test["X"]),
+                        masks=str(Path(options.masks).resolve()), **info["split"])
     preprocessing = {"size": info["size"], "edge_features": info["edge_feature_names"], "mean": info["mean"],
-                     "std": info["std"], "mask_threshold": info["mask_threshold"]}
+                     "std": info["std"], "mask_threshold": info["mask_threshold"], "data_split": record}
     return BuiltTask(problem, evaluate, f"segmentation of {Path(str(options.images)).name}", preprocessing)
 
 

@@ -41,9 +41,11 @@ from structopt.tasks.own_common import (
     CommonOptions,
     column,
     columns,
+    data_split,
     existing_file,
     first,
     holdout,
+    holdout_rule,
     option,
     positive_int,
     resolve_lam,
@@ -67,12 +69,15 @@ class ColumnFile:
     lines : ndarray of int64
         1-based line number of every token (for messages).
     path : Path
+    n_columns : int
+        The number of columns of every token line.
     """
 
     corpus: Corpus
     extra: list[list[str]]
     lines: np.ndarray
     path: Path
+    n_columns: int = 0
 
 
 def _index(number: int, width: int, what: str, path: Path, line: int) -> int:
@@ -138,7 +143,7 @@ def read_columns(path: str | os.PathLike, token_column: int = 1, label_column: i
     features = [list(cols[i]) for i in index[n_fixed:]]
     tags = [] if label_column is None else list(cols[index[1]])
     corpus = Corpus(list(cols[index[0]]), features[0] if features else None, tags, lengths, str(path))
-    return ColumnFile(corpus, features[1:], token_lines.astype(np.int64) + 1, path)
+    return ColumnFile(corpus, features[1:], token_lines.astype(np.int64) + 1, path, n_cols)
 
 
 def _union(a: list[sp.csr_matrix], b: list[sp.csr_matrix]) -> list[sp.csr_matrix]:
@@ -153,8 +158,47 @@ def _union(a: list[sp.csr_matrix], b: list[sp.csr_matrix]) -> list[sp.csr_matrix
 
 def token_rows(path: str | os.PathLike, encoding: str = "utf-8") -> list[list[str]]:
     """The columns of every token line of a column file (blank and ``-DOCSTART-`` lines left out), in order."""
+    return [row for _, row in _numbered_token_rows(path, encoding)]
+
+
+def _numbered_token_rows(path: str | os.PathLike, encoding: str = "utf-8") -> list[tuple[int, list[str]]]:
     rows = (line.split() for line in read_text_lines(existing_file(path, "a column file"), encoding))
-    return [row for row in rows if row and row[0] != _DOCSTART]
+    return [(number, row) for number, row in enumerate(rows, 1) if row and row[0] != _DOCSTART]
+
+
+def check_width(path: str | os.PathLike, n_columns: int, label_column: int, labels: Sequence[str] = (),
+                encoding: str = "utf-8") -> bool:
+    """Whether a file to label has its gold labels, from its number of columns and the training file's
+    ``n_columns``: all of them (with the labels) or, when the label column is the last, one fewer (without).
+
+    A file of one column fewer whose columns (but the first) hold mostly the model's ``labels`` (``O``
+    aside) is not a file without labels but one missing another column: refused too.
+
+    Raises
+    ------
+    InvalidInputError
+        ``FILE, line N: expected ... columns ..., found M``: another number of columns would shift the
+        feature columns (a missing POS column read as labels, or labels read as features) silently.
+    """
+    rows = _numbered_token_rows(path, encoding)
+    if not rows:
+        raise InvalidInputError(f"{path}: no token lines")
+    number, row = rows[0]
+    last = label_column == -1 or label_column == n_columns
+    expected = f"{n_columns} (with the labels) or {n_columns - 1} (without)" if last else f"{n_columns}"
+    trained = f"as the model's training file had {n_columns}"
+    if len(row) == n_columns:
+        return True
+    if not (last and len(row) == n_columns - 1):
+        raise InvalidInputError(f"{path}, line {number}: expected {expected} columns, {trained}, found {len(row)}")
+    known = set(labels) - {"O"}
+    for k in range(1, len(row)):
+        values = [r[k] for _, r in rows if len(r) > k]
+        if known and 2 * sum(v in known for v in values) > len(values):
+            raise InvalidInputError(f"{path}, line {number}: expected {expected} columns, {trained}, found "
+                                    f"{len(row)} whose column {k + 1} holds the model's labels ({row[k]}, ...): "
+                                    "another column is missing")
+    return False
 
 
 def featurize_columns(files: Sequence[ColumnFile], n_features: int = 2**16, window: int = 2,
@@ -249,16 +293,22 @@ def load_sequence(options: SequenceOptions) -> dict:
     if options.test is not None:
         train = {"X": mats[0], "y": ys[0]}
         test = {"X": mats[1], "y": ys[1]}
+        split = {"rule": f"train on {train_file.path.name}, test on {files[1].path.name}",
+                 "test": str(files[1].path.resolve())}
     else:
-        tr, te = holdout(train_file.corpus.n_sentences, options.test_fraction, options.seed, str(train_file.path))
+        n = train_file.corpus.n_sentences
+        tr, te = holdout(n, options.test_fraction, options.seed, str(train_file.path))
         train = {"X": [mats[0][i] for i in tr], "y": [ys[0][i] for i in tr]}
         test = {"X": [mats[0][i] for i in te], "y": [ys[0][i] for i in te]}
+        split = {"rule": holdout_rule(options.test_fraction, options.seed, n, "sentences"),
+                 "test_fraction": float(options.test_fraction), "seed": int(options.seed)}
     return {"train": train, "test": test, "labels": labels,
             "model": ChainModel(options.n_features, len(labels), start_end=False, bias=False),
-            "info": {"files": [str(f.path) for f in files], "columns": cols, "n_features": int(options.n_features),
+            "info": {"files": [str(f.path) for f in files], "columns": cols, "n_columns": train_file.n_columns,
+                     "n_features": int(options.n_features),
                      "window": int(options.window), "affix_lengths": [1, 2, 3],
                      "use_pos": bool(options.feature_columns),
-                     "sentences": {"train": len(train["y"]), "test": len(test["y"])}}}
+                     "sentences": {"train": len(train["y"]), "test": len(test["y"])}, "split": split}}
 
 
 def build_sequence(options: SequenceOptions) -> BuiltTask:
@@ -285,9 +335,11 @@ def build_sequence(options: SequenceOptions) -> BuiltTask:
 
     info = data["info"]
     preprocessing = {"tags": list(labels), **info["columns"],
-                     **{key: info[key] for key in ("n_features", "window", "affix_lengths", "use_pos")}}
+                     **{key: info[key] for key in ("n_columns", "n_features", "window", "affix_lengths", "use_pos")},
+                     "data_split": data_split(options.train, n_train=problem.n, n_test=len(test["y"]),
+                                              **info["split"])}
     return BuiltTask(problem, evaluate, f"sequence labeling of {Path(options.train).name}", preprocessing)
 
 
-__all__ = ["ColumnFile", "SequenceOptions", "build_sequence", "encode_labels", "featurize_columns",
+__all__ = ["ColumnFile", "SequenceOptions", "build_sequence", "check_width", "encode_labels", "featurize_columns",
            "is_chunk_tagging", "load_sequence", "read_columns", "token_rows"]

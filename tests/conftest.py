@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import types
 
 import numpy as np
@@ -14,6 +15,23 @@ settings.register_profile("default", max_examples=25, deadline=None,
 settings.register_profile("thorough", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("default")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Say at the start, on a fresh clone, why the first tests sit silent for minutes: numba compiles every
+    kernel into an empty cache (the directory of this source version, :mod:`structopt._numba_cache`)."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller says it once
+        return
+    from structopt._numba_cache import CACHE_DIR
+
+    if next(CACHE_DIR.rglob("*.nbi"), None) is None:  # stops at the first compiled kernel: the usual case costs ~0
+        line = (f"numba kernels are compiling on this first run: a few minutes (cache {CACHE_DIR}; later runs "
+                "reuse it)")
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(line, yellow=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
 
 def _simplex_projection_bisection(v: np.ndarray, iters: int = 200) -> np.ndarray:

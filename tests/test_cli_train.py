@@ -50,3 +50,29 @@ def test_the_tasks_build_the_problem_type_their_solver_list_is_derived_from():
     args = cli.build_parser().parse_args(["train", "ocr", "--n-train", "5"])
     problem = cli.TASKS["ocr"](args).problem
     assert type(problem) is cli._task_problem_type()  # the other tasks build theirs the same way (SSVMProblem)
+
+
+def _run_err(tmp_path, capsys, *args) -> tuple[dict, str]:
+    out = tmp_path / "run"
+    assert main(["train", *args, "--out", str(out), "--no-progress"]) == 0
+    return json.loads((out / "trace.json").read_text()), capsys.readouterr().err
+
+
+def test_n_train_beyond_the_training_examples_is_said(tmp_path, capsys):
+    """--n-train 1000000 used all 6,251 OCR words without a word: every task now warns (one place, cli._train)."""
+    summary, err = _run_err(tmp_path, capsys, "ocr", "--n-train", "1000000", "--passes", "0.01")
+    assert summary["n_train"] == 6251
+    assert "structopt: warning: --n-train 1,000,000 exceeds the 6,251 training examples; using all 6,251" in err
+    _, err = _run_err(tmp_path, capsys, "ocr", "--n-train", "6251", "--passes", "0.01")
+    assert "warning" not in err  # exactly all: nothing to say
+
+
+def test_n_train_warning_holds_for_own_data_too(tmp_path, capsys):
+    import numpy as np
+    from test_own_data import _sentences, _write_conll
+
+    train = _write_conll(tmp_path / "train.txt", _sentences(np.random.default_rng(0), 12))
+    summary, err = _run_err(tmp_path, capsys, "sequence", "--train", str(train), "--test-fraction", "0.25", "--n-train",
+                      "50", "--passes", "1")
+    assert summary["n_train"] == 9
+    assert "--n-train 50 exceeds the 9 training examples; using all 9" in err

@@ -389,3 +389,36 @@ def test_conll2002_loaded(language, sizes):
         assert sum(m.shape[0] for m in X) == sum(len(v) for v in y) == n_tok
     assert data["tags"] == ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
     assert data["model"].n_states == 9
+
+
+def test_a_byte_order_mark_before_docstart_adds_no_token(tmp_path):
+    """Windows editors write a UTF-8 BOM first: it glued itself to ``-DOCSTART-``, which became a word."""
+    good = TOY.replace("\n.\n", "\n. . O\n")
+    plain = conll.read_conll(write(tmp_path / "plain", good))
+    for compress in (False, True):
+        path = tmp_path / ("bom.gz" if compress else "bom")
+        raw = b"\xef\xbb\xbf" + good.encode("utf-8")
+        path.write_bytes(gzip.compress(raw) if compress else raw)
+        c = conll.read_conll(path)
+        assert c.lengths.tolist() == plain.lengths.tolist() == [4, 6, 1]
+        assert c.words == plain.words and not any("\ufeff" in w for w in c.words)
+        corpus, rows, has_gold = conll.read_tokens(path, use_pos=True)
+        assert corpus.lengths.tolist() == [4, 6, 1] and rows[0] == ["Confidence", "NN", "B-NP"] and has_gold
+    # the mark is a UTF-8 thing: a file read as Latin-1 keeps its bytes (no silent change of another encoding)
+    latin = tmp_path / "latin"
+    latin.write_bytes(b"\xef\xbb\xbfa O\n")
+    assert conll.read_conll(latin, encoding="latin-1").words == ["\xef\xbb\xbfa"]
+
+
+def test_read_tokens_refuses_a_word_tag_file_missing_its_pos_column(tmp_path):
+    """A model with POS features given ``word tag`` lines read the tags as POS and said nothing."""
+    path = write(tmp_path / "word_tag.txt", "Confidence B-NP\nin B-PP\nthe B-NP\npound I-NP\n\nHe B-NP\n")
+    with pytest.raises(InvalidInputError) as info:
+        conll.read_tokens(path, use_pos=True, known_tags=["O", "B-NP", "I-NP", "B-PP"])
+    message = str(info.value)
+    assert f"{path}, line 1" in message and "expected 3 columns" in message and "found 2" in message
+    assert "B-NP" in message and "POS column is missing" in message
+    # word POS lines (no gold) are what predict reads without a metric: accepted
+    ok = write(tmp_path / "word_pos.txt", "Confidence NN\nin IN\n\nHe PRP\n")
+    corpus, _, has_gold = conll.read_tokens(ok, use_pos=True, known_tags=["O", "B-NP", "I-NP", "B-PP"])
+    assert not has_gold and corpus.pos == ["NN", "IN", "PRP"]

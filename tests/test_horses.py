@@ -96,7 +96,7 @@ def test_cli_train_horses_writes_masks_png(horses, tmp_path, capsys, monkeypatch
     import structopt.tasks.horses as module
     from structopt.cli import main
 
-    monkeypatch.setattr(module, "load_horses", lambda path=None: horses)  # the 12-image subset
+    monkeypatch.setattr(module, "load_horses", lambda path=None, **_: horses)  # the 12-image subset
     out = tmp_path / "run"
     assert main(["train", "horses", "--passes", "2", "--lam", "0.001", "--out", str(out), "--no-progress"]) == 0
     summary = json.loads((out / "trace.json").read_text())

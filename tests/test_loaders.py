@@ -391,3 +391,34 @@ def test_raccoon_bad_files(tmp_path):
     _raises(DataNotFoundError, lambda: loc._raccoon_items(root), str(xml), str(root / "images" / "raccoon-9.jpg"))
     xml.unlink()  # raccoon-2.jpg is left without an annotation
     _raises(DataNotFoundError, lambda: loc._raccoon_items(root), "1 image(s)", "no annotation", "raccoon-2.jpg")
+
+
+# --------------------------------------------------------------------------- byte-order marks
+def test_every_text_reader_drops_a_utf8_byte_order_mark(tmp_path):
+    """A BOM glued itself to the first token of a file: a one-token sentence before CoNLL's -DOCSTART-, a
+    first word ``\ufeffw3`` in a bitext, a label ``\ufeffB-NP``. :func:`read_text_lines` drops it for all."""
+    from structopt.tasks._data import read_text_lines
+    from structopt.tasks.own_alignment import read_bitext
+    from structopt.tasks.own_sequence import read_columns
+
+    bom = b"\xef\xbb\xbf"
+    plain = tmp_path / "plain.txt"
+    plain.write_text("-DOCSTART- -X- O\n\nw1 DT B-NP\nw2 NN I-NP\n")
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(bom + plain.read_bytes())
+    zipped = tmp_path / "marked.txt.gz"
+    zipped.write_bytes(gzip.compress(marked.read_bytes()))
+    for path in (marked, zipped):
+        assert read_text_lines(path) == read_text_lines(plain)
+        columns = read_columns(path, 1, -1, (2,))
+        assert columns.corpus.lengths.tolist() == [2] and columns.corpus.words == ["w1", "w2"]
+    source, target, gold = (tmp_path / name for name in ("s.txt", "t.txt", "g.naacl"))
+    source.write_bytes(bom + b"w3 w4\n")
+    target.write_bytes(bom + b"f3 f4\n")
+    gold.write_bytes(bom + b"1 1 1 S\n1 2 2 S\n")
+    (pair,) = read_bitext(source, target, gold)
+    assert pair.en == ["w3", "w4"] and pair.fr == ["f3", "f4"] and pair.sure == {(0, 0), (1, 1)}
+    # a mark later in the file is text, not a header: kept
+    inner = tmp_path / "inner.txt"
+    inner.write_bytes(b"a\n" + bom + b"b\n")
+    assert read_text_lines(inner) == ["a", "\ufeffb"]
