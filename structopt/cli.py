@@ -20,13 +20,13 @@ from typing import Any
 
 from structopt.cli_plots import convergence_figure as _convergence_figure
 from structopt.cli_plots import plot_convergence as _plot_convergence
+from structopt.cli_registry import TASKS
 from structopt.cli_tasks import (
     DEFAULT_DATASET,
     DEFAULT_LAM,
     SPLIT_TASKS,
     SPLITS,
     TASK_OPTIONS,
-    TASKS,
     Task,
     task_key,
     task_lam,

@@ -251,7 +251,7 @@ def _holdout(record: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
     return holdout(n, float(record["test_fraction"]), int(record["seed"]), str(record["data"]))
 
 
-#: the own-data tasks, by name (merged into :data:`structopt.cli_tasks.TASKS`)
+#: the own-data tasks, by name (joined with the built-in tasks in :data:`structopt.cli_registry.TASKS`)
 OWN_SPECS: dict[str, TaskSpec] = {spec.name: spec for spec in (
     OwnSequenceTask("sequence"), OwnSegmentationTask("segmentation"), OwnBoxesTask("boxes"),
     OwnBitextTask("bitext"))}

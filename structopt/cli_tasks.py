@@ -3,7 +3,8 @@
 A task is a :class:`TaskSpec`: it builds the training :class:`Task` from the command line (the
 problem, the held-out evaluation and the preprocessing a saved model keeps), reads the inputs
 ``structopt predict`` is given, writes predictions in the task's own format and scores them when
-the input carries gold outputs. :data:`TASKS` maps each task name to its spec; adding a task is
+the input carries gold outputs. :data:`BUILTIN_TASKS` maps each task name to its spec (joined with the own-data kinds in
+:data:`structopt.cli_registry.TASKS`); adding a task is
 one subclass and one entry there (the parser's choices, ``train`` and ``predict`` read it).
 """
 
@@ -181,7 +182,7 @@ class TaskSpec:
 
 def _progress(args: argparse.Namespace) -> Any:
     """How a task's loader reports its stages: always stage lines on stderr, bars unless ``--no-progress``."""
-    from structopt.tasks._progress import Progress
+    from structopt.progress import Progress
 
     return Progress(lines=True, bars=not getattr(args, "no_progress", False))
 
@@ -661,8 +662,8 @@ class LocalizationTask(TaskSpec):
 
 
 #: the built-in tasks, by name: one entry per task
-TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (OCRTask(), CoNLLTask(), AlignmentTask(), HorsesTask(),
-                                                            LocalizationTask())}
+BUILTIN_TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (OCRTask(), CoNLLTask(), AlignmentTask(),
+                                                                    HorsesTask(), LocalizationTask())}
 
 #: tasks that read ``--split`` (any other task refuses it rather than ignoring it)
 SPLIT_TASKS = ("ocr",)
@@ -670,10 +671,4 @@ SPLIT_TASKS = ("ocr",)
 #: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
 TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",)),
                 "--graph": ("graph", ("horses",)),
-                "--data": ("data", tuple(TASKS))}
-
-# the own-data tasks (structopt/cli_own.py) subclass the specs above; their flags join TASK_OPTIONS when
-# the parser declares them (cli.build_parser)
-from structopt.cli_own import OWN_SPECS  # noqa: E402
-
-TASKS.update(OWN_SPECS)
+                "--data": ("data", tuple(BUILTIN_TASKS))}

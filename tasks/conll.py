@@ -39,8 +39,8 @@ from numba import njit
 
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models import ChainModel
+from structopt.progress import Progress, as_progress, count
 from structopt.tasks._data import find_data_dir, read_text_lines
-from structopt.tasks._progress import Progress, as_progress, count
 
 __all__ = [
     "Corpus", "chunk_f1", "decode_tags", "featurize", "load_conll2000", "load_conll2002",
@@ -530,7 +530,7 @@ def load_conll2000(path: str | os.PathLike | None = None, n_features: int = 2**1
         appends them to ``tags`` after the training tags (a model never sees them in training);
         ``"error"`` raises; ``"outside"`` maps them to ``O`` with a warning (alters the gold chunks).
     progress : bool or Progress
-        Say on stderr what is read and computed (:mod:`~structopt.tasks._progress`).
+        Say on stderr what is read and computed (:mod:`~structopt.progress`).
 
     Returns
     -------

@@ -47,8 +47,8 @@ import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models.grid import GridInput, GridModel
+from structopt.progress import Progress, as_progress, count
 from structopt.tasks._data import find_data_dir, read_image
-from structopt.tasks._progress import Progress, as_progress, count
 
 SOURCE = ("the Weizmann Horse Database (Borenstein and Ullman): grey images in gray/ and masks in "
           "figure_ground/, same file names")
@@ -243,7 +243,7 @@ def load_horses(path: str | os.PathLike | None = None, size: int = DEFAULT_SIZE,
     edge_features : tuple of str
         Names among :data:`EDGE_FEATURE_NAMES` (see the module docstring).
     progress : bool or Progress
-        Say on stderr what is computed (a bar over the images; :mod:`~structopt.tasks._progress`).
+        Say on stderr what is computed (a bar over the images; :mod:`~structopt.progress`).
 
     Returns
     -------

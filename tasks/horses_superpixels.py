@@ -80,6 +80,7 @@ import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, OutputError
 from structopt.models.graph import GraphInput, GraphModel
+from structopt.progress import Progress, as_progress, count
 from structopt.structures.base import check_flag
 from structopt.tasks._boosted_trees import ARRAY_FIELDS as TREE_FIELDS
 from structopt.tasks._boosted_trees import BoostedTrees, export_hist_gradient_boosting
@@ -92,7 +93,6 @@ from structopt.tasks._data import (
     write_cache,
 )
 from structopt.tasks._patch_features import PatchCodebook, fit_patch_codebook, pooled_activations
-from structopt.tasks._progress import Progress, as_progress, count
 from structopt.tasks.horses import (
     SPLIT_RULE,
     _filter_bank,
@@ -580,7 +580,7 @@ def load_superpixel_horses(path: str | os.PathLike | None = None, *, n_segments:
     cache : bool
         Read/write steps 1-4, and the stages' scores and trees, in the cache directory.
     progress : bool or Progress
-        Say on stderr what is computed (stage lines, a bar over the images; :mod:`~structopt.tasks._progress`).
+        Say on stderr what is computed (stage lines, a bar over the images; :mod:`~structopt.progress`).
 
     Returns
     -------
@@ -1081,7 +1081,7 @@ def build_task(data_dir: str | os.PathLike | None = None, n_train: int | None = 
     png : path, optional
         ``evaluate`` also writes the test masks there (:func:`write_mask_png`).
     progress : bool or Progress
-        Say on stderr what is computed (features, CV; :mod:`~structopt.tasks._progress`).
+        Say on stderr what is computed (features, CV; :mod:`~structopt.progress`).
     **load_options
         Passed to :func:`load_superpixel_horses` (``n_segments``, ``compactness``, ``n_textons``,
         ``patch_centres``, ``max_images``, ``stacked``, ``context_stages``, ``cache``).

@@ -62,6 +62,7 @@ import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.models.box import BoxModel
+from structopt.progress import Progress, as_progress, count
 from structopt.structures.box import iou
 from structopt.tasks import _bow
 from structopt.tasks._data import (
@@ -73,7 +74,6 @@ from structopt.tasks._data import (
     read_image,
     write_cache,
 )
-from structopt.tasks._progress import Progress, as_progress, count
 
 DATASETS = ("horses", "raccoon")
 SOURCES = {
@@ -568,7 +568,7 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
     cache : bool
         Read/write the features in the cache directory (see :func:`cache_dir`).
     progress : bool or Progress
-        Say on stderr what is computed (:mod:`~structopt.tasks._progress`).
+        Say on stderr what is computed (:mod:`~structopt.progress`).
 
     Returns
     -------

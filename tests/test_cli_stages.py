@@ -13,7 +13,7 @@ from _shared_data import SHARED_DATA, needs_data
 from _synthetic_horses import write_synthetic_horses
 
 from structopt.cli import main
-from structopt.tasks._progress import QUIET, Progress, as_progress, count
+from structopt.progress import QUIET, Progress, as_progress, count
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 needed: the pages' sources, the generated command-line reference and, where one exists, a built site).
 
 The lists come from the sources of truth: subcommands, flags and choices from ``structopt.cli``'s parser,
-tasks from the task registry (``structopt.cli_tasks.TASKS``), sections from README.md's ``##`` headings,
+tasks from the task registry (``structopt.cli_registry.TASKS``), sections from README.md's ``##`` headings,
 model and loss types from the saved-model registries.
 """
 
@@ -117,7 +117,7 @@ def test_the_reference_names_every_subcommand_flag_and_choice(parser, reference)
 
 
 def test_the_reference_and_the_cli_page_name_every_task(reference):
-    from structopt.cli_tasks import TASKS
+    from structopt.cli_registry import TASKS
 
     page = (DOCS / "guide" / "cli.md").read_text(encoding="utf-8")
     train = reference.split("### `structopt train`")[1].split("### `structopt predict`")[0]

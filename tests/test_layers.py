@@ -136,3 +136,37 @@ def test_hook_table_is_a_ground_floor():
                  if module == "structopt.hooks" and name.startswith("structopt.")
                  and not _allowed(name, ("structopt.errors",)))
     assert not bad, f"structopt.hooks imports {bad}"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the structopt modules it imports (lazy imports included). An import of a module's own
+    package (``structopt.fused.chain`` reading ``structopt.fused``'s registry) is the package's business
+    and left out: the package's ``__init__`` imports its modules by design."""
+    modules = {_module_names(path)[0] for path in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, _, name in _imports():
+        parts = name.split(".")
+        target = next((".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in modules),
+                      None)
+        if target and target != module and not module.startswith(target + "."):
+            graph.setdefault(module, set()).add(target)
+    return graph
+
+
+def test_no_import_cycle():
+    graph = _import_graph()
+    cycles, state = [], {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                cycles.append([*path[path.index(target):], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, f"import cycles: {[' -> '.join(c) for c in cycles]}"

@@ -1,0 +1,15 @@
+"""The command line's one task registry: every task by name, as the parser, ``train`` and ``predict`` read it.
+
+The built-in tasks are declared in :mod:`structopt.cli_tasks`, the own-data kinds (which subclass those specs)
+in :mod:`structopt.cli_own`; this module joins them, so neither of the two imports the other's registry.
+"""
+
+from __future__ import annotations
+
+from structopt.cli_own import OWN_SPECS
+from structopt.cli_tasks import BUILTIN_TASKS, TaskSpec
+
+#: every task, by name: the built-in tasks, then the own-data kinds
+TASKS: dict[str, TaskSpec] = {**BUILTIN_TASKS, **OWN_SPECS}
+
+__all__ = ["TASKS"]
