@@ -394,29 +394,53 @@ def _json_number(value: float | None) -> float | None:
 
 
 MARGINAL_METHODS = ("bfw", "trbp", "bp", "mf", "exact")
-MAP_METHODS = ("ad3", "bnb", "lp", "cpsat")
+MAP_METHODS = ("auto", "ad3", "bnb", "lp", "cpsat")
 
 
 def _infer_map(args: argparse.Namespace) -> int:
-    from structopt.marginals.map import map_inference
+    from structopt.marginals.map import MAPInferenceInterrupted, map_inference
     from structopt.marginals.uai import read_uai
 
-    method = args.method or "ad3"
+    method = args.method or "auto"
     if method not in MAP_METHODS:
         raise InvalidInputError(f"--task map takes --method {', '.join(MAP_METHODS)}, got {method}")
     for flag, value in (("--max-iter", args.max_iter), ("--tol", args.tol)):
         if value is not None:
             raise InvalidInputError(f"{flag} does not apply to --task map")
     out = Path(args.out or f"{Path(args.file).name}.{method}.MPE")
+    summary_path = out.with_name(out.name + ".json")
     _check_writable_file(out, "--out")
     mrf = read_uai(args.file)
     limit = args.time_limit if args.time_limit is not None else INFER_TIME_LIMIT
-    result = map_inference(mrf, method, time_limit=limit)
+    interrupted = None
+    try:
+        result = map_inference(mrf, method, time_limit=limit)
+    except MAPInferenceInterrupted as interrupt:  # the best labeling so far is written, marked partial
+        if interrupt.result is None:
+            raise Interrupted("no labeling found yet, nothing written") from interrupt
+        result, interrupted = interrupt.result, interrupt
     _make_dir(out.parent, "--out")
     _write_atomic(out, lambda path: path.write_text(f"MPE\n{mrf.n_nodes} {' '.join(map(str, result.labels))}\n"))
-    state = "proven optimal" if result.optimal else f"not proven optimal: gap {result.gap:.6g} ({result.status})"
+    summary = {"file": str(args.file), "method": method, "status": result.status, "optimal": result.optimal,
+               "partial": not result.optimal, "log_score": result.log_score,
+               "upper_bound": _json_number(result.upper_bound), "gap": _json_number(result.gap),
+               "seconds": result.time, "time_limit": limit, "labels": str(out)}
+    _write_atomic(summary_path, lambda path: path.write_text(json.dumps(summary, indent=1) + "\n"))
+    if result.optimal:
+        state = "proven optimal"
+    else:
+        short = _SHORT_STATUS.get(result.status, result.status)
+        state = f"PARTIAL ({short}): not proven optimal, gap {result.gap:.6g}"
     print(f"{Path(args.file).name} map {method}: log-score {result.log_score:.6f} | upper bound "
-          f"{result.upper_bound:.6f} | {state} | {result.time:.2f}s | labels in {out}", flush=True)
+          f"{result.upper_bound:.6f} | {state} | {result.time:.2f}s | labels in {out}, summary in {summary_path}",
+          flush=True)
+    if interrupted is not None:
+        raise Interrupted(f"best labeling so far written to {out} (summary in {summary_path})") from interrupted
+    if not result.optimal:
+        hint = ("--method auto (AD3, then CP-SAT) or --method cpsat" if method in ("ad3", "lp")
+                else "a larger --time-limit")
+        print(f"structopt: warning: {method} did not prove its labeling optimal ({result.status}); the bound "
+              f"{result.upper_bound:.6f} holds (gap {result.gap:.6g}); {hint} would go further", file=sys.stderr)
     return 0
 
 
@@ -608,11 +632,13 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--method", default=None, choices=[*MARGINAL_METHODS, *MAP_METHODS],
                        help="--task marginals: bfw, Barrier Frank-Wolfe over the marginal polytope (default); "
                             "trbp, bp, mf: message passing; exact: variable elimination (small treewidth only). "
-                            "--task map: ad3, dual decomposition with a certified bound (default); bnb, exact "
-                            "branch-and-bound over AD3; lp, HiGHS on the local polytope; cpsat, exact CP-SAT")
+                            "--task map: auto, AD3 then CP-SAT while a gap remains, within the time limit (default); "
+                            "ad3, dual decomposition with a certified bound; bnb, exact branch-and-bound over AD3; "
+                            "lp, HiGHS on the local polytope; cpsat, exact CP-SAT")
     infer.add_argument("--out", default=None, metavar="FILE",
-                       help="marginals file (default FILE.METHOD.MAR in the current directory), checked before "
-                            "inference starts; a JSON summary (log Z, status, iterations) goes to FILE.json beside it")
+                       help="marginals file (default FILE.METHOD.MAR in the current directory; --task map: the "
+                            "labels, FILE.METHOD.MPE), checked before inference starts; a JSON summary (log Z or "
+                            "log-score, bound, status) goes to FILE.json beside it")
     infer.add_argument("--time-limit", type=number_argument(float, 0, low_open=True), default=None,
                        metavar="SECONDS",
                        help=f"stop bfw, trbp, bp, mf or a MAP method after this long (default {INFER_TIME_LIMIT:g}); "

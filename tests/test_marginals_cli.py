@@ -324,6 +324,6 @@ def test_infer_map_and_marginal_methods_are_not_mixed(model_file, tmp_path, caps
     assert main(["infer", str(path), "--method", "ad3", "--out", str(tmp_path / "x")]) == 2
     assert "add --task map" in capsys.readouterr().err
     assert main(["infer", str(path), "--task", "map", "--method", "trbp", "--out", str(tmp_path / "x")]) == 2
-    assert "--task map takes --method ad3" in capsys.readouterr().err
+    assert "--task map takes --method auto, ad3" in capsys.readouterr().err
     assert main(["infer", str(path), "--task", "map", "--tol", "0.1", "--out", str(tmp_path / "x")]) == 2
     assert "--tol does not apply to --task map" in capsys.readouterr().err
