@@ -501,8 +501,24 @@ def _infer(args: argparse.Namespace) -> int:
         raise Interrupted(f"partial marginals and log Z written to {out} and {summary_path}") from interrupted
     if stopped is not None:
         print(f"structopt: warning: {args.method} did not converge: {stopped}; the marginals and log Z written "
-              "are its last iterate", file=sys.stderr)
+              f"are its last iterate (partial){_partial_detail(args, result, limit)}", file=sys.stderr)
     return 0
+
+
+def _partial_detail(args: argparse.Namespace, result: Any, limit: float | None) -> str:
+    """What a partial marginal result still certifies, and which flag would take the method further."""
+    detail = ""
+    if result.upper_bound is not None and math.isfinite(result.upper_bound):
+        detail += (f"; log Z <= {result.upper_bound:.6f} holds (certified, {result.upper_bound - result.log_z:.4g} "
+                   "above the estimate)")
+    if result.status == "time_limit" and limit is not None:
+        detail += f"; a longer --time-limit (e.g. {4 * limit:g}) would go further"
+    elif result.status == "max_iter":
+        budget = args.max_iter or _method_default(args.method, "max_iter")
+        detail += f"; a larger --max-iter (e.g. {4 * budget}) would go further"
+        if args.method in ("trbp", "bp"):
+            detail += " if the messages are converging (loopy BP may oscillate); --method bfw gives a certified bound"
+    return detail
 
 
 # --------------------------------------------------------------------------- parser

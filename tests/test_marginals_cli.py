@@ -231,6 +231,7 @@ def test_grids_12_trbp_and_bp_warn_that_they_did_not_converge(tmp_path, capsys):
         assert "PARTIAL (iteration budget spent)" in stdout
         assert len(err) == 1 and err[0].startswith(f"structopt: warning: {method} did not converge: budget of 1000 "
                                                    "sweeps spent (--max-iter)")
+        assert "its last iterate (partial); a larger --max-iter (e.g. 4000) would go further" in err[0]
 
 
 @needs_data("uai")
@@ -245,6 +246,10 @@ def test_time_limit_on_a_slow_model_writes_the_partial_result(tmp_path, capsys):
     stdout, err = _err_lines(capsys)
     assert "PARTIAL (time limit reached)" in stdout
     assert len(err) == 1 and "bfw did not converge: time limit of 0.5 s reached (--time-limit)" in err[0]
+    assert "a longer --time-limit (e.g. 2) would go further" in err[0]
+    strict_upper = json.loads((tmp_path / "seg.MAR.json").read_text())["upper_bound"]
+    if strict_upper is not None:  # the certified bound is repeated in the warning
+        assert f"log Z <= {strict_upper:.6f} holds (certified" in err[0]
     strict = json.loads((tmp_path / "seg.MAR.json").read_text(),  # no Infinity/NaN: other readers refuse them
                         parse_constant=lambda name: pytest.fail(f"{name} in the JSON summary"))
     assert strict["status"] == "time_limit" and strict["partial"] is True
