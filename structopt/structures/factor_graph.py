@@ -28,6 +28,8 @@ relaxation of the marginal polytope.
 
 MAP (:meth:`FactorGraph.map`):
 
+- ``"auto"``: AD3, then CP-SAT (branch-and-bound with structured factors) while a gap remains
+  (:meth:`FactorGraph.auto`).
 - ``"ad3"``: AD3 (Martins et al., JMLR 2015) in numba (:mod:`._ad3_kernels`): the LP-MAP optimum with
   a certified upper bound (the best dual value g(λ)) and the best rounded labeling (lower bound);
   ``optimal`` when the two meet. On a tree of tables the relaxation is tight.
