@@ -262,3 +262,15 @@ def test_sigint_to_infer_map_writes_the_best_labeling_and_exits_130(tmp_path, me
     assert header == "MPE" and labels.size == 625
     score = float(stdout.split("log-score ")[1].split()[0])
     assert mrf.score(labels) == pytest.approx(score, abs=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["chain", "matching", "grid"])
+def test_auto_with_structured_factors_uses_branch_and_bound_and_is_exact(kind):
+    from tests.test_factor_graph_structured import loopy_graph
+
+    for seed in range(6):
+        fg, theta = loopy_graph(np.random.default_rng(seed), kind)
+        best, _ = brute_force_map(fg, theta)
+        sol = fg.map(theta, method="auto", time_limit=None)  # no limit: a cold numba compile must not cut it
+        assert sol.method == "auto" and sol.optimal and sol.score == pytest.approx(best, abs=1e-7), seed
+        assert sol.upper_bound >= best - 1e-7
