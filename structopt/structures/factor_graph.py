@@ -1421,7 +1421,8 @@ class FactorGraph(Structure):
                 second = self.cpsat(theta, time_limit=left, tol=tol, num_workers=num_workers, hint=first.labels)
         except MAPInterrupted as interrupt:
             raise MAPInterrupted(self._combine(first, interrupt.solution, t0, tol)) from interrupt
-        return self._combine(first, second, t0, tol)
+        # neither found a labeling in time (and none is proven impossible): the feasibility search's, if any
+        return self._repair(theta, self._combine(first, second, t0, tol), 0.0)
 
     @staticmethod
     def _combine(first: MAPSolution, second: MAPSolution, t0: float, tol: float) -> MAPSolution:
