@@ -264,7 +264,8 @@ def test_sigint_to_infer_map_writes_the_best_labeling_and_exits_130(tmp_path, me
     assert mrf.score(labels) == pytest.approx(score, abs=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["chain", "matching", "grid"])
+@pytest.mark.parametrize("kind", ["grid", pytest.param("chain", marks=pytest.mark.slow),
+                                  pytest.param("matching", marks=pytest.mark.slow)])
 def test_auto_with_structured_factors_uses_branch_and_bound_and_is_exact(kind):
     from tests.test_factor_graph_structured import loopy_graph
 
