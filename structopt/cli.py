@@ -394,6 +394,8 @@ def _json_number(value: float | None) -> float | None:
 
 
 MARGINAL_METHODS = ("bfw", "trbp", "bp", "mf", "exact")
+#: MAP statuses of a run stopped before its own end (time limit, Ctrl-C, budget)
+_MAP_STOPPED = ("time_limit", "interrupted", "max_iter", "node_limit")
 MAP_METHODS = ("auto", "ad3", "bnb", "lp", "cpsat")
 
 
@@ -421,16 +423,19 @@ def _infer_map(args: argparse.Namespace) -> int:
         result, interrupted = interrupt.result, interrupt
     _make_dir(out.parent, "--out")
     _write_atomic(out, lambda path: path.write_text(f"MPE\n{mrf.n_nodes} {' '.join(map(str, result.labels))}\n"))
+    # partial: stopped before the method's own end (its labeling and bound hold, a longer run may improve them)
+    partial = result.status in _MAP_STOPPED
     summary = {"file": str(args.file), "method": method, "status": result.status, "optimal": result.optimal,
-               "partial": not result.optimal, "log_score": result.log_score,
+               "partial": partial, "log_score": result.log_score,
                "upper_bound": _json_number(result.upper_bound), "gap": _json_number(result.gap),
                "seconds": result.time, "time_limit": limit, "labels": str(out)}
     _write_atomic(summary_path, lambda path: path.write_text(json.dumps(summary, indent=1) + "\n"))
     if result.optimal:
         state = "proven optimal"
-    else:
-        short = _SHORT_STATUS.get(result.status, result.status)
-        state = f"PARTIAL ({short}): not proven optimal, gap {result.gap:.6g}"
+    elif partial:
+        state = f"PARTIAL ({_SHORT_STATUS.get(result.status, result.status)}): not proven optimal, gap {result.gap:.6g}"
+    else:  # e.g. AD3 or the LP converged on a loose relaxation
+        state = f"not proven optimal ({result.status}): gap {result.gap:.6g}"
     print(f"{Path(args.file).name} map {method}: log-score {result.log_score:.6f} | upper bound "
           f"{result.upper_bound:.6f} | {state} | {result.time:.2f}s | labels in {out}, summary in {summary_path}",
           flush=True)

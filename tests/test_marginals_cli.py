@@ -305,7 +305,7 @@ def test_sigint_to_infer_exits_130_with_one_line_and_the_partial_result(tmp_path
     assert json.loads((tmp_path / "m.MAR.json").read_text())["status"] == "interrupted"
 
 
-@pytest.mark.parametrize("method", ["ad3", "bnb", "lp", "cpsat"])
+@pytest.mark.parametrize("method", ["auto", "ad3", "bnb", "lp", "cpsat"])
 def test_infer_map_writes_the_labels_and_a_certified_bound(model_file, tmp_path, capsys, method):
     path, _ = model_file
     mrf = read_uai(path)
@@ -320,8 +320,20 @@ def test_infer_map_writes_the_labels_and_a_certified_bound(model_file, tmp_path,
     labels = np.array(body.split()[1:], dtype=int)
     assert header == "MPE" and int(body.split()[0]) == 4
     assert mrf.score(labels) == pytest.approx(log_score, abs=1e-6)  # printed to 6 decimals
-    if method in ("bnb", "cpsat"):  # exact methods
+    if method in ("auto", "bnb", "cpsat"):  # exact methods
         assert "proven optimal" in line and log_score == pytest.approx(mrf.score(np.array(best)), abs=1e-6)
+    summary = json.loads(out.with_name(out.name + ".json").read_text())
+    assert summary["method"] == method and summary["partial"] is False and summary["labels"] == str(out)
+    assert summary["upper_bound"] == pytest.approx(bound, abs=1e-6) and summary["optimal"] == ("not proven" not in line)
+
+
+def test_infer_map_defaults_to_auto(model_file, tmp_path, capsys, monkeypatch):
+    path, _ = model_file
+    monkeypatch.chdir(tmp_path)
+    assert main(["infer", str(path), "--task", "map"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("cycle.uai map auto: log-score ") and "proven optimal" in line
+    assert (tmp_path / "cycle.uai.auto.MPE").is_file() and (tmp_path / "cycle.uai.auto.MPE.json").is_file()
 
 
 def test_infer_map_and_marginal_methods_are_not_mixed(model_file, tmp_path, capsys):
