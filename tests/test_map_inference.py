@@ -196,7 +196,7 @@ def test_interrupted_bnb_and_auto_hand_back_the_best_labeling_and_a_bound_that_h
     assert sol.status == "interrupted" and not sol.optimal and sol.labels is not None
     assert sol.score == fg.score_labels(theta, sol.labels)
     assert sol.upper_bound + mrf.constant >= optimum.log_score - 1e-6 >= sol.score + mrf.constant - 1e-6
-    timer = _interrupt_after(0.05)  # during AD3 or the start of CP-SAT, whichever is running
+    timer = _interrupt_after(0.05)  # during AD3, CP-SAT's model building or its search, whichever is running
     with pytest.raises(MAPInferenceInterrupted) as caught:
         map_inference(mrf, "auto", time_limit=60)
     timer.join()
@@ -209,17 +209,23 @@ def test_interrupted_bnb_and_auto_hand_back_the_best_labeling_and_a_bound_that_h
 @pytest.mark.slow
 @sigint_default
 def test_interrupted_cpsat_hands_back_its_incumbent():
-    # CP-SAT has a first labeling within about a second here and proves the optimum after about 8 s
-    mrf = ising_grid(20, 20, 3.0, np.random.default_rng(0))
-    timer = _interrupt_after(3.0)
-    with pytest.raises(MAPInferenceInterrupted) as caught:
-        map_inference(mrf, "cpsat", time_limit=120)
+    from structopt.marginals.map import mrf_to_factor_graph
+
+    # hinted with AD3's labeling, CP-SAT has a solution after 1-2 s and proves nothing in minutes
+    mrf = ising_grid(30, 30, 3.0, np.random.default_rng(0))
+    fg, theta = mrf_to_factor_graph(mrf)
+    ad3 = fg.map(theta, method="ad3")
+    map_inference(ising_grid(2, 2, 1.0, np.random.default_rng(0)), "cpsat")  # OR-Tools imported before the timer
+    timer = _interrupt_after(6.0)
+    start = time.perf_counter()
+    with pytest.raises(MAPInterrupted) as caught:
+        fg.cpsat(theta, time_limit=300, hint=ad3.labels)
+    assert time.perf_counter() - start < 8.0
     timer.join()
-    result = caught.value.result
-    assert result is not None and result.status == "interrupted" and not result.optimal
-    assert result.log_score == pytest.approx(mrf.score(result.labels))
-    ad3 = map_inference(mrf, "ad3")
-    assert result.upper_bound >= max(ad3.log_score, result.log_score) - 1e-6
+    sol = caught.value.solution
+    assert sol.status == "interrupted" and not sol.optimal and sol.labels is not None
+    assert sol.score == fg.score_labels(theta, sol.labels)
+    assert sol.upper_bound >= max(sol.score, ad3.score)  # CP-SAT's bound at the stop covers every labeling seen
 
 
 def write_uai(path: Path, mrf: PairwiseMRF) -> None:
@@ -275,3 +281,26 @@ def test_auto_with_structured_factors_uses_branch_and_bound_and_is_exact(kind):
         sol = fg.map(theta, method="auto", time_limit=None)  # no limit: a cold numba compile must not cut it
         assert sol.method == "auto" and sol.optimal and sol.score == pytest.approx(best, abs=1e-7), seed
         assert sol.upper_bound >= best - 1e-7
+
+
+def test_an_interrupt_before_the_search_keeps_ad3s_labeling(monkeypatch):
+    from structopt.marginals.map import mrf_to_factor_graph
+    from structopt.structures.factor_graph import FactorGraph
+
+    mrf = ising_grid(5, 5, 3.0, np.random.default_rng(1))
+    fg, theta = mrf_to_factor_graph(mrf)
+    ad3 = fg.map(theta, method="ad3")
+    assert not ad3.optimal  # the exact stage runs
+
+    def interrupted(*args, **kwargs):  # Ctrl-C while CP-SAT's model is being built (outside its search)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(FactorGraph, "cpsat", interrupted)
+    with pytest.raises(MAPInterrupted) as caught:
+        fg.map(theta, method="auto")
+    sol = caught.value.solution
+    assert sol.status == "interrupted" and sol.labels is not None and sol.score == pytest.approx(ad3.score)
+    assert sol.upper_bound == pytest.approx(ad3.upper_bound)
+    with pytest.raises(MAPInferenceInterrupted) as caught:
+        map_inference(mrf)
+    assert caught.value.result.log_score == pytest.approx(ad3.score + mrf.constant)

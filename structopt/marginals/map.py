@@ -190,9 +190,9 @@ def map_inference(mrf: PairwiseMRF, method: str = "auto", time_limit: float | No
     fg, theta = mrf_to_factor_graph(mrf)
     try:
         sol: MAPSolution = fg.map(theta, method=method, time_limit=None if method == "lp" else time_limit, **options)
-    except MAPInterrupted as interrupt:
-        partial = interrupt.solution
-        result = None if partial.labels is None else _result(mrf, partial, method, t0)
+    except KeyboardInterrupt as interrupt:  # a MAPInterrupted carries the best labeling so far
+        partial = interrupt.solution if isinstance(interrupt, MAPInterrupted) else None
+        result = None if partial is None or partial.labels is None else _result(mrf, partial, method, t0)
         raise MAPInferenceInterrupted(result) from interrupt
     if sol.labels is None:
         if sol.status == "infeasible":

@@ -1419,8 +1419,12 @@ class FactorGraph(Structure):
                 second = self._bnb(theta, time_limit=left, tol=tol, state=state)
             else:
                 second = self.cpsat(theta, time_limit=left, tol=tol, num_workers=num_workers, hint=first.labels)
-        except MAPInterrupted as interrupt:
-            raise MAPInterrupted(self._combine(first, interrupt.solution, t0, tol)) from interrupt
+        except KeyboardInterrupt as interrupt:  # also while CP-SAT's model is being built: AD3's answer stands
+            partial = interrupt.solution if isinstance(interrupt, MAPInterrupted) else MAPSolution(
+                None, -np.inf, np.inf, False, "interrupted", "cpsat")
+            combined = self._combine(first, partial, t0, tol)
+            combined.status, combined.optimal = "interrupted", False
+            raise MAPInterrupted(combined) from interrupt
         # neither found a labeling in time (and none is proven impossible): the feasibility search's, if any
         return self._repair(theta, self._combine(first, second, t0, tol), 0.0)
 
