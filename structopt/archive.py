@@ -32,6 +32,9 @@ from structopt.errors import InvalidInputError, OutputError
 SEAL_PREFIX = b"structopt-sha256:"
 _SEAL_LENGTH = len(SEAL_PREFIX) + 64
 _META = "meta.json"
+#: the deepest nesting of lists and objects an archive's metadata may have: what structopt writes stays
+#: below 20 levels, and the decoders that walk it recurse (a deeper file would hit Python's recursion limit)
+MAX_META_DEPTH = 100
 
 T = TypeVar("T", bound=type)
 
@@ -224,6 +227,23 @@ def write_archive(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[st
     return buffer.getbuffer().nbytes
 
 
+def _depth(value: Any) -> int:
+    """The nesting depth of a parsed JSON value (a scalar is 0), without recursion."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            level += 1
+            deepest = max(deepest, level)
+            if level > MAX_META_DEPTH:  # no need to look further
+                return level
+            stack.extend((x, level) for x in item)
+    return deepest
+
+
 def read_archive(path: str | os.PathLike, what: str = "file") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read a sealed archive written by :func:`write_archive`: ``(meta, arrays)``.
 
@@ -274,6 +294,12 @@ def read_archive(path: str | os.PathLike, what: str = "file") -> tuple[dict[str,
     except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as error:
         # a valid seal over a malformed body: written by something other than structopt
         raise InvalidInputError(f"{what} {path} is malformed ({error})") from None
+    except RecursionError:  # json's decoder recurses per nesting level
+        raise InvalidInputError(f"{what} {path} is malformed (its metadata nests deeper than structopt writes, "
+                                f"more than {MAX_META_DEPTH} levels)") from None
+    if _depth(meta) > MAX_META_DEPTH:
+        raise InvalidInputError(f"{what} {path} is malformed (its metadata nests deeper than structopt writes, "
+                                f"more than {MAX_META_DEPTH} levels)")
     if not isinstance(meta, dict):
         raise InvalidInputError(f"{what} {path} is malformed (its metadata is not a JSON object)")
     return meta, arrays

@@ -448,29 +448,58 @@ def _json_number(value: float | None) -> float | None:
 
 
 MARGINAL_METHODS = ("bfw", "trbp", "bp", "mf", "exact")
-MAP_METHODS = ("ad3", "bnb", "lp", "cpsat")
+#: MAP statuses of a run stopped before its own end (time limit, Ctrl-C, budget)
+_MAP_STOPPED = ("time_limit", "interrupted", "max_iter", "node_limit")
+MAP_METHODS = ("auto", "ad3", "bnb", "lp", "cpsat")
 
 
 def _infer_map(args: argparse.Namespace) -> int:
-    from structopt.marginals.map import map_inference
+    from structopt.marginals.map import MAPInferenceInterrupted, map_inference
     from structopt.marginals.uai import read_uai
 
-    method = args.method or "ad3"
+    method = args.method or "auto"
     if method not in MAP_METHODS:
         raise InvalidInputError(f"--task map takes --method {', '.join(MAP_METHODS)}, got {method}")
     for flag, value in (("--max-iter", args.max_iter), ("--tol", args.tol)):
         if value is not None:
             raise InvalidInputError(f"{flag} does not apply to --task map")
     out = Path(args.out or f"{Path(args.file).name}.{method}.MPE")
+    summary_path = out.with_name(out.name + ".json")
     _check_writable_file(out, "--out")
     mrf = read_uai(args.file)
     limit = args.time_limit if args.time_limit is not None else INFER_TIME_LIMIT
-    result = map_inference(mrf, method, time_limit=limit)
+    interrupted = None
+    try:
+        result = map_inference(mrf, method, time_limit=limit)
+    except MAPInferenceInterrupted as interrupt:  # the best labeling so far is written, marked partial
+        if interrupt.result is None:
+            raise Interrupted("no labeling found yet, nothing written") from interrupt
+        result, interrupted = interrupt.result, interrupt
     _make_dir(out.parent, "--out")
     _write_atomic(out, lambda path: path.write_text(f"MPE\n{mrf.n_nodes} {' '.join(map(str, result.labels))}\n"))
-    state = "proven optimal" if result.optimal else f"not proven optimal: gap {result.gap:.6g} ({result.status})"
+    # partial: stopped before the method's own end (its labeling and bound hold, a longer run may improve them)
+    partial = result.status in _MAP_STOPPED
+    summary = {"file": str(args.file), "method": method, "status": result.status, "optimal": result.optimal,
+               "partial": partial, "log_score": result.log_score,
+               "upper_bound": _json_number(result.upper_bound), "gap": _json_number(result.gap),
+               "seconds": result.time, "time_limit": limit, "labels": str(out)}
+    _write_atomic(summary_path, lambda path: path.write_text(json.dumps(summary, indent=1) + "\n"))
+    if result.optimal:
+        state = "proven optimal"
+    elif partial:
+        state = f"PARTIAL ({_SHORT_STATUS.get(result.status, result.status)}): not proven optimal, gap {result.gap:.6g}"
+    else:  # e.g. AD3 or the LP converged on a loose relaxation
+        state = f"not proven optimal ({result.status}): gap {result.gap:.6g}"
     print(f"{Path(args.file).name} map {method}: log-score {result.log_score:.6f} | upper bound "
-          f"{result.upper_bound:.6f} | {state} | {result.time:.2f}s | labels in {out}", flush=True)
+          f"{result.upper_bound:.6f} | {state} | {result.time:.2f}s | labels in {out}, summary in {summary_path}",
+          flush=True)
+    if interrupted is not None:
+        raise Interrupted(f"best labeling so far written to {out} (summary in {summary_path})") from interrupted
+    if not result.optimal:
+        hint = ("--method auto (AD3, then CP-SAT) or --method cpsat" if method in ("ad3", "lp")
+                else "a larger --time-limit")
+        print(f"structopt: warning: {method} did not prove its labeling optimal ({result.status}); the bound "
+              f"{result.upper_bound:.6f} holds (gap {result.gap:.6g}); {hint} would go further", file=sys.stderr)
     return 0
 
 
@@ -531,8 +560,24 @@ def _infer(args: argparse.Namespace) -> int:
         raise Interrupted(f"partial marginals and log Z written to {out} and {summary_path}") from interrupted
     if stopped is not None:
         print(f"structopt: warning: {args.method} did not converge: {stopped}; the marginals and log Z written "
-              "are its last iterate", file=sys.stderr)
+              f"are its last iterate (partial){_partial_detail(args, result, limit)}", file=sys.stderr)
     return 0
+
+
+def _partial_detail(args: argparse.Namespace, result: Any, limit: float | None) -> str:
+    """What a partial marginal result still certifies, and which flag would take the method further."""
+    detail = ""
+    if result.upper_bound is not None and math.isfinite(result.upper_bound):
+        detail += (f"; log Z <= {result.upper_bound:.6f} holds (certified, {result.upper_bound - result.log_z:.4g} "
+                   "above the estimate)")
+    if result.status == "time_limit" and limit is not None:
+        detail += f"; a longer --time-limit (e.g. {4 * limit:g}) would go further"
+    elif result.status == "max_iter":
+        budget = args.max_iter or _method_default(args.method, "max_iter")
+        detail += f"; a larger --max-iter (e.g. {4 * budget}) would go further"
+        if args.method in ("trbp", "bp"):
+            detail += " if the messages are converging (loopy BP may oscillate); --method bfw gives a certified bound"
+    return detail
 
 
 # --------------------------------------------------------------------------- parser
@@ -678,11 +723,13 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--method", default=None, choices=[*MARGINAL_METHODS, *MAP_METHODS],
                        help="--task marginals: bfw, Barrier Frank-Wolfe over the marginal polytope (default); "
                             "trbp, bp, mf: message passing; exact: variable elimination (small treewidth only). "
-                            "--task map: ad3, dual decomposition with a certified bound (default); bnb, exact "
-                            "branch-and-bound over AD3; lp, HiGHS on the local polytope; cpsat, exact CP-SAT")
+                            "--task map: auto, AD3 then CP-SAT while a gap remains, within the time limit (default); "
+                            "ad3, dual decomposition with a certified bound; bnb, exact branch-and-bound over AD3; "
+                            "lp, HiGHS on the local polytope; cpsat, exact CP-SAT")
     infer.add_argument("--out", default=None, metavar="FILE",
-                       help="marginals file (default FILE.METHOD.MAR in the current directory), checked before "
-                            "inference starts; a JSON summary (log Z, status, iterations) goes to FILE.json beside it")
+                       help="marginals file (default FILE.METHOD.MAR in the current directory; --task map: the "
+                            "labels, FILE.METHOD.MPE), checked before inference starts; a JSON summary (log Z or "
+                            "log-score, bound, status) goes to FILE.json beside it")
     infer.add_argument("--time-limit", type=number_argument(float, 0, low_open=True), default=None,
                        metavar="SECONDS",
                        help=f"stop bfw, trbp, bp, mf or a MAP method after this long (default {INFER_TIME_LIMIT:g}); "

@@ -220,3 +220,23 @@ def test_resuming_a_finished_run_returns_it_unchanged(tmp_path, name):
     assert again.info["resumed_finished"] and "already finished" in again.info["stop_reason"]
     longer = SOLVERS[name](problem, max_passes=3, random_state=0, resume=path)  # a larger budget continues
     assert longer.trace[: len(first.trace)] == first.trace and longer.trace[-1]["passes"] >= 3 - 1e-9
+
+
+@pytest.mark.parametrize("depth", [150, 100_000])
+def test_a_sealed_file_nesting_too_deep_is_refused_in_one_line(tmp_path, depth):
+    # 100,000 levels break json's decoder, 150 the recursive decoders after it: each was a raw RecursionError
+    nested = "[" * depth + "]" * depth
+    body = ('{"format": ' + str(CHECKPOINT_FORMAT) + ', "kind": "structopt checkpoint", "solver": "bcfw", '
+            '"fingerprint": {}, "payload": {"$dict": {"state": ' + nested + ', "trace": []}}}')
+    crafted = tmp_path / "deep.ckpt"
+    crafted.write_bytes(_sealed_zip({"meta.json": body.encode()}))
+    with pytest.raises(InvalidInputError, match=r"deep\.ckpt is malformed \(its metadata nests deeper") as error:
+        load_checkpoint(crafted, "bcfw")
+    assert "\n" not in str(error.value)
+    model = tmp_path / "deep.model"
+    model.write_bytes(_sealed_zip({"meta.json": ('{"format": 1, "model": ' + nested + '}').encode()}))
+    with pytest.raises(InvalidInputError, match=r"deep\.model is malformed"):
+        so.load_model(model)
+    problem = _problem()
+    with pytest.raises(InvalidInputError, match=r"deep\.ckpt is malformed"):
+        SOLVERS["bcfw"](problem, max_passes=1, resume=crafted)

@@ -18,6 +18,7 @@ from structopt.marginals import (
     PairwiseMRF,
     barrier_fw,
     enumerate_inference,
+    read_uai,
     spanning_tree_rho,
     trbp,
     trw_objective,
@@ -32,6 +33,7 @@ from structopt.marginals.trw import (
     trw_gradient,
     trw_value,
 )
+from tests._shared_data import SHARED_DATA, needs_data
 
 
 def best_vertex_value(mrf: PairwiseMRF, theta: np.ndarray) -> float:
@@ -406,3 +408,22 @@ def test_bfw_ctrl_c_hands_back_the_current_iterate(monkeypatch):
     assert result.upper_bound >= enumerate_inference(mrf).log_z  # still a certified bound
     for m in result.marginals:
         assert m.min() > 0 and m.sum() == pytest.approx(1.0)
+
+
+def test_cpsat_out_of_time_before_any_solution_returns_a_vertex_without_bound():
+    # issue 32: the first CP-SAT call timing out before a solution raised a bare RuntimeError in barrier_fw
+    from structopt.marginals.oracles import _CpSatMap
+
+    mrf = ising_grid(6, 6, 3.0, np.random.default_rng(3))
+    x, slack, proven = _CpSatMap(mrf, time_limit=1e-9)(mrf.theta)
+    assert x.shape == (mrf.n_nodes,) and slack == 0.0 and proven == np.inf
+    assert x.tolist() == [int(np.argmax(m)) for m in mrf.node_marginals(mrf.theta)]  # the best node entries
+
+
+@needs_data("uai")
+def test_barrier_fw_whose_first_cpsat_call_times_out_returns_its_iterate_without_a_bound():
+    mrf = read_uai(SHARED_DATA / "uai" / "Grids_14.uai")  # served by CP-SAT (neither min-cut nor elimination)
+    result = barrier_fw(mrf, polytope="marginal", time_limit=0.5, oracle_time_limit=1e-9)
+    assert result.status == "time_limit" and not result.converged and result.trace[0]["solver"] == "cpsat"
+    assert result.upper_bound is None  # no proven bound: none is claimed
+    assert len(result.marginals) == mrf.n_nodes and np.isfinite(result.log_z)

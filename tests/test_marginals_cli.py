@@ -231,6 +231,7 @@ def test_grids_12_trbp_and_bp_warn_that_they_did_not_converge(tmp_path, capsys):
         assert "PARTIAL (iteration budget spent)" in stdout
         assert len(err) == 1 and err[0].startswith(f"structopt: warning: {method} did not converge: budget of 1000 "
                                                    "sweeps spent (--max-iter)")
+        assert "its last iterate (partial); a larger --max-iter (e.g. 4000) would go further" in err[0]
 
 
 @needs_data("uai")
@@ -245,6 +246,10 @@ def test_time_limit_on_a_slow_model_writes_the_partial_result(tmp_path, capsys):
     stdout, err = _err_lines(capsys)
     assert "PARTIAL (time limit reached)" in stdout
     assert len(err) == 1 and "bfw did not converge: time limit of 0.5 s reached (--time-limit)" in err[0]
+    assert "a longer --time-limit (e.g. 2) would go further" in err[0]
+    strict_upper = json.loads((tmp_path / "seg.MAR.json").read_text())["upper_bound"]
+    if strict_upper is not None:  # the certified bound is repeated in the warning
+        assert f"log Z <= {strict_upper:.6f} holds (certified" in err[0]
     strict = json.loads((tmp_path / "seg.MAR.json").read_text(),  # no Infinity/NaN: other readers refuse them
                         parse_constant=lambda name: pytest.fail(f"{name} in the JSON summary"))
     assert strict["status"] == "time_limit" and strict["partial"] is True
@@ -300,7 +305,7 @@ def test_sigint_to_infer_exits_130_with_one_line_and_the_partial_result(tmp_path
     assert json.loads((tmp_path / "m.MAR.json").read_text())["status"] == "interrupted"
 
 
-@pytest.mark.parametrize("method", ["ad3", "bnb", "lp", "cpsat"])
+@pytest.mark.parametrize("method", ["auto", "ad3", "bnb", "lp", "cpsat"])
 def test_infer_map_writes_the_labels_and_a_certified_bound(model_file, tmp_path, capsys, method):
     path, _ = model_file
     mrf = read_uai(path)
@@ -315,8 +320,20 @@ def test_infer_map_writes_the_labels_and_a_certified_bound(model_file, tmp_path,
     labels = np.array(body.split()[1:], dtype=int)
     assert header == "MPE" and int(body.split()[0]) == 4
     assert mrf.score(labels) == pytest.approx(log_score, abs=1e-6)  # printed to 6 decimals
-    if method in ("bnb", "cpsat"):  # exact methods
+    if method in ("auto", "bnb", "cpsat"):  # exact methods
         assert "proven optimal" in line and log_score == pytest.approx(mrf.score(np.array(best)), abs=1e-6)
+    summary = json.loads(out.with_name(out.name + ".json").read_text())
+    assert summary["method"] == method and summary["partial"] is False and summary["labels"] == str(out)
+    assert summary["upper_bound"] == pytest.approx(bound, abs=1e-6) and summary["optimal"] == ("not proven" not in line)
+
+
+def test_infer_map_defaults_to_auto(model_file, tmp_path, capsys, monkeypatch):
+    path, _ = model_file
+    monkeypatch.chdir(tmp_path)
+    assert main(["infer", str(path), "--task", "map"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("cycle.uai map auto: log-score ") and "proven optimal" in line
+    assert (tmp_path / "cycle.uai.auto.MPE").is_file() and (tmp_path / "cycle.uai.auto.MPE.json").is_file()
 
 
 def test_infer_map_and_marginal_methods_are_not_mixed(model_file, tmp_path, capsys):
@@ -324,6 +341,6 @@ def test_infer_map_and_marginal_methods_are_not_mixed(model_file, tmp_path, caps
     assert main(["infer", str(path), "--method", "ad3", "--out", str(tmp_path / "x")]) == 2
     assert "add --task map" in capsys.readouterr().err
     assert main(["infer", str(path), "--task", "map", "--method", "trbp", "--out", str(tmp_path / "x")]) == 2
-    assert "--task map takes --method ad3" in capsys.readouterr().err
+    assert "--task map takes --method auto, ad3" in capsys.readouterr().err
     assert main(["infer", str(path), "--task", "map", "--tol", "0.1", "--out", str(tmp_path / "x")]) == 2
     assert "--tol does not apply to --task map" in capsys.readouterr().err

@@ -204,7 +204,10 @@ def barrier_fw(mrf: PairwiseMRF, polytope: str = "marginal", rho: str | np.ndarr
         comes from ICM warm-started at the previous vertex (Algorithm 6, LOCALSEARCH); every ICM
         vertex joins the atoms. Cheap, and it cuts the number of (expensive) exact MAP calls.
     oracle_time_limit : float, optional
-        Per-call limit of the CP-SAT MAP solver (its proven bound then enters the certificate).
+        Per-call limit of the CP-SAT MAP solver (its proven bound then enters the certificate). A call
+        out of time before any solution returns the last vertex (the first time: the best node entries)
+        with no bound, so a run whose calls never finish returns its iterate, status ``"time_limit"``,
+        with ``upper_bound`` None.
     map_solver : {"cpsat", "bnb"}
         Over 𝓜, when neither min-cut nor variable elimination applies: CP-SAT (default) or
         branch-and-bound over AD3 first (warm-started across calls; CP-SAT when it is not proven

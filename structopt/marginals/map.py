@@ -4,6 +4,10 @@ The MRF's log-potentials become a :class:`~structopt.structures.factor_graph.Fac
 unary block per variable, one dense table per edge; zero-probability entries are ``-inf``, i.e.
 forbidden) and one of its MAP methods runs:
 
+- ``"auto"`` (the default): AD3, then CP-SAT (hinted with AD3's labeling) while a gap remains, within
+  the time limit; the better labeling and the smaller certified bound (``optimal`` when they meet).
+  On the UAI grids CP-SAT proves the optimum in about a second where AD3 alone leaves a 23% gap
+  (benchmarks/map_default_results.md).
 - ``"ad3"``: AD3, the LP-MAP relaxation with a certified upper bound (best dual value) and the best
   rounded labeling; ``optimal`` when they meet.
 - ``"bnb"``: branch-and-bound over AD3, exact (``optimal`` unless the time limit stops it).
@@ -21,10 +25,52 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError
+from structopt.marginals._options import Check, in_interval, non_negative, optional, positive, positive_int
 from structopt.marginals.mrf import PairwiseMRF
-from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials, MAPSolution, check_time_limit
+from structopt.options import boolean, non_negative_int
+from structopt.structures.factor_graph import (
+    FactorGraph,
+    FactorGraphPotentials,
+    MAPInterrupted,
+    MAPSolution,
+    check_time_limit,
+)
 
-METHODS = ("ad3", "bnb", "lp", "cpsat")
+METHODS = ("auto", "ad3", "bnb", "lp", "cpsat")
+
+
+def _bits(name: str, value: Any) -> None:
+    """An integer in [1, 52] (a float's mantissa holds the scaled scores exactly)."""
+    positive_int(name, value)
+    if value > 52:
+        raise InvalidInputError(f"{name} must be an integer in [1, 52], got {value!r}")
+
+
+#: the options each method takes (beside ``time_limit``) and their checks, applied before any work
+OPTIONS: dict[str, dict[str, Check]] = {
+    "auto": {"tol": non_negative, "num_workers": positive_int},
+    "ad3": {"max_iter": positive_int, "tol_gap": non_negative, "tol_lp": non_negative,
+            "tol_res": optional(non_negative), "bound_every": positive_int, "max_inner": positive_int,
+            "tau": in_interval(0.0, (1.0 + 5 ** 0.5) / 2, False, False), "adapt_eta": boolean,
+            "eta_iters": non_negative_int, "chunk_seconds": positive},
+    "bnb": {"node_iter": positive_int, "max_nodes": positive_int, "tol": non_negative},
+    "lp": {},
+    "cpsat": {"resolution_bits": _bits, "num_workers": positive_int, "tol": non_negative,
+              "relative_gap": optional(non_negative)},
+}
+
+
+def check_map_options(method: Any, options: dict[str, Any], where: str = "map_inference") -> None:
+    """Refuse an unknown method, an option ``method`` does not take (naming the ones it takes) or a bad value."""
+    if not isinstance(method, str) or method not in METHODS:
+        raise InvalidInputError(f"unknown MAP method {method!r}; use one of {', '.join(METHODS)}")
+    accepted = OPTIONS[method]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise InvalidInputError(f"{where}: method {method!r} does not take option(s) {', '.join(unknown)}; it takes "
+                                f"{', '.join(['time_limit', *accepted])}")
+    for key, value in options.items():
+        accepted[key](f"{where}: {key}", value)
 
 
 @dataclass
@@ -75,8 +121,20 @@ class MAPResult:
 
     @property
     def gap(self) -> float:
-        """``upper_bound - log_score`` (0 when optimal to the tolerance)."""
+        """``upper_bound - log_score`` (0 when optimal to the tolerance; ``inf`` without a labeling)."""
         return float(self.upper_bound - self.log_score)
+
+
+class MAPInferenceInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`map_inference`; ``result`` holds the best labeling found so far and a bound that
+    holds (status ``"interrupted"``), or None when no labeling was found yet.
+
+    A subclass of KeyboardInterrupt, so code that does not look for the partial answer stops as usual.
+    """
+
+    def __init__(self, result: MAPResult | None) -> None:
+        super().__init__(f"MAP inference interrupted{'' if result is None else ' (' + result.method + ')'}")
+        self.result = result
 
 
 def mrf_to_factor_graph(mrf: PairwiseMRF) -> tuple[FactorGraph, FactorGraphPotentials]:
@@ -96,42 +154,57 @@ def mrf_to_factor_graph(mrf: PairwiseMRF) -> tuple[FactorGraph, FactorGraphPoten
     return fg, FactorGraphPotentials(unary, tables)
 
 
-def map_inference(mrf: PairwiseMRF, method: str = "ad3", time_limit: float | None = 60.0,
+def map_inference(mrf: PairwiseMRF, method: str = "auto", time_limit: float | None = 60.0,
                   **options: Any) -> MAPResult:
     """MAP labeling of a pairwise MRF with a certified upper bound.
 
     Parameters
     ----------
     mrf : PairwiseMRF
-    method : {"ad3", "bnb", "lp", "cpsat"}
-        See the module docstring.
+    method : {"auto", "ad3", "bnb", "lp", "cpsat"}
+        See the module docstring; ``"auto"`` (AD3, then CP-SAT while a gap remains) by default.
     time_limit : float or None
         Seconds for the method (``"lp"`` runs HiGHS to completion).
     **options
-        Passed to :meth:`FactorGraph.ad3`, :meth:`FactorGraph.bnb` or :meth:`FactorGraph.cpsat`
-        (e.g. ``tol_gap``, ``max_iter``, ``num_workers``).
+        The method's own options (:data:`OPTIONS` lists them: e.g. ``tol_gap``, ``max_iter`` for
+        ``"ad3"``, ``num_workers`` for ``"cpsat"`` and ``"auto"``), each checked before any work.
 
     Returns
     -------
     MAPResult
+        ``labels`` satisfy every hard constraint (zero-probability entries) whenever some labeling does.
 
     Raises
     ------
     InvalidInputError
-        An unknown method, a non-positive time limit, or no labeling of positive probability found.
-    KeyboardInterrupt
-        Ctrl-C (AD3 returns to Python every ~0.1 s; CP-SAT and HiGHS are stopped promptly).
+        Before any work: an unknown method, an option the method does not take (the message lists the
+        ones it takes) or a bad value. After the run: the model has no labeling of positive probability
+        (proven), or none was found within the time limit.
+    MAPInferenceInterrupted
+        Ctrl-C (AD3 returns to Python every ~0.1 s; CP-SAT and HiGHS are stopped promptly); its
+        ``result`` holds the best labeling found so far, marked ``"interrupted"``.
     """
     t0 = time.perf_counter()
-    if method not in METHODS:
-        raise InvalidInputError(f"unknown MAP method {method!r}; use one of {', '.join(METHODS)}")
+    check_map_options(method, options)
     check_time_limit("time_limit", time_limit)
     fg, theta = mrf_to_factor_graph(mrf)
-    sol: MAPSolution = fg.map(theta, method=method, time_limit=None if method == "lp" else time_limit, **options)
+    try:
+        sol: MAPSolution = fg.map(theta, method=method, time_limit=None if method == "lp" else time_limit, **options)
+    except KeyboardInterrupt as interrupt:  # a MAPInterrupted carries the best labeling so far
+        partial = interrupt.solution if isinstance(interrupt, MAPInterrupted) else None
+        result = None if partial is None or partial.labels is None else _result(mrf, partial, method, t0)
+        raise MAPInferenceInterrupted(result) from interrupt
     if sol.labels is None:
-        raise InvalidInputError(f"{method} found no labeling of positive probability (status {sol.status})")
+        if sol.status == "infeasible":
+            raise InvalidInputError(f"{method}: the model has no labeling of positive probability (proven)")
+        raise InvalidInputError(f"{method} found no labeling of positive probability within the time limit "
+                                f"(status {sol.status}); infeasibility is not proven: allow more time")
+    return _result(mrf, sol, method, t0)
+
+
+def _result(mrf: PairwiseMRF, sol: MAPSolution, method: str, t0: float) -> MAPResult:
     c = mrf.constant
     log_score = mrf.score(sol.labels)
-    return MAPResult(sol.labels, log_score, float(sol.upper_bound + c), bool(sol.optimal), time.perf_counter() - t0,
-                     method, sol.status, sol.iterations, None if sol.lp_value is None else sol.lp_value + c,
-                     sol.nodes, sol.resolution, sol.trace)
+    return MAPResult(sol.labels, log_score, float(max(sol.upper_bound + c, log_score)), bool(sol.optimal),
+                     time.perf_counter() - t0, method, sol.status, sol.iterations,
+                     None if sol.lp_value is None else sol.lp_value + c, sol.nodes, sol.resolution, sol.trace)

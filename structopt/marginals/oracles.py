@@ -190,8 +190,13 @@ class _CpSatMap:
         with interruptible(solver.stop_search):
             status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if status == cp_model.UNKNOWN and self.hint is not None:  # out of time: keep the last vertex, no bound
-                return self.hint.copy(), 0.0, np.inf
+            if status == cp_model.UNKNOWN:
+                # out of time before a solution: the last vertex (or, at the first call, the labeling of the
+                # best node entries), a vertex of 𝓜 all the same, with no bound (the certificate stays open)
+                if self.hint is not None:
+                    return self.hint.copy(), 0.0, np.inf
+                return np.array([int(np.argmax(theta[mrf.offsets[i]:mrf.offsets[i + 1]])) for i in range(n)],
+                                dtype=np.int64), 0.0, np.inf
             raise RuntimeError(f"CP-SAT found no solution (status {solver.status_name(status)})")
         if mrf.is_binary():
             x = np.array([solver.value(v) for v in xs], dtype=np.int64)

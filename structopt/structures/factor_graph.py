@@ -28,6 +28,8 @@ relaxation of the marginal polytope.
 
 MAP (:meth:`FactorGraph.map`):
 
+- ``"auto"``: AD3, then CP-SAT (branch-and-bound with structured factors) while a gap remains
+  (:meth:`FactorGraph.auto`).
 - ``"ad3"``: AD3 (Martins et al., JMLR 2015) in numba (:mod:`._ad3_kernels`): the LP-MAP optimum with
   a certified upper bound (the best dual value g(λ)) and the best rounded labeling (lower bound);
   ``optimal`` when the two meet. On a tree of tables the relaxation is tight.
@@ -84,6 +86,16 @@ _STATUS_NAMES = {K.INFEASIBLE: "infeasible", K.GAP_CLOSED: "optimal", K.LP_CONVE
                  K.BELOW_TARGET: "below_target"}
 #: top-K solves up to k·n_vars + 1 exact branch-and-bound subproblems; beyond this many it refuses
 TOPK_MAX_SUBPROBLEMS = 2000
+#: ICM sweeps after rounding a relaxed point (LP) or a feasible labeling (the repair)
+ROUNDING_SWEEPS = 100
+#: the AD3 run whose rounded labelings ``method="lp"`` also tries when its own rounding misses the LP value
+LP_AD3_ITERATIONS, LP_AD3_SECONDS = 2000, 1.0
+#: the least time the repair of an empty rounding gets, even when the time limit is spent
+REPAIR_SECONDS = 0.5
+#: MAP methods of :meth:`FactorGraph.map`
+MAP_METHODS = ("auto", "ad3", "bnb", "cpsat", "lp")
+#: the part of the time limit that ``method="auto"`` gives AD3 before the exact search
+AUTO_AD3_SHARE = 0.25
 
 
 class FactorGraphPotentials(NamedTuple):
@@ -188,6 +200,23 @@ class MAPSolution:
     trace: list[dict] = field(default_factory=list)
     #: bnb: the root node's final AD3 iterate (a warm start for the next call on similar potentials)
     root_state: AD3State | None = None
+
+
+class MAPInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a MAP method; ``solution`` holds what it had (status ``"interrupted"``): the best
+    labeling found so far (None if none yet) and a bound that still holds (``inf`` when none was proven).
+
+    A subclass of KeyboardInterrupt, so code that does not look for the partial answer stops as usual.
+    """
+
+    def __init__(self, solution: MAPSolution) -> None:
+        super().__init__(f"{solution.method} interrupted")
+        self.solution = solution
+
+
+def _better(a: MAPSolution, b: MAPSolution) -> MAPSolution:
+    """The one of two answers on the same potentials with the better labeling (``a`` on ties)."""
+    return b if b.labels is not None and (a.labels is None or b.score > a.score) else a
 
 
 def _as_index(value: Any, what: str) -> int:
@@ -677,6 +706,45 @@ class FactorGraph(Structure):
         done = 0
         status = K.RUNNING
         trace = []
+        try:
+            status, done = self._ad3_loop(theta, state, t0, pair_fast, best_y, y_work, trace, chunk, max_iter=max_iter,
+                                          time_limit=time_limit, tol_gap=tol_gap, tol_lp=tol_lp, tol_res=tol_res,
+                                          bound_every=bound_every, max_inner=max_inner, tau=tau, adapt_eta=adapt_eta,
+                                          eta_iters=eta_iters, chunk_seconds=chunk_seconds, stop_upper=stop_upper)
+        except KeyboardInterrupt as interrupt:  # between chunks: the bound and best labeling are the last chunk's
+            raise MAPInterrupted(self._ad3_solution(state, best_y, "interrupted", int(state.scal[K.S_ITER]), tol_gap,
+                                                    t0, trace, theta)) from interrupt
+        if status != K.RUNNING:
+            name = _STATUS_NAMES[status]
+        elif done >= max_iter:
+            name = "max_iter"
+        else:
+            name = "time_limit"
+        return self._ad3_solution(state, best_y, name, done, tol_gap, t0, trace), state
+
+    def _ad3_solution(self, state: AD3State, best_y: np.ndarray, status: str, done: int, tol_gap: float, t0: float,
+                      trace: list[dict], theta: FactorGraphPotentials | None = None) -> MAPSolution:
+        # AD3's answer from its iterate; ``theta`` re-scores the labeling (after an interrupt, which may fall
+        # between the update of the best score and that of the labeling)
+        upper = float(state.scal[K.S_UPPER])
+        lower = float(state.scal[K.S_LOWER])
+        if theta is not None and np.isfinite(lower):
+            lower = self._score(theta, best_y)
+        labels = best_y.copy() if np.isfinite(lower) else None
+        optimal = bool(np.isfinite(lower) and lower >= upper - tol_gap * (1.0 + abs(upper)))
+        marg = FactorGraphPotentials(state.p.copy(), state.qt.copy())
+        return MAPSolution(labels, lower, upper, optimal, status, "ad3", time.perf_counter() - t0, done,
+                           float(state.scal[K.S_PRIMAL]), marg, trace=trace)
+
+    def _ad3_loop(self, theta: FactorGraphPotentials, state: AD3State, t0: float, pair_fast: np.ndarray,
+                  best_y: np.ndarray, y_work: np.ndarray, trace: list[dict], chunk: int, *, max_iter: int,
+                  time_limit: float | None, tol_gap: float, tol_lp: float, tol_res: float, bound_every: int,
+                  max_inner: int, tau: float, adapt_eta: bool, eta_iters: int, chunk_seconds: float,
+                  stop_upper: float) -> tuple[int, int]:
+        # the compiled chunks until a stopping test, the budget or the time limit: (kernel status, iterations)
+        fl = self.flat
+        done = 0
+        status = K.RUNNING
         while True:
             n_iter = int(min(chunk, max_iter - done))
             if n_iter <= 0:
@@ -703,20 +771,7 @@ class FactorGraph(Structure):
             seconds = chunk_seconds if time_limit is None else min(chunk_seconds,
                                                                    time_limit - (time.perf_counter() - t0))
             chunk = int(min(max(seconds / max(per_iter, 1e-9), 1), 4 * chunk + 10))
-        upper = float(state.scal[K.S_UPPER])
-        lower = float(state.scal[K.S_LOWER])
-        if status != K.RUNNING:
-            name = _STATUS_NAMES[status]
-        elif done >= max_iter:
-            name = "max_iter"
-        else:
-            name = "time_limit"
-        labels = best_y.copy() if np.isfinite(lower) else None
-        optimal = bool(np.isfinite(lower) and lower >= upper - tol_gap * (1.0 + abs(upper)))
-        marg = FactorGraphPotentials(state.p.copy(), state.qt.copy())
-        sol = MAPSolution(labels, lower, upper, optimal, name, "ad3", time.perf_counter() - t0, done,
-                          float(state.scal[K.S_PRIMAL]), marg, trace=trace)
-        return sol, state
+        return status, done
 
     def _pair_fast(self, theta: FactorGraphPotentials) -> np.ndarray:
         # the tables whose local QP has the closed form (they depend on θ's -inf entries only)
@@ -757,79 +812,77 @@ class FactorGraph(Structure):
         status = "running"
         trace = []
         done = 0
-        while done < max_iter:
-            eta = float(scal[K.S_ETA])
-            for f, sf, e_ent, p_ent, block in parts:
-                a = state.p[p_ent] + (share[p_ent] + state.lam[e_ent]) / eta
-                act = state.struct.get(f) or sf.new_active_set()
-                mu, z, state.struct[f] = solve_qp(sf, block, a, vallow[p_ent], eta, act, max_inner)
-                state.qe[e_ent] = mu
-                state.qt[fl.toff[f]:fl.toff[f + 1]] = z
-            K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
-                        fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors,
-                        pair_fast, state.p,
-                        state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, scal, best_y, y_work, 1, 0,
-                        float(tau), tol_res, float(tol_gap), float(tol_lp), int(max_inner), 0, float(stop_upper))
-            done = int(scal[K.S_ITER])
-            if done % bound_every and done < max_iter and not (time_limit is not None and
-                                                               time.perf_counter() - t0 >= time_limit):
-                continue
-            # ---- bound: the kernel's factors, then each structured factor's max at the re-centred λ
-            g = float(K.dual_bound(fl.n_vars, fl.deg, fl.vptr, fl.vedge, fl.voff, vallow, uz, fl.fkind, fl.fparam,
-                                   fl.fptr, fl.evar, fl.eoff, fl.vstates, theta.factors, fl.toff, state.lam, work,
-                                   pair_fast))
-            dual_labels = []
-            for _f, sf, e_ent, p_ent, block in parts:
-                lab, _, _, val = sf.argmax(block, penalised(work[e_ent], vallow[p_ent], block))
-                g += val
-                dual_labels.append(lab)
-            scal[K.S_UPPER] = min(scal[K.S_UPPER], g)
-            # ---- roundings: per variable + repair, each structured factor's nearest output to p
-            K.round_and_repair(state.p, fl.n_vars, fl.voff, vallow, fl.fkind, fl.fparam, fl.fptr, fl.evar, y_work)
-            candidates = [y_work.copy(), y_work.copy()]
-            for (_f, sf, _e, p_ent, block), lab in zip(parts, dual_labels, strict=True):
-                w = 1e3 * (1.0 + np.abs(block).sum())
-                near, *_ = sf.argmax(block, penalised(w * state.p[p_ent], vallow[p_ent], block))
-                candidates[0][list(sf.scope)] = near
-                candidates[1][list(sf.scope)] = lab
-            for y in candidates:
-                K.local_search(y, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, fl.efac, theta.unary, fl.fkind,
-                               fl.fparam, fl.fptr, fl.evar, theta.factors, fl.toff, 20)
-                val = self._score(theta, y)
-                if val > scal[K.S_LOWER]:
-                    scal[K.S_LOWER] = val
-                    best_y[:] = y
-            # ---- primal objective of the factor copies: the kernel's factors, then the structured blocks
-            prim = float(K.primal_value(fl.n_vars, fl.deg, fl.voff, fl.vstates, fl.evar, fl.eoff, uz, fl.fkind,
-                                        theta.factors, fl.toff, state.p, state.qe, state.qt))
-            for f, _sf, _e, _p, block in parts:
-                prim += float(block @ state.qt[fl.toff[f]:fl.toff[f + 1]])
-            scal[K.S_PRIMAL] = prim
-            upper, lower = float(scal[K.S_UPPER]), float(scal[K.S_LOWER])
-            r_p, r_d = float(scal[K.S_RP]), float(scal[K.S_RD])
-            trace.append({"iteration": done, "time": time.perf_counter() - t0, "upper": upper, "lower": lower,
-                          "primal": prim, "eta": eta})
-            # the kernel's stopping tests and η schedule (one definition, _ad3_kernels)
-            code = K.bound_status(upper, lower, float(tol_gap), float(stop_upper))
-            if code == K.RUNNING:
-                code = K.lp_status(upper, lower, prim, r_p, r_d, float(tol_res), float(tol_lp))
-            if code != K.RUNNING:
-                status = _STATUS_NAMES[code]
-            elif time_limit is not None and time.perf_counter() - t0 >= time_limit:
-                status = "time_limit"
-            if status != "running":
-                break
-            if adapt_eta and done < eta_iters:
-                scal[K.S_ETA] = K.rebalance_eta(eta, r_p, r_d)
+        try:
+            while done < max_iter:
+                eta = float(scal[K.S_ETA])
+                for f, sf, e_ent, p_ent, block in parts:
+                    a = state.p[p_ent] + (share[p_ent] + state.lam[e_ent]) / eta
+                    act = state.struct.get(f) or sf.new_active_set()
+                    mu, z, state.struct[f] = solve_qp(sf, block, a, vallow[p_ent], eta, act, max_inner)
+                    state.qe[e_ent] = mu
+                    state.qt[fl.toff[f]:fl.toff[f + 1]] = z
+                K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
+                            fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors,
+                            pair_fast, state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
+                            scal, best_y, y_work, 1, 0, float(tau), tol_res, float(tol_gap), float(tol_lp),
+                            int(max_inner), 0, float(stop_upper))
+                done = int(scal[K.S_ITER])
+                if done % bound_every and done < max_iter and not (time_limit is not None and
+                                                                   time.perf_counter() - t0 >= time_limit):
+                    continue
+                # ---- bound: the kernel's factors, then each structured factor's max at the re-centred λ
+                g = float(K.dual_bound(fl.n_vars, fl.deg, fl.vptr, fl.vedge, fl.voff, vallow, uz, fl.fkind, fl.fparam,
+                                       fl.fptr, fl.evar, fl.eoff, fl.vstates, theta.factors, fl.toff, state.lam, work,
+                                       pair_fast))
+                dual_labels = []
+                for _f, sf, e_ent, p_ent, block in parts:
+                    lab, _, _, val = sf.argmax(block, penalised(work[e_ent], vallow[p_ent], block))
+                    g += val
+                    dual_labels.append(lab)
+                scal[K.S_UPPER] = min(scal[K.S_UPPER], g)
+                # ---- roundings: per variable + repair, each structured factor's nearest output to p
+                K.round_and_repair(state.p, fl.n_vars, fl.voff, vallow, fl.fkind, fl.fparam, fl.fptr, fl.evar, y_work)
+                candidates = [y_work.copy(), y_work.copy()]
+                for (_f, sf, _e, p_ent, block), lab in zip(parts, dual_labels, strict=True):
+                    w = 1e3 * (1.0 + np.abs(block).sum())
+                    near, *_ = sf.argmax(block, penalised(w * state.p[p_ent], vallow[p_ent], block))
+                    candidates[0][list(sf.scope)] = near
+                    candidates[1][list(sf.scope)] = lab
+                for y in candidates:
+                    K.local_search(y, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, fl.efac, theta.unary, fl.fkind,
+                                   fl.fparam, fl.fptr, fl.evar, theta.factors, fl.toff, 20)
+                    val = self._score(theta, y)
+                    if val > scal[K.S_LOWER]:
+                        scal[K.S_LOWER] = val
+                        best_y[:] = y
+                # ---- primal objective of the factor copies: the kernel's factors, then the structured blocks
+                prim = float(K.primal_value(fl.n_vars, fl.deg, fl.voff, fl.vstates, fl.evar, fl.eoff, uz, fl.fkind,
+                                            theta.factors, fl.toff, state.p, state.qe, state.qt))
+                for f, _sf, _e, _p, block in parts:
+                    prim += float(block @ state.qt[fl.toff[f]:fl.toff[f + 1]])
+                scal[K.S_PRIMAL] = prim
+                upper, lower = float(scal[K.S_UPPER]), float(scal[K.S_LOWER])
+                r_p, r_d = float(scal[K.S_RP]), float(scal[K.S_RD])
+                trace.append({"iteration": done, "time": time.perf_counter() - t0, "upper": upper, "lower": lower,
+                              "primal": prim, "eta": eta})
+                # the kernel's stopping tests and η schedule (one definition, _ad3_kernels)
+                code = K.bound_status(upper, lower, float(tol_gap), float(stop_upper))
+                if code == K.RUNNING:
+                    code = K.lp_status(upper, lower, prim, r_p, r_d, float(tol_res), float(tol_lp))
+                if code != K.RUNNING:
+                    status = _STATUS_NAMES[code]
+                elif time_limit is not None and time.perf_counter() - t0 >= time_limit:
+                    status = "time_limit"
+                if status != "running":
+                    break
+                if adapt_eta and done < eta_iters:
+                    scal[K.S_ETA] = K.rebalance_eta(eta, r_p, r_d)
+        except KeyboardInterrupt as interrupt:  # between iterations: the last evaluation's bound and labeling
+            raise MAPInterrupted(self._ad3_solution(state, best_y, "interrupted", done, tol_gap, t0, trace,
+                                                    theta)) from interrupt
         if status == "running":
             status = "max_iter"
-        upper, lower = float(scal[K.S_UPPER]), float(scal[K.S_LOWER])
-        labels = best_y.copy() if np.isfinite(lower) else None
-        optimal = bool(np.isfinite(lower) and lower >= upper - tol_gap * (1.0 + abs(upper)))
-        marg = FactorGraphPotentials(state.p.copy(), state.qt.copy())
-        sol = MAPSolution(labels, lower, upper, optimal, status, "ad3", time.perf_counter() - t0, done,
-                          float(scal[K.S_PRIMAL]), marg, trace=trace)
-        return sol, state
+        return self._ad3_solution(state, best_y, status, done, tol_gap, t0, trace), state
 
     # ------------------------------------------------------------------ branch and bound
     def bnb(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, node_iter: int = 3000,
@@ -881,49 +934,67 @@ class FactorGraph(Structure):
             return min(sol.upper_bound, cap), sol, st
 
         open_nodes: list = []
-        bound, sol, st = run(theta.unary.copy(), state, np.inf)
-        root_state = st.copy()
-        heapq.heappush(open_nodes, (-bound, next(counter), theta.unary.copy(), st, sol))
-        status = "optimal"
-        while open_nodes:
-            neg_bound, _, unary, st, sol = open_nodes[0]
-            bound = -neg_bound
-            if bound <= best + tol * (1.0 + abs(bound)):
-                open_nodes.clear()  # best-bound order: every open node is pruned
-                break
-            heapq.heappop(open_nodes)
-            if time_limit is not None and time.perf_counter() - t0 >= time_limit:
-                heapq.heappush(open_nodes, (neg_bound, next(counter), unary, st, sol))
-                status = "time_limit"
-                break
-            if nodes >= max_nodes:
-                heapq.heappush(open_nodes, (neg_bound, next(counter), unary, st, sol))
-                status = "node_limit"
-                break
-            p = st.p
-            allowed = np.isfinite(unary)
-            pm = np.where(allowed, p, -1.0)
-            top = np.maximum.reduceat(pm, fl.voff[:-1])
-            n_allowed = np.add.reduceat(allowed.astype(np.int64), fl.voff[:-1])
-            frac = np.where(n_allowed > 1, 1.0 - top, -1.0)
-            i = int(np.argmax(frac))
-            if frac[i] < 0:
-                continue  # every variable is clamped: the node's bound is its only labeling's score
-            block = pm[fl.voff[i]:fl.voff[i + 1]]
-            s = int(np.argmax(block))
-            fix = unary.copy()
-            keep = fix[fl.voff[i] + s]
-            fix[fl.voff[i]:fl.voff[i + 1]] = -np.inf
-            fix[fl.voff[i] + s] = keep
-            drop = unary.copy()
-            drop[fl.voff[i] + s] = -np.inf
-            for child in (fix, drop):
-                c_bound, c_sol, c_st = run(child, st, bound)
-                if c_bound == -np.inf or c_bound <= best + tol * (1.0 + abs(c_bound)):
-                    continue
-                if c_sol.labels is not None and c_sol.score >= c_bound - tol * (1.0 + abs(c_bound)):
-                    continue
-                heapq.heappush(open_nodes, (-c_bound, next(counter), child, c_st, c_sol))
+        root_state = None
+        # the bound of the node whose children are being solved (out of open_nodes meanwhile): inf until the
+        # root is solved, so that an interrupt never reports a bound that was not proven
+        expanding = np.inf
+        try:
+            bound, sol, st = run(theta.unary.copy(), state, np.inf)
+            root_state = st.copy()
+            expanding = -np.inf
+            heapq.heappush(open_nodes, (-bound, next(counter), theta.unary.copy(), st, sol))
+            status = "optimal"
+            while open_nodes:
+                neg_bound, _, unary, st, sol = open_nodes[0]
+                bound = -neg_bound
+                if bound <= best + tol * (1.0 + abs(bound)):
+                    open_nodes.clear()  # best-bound order: every open node is pruned
+                    break
+                expanding = bound  # before the pop: an interrupt in between must not lose the node's bound
+                heapq.heappop(open_nodes)
+                if time_limit is not None and time.perf_counter() - t0 >= time_limit:
+                    heapq.heappush(open_nodes, (neg_bound, next(counter), unary, st, sol))
+                    status = "time_limit"
+                    break
+                if nodes >= max_nodes:
+                    heapq.heappush(open_nodes, (neg_bound, next(counter), unary, st, sol))
+                    status = "node_limit"
+                    break
+                p = st.p
+                allowed = np.isfinite(unary)
+                pm = np.where(allowed, p, -1.0)
+                top = np.maximum.reduceat(pm, fl.voff[:-1])
+                n_allowed = np.add.reduceat(allowed.astype(np.int64), fl.voff[:-1])
+                frac = np.where(n_allowed > 1, 1.0 - top, -1.0)
+                i = int(np.argmax(frac))
+                if frac[i] < 0:
+                    expanding = -np.inf
+                    continue  # every variable is clamped: the node's bound is its only labeling's score
+                block = pm[fl.voff[i]:fl.voff[i + 1]]
+                s = int(np.argmax(block))
+                fix = unary.copy()
+                keep = fix[fl.voff[i] + s]
+                fix[fl.voff[i]:fl.voff[i + 1]] = -np.inf
+                fix[fl.voff[i] + s] = keep
+                drop = unary.copy()
+                drop[fl.voff[i] + s] = -np.inf
+                for child in (fix, drop):
+                    c_bound, c_sol, c_st = run(child, st, bound)
+                    if c_bound == -np.inf or c_bound <= best + tol * (1.0 + abs(c_bound)):
+                        continue
+                    if c_sol.labels is not None and c_sol.score >= c_bound - tol * (1.0 + abs(c_bound)):
+                        continue
+                    heapq.heappush(open_nodes, (-c_bound, next(counter), child, c_st, c_sol))
+                expanding = -np.inf
+        except KeyboardInterrupt as interrupt:  # the incumbent, and the largest bound of the open nodes
+            if isinstance(interrupt, MAPInterrupted):  # inside a node's AD3: its labeling may beat the incumbent
+                partial = interrupt.solution
+                if partial.labels is not None and partial.score > best:
+                    best, best_y = partial.score, partial.labels
+            upper = max([best, expanding] + [-n[0] for n in open_nodes])
+            raise MAPInterrupted(MAPSolution(best_y, best, float(upper), False, "interrupted", "bnb",
+                                             time.perf_counter() - t0, iterations, nodes=nodes,
+                                             root_state=root_state)) from interrupt
         upper = max([best] + [-n[0] for n in open_nodes]) if open_nodes else best
         if not open_nodes and status == "optimal" and best_y is None:
             status, upper = "infeasible", -np.inf
@@ -935,7 +1006,8 @@ class FactorGraph(Structure):
 
     # ------------------------------------------------------------------ CP-SAT
     def cpsat(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, resolution_bits: int = 30,
-              num_workers: int = 1, tol: float = 1e-9, relative_gap: float | None = None) -> MAPSolution:
+              num_workers: int = 1, tol: float = 1e-9, relative_gap: float | None = None,
+              hint: np.ndarray | None = None) -> MAPSolution:
         """Exact MAP with OR-Tools CP-SAT on the same model, scores scaled to integers.
 
         Every score coefficient is rounded to a multiple of ``resolution = max|coef| / 2**resolution_bits``
@@ -944,7 +1016,9 @@ class FactorGraph(Structure):
         total rounding error (half a unit per term). ``optimal`` means CP-SAT proved the rounded
         problem optimal and the exact score meets that bound within ``tol``·(1+|bound|) plus the
         rounding slack. ``relative_gap`` stops the search once CP-SAT's own relative gap is below it
-        (``status`` is then ``"gap_limit"``). Ctrl-C stops the search and raises KeyboardInterrupt.
+        (``status`` is then ``"gap_limit"``). ``hint`` (a labeling, e.g. AD3's) is CP-SAT's first guess.
+        Ctrl-C stops the search and raises :class:`MAPInterrupted` carrying the best labeling found so far
+        and CP-SAT's bound at the stop.
         """
         from ortools.sat.python import cp_model
 
@@ -1031,6 +1105,13 @@ class FactorGraph(Structure):
             for j, v in enumerate(scope):
                 for s in range(shape[j]):
                     model.add(sum(z for z, st in zs if st[j] == s) == lits[int(v)][s])
+        if hint is not None:
+            for i in range(n):
+                if int(fl.vstates[i]) == 2:  # one Boolean: state 1
+                    model.add_hint(lits[i][1], int(hint[i]) == 1)
+                else:
+                    for state, lit in enumerate(lits[i]):
+                        model.add_hint(lit, int(hint[i]) == state)
         coefs = np.array([c for c, _ in terms])
         top = float(np.abs(coefs).max()) if coefs.size else 0.0
         scale = float(2.0 ** resolution_bits / top) if top > 0 else 1.0
@@ -1045,10 +1126,28 @@ class FactorGraph(Structure):
             solver.parameters.max_time_in_seconds = float(time_limit)
         if relative_gap is not None:
             solver.parameters.relative_gap_limit = float(relative_gap)
-        with interruptible(solver.stop_search):
-            code = solver.solve(model)
-        elapsed = time.perf_counter() - t0
-        slack = 0.5 * len(terms) / scale
+        code = None
+        try:
+            with interruptible(solver.stop_search):
+                code = solver.solve(model)
+        except KeyboardInterrupt as interrupt:  # stopped by Ctrl-C: keep what the search had
+            sol = self._cpsat_answer(theta, solver, code, lits, const, scale, len(terms), tol, relative_gap,
+                                     time.perf_counter() - t0)
+            sol.status, sol.optimal = "interrupted", False
+            raise MAPInterrupted(sol) from interrupt
+        return self._cpsat_answer(theta, solver, code, lits, const, scale, len(terms), tol, relative_gap,
+                                  time.perf_counter() - t0)
+
+    def _cpsat_answer(self, theta: FactorGraphPotentials, solver: Any, code: Any, lits: list, const: float,
+                      scale: float, n_terms: int, tol: float, relative_gap: float | None, elapsed: float
+                      ) -> MAPSolution:
+        # CP-SAT's answer re-scored exactly, its bound widened by the rounding slack (``code`` None: no answer)
+        from ortools.sat.python import cp_model
+
+        n = self.flat.n_vars
+        slack = 0.5 * n_terms / scale
+        if code is None:
+            return MAPSolution(None, -np.inf, np.inf, False, "unknown", "cpsat", elapsed, resolution=1.0 / scale)
         if code == cp_model.INFEASIBLE:
             return MAPSolution(None, -np.inf, -np.inf, True, "infeasible", "cpsat", elapsed, resolution=1.0 / scale)
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -1194,6 +1293,8 @@ class FactorGraph(Structure):
     def lp(self, theta: FactorGraphPotentials) -> MAPSolution:
         """The local-polytope LP with HiGHS (interruptible); rounding of its optimum gives the labels.
 
+        The labels are the best of the LP optimum's roundings (:meth:`_round`) and, when they miss the
+        LP value, of a short AD3 run's (``LP_AD3_ITERATIONS`` iterations, at most ``LP_AD3_SECONDS``).
         The LP value is an upper bound on the MAP value (to HiGHS' feasibility/optimality tolerances,
         about 1e-7); ``optimal`` when the rounded labeling's exact score meets it.
         """
@@ -1215,27 +1316,152 @@ class FactorGraph(Structure):
         fl = self.flat
         nu = int(fl.voff[-1])
         p = np.clip(x[:nu], 0.0, 1.0)
-        y = np.zeros(fl.n_vars, dtype=np.int64)
-        K.round_and_repair(p, fl.n_vars, fl.voff, np.isfinite(theta.unary), fl.fkind, fl.fparam, fl.fptr, fl.evar, y)
-        score = self._score(theta, y)
+        qt = np.clip(x[nu:nu + int(fl.toff[-1])], 0.0, 1.0)
+        y, score = self._round(theta, p, qt)
+        if not score >= value - 1e-7 * (1.0 + abs(value)):
+            # a loose LP (on the frustrated grids its optimum is 1/2 almost everywhere): AD3's roundings of
+            # its many iterates, improved by ICM, find far better labelings in milliseconds
+            rival = self._ad3(theta, max_iter=LP_AD3_ITERATIONS, time_limit=LP_AD3_SECONDS)[0]
+            if rival.labels is not None and rival.score > score:
+                y, score = rival.labels, rival.score
         labels = y if np.isfinite(score) else None
         optimal = bool(np.isfinite(score) and score >= value - 1e-7 * (1.0 + abs(value)))
-        return MAPSolution(labels, score, value, optimal, "optimal" if optimal else "lp_solved", "lp",
-                           time.perf_counter() - t0, lp_value=value,
-                           marginals=FactorGraphPotentials(x[:nu], x[nu:nu + int(fl.toff[-1])]))
+        sol = MAPSolution(labels, score, value, optimal, "optimal" if optimal else "lp_solved", "lp",
+                          time.perf_counter() - t0, lp_value=value,
+                          marginals=FactorGraphPotentials(x[:nu], x[nu:nu + int(fl.toff[-1])]))
+        return self._repair(theta, sol, None)
+
+    def _round(self, theta: FactorGraphPotentials, p: np.ndarray, qt: np.ndarray) -> tuple[np.ndarray, float]:
+        """The best of AD3's two roundings of a relaxed point (per variable; sequential along the tables'
+        support), each improved by a local search (ICM): the labeling and its exact score.
+
+        On the frustrated UAI grids the LP optimum is 1/2 almost everywhere, where per-variable
+        rounding alone is close to a coin toss (benchmarks/map_default_results.md)."""
+        fl = self.flat
+        vallow = np.isfinite(theta.unary)
+        best_y, best = np.zeros(fl.n_vars, dtype=np.int64), -np.inf
+        for sequential in (False, True):
+            y = np.zeros(fl.n_vars, dtype=np.int64)
+            if sequential:
+                K.round_sequential(p, qt, fl.order, fl.efac, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, vallow,
+                                   fl.fkind, fl.fparam, fl.fptr, fl.evar, fl.toff, y)
+            else:
+                K.round_and_repair(p, fl.n_vars, fl.voff, vallow, fl.fkind, fl.fparam, fl.fptr, fl.evar, y)
+            K.local_search(y, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, fl.efac, theta.unary, fl.fkind,
+                           fl.fparam, fl.fptr, fl.evar, theta.factors, fl.toff, ROUNDING_SWEEPS)
+            score = self._score(theta, y)
+            if score > best:
+                best_y, best = y, score
+        return best_y, best
+
+    def _repair(self, theta: FactorGraphPotentials, sol: MAPSolution, time_limit: float | None) -> MAPSolution:
+        """``sol`` with a labeling whenever the hard factors allow one: when the rounding found none (and
+        infeasibility is not proven), an exact search for a labeling that satisfies the hard factors
+        (-inf entries and logic factors; scores ignored: CP-SAT, or branch-and-bound with structured
+        factors), improved by ICM. Proven infeasible: status ``"infeasible"`` and bound ``-inf``."""
+        if sol.labels is not None or sol.status == "infeasible":
+            return sol
+        t0 = time.perf_counter()
+        hard = FactorGraphPotentials(np.where(np.isfinite(theta.unary), 0.0, -np.inf),
+                                     np.where(np.isfinite(theta.factors), 0.0, -np.inf))
+        # a search cut to nothing would leave the answer empty: at least REPAIR_SECONDS
+        limit = None if time_limit is None else max(time_limit, REPAIR_SECONDS)
+        found = self._bnb(hard, time_limit=limit) if self._structs else self.cpsat(hard, time_limit=limit)
+        sol.time += time.perf_counter() - t0
+        if found.status == "infeasible":
+            sol.status, sol.upper_bound, sol.optimal, sol.score = "infeasible", -np.inf, True, -np.inf
+            return sol
+        if found.labels is None:
+            return sol
+        fl = self.flat
+        y = found.labels.copy()
+        K.local_search(y, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, fl.efac, theta.unary, fl.fkind,
+                       fl.fparam, fl.fptr, fl.evar, theta.factors, fl.toff, ROUNDING_SWEEPS)
+        score = self._score(theta, y)
+        if np.isfinite(score):
+            sol.labels, sol.score = y, score
+            sol.upper_bound = max(sol.upper_bound, score)
+            sol.optimal = bool(score >= sol.upper_bound - 1e-9 * (1.0 + abs(sol.upper_bound)))
+        return sol
+
+    # ------------------------------------------------------------------ AD3, then an exact search
+    def auto(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, tol: float = 1e-9,
+             num_workers: int = 1) -> MAPSolution:
+        """AD3, then an exact search while a gap remains: the default MAP method.
+
+        AD3 runs first (at most ``AUTO_AD3_SHARE`` of the time limit); when its rounded labeling does
+        not meet its bound, CP-SAT (hinted with AD3's labeling; branch-and-bound over AD3 on graphs with
+        structured factors, which CP-SAT cannot model) runs for the rest of the time. The answer is the
+        better labeling of the two with the smaller of the two certified bounds; ``optimal`` when they
+        meet. On the UAI grids AD3's LP bound leaves a gap of about 23% that CP-SAT closes in about a
+        second, while branch-and-bound leaves 7-11% after 20 s (benchmarks/map_default_results.md).
+        Ctrl-C raises :class:`MAPInterrupted` with the better labeling so far and the smaller bound.
+        """
+        t0 = time.perf_counter()
+        check_time_limit("time_limit", time_limit)
+        theta = self.check_theta(theta)
+        share = None if time_limit is None else AUTO_AD3_SHARE * time_limit
+        try:
+            first, state = self._ad3(theta, time_limit=share, tol_gap=tol)
+        except MAPInterrupted as interrupt:
+            interrupt.solution.method = "auto"
+            raise
+        if first.optimal or first.status == "infeasible":
+            first.method, first.time = "auto", time.perf_counter() - t0
+            return first
+        left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+        if left is not None and left <= 0:
+            first = self._repair(theta, first, left)
+            first.method, first.time = "auto", time.perf_counter() - t0
+            return first
+        try:
+            if self._structs:
+                second = self._bnb(theta, time_limit=left, tol=tol, state=state)
+            else:
+                second = self.cpsat(theta, time_limit=left, tol=tol, num_workers=num_workers, hint=first.labels)
+        except KeyboardInterrupt as interrupt:  # also while CP-SAT's model is being built: AD3's answer stands
+            partial = interrupt.solution if isinstance(interrupt, MAPInterrupted) else MAPSolution(
+                None, -np.inf, np.inf, False, "interrupted", "cpsat")
+            combined = self._combine(first, partial, t0, tol)
+            combined.status, combined.optimal = "interrupted", False
+            raise MAPInterrupted(combined) from interrupt
+        # neither found a labeling in time (and none is proven impossible): the feasibility search's, if any
+        return self._repair(theta, self._combine(first, second, t0, tol), 0.0)
+
+    @staticmethod
+    def _combine(first: MAPSolution, second: MAPSolution, t0: float, tol: float) -> MAPSolution:
+        # two answers on the same potentials: the better labeling, the smaller of two certified bounds
+        best = _better(first, second)
+        if second.status == "infeasible":
+            return MAPSolution(None, -np.inf, -np.inf, True, "infeasible", "auto", time.perf_counter() - t0,
+                               first.iterations + second.iterations, nodes=second.nodes)
+        upper = min(first.upper_bound, second.upper_bound)
+        if best.labels is not None:
+            upper = max(upper, best.score)  # AD3's bound is exact to its tolerance only
+        optimal = second.optimal or bool(best.labels is not None and best.score >= upper - tol * (1.0 + abs(upper)))
+        status = "optimal" if optimal else second.status
+        return MAPSolution(best.labels, best.score, float(upper), optimal, status, "auto", time.perf_counter() - t0,
+                           first.iterations + second.iterations, first.lp_value, first.marginals, second.nodes,
+                           second.resolution, first.trace)
 
     # ------------------------------------------------------------------ one entry point
     def map(self, theta: FactorGraphPotentials | None = None, method: str = "ad3", time_limit: float | None = None,
             **options: Any) -> MAPSolution:
-        """MAP of the factor graph by ``method`` in {"ad3", "bnb", "cpsat", "lp"} (see the module docstring).
+        """MAP of the factor graph by ``method`` in {"auto", "ad3", "bnb", "cpsat", "lp"} (see the module docstring).
 
-        ``theta`` defaults to :meth:`potentials`; ``options`` go to the method (:meth:`ad3`,
-        :meth:`bnb`, :meth:`cpsat`).
+        ``theta`` defaults to :meth:`potentials`; ``options`` go to the method (:meth:`auto`, :meth:`ad3`,
+        :meth:`bnb`, :meth:`cpsat`). ``"ad3"`` and ``"lp"`` return a labeling whenever the hard factors allow
+        one (an exact feasibility search repairs an empty rounding) and say ``"infeasible"`` only when proven.
         """
         theta = self.potentials() if theta is None else theta
         check_time_limit("time_limit", time_limit)
+        if method == "auto":
+            return self.auto(theta, time_limit=time_limit, **options)
         if method == "ad3":
-            return self.ad3(theta, time_limit=time_limit, **options)[0]
+            t0 = time.perf_counter()
+            sol = self.ad3(theta, time_limit=time_limit, **options)[0]
+            left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+            return self._repair(self.check_theta(theta), sol, left)
         if method == "bnb":
             return self.bnb(theta, time_limit=time_limit, **options)
         if method == "cpsat":
@@ -1244,7 +1470,7 @@ class FactorGraph(Structure):
             if options:
                 raise InvalidInputError(f"method 'lp' takes no options, got {sorted(options)}")
             return self.lp(theta)
-        raise InvalidInputError(f"unknown MAP method {method!r}; use 'ad3', 'bnb', 'cpsat' or 'lp'")
+        raise InvalidInputError(f"unknown MAP method {method!r}; use one of {', '.join(map(repr, MAP_METHODS))}")
 
     # ------------------------------------------------------------------ Structure interface
     def argmax(self, theta: FactorGraphPotentials) -> Any:
@@ -1301,7 +1527,10 @@ class FactorGraph(Structure):
                        ) -> np.ndarray:
         """:meth:`map_labels` on potentials that already passed :meth:`check_theta` (or an equivalent check)."""
         limit = self.time_limit if time_limit is None else time_limit
-        sol = self._bnb(theta, time_limit=limit) if exact else self._ad3(theta, time_limit=limit)[0]
+        if exact:
+            sol = self._bnb(theta, time_limit=limit)
+        else:
+            sol = self._repair(theta, self._ad3(theta, time_limit=limit)[0], limit)
         if sol.labels is None:
             raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output found)")
         return sol.labels
