@@ -28,6 +28,7 @@ _LAZY: dict[str, str] = {
                      "DPPotentials", "DPStructure", "FactorGraph", "FactorGraphPotentials", "GridPotentials",
                      "LPStructure", "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Structure",
                      "TreePotentials", "TreeStructure", "VectorPotentials"), "structopt.structures"),
+    "LatentChain": "structopt.structures",  # hidden sub-states per label (solvers.latent_ssvm)
     "StructuredSVM": "structopt.estimator",
     **dict.fromkeys(("SavedModel", "load_model", "save_model"), "structopt.saved_model"),  # trained models on disk
     **dict.fromkeys(("map_inference", "MAPResult"), "structopt.marginals.map"),  # MAP for UAI models
@@ -76,6 +77,7 @@ __all__ = [
     "Hamming",
     "InvalidInputError",
     "LPStructure",
+    "LatentChain",
     "Loss",
     "MAPResult",
     "MatchingHamming",

@@ -65,6 +65,8 @@ HOOKS: tuple[Hook, ...] = (
          "BoxLoss", ("topk_iou",)),
     Hook("structure", "map_labels", "map_labels(theta, exact) -> an output (labels), never a relaxed point",
          "Model.predict (every prediction: SSVMProblem, StructuredSVM, SavedModel)"),
+    Hook("structure", "complete", "complete(theta, y) -> the best output with y's observed part (its latent part "
+         "imputed)", "SSVMProblem.complete, solvers.latent_ssvm (the latent completion oracle)"),
     Hook("model", "features_sqnorm", "features_sqnorm(x, mu) -> float", "BCFW line search, smoothing solvers"),
     Hook("model", "nonnegative_blocks", "nonnegative_blocks: tuple of block names",
          "SSVMProblem.project_weights, every solver"),

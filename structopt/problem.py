@@ -21,6 +21,7 @@ import numpy as np
 
 from structopt.contract import check_contract, check_layout, nonnegative_indices
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, numeric_array
+from structopt.hooks import has_hook
 from structopt.losses import Loss
 from structopt.models.base import Model
 from structopt.potentials import Potentials, add, flatten, inner, narrowest_exact, scale
@@ -571,6 +572,56 @@ class SSVMProblem:
         for cached in ("_fused", "fused_refusal", "_fingerprint"):
             out.__dict__.pop(cached, None)
         return out
+
+    # ------------------------------------------------------------------ latent outputs (solvers.latent_ssvm)
+    @property
+    def has_completion(self) -> bool:
+        """Whether the structure declares the latent completion oracle (the hook ``complete``)."""
+        return has_hook(self.structure, "complete")
+
+    def complete(self, i: int, theta: Potentials) -> Any:
+        """The best output with example i's observed part, its latent part imputed at potentials ``theta``
+        (``structure.complete(theta, Y[i])``, validated as an output of example i)."""
+        if not self.has_completion:
+            raise NotSupportedError(f"{type(self.structure).__name__} declares no latent completion oracle "
+                                    "(complete(theta, y)); see structopt.hooks.HOOKS")
+        return self.structure.validate_output(self.structure.complete(theta, self.Y[i]), self._likes[i], i)
+
+    def with_outputs(self, Y: Sequence[Any]) -> SSVMProblem:
+        """The same problem with gold outputs ``Y`` (validated; the loss terms recomputed): a shallow copy sharing
+        inputs and model, without what depends on the outputs (fused view, fingerprint, gold statistics).
+
+        Raises
+        ------
+        InvalidInputError
+            ``Y`` does not hold one valid output per example.
+        """
+        import copy
+
+        _check_sequence("Y", Y)
+        if len(Y) != self.n:
+            raise InvalidInputError(f"with_outputs: {len(Y)} outputs for {self.n} examples")
+        out = copy.copy(self)
+        zeros = _SharedZeros()
+        out.Y, out._terms = [], []
+        for i, (y, like) in enumerate(zip(Y, self._likes, strict=True)):
+            y = self.structure.validate_output(y, like, i)
+            out.Y.append(y)
+            terms = self.loss.linear_terms(self.structure, y, like) if self.loss.decomposable else None
+            out._terms.append(None if terms is None else (_narrow_integer_fields(zeros.share(terms[0])), terms[1]))
+        for cached in ("_fused", "fused_refusal", "_fingerprint", "_compact_gold"):
+            out.__dict__.pop(cached, None)
+        return out
+
+    def same_loss_terms(self, other: SSVMProblem) -> bool:
+        """Whether ``other`` (e.g. from :meth:`with_outputs`) has this problem's loss: equal linear terms for every
+        example (a loss that reads only the observed part of the outputs keeps them under a new completion)."""
+        if other.n != self.n or other.loss is not self.loss or not self.loss.decomposable:
+            return False
+        for (c, const), (d, other_const) in zip(self._terms, other._terms, strict=True):
+            if const != other_const or not all(np.array_equal(a, b) for a, b in zip(c, d, strict=True)):
+                return False
+        return True
 
     def fused(self):
         """The fused view (:class:`structopt.fused.FusedProblem`) when a registered kernel family computes

@@ -13,6 +13,7 @@ from structopt.solvers.base import COMMON_OPTIONS, Result
 from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
 from structopt.solvers.casimir import casimir_svrg
 from structopt.solvers.extragradient import dual_extragradient
+from structopt.solvers.latent import latent_ssvm
 from structopt.solvers.prox_linear import prox_linear
 from structopt.solvers.reg_path import PathPoint, regularization_path
 from structopt.solvers.sgd import sgd
@@ -49,5 +50,5 @@ def option_table() -> str:
 
 
 __all__ = ["COMMON_OPTIONS", "SOLVERS", "PathPoint", "Result", "bcfw", "casimir_svrg", "dual_extragradient",
-           "frank_wolfe", "get_solver", "option_table", "prox_linear", "regularization_path", "sgd", "sgd_nonconvex",
-           "ssg", "svrg"]
+           "frank_wolfe", "get_solver", "latent_ssvm", "option_table", "prox_linear", "regularization_path", "sgd",
+           "sgd_nonconvex", "ssg", "svrg"]

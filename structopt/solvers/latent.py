@@ -1,0 +1,269 @@
+"""The latent structural SVM by the concave-convex procedure (Yu & Joachims, ICML 2009).
+
+Outputs are pairs (y, h): the observed part y_i of each gold output is given, its latent part h_i is not.
+With the latent completion oracle of the structure (hook ``complete``: the best output whose observed part
+is y_i's), the objective is
+
+``F(w) = lam/2 ||w||^2 + (1/n) sum_i [ max_{(y,h)} (<w, Phi(x_i, y, h)> + Delta(y_i, y))
+                                        - max_h <w, Phi(x_i, y_i, h)> ]``,
+
+a difference of convex functions (the first max is the usual loss-augmented decoding, the second the
+completion). CCCP: at ``w_t`` impute ``h_i = complete(theta_i(w_t), y_i)`` for every example, which makes
+the concave part linear and gives a convex structural SVM ``F_t >= F`` with ``F_t(w_t) = F(w_t)`` (the
+problem with gold outputs ``(y_i, h_i)``, :meth:`SSVMProblem.with_outputs`), solve it with a convex
+solver, and repeat. ``F(w_{t+1}) <= F_t(w_{t+1})``; a step is kept only when ``F_t(w_{t+1}) <= F(w_t)``
+(computed exactly with the oracles), so the objective never increases.
+
+Warm starts. BCFW (default) keeps its dual between the convex steps: the dual variables are
+distributions over outputs and the loss depends on the observed part only, so the previous step's dual
+is feasible for the next problem; its statistics-space summary ``m_i`` and loss shares carry over and
+only ``w = sum_i A_i^T (gold_i - m_i) / (lam n)`` is recomputed for the new completions (the dual
+restarts from the gold vertices when the loss terms differ, i.e. the loss reads the latent part). Each
+convex step stops at a certified relative duality gap (``gap <= inner_eps * primal``) or after
+``inner_passes``. The other convex solvers start from the previous ``w`` (``w0``) where they take one
+and run ``inner_passes`` passes; their trace's gap is reported where they have one.
+
+Checkpoints and resume are not offered (each convex step is short; a run is restarted whole).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.nonconvex import NonconvexProblem
+from structopt.options import array_option, non_negative, open_unit, positive, positive_int, random_state_option
+from structopt.parallel import SerialExecutor
+from structopt.potentials import unflatten
+from structopt.problem import SSVMProblem
+from structopt.solvers._blocks import BlockState
+from structopt.solvers.base import Result, RunOptions, check_values, initial_weights, make_rng, run
+from structopt.solvers.bcfw import BCFWMethod, BCFWOptions
+
+#: convex solvers that may solve the CCCP steps
+INNER_SOLVERS = ("bcfw", "frank_wolfe", "ssg", "sgd", "svrg", "casimir_svrg", "dual_extragradient")
+
+#: inner-solver options latent_ssvm sets per convex step (inner_options may not)
+_SET_BY_LATENT = frozenset({"max_passes", "tol", "w0", "random_state", "checkpoint", "checkpoint_every", "resume"})
+
+
+def _check_inner(inner: Any, inner_options: dict[str, Any]):
+    """The inner solver's function, its options checked by its own declarations (before any work)."""
+    from structopt.solvers import SOLVERS
+
+    function = SOLVERS.get(inner) if isinstance(inner, str) else None
+    if function is None or function.solver_name not in INNER_SOLVERS:
+        raise InvalidInputError(f"latent_ssvm: unknown inner solver {inner!r}; choose from {', '.join(INNER_SOLVERS)}")
+    taken = sorted(set(inner_options) & _SET_BY_LATENT)
+    if taken:
+        raise InvalidInputError(f"latent_ssvm: {', '.join(taken)} may not be given: latent_ssvm sets them per convex "
+                                "step (see inner_passes, inner_eps, w0, random_state)")
+    unknown = sorted(set(inner_options) - set(function.options))
+    if unknown:
+        raise InvalidInputError(f"latent_ssvm: {function.solver_name} has no option {', '.join(unknown)}; it accepts "
+                                f"{', '.join(key for key in function.options if key not in _SET_BY_LATENT)}")
+    check_values(f"latent_ssvm (inner {function.solver_name})",
+                 {key: function.options[key] for key in inner_options}, inner_options)
+    return function
+
+
+def latent_ssvm(problem: SSVMProblem, inner: str = "bcfw", *, max_outer: int = 20, tol: float = 1e-4,
+                inner_passes: float = 50, inner_eps: float = 0.01, w0: np.ndarray | None = None,
+                random_state: int | np.random.Generator | None = None, progress: bool = False,
+                **inner_options: Any) -> Result:
+    """Train a latent structural SVM by CCCP, a convex solver inside (module docstring).
+
+    Parameters
+    ----------
+    problem : SSVMProblem
+        Its structure declares the latent completion oracle ``complete(theta, y)`` (e.g.
+        :class:`~structopt.structures.LatentChain`) and its loss reads the observed part of the outputs only
+        (e.g. ``LatentChain.label_loss()``). Its gold outputs ``Y`` carry the initial completions: the first
+        convex step trains on them as given unless ``w0`` is given.
+    inner : str
+        The convex solver of each step: one of :data:`INNER_SOLVERS` (default ``"bcfw"``).
+    max_outer : int
+        Largest number of CCCP steps (convex solves).
+    tol : float
+        Stop once a step decreases the objective by less than ``tol`` (absolute).
+    inner_passes : float
+        Budget of each convex step, in passes.
+    inner_eps : float
+        BCFW stops each convex step at the certified relative gap ``gap <= inner_eps * primal``, in (0, 1).
+    w0 : ndarray, optional
+        Weights of the first imputation (e.g. a seeded random vector to break the symmetry of the sub-states);
+        None: the first convex step takes the problem's outputs as the initial completions.
+    random_state : int, Generator or None
+        Seed of the inner solvers' sampling (one generator for the whole run).
+    progress : bool
+        One line on stderr per CCCP step.
+    **inner_options
+        Further options of the inner solver (checked by its own declarations; ``max_passes``, ``tol``,
+        ``w0``, ``random_state`` and the checkpoint options are set per step and refused here).
+
+    Returns
+    -------
+    Result
+        ``w`` the last accepted weights. ``trace``: one record per CCCP step (and one at ``w0`` when
+        given) with ``outer``, ``objective`` (the exact CCCP objective ``F(w_t)``), ``surrogate``
+        (``F_{t-1}(w_t)``, the convex step's primal), ``inner_gap`` and ``inner_dual`` (None where the inner
+        solver has no gap), ``inner_passes``, ``passes`` and ``oracle_calls`` (cumulative), ``changed``
+        (examples whose completion changed), ``warm`` (``"dual"``, ``"w0"`` or ``"cold"``) and ``time``.
+        ``info``: ``stop_reason``, ``outputs`` (the last completions), ``problem`` (the last convex problem).
+
+    Raises
+    ------
+    NotSupportedError
+        The structure has no completion oracle, or the problem is non-convex.
+    InvalidInputError
+        A bad option (named), before any work.
+    """
+    if isinstance(problem, NonconvexProblem) or not isinstance(problem, SSVMProblem):
+        raise NotSupportedError(f"latent_ssvm needs an SSVMProblem (a linear model), got {type(problem).__name__}")
+    if not problem.has_completion:
+        raise NotSupportedError(f"latent_ssvm needs a structure with the latent completion oracle complete(theta, y) "
+                                f"(structopt.hooks.HOOKS); the structure of {problem!r} has none")
+    if isinstance(max_outer, (bool, np.bool_)) or not isinstance(max_outer, numbers.Integral):
+        raise InvalidInputError(f"latent_ssvm: max_outer must be an integer >= 1, got {max_outer!r}")
+    positive_int("latent_ssvm: max_outer", max_outer)
+    non_negative("latent_ssvm: tol", tol)
+    positive("latent_ssvm: inner_passes", inner_passes)
+    open_unit("latent_ssvm: inner_eps", inner_eps)
+    array_option("latent_ssvm: w0", w0)
+    random_state_option("latent_ssvm: random_state", random_state)
+    if not isinstance(progress, (bool, np.bool_)):
+        raise InvalidInputError(f"latent_ssvm: progress must be True or False, got {progress!r}")
+    function = _check_inner(inner, inner_options)
+    is_bcfw = function.solver_name == "bcfw"
+    bcfw_options = None
+    if is_bcfw:
+        own = {key: value for key, value in inner_options.items() if not function.options[key].common}
+        bcfw_options = BCFWOptions(**own)
+        bcfw_options.gap_options()  # refuses the combinations that cannot work, before any work
+    w = None if w0 is None else initial_weights(problem, w0)
+    return _CCCP(problem, function, bcfw_options, dict(inner_options), max_outer, float(tol), float(inner_passes),
+                 float(inner_eps), make_rng(random_state), bool(progress)).run(w)
+
+
+def _completed(problem: SSVMProblem, w: np.ndarray) -> tuple[SSVMProblem, int]:
+    """The convex problem at ``w``: every gold output completed at ``w``; and how many completions changed."""
+    outputs = [problem.complete(i, problem.theta(i, w)) for i in range(problem.n)]
+    sub = problem.with_outputs(outputs)
+    old, offsets = problem.compact_gold_stats(stored=True)
+    new, _ = sub.compact_gold_stats(stored=True)
+    differs = np.abs(new.astype(np.float64) - old) > 0
+    changed = int(np.count_nonzero(np.add.reduceat(differs, offsets[:-1]) if differs.size else differs))
+    return sub, changed
+
+
+def _carried_blocks(blocks: BlockState, sub: SSVMProblem) -> BlockState:
+    """BCFW's dual carried into the problem with new completions: the same ``m_i`` and loss shares, with
+    ``w = sum_i A_i^T (gold_i - m_i) / (lam n)`` for the new gold statistics; averaging restarts."""
+    gold, offsets = sub.compact_gold_stats()
+    if not np.array_equal(offsets, blocks.offsets):
+        raise RuntimeError("latent_ssvm: the statistics layout changed between convex steps; this is a bug")
+    w = sub.zeros()
+    scale = 1.0 / (sub.lam * sub.n)
+    for i in range(sub.n):
+        seg = slice(offsets[i], offsets[i + 1])
+        diff = gold[seg] - blocks.m[seg]
+        if diff.any():
+            sub.adjoint(i, unflatten(diff, sub.like(i)), w, scale)
+    return BlockState(w=w, ell=blocks.ell, m=blocks.m, offsets=blocks.offsets, ell_i=blocks.ell_i,
+                      r=np.zeros(blocks.m.shape), v=0.0)
+
+
+class _CCCP:
+    """The outer loop: impute, solve the convex step warm-started, check the decrease, record."""
+
+    def __init__(self, problem: SSVMProblem, function, bcfw_options: BCFWOptions | None, inner_options: dict,
+                 max_outer: int, tol: float, inner_passes: float, inner_eps: float, rng: np.random.Generator,
+                 progress: bool):
+        self.problem, self.function, self.bcfw_options = problem, function, bcfw_options
+        self.inner_options, self.max_outer, self.tol = inner_options, max_outer, tol
+        self.inner_passes, self.inner_eps, self.rng, self.progress = inner_passes, inner_eps, rng, progress
+        self.trace: list[dict[str, Any]] = []
+        self.passes, self.oracle_calls, self.elapsed = 0.0, 0, 0.0
+
+    def say(self, text: str) -> None:
+        if self.progress:
+            print(f"latent_ssvm: {text}", file=sys.stderr, flush=True)
+
+    def solve(self, sub: SSVMProblem, w: np.ndarray | None, blocks: BlockState | None) -> tuple[Result, str]:
+        """One convex step on ``sub``, warm-started; the result and how it was started."""
+        if self.bcfw_options is not None:
+            common = {key: value for key, value in self.inner_options.items() if self.function.options[key].common}
+            run_options = RunOptions(max_passes=self.inner_passes, random_state=self.rng, **common)
+            method = BCFWMethod(sub, self.bcfw_options, run_options, SerialExecutor(sub),
+                                initial=None if blocks is None else (blocks, None))
+            return run(sub, method, rel_tol=self.inner_eps), "cold" if blocks is None else "dual"
+        start = {}
+        if w is not None and "w0" in self.function.options:
+            start = {"w0": w}
+        result = self.function(sub, max_passes=self.inner_passes, random_state=self.rng, **start,
+                               **self.inner_options)
+        return result, "w0" if start else "cold"
+
+    def record(self, **fields: Any) -> None:
+        entry = {"passes": self.passes, "oracle_calls": self.oracle_calls, "time": self.elapsed, **fields}
+        self.trace.append(entry)
+
+    def run(self, w: np.ndarray | None) -> Result:
+        problem = self.problem
+        started = time.perf_counter()
+        if w is None:
+            sub, objective = problem, None  # the given outputs are the first completions
+        else:
+            sub, _ = _completed(problem, w)
+            objective = sub.primal(w)
+            self.elapsed = time.perf_counter() - started
+            self.record(outer=0, objective=objective, surrogate=None, inner_gap=None, inner_dual=None,
+                        inner_passes=0.0, changed=None, warm=None, accepted=True)
+            self.say(f"start: objective {objective:.6g}")
+        blocks: BlockState | None = None
+        stop_reason = f"reached max_outer={self.max_outer}"
+        for outer in range(1, self.max_outer + 1):
+            clock = time.perf_counter()
+            result, warm = self.solve(sub, w, blocks)
+            last = result.trace[-1]
+            self.passes += float(last["passes"])
+            self.oracle_calls += int(last["oracle_calls"])
+            candidate = result.w
+            surrogate = sub.primal(candidate)  # F_t(w_{t+1}), exact
+            inner = {"inner_gap": last.get("gap"), "inner_dual": last.get("dual"),
+                     "inner_passes": float(last["passes"]), "warm": warm}
+            if objective is not None and surrogate > objective:
+                # the convex step did not improve on w_t: CCCP has converged to within the inner accuracy
+                self.elapsed += time.perf_counter() - clock
+                self.record(outer=outer, objective=objective, surrogate=surrogate, changed=0, accepted=False, **inner)
+                stop_reason = (f"the convex step did not decrease the objective (F_t(w) {surrogate:.6g} > "
+                               f"F(w_t) {objective:.6g}): converged to within the inner solver's accuracy")
+                break
+            new_sub, changed = _completed(sub, candidate)
+            new_objective = new_sub.primal(candidate)  # F(w_{t+1}) <= F_t(w_{t+1})
+            if self.bcfw_options is not None:
+                blocks = _carried_blocks(result.info["state"], new_sub) if new_sub.same_loss_terms(sub) else None
+            self.elapsed += time.perf_counter() - clock
+            self.record(outer=outer, objective=new_objective, surrogate=surrogate, changed=changed, accepted=True,
+                        **inner)
+            gap = inner["inner_gap"]
+            self.say(f"step {outer}: objective {new_objective:.6g}, inner gap "
+                     f"{'n/a' if gap is None else f'{gap:.3g}'} after {inner['inner_passes']:g} passes, "
+                     f"{changed} completions changed")
+            decrease = math.inf if objective is None else objective - new_objective
+            w, objective, sub = candidate, new_objective, new_sub
+            if decrease < self.tol:
+                stop_reason = f"objective decrease {decrease:.3g} < tol {self.tol:g}"
+                break
+        return Result(np.array(w, dtype=float), self.trace,
+                      {"stop_reason": stop_reason, "outputs": [sub.complete(i, sub.theta(i, w)) for i in range(sub.n)],
+                       "problem": sub, "inner": self.function.solver_name})
+
+
+__all__ = ["INNER_SOLVERS", "latent_ssvm"]
