@@ -33,6 +33,8 @@
     whose ``argmax`` is a relaxation (a factor graph's AD3 oracle may return a fractional point);
     :meth:`~structopt.models.base.Model.predict` calls it instead of ``argmax``, so prediction
     always returns an output;
+  - ``complete(theta, y) -> output``: the latent completion oracle, the best output whose observed part is
+    ``y``'s (its latent part imputed), for :func:`~structopt.solvers.latent_ssvm` (``LatentChain``'s);
   - ``example(rng, *, integer, **size) -> (structure, theta)`` (classmethod) and
     ``example_variants``: random small instances, required by
     :func:`~structopt.structures.registry.register_structure` (``structopt check``);

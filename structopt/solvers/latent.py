@@ -12,7 +12,10 @@ completion). CCCP: at ``w_t`` impute ``h_i = complete(theta_i(w_t), y_i)`` for e
 the concave part linear and gives a convex structural SVM ``F_t >= F`` with ``F_t(w_t) = F(w_t)`` (the
 problem with gold outputs ``(y_i, h_i)``, :meth:`SSVMProblem.with_outputs`), solve it with a convex
 solver, and repeat. ``F(w_{t+1}) <= F_t(w_{t+1})``; a step is kept only when ``F_t(w_{t+1}) <= F(w_t)``
-(computed exactly with the oracles), so the objective never increases.
+(both computed exactly with the oracles), so the objective never increases. A convex step that does not
+decrease it was solved too loosely or CCCP has converged: its dual bounds the possible gain,
+``F(w_t) - min F_t <= F(w_t) - dual``; below ``tol`` the run stops, else (BCFW) the same convex problem is
+solved again from its dual to a ten times smaller relative gap (down to :data:`MIN_INNER_EPS`).
 
 Warm starts. BCFW (default) keeps its dual between the convex steps: the dual variables are
 distributions over outputs and the loss depends on the observed part only, so the previous step's dual
@@ -48,6 +51,9 @@ from structopt.solvers.bcfw import BCFWMethod, BCFWOptions
 
 #: convex solvers that may solve the CCCP steps
 INNER_SOLVERS = ("bcfw", "frank_wolfe", "ssg", "sgd", "svrg", "casimir_svrg", "dual_extragradient")
+
+#: the most accurate relative gap to which latent_ssvm re-solves a convex step that did not decrease the objective
+MIN_INNER_EPS = 1e-6
 
 #: inner-solver options latent_ssvm sets per convex step (inner_options may not)
 _SET_BY_LATENT = frozenset({"max_passes", "tol", "w0", "random_state", "checkpoint", "checkpoint_every", "resume"})
@@ -95,7 +101,8 @@ def latent_ssvm(problem: SSVMProblem, inner: str = "bcfw", *, max_outer: int = 2
     inner_passes : float
         Budget of each convex step, in passes.
     inner_eps : float
-        BCFW stops each convex step at the certified relative gap ``gap <= inner_eps * primal``, in (0, 1).
+        BCFW stops each convex step at the certified relative gap ``gap <= inner_eps * primal``, in (0, 1);
+        tightened tenfold for a step that did not decrease the objective (module docstring).
     w0 : ndarray, optional
         Weights of the first imputation (e.g. a seeded random vector to break the symmetry of the sub-states);
         None: the first convex step takes the problem's outputs as the initial completions.
@@ -113,8 +120,10 @@ def latent_ssvm(problem: SSVMProblem, inner: str = "bcfw", *, max_outer: int = 2
         ``w`` the last accepted weights. ``trace``: one record per CCCP step (and one at ``w0`` when
         given) with ``outer``, ``objective`` (the exact CCCP objective ``F(w_t)``), ``surrogate``
         (``F_{t-1}(w_t)``, the convex step's primal), ``inner_gap`` and ``inner_dual`` (None where the inner
-        solver has no gap), ``inner_passes``, ``passes`` and ``oracle_calls`` (cumulative), ``changed``
-        (examples whose completion changed), ``warm`` (``"dual"``, ``"w0"`` or ``"cold"``) and ``time``.
+        solver has no gap), ``inner_eps`` (BCFW's relative gap of the step), ``inner_passes``, ``passes`` and
+        ``oracle_calls`` (cumulative), ``changed``
+        (examples whose completion changed), ``warm`` (``"dual"``, ``"w0"`` or ``"cold"``), ``accepted``
+        (False for a step that did not decrease the objective: ``w`` and ``objective`` stay) and ``time``.
         ``info``: ``stop_reason``, ``outputs`` (the last completions), ``problem`` (the last convex problem).
 
     Raises
@@ -195,14 +204,15 @@ class _CCCP:
         if self.progress:
             print(f"latent_ssvm: {text}", file=sys.stderr, flush=True)
 
-    def solve(self, sub: SSVMProblem, w: np.ndarray | None, blocks: BlockState | None) -> tuple[Result, str]:
+    def solve(self, sub: SSVMProblem, w: np.ndarray | None, blocks: BlockState | None,
+              eps: float) -> tuple[Result, str]:
         """One convex step on ``sub``, warm-started; the result and how it was started."""
         if self.bcfw_options is not None:
             common = {key: value for key, value in self.inner_options.items() if self.function.options[key].common}
             run_options = RunOptions(max_passes=self.inner_passes, random_state=self.rng, **common)
             method = BCFWMethod(sub, self.bcfw_options, run_options, SerialExecutor(sub),
                                 initial=None if blocks is None else (blocks, None))
-            return run(sub, method, rel_tol=self.inner_eps), "cold" if blocks is None else "dual"
+            return run(sub, method, rel_tol=eps), "cold" if blocks is None else "dual"
         start = {}
         if w is not None and "w0" in self.function.options:
             start = {"w0": w}
@@ -227,10 +237,11 @@ class _CCCP:
                         inner_passes=0.0, changed=None, warm=None, accepted=True)
             self.say(f"start: objective {objective:.6g}")
         blocks: BlockState | None = None
+        eps = self.inner_eps  # BCFW's relative gap, tightened where a step cannot certify a decrease
         stop_reason = f"reached max_outer={self.max_outer}"
         for outer in range(1, self.max_outer + 1):
             clock = time.perf_counter()
-            result, warm = self.solve(sub, w, blocks)
+            result, warm = self.solve(sub, w, blocks, eps)
             last = result.trace[-1]
             self.passes += float(last["passes"])
             self.oracle_calls += int(last["oracle_calls"])
@@ -239,19 +250,32 @@ class _CCCP:
             inner = {"inner_gap": last.get("gap"), "inner_dual": last.get("dual"),
                      "inner_passes": float(last["passes"]), "warm": warm}
             if objective is not None and surrogate > objective:
-                # the convex step did not improve on w_t: CCCP has converged to within the inner accuracy
+                # the convex step did not improve on w_t. Its dual bounds what it could gain: F(w_t) - min F_t <=
+                # F(w_t) - dual. Below tol (or without a dual) CCCP has converged; else the same convex problem is
+                # solved again from its dual, ten times more accurately.
                 self.elapsed += time.perf_counter() - clock
-                self.record(outer=outer, objective=objective, surrogate=surrogate, changed=0, accepted=False, **inner)
-                stop_reason = (f"the convex step did not decrease the objective (F_t(w) {surrogate:.6g} > "
-                               f"F(w_t) {objective:.6g}): converged to within the inner solver's accuracy")
-                break
+                self.record(outer=outer, objective=objective, surrogate=surrogate, changed=0, accepted=False,
+                            inner_eps=eps, **inner)
+                possible = None if inner["inner_dual"] is None else objective - inner["inner_dual"]
+                if possible is None or possible < self.tol or eps <= MIN_INNER_EPS:
+                    stop_reason = ("the convex step did not decrease the objective (F_t(w) "
+                                   f"{surrogate:.6g} > F(w_t) {objective:.6g}) and "
+                                   + ("the inner solver has no dual bound" if possible is None else
+                                      f"at most {max(possible, 0.0):.3g} could be gained: converged"))
+                    break
+                eps = max(eps / 10.0, MIN_INNER_EPS)
+                blocks = result.info["state"]
+                blocks.rescale_restart(1.0)  # the same problem: the dual as it is, averaging afresh
+                self.say(f"step {outer}: no decrease at inner gap {inner['inner_gap']:.3g}; solving the convex "
+                         f"problem again to relative gap {eps:g}")
+                continue
             new_sub, changed = _completed(sub, candidate)
             new_objective = new_sub.primal(candidate)  # F(w_{t+1}) <= F_t(w_{t+1})
             if self.bcfw_options is not None:
                 blocks = _carried_blocks(result.info["state"], new_sub) if new_sub.same_loss_terms(sub) else None
             self.elapsed += time.perf_counter() - clock
             self.record(outer=outer, objective=new_objective, surrogate=surrogate, changed=changed, accepted=True,
-                        **inner)
+                        inner_eps=eps, **inner)
             gap = inner["inner_gap"]
             self.say(f"step {outer}: objective {new_objective:.6g}, inner gap "
                      f"{'n/a' if gap is None else f'{gap:.3g}'} after {inner['inner_passes']:g} passes, "
