@@ -131,6 +131,25 @@ def test_each_convex_step_is_certified_by_its_gap():
     assert [t["warm"] for t in result.trace] == ["cold"] + ["dual"] * (len(result.trace) - 1)
 
 
+def test_a_step_without_decrease_is_solved_again_more_accurately():
+    X, Y = xor_words(25, 0)
+    structure = so.LatentChain(2, 2)
+    model = so.ChainModel(3, 4, structure=structure)
+    rng = np.random.default_rng(0)
+    Y0 = [structure.lift(y, rng.integers(0, 2, size=len(y))) for y in Y]
+    problem = so.SSVMProblem(model, X, Y0, structure.label_loss(normalize=True), 1e-3)
+    trace = latent_ssvm(problem, max_outer=12, inner_passes=20, random_state=0).trace
+    rejected = [j for j, t in enumerate(trace) if not t["accepted"]]
+    assert rejected  # this budget leaves steps that cannot certify a decrease
+    for j in rejected:
+        assert trace[j]["surrogate"] > trace[j]["objective"]  # the convex step's primal is above F(w_t)
+        if j + 1 < len(trace):  # the same convex problem again, from its dual, to a tenfold smaller gap
+            assert trace[j + 1]["inner_eps"] == pytest.approx(max(trace[j]["inner_eps"] / 10, 1e-6))
+            assert trace[j + 1]["warm"] == "dual"
+    objectives = [t["objective"] for t in trace]
+    assert all(b <= a for a, b in itertools.pairwise(objectives))
+
+
 def test_other_inner_solvers_warm_start_from_w():
     problem, rng = _tiny_problem(4)
     result = latent_ssvm(problem, "svrg", max_outer=3, tol=0.0, inner_passes=5, w0=rng.normal(size=problem.n_params),
