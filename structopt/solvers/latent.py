@@ -15,7 +15,7 @@ solver, and repeat. ``F(w_{t+1}) <= F_t(w_{t+1})``; a step is kept only when ``F
 (both computed exactly with the oracles), so the objective never increases. A convex step that does not
 decrease it was solved too loosely or CCCP has converged: its dual bounds the possible gain,
 ``F(w_t) - min F_t <= F(w_t) - dual``; below ``tol`` the run stops, else (BCFW) the same convex problem is
-solved again from its dual to a ten times smaller relative gap (down to :data:`MIN_INNER_EPS`).
+solved again from its dual to a ten times smaller relative gap (down to ``MIN_INNER_EPS`` = 1e-6).
 
 Warm starts. BCFW (default) keeps its dual between the convex steps: the dual variables are
 distributions over outputs and the loss depends on the observed part only, so the previous step's dual
@@ -93,7 +93,8 @@ def latent_ssvm(problem: SSVMProblem, inner: str = "bcfw", *, max_outer: int = 2
         (e.g. ``LatentChain.label_loss()``). Its gold outputs ``Y`` carry the initial completions: the first
         convex step trains on them as given unless ``w0`` is given.
     inner : str
-        The convex solver of each step: one of :data:`INNER_SOLVERS` (default ``"bcfw"``).
+        The convex solver of each step (default ``"bcfw"``): one of ``INNER_SOLVERS`` (bcfw, frank_wolfe, ssg,
+        sgd, svrg, casimir_svrg, dual_extragradient), short names too.
     max_outer : int
         Largest number of CCCP steps (convex solves).
     tol : float
