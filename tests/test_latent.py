@@ -211,6 +211,20 @@ def test_latent_states_fit_what_the_plain_chain_cannot_on_more_seeds(seed):
     assert train_error(2, X, Y, seed, restarts=4) < 0.02
 
 
+def test_stops_on_a_small_decrease_and_passes_ctrl_c_through():
+    problem, rng = _tiny_problem(6)
+    w0 = rng.normal(size=problem.n_params)
+    result = latent_ssvm(problem, max_outer=20, tol=10.0, inner_passes=10, w0=w0, random_state=0)
+    accepted = [t for t in result.trace if t["accepted"]]
+    assert len(accepted) == 2 and result.info["stop_reason"].startswith("objective decrease")  # start + one step
+
+    def interrupt(w):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # the inner solver's interrupt ends the whole run
+        latent_ssvm(problem, max_outer=5, inner_passes=10, callback=interrupt)
+
+
 def test_the_completion_hook_is_documented_and_declared():
     assert has_hook(so.LatentChain(2, 2), "complete")
     assert not has_hook(so.Chain(2), "complete")
