@@ -130,8 +130,15 @@ def examples(structure: Any, theta: Any) -> tuple[list[Example], bool]:
 
 
 def outputs(batch: list[Example], y: Any, is_list: bool) -> list[Any]:
-    """The gold outputs ``y`` checked against each example (``structure.validate_output``), one per example."""
+    """The gold outputs ``y`` checked against each example (``structure.validate_output``), one per example.
+
+    For a list of examples, ``y`` is a list (or a tensor / array whose rows are the examples' outputs).
+    """
     if is_list:
+        if isinstance(y, torch.Tensor) and y.dim():
+            y = list(y.unbind(0))  # one row per example
+        elif isinstance(y, np.ndarray) and y.ndim:
+            y = list(y)
         if isinstance(y, (str, bytes)) or not isinstance(y, (list, tuple)):
             raise InvalidInputError(f"y must be a list with one output per example (theta is a list of "
                                     f"{len(batch)}), got {type(y).__name__}")

@@ -82,10 +82,8 @@ class StructuredLoss(nn.Module):
 
     def forward(self, theta: Any, y: Any) -> torch.Tensor:
         examples = split_batch(theta)
-        if isinstance(y, torch.Tensor):
-            y = list(y.unbind(0)) if y.dim() else [y]
-        values = structured_loss(self.structures(len(examples)), examples, list(y) if isinstance(y, tuple) else y,
-                                 kind=self.kind, loss=self.loss, **self.options)
+        values = structured_loss(self.structures(len(examples)), examples, y, kind=self.kind, loss=self.loss,
+                                 **self.options)
         if self.reduction == "mean":
             return values.mean()
         if self.reduction == "sum":
