@@ -1,0 +1,309 @@
+"""SparseMAP (Niculae, Martins, Blondel, Cardie, ICML 2018) over any structure, from its argmax oracle only.
+
+``SparseMAP(θ) = argmax_{μ ∈ M} <θ, μ> − ½‖μ‖²`` is the Euclidean projection of the potentials θ onto
+the marginal polytope ``M = conv{μ(y)}``. The forward is the active-set (min-norm-point) method of
+:mod:`structopt.structures.backends` driven by the structure's ``argmax`` at ``θ − μ``: it returns μ*
+as a sparse convex combination ``Σ_j α_j μ(y_j)`` of a few outputs, with the Frank–Wolfe gap as the
+certificate of its accuracy. The backward is the Jacobian of the projection onto the affine hull of
+the active face, ``∂μ*/∂θ = V (Z − s 1ᵀZ) Vᵀ`` (Prop. 1 of the paper), applied as a vector-Jacobian
+product from the (small) Gram matrix of the active vertices.
+
+Everything is numpy (float64) in the structure's own potentials layout, flattened by
+:func:`structopt.potentials.flatten`; a framework's autograd wraps :func:`sparsemap` and
+:func:`sparsemap_vjp`. LP-SparseMAP over a factor graph's local polytope (Niculae & Martins 2020) is
+not implemented: a :class:`~structopt.structures.FactorGraph` gets SparseMAP over its marginal
+polytope, with exact MAP (branch-and-bound) as the oracle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from structopt.errors import InvalidInputError, NotSupportedError, refuse_nonfinite
+from structopt.options import positive, positive_int
+from structopt.potentials import Potentials, flatten, unflatten
+
+__all__ = ["SparseMAPResult", "sparsemap", "sparsemap_loss", "sparsemap_vjp"]
+
+
+@dataclass(frozen=True)
+class SparseMAPResult:
+    """The SparseMAP point, its active set and its certificate.
+
+    Attributes
+    ----------
+    stats : Potentials
+        ``μ* = Σ_j α_j μ(y_j)`` in the structure's statistics type (float64).
+    outputs : list
+        The active outputs ``y_j`` as the structure's ``argmax`` returns them.
+    weights : (k,) array
+        ``α_j > 0``, summing to 1.
+    vertices : (k, d) array
+        ``flatten(μ(y_j))``, affinely independent.
+    gap : float
+        Frank–Wolfe gap ``max_y <θ − μ*, μ(y) − μ*>`` at return (``‖μ* − μ_exact‖² <= gap``).
+    iterations : int
+        Oracle calls at ``θ − μ`` that added a vertex (the first argmax and the final certifying call
+        are not counted).
+    converged : bool
+        ``gap <= tol``.
+    """
+
+    stats: Potentials
+    outputs: list
+    weights: np.ndarray
+    vertices: np.ndarray
+    gap: float
+    iterations: int
+    converged: bool
+
+
+# --------------------------------------------------------------------------- the oracle, shared with perturbed
+def _check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Potentials]:
+    """``(flatten(theta), statistics template)`` after the checks every entry point makes before any work:
+    potentials that are a NamedTuple of finite arrays in the full statistics layout."""
+    if not (isinstance(theta, tuple) and hasattr(theta, "_fields")):
+        raise InvalidInputError(f"{owner} needs theta as the structure's potentials (a NamedTuple of arrays), "
+                                f"got {type(theta).__name__}")
+    refuse_nonfinite(zip(theta._fields, theta, strict=True), f"{owner} theta")
+    template = structure.expand(theta)
+    flat = flatten(theta)
+    size = flatten(template).size
+    if size != flat.size:
+        raise InvalidInputError(f"{owner} works in the statistics layout, but theta has {flat.size} entries and "
+                                f"{structure.name}'s statistics have {size} (a compact layout, e.g. a shared "
+                                "pairwise block): pass structure.expand(theta)")
+    return flat, template
+
+
+def _linear_oracle(structure: Any, oracle: Callable[[Potentials], Any] | None) -> Callable[[Potentials], Any]:
+    """The exact linear maximisation oracle ``θ -> y``: ``oracle`` if given, else the structure's argmax,
+    except for a factor graph built with ``exact=False``, whose argmax is AD3's relaxed LP-MAP point:
+    then its exact MAP (branch-and-bound over AD3)."""
+    if oracle is not None:
+        if not callable(oracle):
+            raise InvalidInputError(f"oracle must be callable (theta -> output), got {type(oracle).__name__}")
+        return oracle
+    import sys
+
+    graphs = sys.modules.get("structopt.structures.factor_graph")  # only loaded modules can own the structure
+    if graphs is not None and isinstance(structure, graphs.FactorGraph) and not structure.exact:
+        return lambda theta: structure.oracle(theta, True, structure.time_limit)
+    models = sys.modules.get("structopt.models.graph")
+    if models is not None and isinstance(structure, models.GraphStructure) and not structure.exact:
+        return lambda theta: structure.map_labels(theta, exact=True)
+    grids = sys.modules.get("structopt.structures.grid")
+    if grids is not None and isinstance(structure, grids.BinaryGrid):
+        return _grid_oracle(structure)
+    return structure.argmax
+
+
+def _grid_oracle(structure: Any) -> Callable[[Potentials], Any]:
+    """A binary grid's exact MAP at any direction: its own min-cut argmax where the direction is supermodular
+    on every edge, else the exact MAP oracle of :mod:`structopt.marginals` on the grid as a pairwise MRF.
+
+    SparseMAP asks for the argmax at ``θ − μ``, whose edges are not supermodular in general even when θ's
+    are (``μ``'s interaction ``μ00 + μ11 − μ01 − μ10`` reaches 1), and the grid refuses those directions.
+    """
+    oracles: dict[tuple[int, int], tuple[Any, np.ndarray]] = {}
+
+    def exact(theta: Potentials) -> np.ndarray:
+        try:
+            return structure.argmax(theta)
+        except NotSupportedError:  # a direction that is not supermodular
+            pass
+        full = structure.expand(theta)
+        H, W = full.unary.shape[:2]
+        if (H, W) not in oracles:
+            oracles[(H, W)] = _grid_mrf_oracle(H, W)
+        oracle, order = oracles[(H, W)]
+        tables = np.concatenate([full.horizontal.reshape(-1, 4), full.vertical.reshape(-1, 4)])[order]
+        answer = oracle(np.concatenate([full.unary.ravel(), tables.ravel()]))
+        return np.asarray(answer.assignment, dtype=np.int64).reshape(H, W)
+
+    return exact
+
+
+def _grid_mrf_oracle(H: int, W: int) -> tuple[Any, np.ndarray]:
+    """The marginal-polytope MAP oracle of an H x W binary grid and the permutation from the grid's edge order
+    (horizontal edges row-major, then vertical ones) to the MRF's (sorted pairs)."""
+    from structopt.marginals.mrf import PairwiseMRF
+    from structopt.marginals.oracles import MarginalPolytopeOracle
+
+    node = np.arange(H * W).reshape(H, W)
+    edges = np.concatenate([np.column_stack([node[:, :-1].ravel(), node[:, 1:].ravel()]),
+                            np.column_stack([node[:-1, :].ravel(), node[1:, :].ravel()])]).reshape(-1, 2)
+    mrf = PairwiseMRF.from_potentials([np.zeros(2)] * (H * W), edges, [np.zeros((2, 2))] * len(edges))
+    position = {(int(i), int(j)): e for e, (i, j) in enumerate(edges)}
+    order = np.array([position[(int(i), int(j))] for i, j in mrf.edges], dtype=np.int64)
+    return MarginalPolytopeOracle(mrf), order
+
+
+def _vertex_oracle(structure: Any, theta: Potentials, template: Potentials, owner: str,
+                   oracle: Callable[[Potentials], Any] | None = None) -> Callable[[np.ndarray], tuple[np.ndarray, Any]]:
+    """``direction (flat) -> (flatten(μ(y)), y)`` with ``y`` the oracle's output at ``direction``."""
+    argmax = _linear_oracle(structure, oracle)
+    size = flatten(template).size
+
+    def vertex(direction: np.ndarray) -> tuple[np.ndarray, Any]:
+        y = argmax(unflatten(direction, theta))
+        if isinstance(y, type(theta)):
+            raise NotSupportedError(f"{owner} needs an oracle that returns outputs (vertices of the marginal "
+                                    f"polytope); {structure.name}'s argmax returned a relaxed point: pass an exact "
+                                    "oracle= (theta -> output)")
+        mu = flatten(structure.stats(y, theta))
+        if mu.size != size:
+            raise InvalidInputError(f"{owner}: {structure.name}'s statistics have {mu.size} entries, its potentials "
+                                    f"{size}; they must share one layout")
+        return mu, y
+
+    return vertex
+
+
+def _gold_stats(structure: Any, theta: Potentials, y_true: Any, size: int, owner: str) -> np.ndarray:
+    y = structure.validate_output(y_true, theta)
+    mu = flatten(structure.stats(y, theta))
+    if mu.size != size:
+        raise InvalidInputError(f"{owner}: y_true's statistics have {mu.size} entries, theta {size}")
+    return mu
+
+
+def _flat_gradient(grad: Any, size: int, owner: str) -> np.ndarray:
+    if isinstance(grad, tuple) and hasattr(grad, "_fields"):
+        grad = flatten(grad)
+    try:
+        g = np.asarray(grad, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{owner} needs grad as a flat float vector, got {type(grad).__name__}") from None
+    if g.shape != (size,):
+        raise InvalidInputError(f"{owner} needs grad of shape ({size},) (flattened potentials), got {g.shape}")
+    if not np.all(np.isfinite(g)):
+        raise InvalidInputError(f"{owner}: grad contains NaN or infinite values")
+    return g
+
+
+# --------------------------------------------------------------------------- forward
+def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter: int = 1000,
+              warm_start: SparseMAPResult | None = None,
+              oracle: Callable[[Potentials], Any] | None = None) -> SparseMAPResult:
+    """SparseMAP: the projection of ``theta`` onto the marginal polytope, as a sparse mixture of outputs.
+
+    Parameters
+    ----------
+    structure : Structure
+        Any structure (built-in or a subclass); only its ``argmax``, ``stats`` and ``expand`` are used.
+    theta : Potentials
+        Potentials in the full statistics layout (``structure.expand(theta)`` for a compact one), finite.
+    tol : float
+        Stop when the Frank–Wolfe gap ``max_y <θ − μ, μ(y) − μ>`` is at most ``tol`` (absolute).
+    max_iter : int
+        Vertices added at most; the result then says ``converged=False``.
+    warm_start : SparseMAPResult, optional
+        A previous result on the same instance: its active set is the starting point (re-weighted for
+        this ``theta`` first), which saves most oracle calls when ``theta`` moved little.
+    oracle : callable, optional
+        The exact linear maximisation oracle ``theta -> output`` (default: ``structure.argmax``; for a
+        :class:`~structopt.structures.FactorGraph` or ``GraphStructure`` built with ``exact=False``,
+        their exact MAP, since their argmax returns a relaxed point).
+
+    Returns
+    -------
+    SparseMAPResult
+
+    Raises
+    ------
+    InvalidInputError
+        For ``tol`` not > 0, ``max_iter`` < 1, non-finite or compact-layout ``theta``, or a warm start of
+        another size; all before any oracle call.
+    NotSupportedError
+        When the oracle returns a relaxed point instead of an output.
+    """
+    from structopt.structures.backends import min_norm_active_set
+
+    positive("sparsemap tol", tol)
+    positive_int("sparsemap max_iter", max_iter)
+    if warm_start is not None and not isinstance(warm_start, SparseMAPResult):
+        raise InvalidInputError(f"sparsemap warm_start must be a SparseMAPResult, got {type(warm_start).__name__}")
+    flat, template = _check_theta(structure, theta, "sparsemap")
+    if warm_start is not None and warm_start.vertices.shape[1] != flat.size:
+        raise InvalidInputError(f"sparsemap warm_start has vertices of size {warm_start.vertices.shape[1]}, theta "
+                                f"{flat.size}: it is from another instance")
+    vertex = _vertex_oracle(structure, theta, template, "sparsemap", oracle)
+    start = None if warm_start is None else (warm_start.vertices, warm_start.weights, list(warm_start.outputs))
+    active = min_norm_active_set(flat, vertex, tol=float(tol), max_iter=int(max_iter), start=start)
+    return SparseMAPResult(stats=unflatten(active.point, template), outputs=list(active.labels),
+                           weights=active.weights, vertices=active.vertices, gap=active.gap,
+                           iterations=active.iterations, converged=active.gap <= tol)
+
+
+# --------------------------------------------------------------------------- backward
+def sparsemap_vjp(result: SparseMAPResult, grad: np.ndarray) -> np.ndarray:
+    """Vector-Jacobian product of SparseMAP: ``(∂μ*/∂θ)ᵀ g`` for a flat upstream gradient ``g``.
+
+    On the active set, ``μ*`` is the projection of θ onto the affine hull of the active vertices, so its
+    Jacobian is the orthogonal projector onto their directions, ``V (Z − s 1ᵀZ) Vᵀ`` with ``Z = (VᵀV)⁻¹``
+    and ``s = Z1 / 1ᵀZ1`` (Niculae et al. 2018, Prop. 1). It is computed as ``Dᵀ (D Dᵀ)⁻¹ D g`` with
+    ``D`` the differences to the first vertex, which is the same matrix and needs no inverse of ``VᵀV``
+    (singular when the origin is an active vertex). Symmetric, so it is also the Jacobian-vector product.
+    Valid where the active face does not change (almost every θ).
+
+    Parameters
+    ----------
+    result : SparseMAPResult
+    grad : (d,) array (or the structure's potentials, flattened here)
+
+    Returns
+    -------
+    (d,) array
+    """
+    if not isinstance(result, SparseMAPResult):
+        raise InvalidInputError(f"sparsemap_vjp needs a SparseMAPResult, got {type(result).__name__}")
+    vertices = result.vertices
+    g = _flat_gradient(grad, vertices.shape[1], "sparsemap_vjp")
+    if len(vertices) == 1:
+        return np.zeros_like(g)  # a single vertex: μ* is locally constant
+    diff = vertices[1:] - vertices[0]
+    coef = np.linalg.lstsq(diff @ diff.T, diff @ g, rcond=None)[0]
+    return coef @ diff
+
+
+def sparsemap_loss(structure: Any, theta: Potentials, y_true: Any, **options: Any
+                   ) -> tuple[float, np.ndarray, SparseMAPResult]:
+    """The SparseMAP Fenchel–Young loss and its gradient in θ.
+
+    ``L(θ; y) = <θ, μ*> − ½‖μ*‖² − <θ, μ(y)> + ½‖μ(y)‖² = ½‖θ − μ(y)‖² − ½‖θ − μ*‖²``, ≥ 0 and 0 exactly
+    when ``μ* = μ(y)``; its gradient is ``μ* − μ(y)`` (Danskin: μ* maximises the inner problem).
+
+    Parameters
+    ----------
+    structure, theta
+        As for :func:`sparsemap`.
+    y_true
+        The gold output (checked by ``structure.validate_output``).
+    **options
+        Passed to :func:`sparsemap` (``tol``, ``max_iter``, ``warm_start``, ``oracle``).
+
+    Returns
+    -------
+    value : float
+        The loss, clipped at 0: an inexact μ* lowers it by at most the returned gap, so a negative value
+        is within the forward's certified accuracy.
+    gradient : (d,) array
+        ``flatten(μ*) − flatten(μ(y))``.
+    result : SparseMAPResult
+        The forward (for the caller's warm start and diagnostics).
+    """
+    unknown = sorted(set(options) - {"tol", "max_iter", "warm_start", "oracle"})
+    if unknown:
+        raise InvalidInputError(f"sparsemap_loss got unknown options {unknown}; it takes tol, max_iter, "
+                                "warm_start and oracle")
+    flat, _ = _check_theta(structure, theta, "sparsemap_loss")
+    gold = _gold_stats(structure, theta, y_true, flat.size, "sparsemap_loss")
+    result = sparsemap(structure, theta, **options)
+    mu = flatten(result.stats)
+    value = 0.5 * float((flat - gold) @ (flat - gold)) - 0.5 * float((flat - mu) @ (flat - mu))
+    return max(value, 0.0), mu - gold, result
