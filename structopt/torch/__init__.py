@@ -20,6 +20,7 @@ except ImportError as error:  # pragma: no cover - exercised only without torch
 from structopt.torch.decoding import Decoded, TopK, argmax, log_partition, marginals, topk
 from structopt.torch.layers import StructuredLoss
 from structopt.torch.losses import default_loss, structured_loss
+from structopt.torch.relaxed import perturbed, sparsemap
 
 __all__ = [
     "Decoded",
@@ -29,6 +30,8 @@ __all__ = [
     "default_loss",
     "log_partition",
     "marginals",
+    "perturbed",
+    "sparsemap",
     "structured_loss",
     "topk",
 ]

@@ -2,8 +2,9 @@
 
 The numpy cores are :mod:`structopt.sparsemap` (the active-set method calling only ``argmax``, Niculae
 et al. 2018, with its backward through the active set) and :mod:`structopt.perturbed` (Berthet et al.
-2020, Gaussian noise, seeded); this module wraps them in autograd functions. Both work in the flat
-layout of θ (:func:`structopt.potentials.flatten`).
+2020, Gaussian noise, seeded); this module wraps them in autograd functions. Both work in the structure's
+full statistics layout: a compact θ (a shared transition block) is expanded for them and their gradients
+are summed back onto θ's layout; the layers return the full layout, as :func:`structopt.torch.marginals`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from structopt.errors import check_count
-from structopt.potentials import flatten, unflatten
+from structopt.potentials import Potentials, flatten, unflatten
 from structopt.torch import _inputs
-from structopt.torch._autograd import ValueAndGrad
+from structopt.torch._autograd import ValueAndGrad, reduce_to
 
 #: the relaxed kinds of :func:`structopt.torch.structured_loss` and their options (defaults)
 KINDS: dict[str, dict[str, Any]] = {
@@ -39,61 +40,56 @@ def _check(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _tensor(flat: np.ndarray, like: _inputs.Example) -> Any:
-    return _inputs.to_tensors(unflatten(np.asarray(flat, dtype=float), like.array), like.dtype, like.device)
+def _full_grad(ex: _inputs.Example, upstream: tuple[torch.Tensor | None, ...]) -> np.ndarray:
+    """The upstream gradient of a full-layout output, flattened (None for an unused field: zeros)."""
+    full = ex.structure.expand(ex.array)
+    return flatten(type(full)(*(np.zeros(np.shape(f)) if g is None else g.detach().to("cpu", torch.float64).numpy()
+                                for g, f in zip(upstream, full))))
 
 
-class _SparseMAP(torch.autograd.Function):
+def _to_theta(flat_full: np.ndarray, ex: _inputs.Example) -> Potentials:
+    """A flat full-layout gradient summed onto θ's (possibly compact) layout."""
+    return reduce_to(unflatten(np.asarray(flat_full, dtype=float), ex.structure.expand(ex.array)), ex.array)
+
+
+class _Relaxed(torch.autograd.Function):
+    """A relaxed argmax (SparseMAP or perturbed) in the full statistics layout; backward = the core's vjp."""
+
     @staticmethod
-    def forward(ctx, ex: _inputs.Example, options: dict[str, Any], *fields: torch.Tensor):
-        from structopt.sparsemap import sparsemap as core
-
-        result = core(ex.structure, ex.array, tol=options["tol"], max_iter=options["max_iter"])
-        ctx.result, ctx.ex = result, ex
-        return tuple(_tensor(flatten(result.stats), ex))
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, *upstream: torch.Tensor):
-        from structopt.sparsemap import sparsemap_vjp
-
-        ex = ctx.ex
-        grad = flatten(type(ex.array)(*(np.zeros(np.shape(a)) if g is None else g.detach().to("cpu", torch.float64)
-                                         .numpy() for g, a in zip(upstream, ex.array))))
-        return (None, None, *_tensor(sparsemap_vjp(ctx.result, grad), ex))
-
-
-class _Perturbed(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, ex: _inputs.Example, options: dict[str, Any], *fields: torch.Tensor):
-        from structopt.perturbed import perturbed_argmax
-
-        result = perturbed_argmax(ex.structure, ex.array, epsilon=options["epsilon"],
-                                  n_samples=options["n_samples"], seed=options["seed"])
-        ctx.result, ctx.ex = result, ex
-        return tuple(_tensor(flatten(result.stats), ex))
+    def forward(ctx, ex: _inputs.Example, kind: str, options: dict[str, Any], *fields: torch.Tensor):
+        full = ex.structure.expand(ex.array)
+        if kind == "sparsemap":
+            from structopt.sparsemap import sparsemap as core
+        else:
+            from structopt.perturbed import perturbed_argmax as core
+        result = core(ex.structure, full, **options)
+        ctx.result, ctx.ex, ctx.kind = result, ex, kind
+        return tuple(_inputs.to_tensors(result.stats, ex.dtype, ex.device))
 
     @staticmethod
     @once_differentiable
     def backward(ctx, *upstream: torch.Tensor):
-        from structopt.perturbed import perturbed_vjp
-
+        if ctx.kind == "sparsemap":
+            from structopt.sparsemap import sparsemap_vjp as vjp
+        else:
+            from structopt.perturbed import perturbed_vjp as vjp
         ex = ctx.ex
-        grad = flatten(type(ex.array)(*(np.zeros(np.shape(a)) if g is None else g.detach().to("cpu", torch.float64)
-                                         .numpy() for g, a in zip(upstream, ex.array))))
-        return (None, None, *_tensor(perturbed_vjp(ctx.result, grad), ex))
+        grad = _to_theta(vjp(ctx.result, _full_grad(ex, upstream)), ex)
+        return (None, None, None, *_inputs.to_tensors(grad, ex.dtype, ex.device))
 
 
 def sparsemap(structure: Any, theta: Any, *, tol: float = 1e-9, max_iter: int = 1000) -> Any:
     """SparseMAP ``μ* = argmax_{μ ∈ M} <θ, μ> − ½‖μ‖²`` as a differentiable layer (potentials of tensors).
 
     μ* is a sparse combination of a few vertices found by an active-set method that calls only the
-    structure's ``argmax``; the backward is the Jacobian on the final active set (Niculae et al., 2018,
-    Prop. 1). Works for every structure. Returns potentials of tensors in θ's layout (a list for a list).
+    structure's ``argmax``, to the Frank–Wolfe gap ``tol``; the backward is the Jacobian on the final active
+    set (Niculae et al., 2018, Prop. 1). Works for every structure (on a ``FactorGraph``: SparseMAP over its
+    marginal polytope with exact MAP; LP-SparseMAP over the local polytope is not implemented). Returns
+    potentials of tensors in the structure's full statistics layout (a list for a list).
     """
     options = _check("sparsemap", {"tol": tol, "max_iter": max_iter})
     batch, is_list = _inputs.examples(structure, theta)
-    out = [type(ex.theta)(*_SparseMAP.apply(ex, options, *ex.fields)) for ex in batch]
+    out = [type(ex.theta)(*_Relaxed.apply(ex, "sparsemap", options, *ex.fields)) for ex in batch]
     return out if is_list else out[0]
 
 
@@ -101,11 +97,14 @@ def perturbed(structure: Any, theta: Any, *, epsilon: float = 1.0, n_samples: in
     """The perturbed argmax ``E_Z[μ(argmax <θ + εZ, μ(y)>)]``, Z ~ N(0, I), as a differentiable layer.
 
     A Monte Carlo estimate over ``n_samples`` seeded draws; its backward is the Gaussian-noise estimator
-    ``(1/ε) E[μ Zᵀ]`` (Berthet et al., 2020). Returns potentials of tensors in θ's layout.
+    ``(1/ε) E[μ Zᵀ]`` with a control variate (Berthet et al., 2020), the numpy core's
+    :func:`structopt.perturbed.perturbed_vjp`. For a fixed ``seed`` the forward is piecewise constant in θ:
+    the backward is the gradient of the smoothed expectation, not of this sample average. Returns
+    potentials of tensors in the structure's full statistics layout.
     """
     options = _check("perturbed", {"epsilon": epsilon, "n_samples": n_samples, "seed": seed})
     batch, is_list = _inputs.examples(structure, theta)
-    out = [type(ex.theta)(*_Perturbed.apply(ex, options, *ex.fields)) for ex in batch]
+    out = [type(ex.theta)(*_Relaxed.apply(ex, "perturbed", options, *ex.fields)) for ex in batch]
     return out if is_list else out[0]
 
 
@@ -118,6 +117,6 @@ def fenchel_young(kind: str, batch: list[_inputs.Example], gold: list[Any], opti
         from structopt.perturbed import perturbed_loss as core
     values = []
     for ex, y in zip(batch, gold):
-        value, grad, _ = core(ex.structure, ex.array, y, **options)
-        values.append(ValueAndGrad.apply(float(value), unflatten(np.asarray(grad, dtype=float), ex.array), *ex.fields))
+        value, grad, _ = core(ex.structure, ex.structure.expand(ex.array), y, **options)
+        values.append(ValueAndGrad.apply(float(value), _to_theta(grad, ex), *ex.fields))
     return values
