@@ -96,6 +96,8 @@ def test_wrong_containers_lengths_outputs_and_options_are_named():
         (lambda: st.structured_loss(counting, theta, y, loss="hamming"), "loss must be a structopt.losses.Loss"),
         (lambda: st.topk(counting, theta, 0), "integer k >= 1"),
         (lambda: st.StructuredLoss(counting, reduction="avg"), "reduction must be one of"),
+        (lambda: st.StructuredLoss(counting, kind="topk", mu=-1), "mu to be a finite number > 0"),
+        (lambda: st.StructuredLoss(counting, kind="crf", loss=so.Hamming()), "takes no task loss"),
     ]
     for call, match in cases:
         with pytest.raises(InvalidInputError, match=match):

@@ -12,7 +12,7 @@ from structopt.errors import InvalidInputError
 from structopt.losses import Loss
 from structopt.structures.base import Structure
 from structopt.torch import _inputs
-from structopt.torch.losses import structured_loss
+from structopt.torch.losses import check_kind, structured_loss
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -39,6 +39,10 @@ def split_batch(theta: Any) -> list[Any]:
 class StructuredLoss(nn.Module):
     """A structured loss as a module: ``loss(theta, y)`` over a batch.
 
+    The forward takes ``theta``, either the structure's potentials with a leading batch dimension B on every
+    field (examples of one size) or a list of per-example potentials (examples of different sizes), and ``y``,
+    the B gold outputs (a list, or a tensor whose first dimension is B).
+
     Parameters
     ----------
     structure : Structure, list of Structure, or callable
@@ -52,11 +56,7 @@ class StructuredLoss(nn.Module):
     reduction : {"mean", "sum", "none"}
         How the per-example losses are combined.
     **options
-        The kind's options (``mu``, ``k``, ...), checked on the first call.
-
-    The forward takes ``theta``, either the structure's potentials with a leading batch dimension B on every
-    field (examples of one size) or a list of per-example potentials (examples of different sizes), and ``y``,
-    the B gold outputs (a list, or a tensor whose first dimension is B).
+        The kind's options (``mu``, ``k``, ...), checked here with the kind and the loss.
     """
 
     def __init__(self, structure: Structure | list[Structure] | Callable[[int], Structure], kind: str = "hinge",
@@ -67,6 +67,7 @@ class StructuredLoss(nn.Module):
                                     f"got {type(structure).__name__}")
         if not isinstance(reduction, str) or reduction not in REDUCTIONS:
             raise InvalidInputError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        check_kind(kind, loss, options)
         self.structure, self.kind, self.loss, self.reduction, self.options = structure, kind, loss, reduction, options
 
     def extra_repr(self) -> str:

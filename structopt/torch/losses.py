@@ -67,7 +67,17 @@ def _options(kind: Any, loss: Any, options: dict[str, Any]) -> dict[str, Any]:
         chosen["mu"] = _inputs.positive(chosen["mu"], "mu", f"structured_loss(kind={kind!r})")
     if "k" in chosen:
         chosen["k"] = check_count(chosen["k"], "k", f"structured_loss(kind={kind!r})")
+    if kind not in KINDS:
+        from structopt.torch import relaxed
+
+        chosen = relaxed.check_options(kind, chosen)
     return chosen
+
+
+def check_kind(kind: Any, loss: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` of loss ``kind`` with the defaults filled in, or an :class:`InvalidInputError` naming the bad
+    one (an unknown kind or option, a bad value, a task loss where the kind takes none)."""
+    return _options(kind, loss, options)
 
 
 def _relaxed_kinds() -> dict[str, dict[str, Any]]:

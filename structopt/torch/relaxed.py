@@ -27,7 +27,8 @@ KINDS: dict[str, dict[str, Any]] = {
 }
 
 
-def _check(kind: str, options: dict[str, Any]) -> dict[str, Any]:
+def check_options(kind: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options of a relaxed kind (``"sparsemap"`` or ``"perturbed"``) checked, or an error naming one."""
     owner = f"structopt.torch {kind}"
     out = dict(options)
     if kind == "sparsemap":
@@ -87,7 +88,7 @@ def sparsemap(structure: Any, theta: Any, *, tol: float = 1e-9, max_iter: int = 
     marginal polytope with exact MAP; LP-SparseMAP over the local polytope is not implemented). Returns
     potentials of tensors in the structure's full statistics layout (a list for a list).
     """
-    options = _check("sparsemap", {"tol": tol, "max_iter": max_iter})
+    options = check_options("sparsemap", {"tol": tol, "max_iter": max_iter})
     batch, is_list = _inputs.examples(structure, theta)
     out = [type(ex.theta)(*_Relaxed.apply(ex, "sparsemap", options, *ex.fields)) for ex in batch]
     return out if is_list else out[0]
@@ -102,7 +103,7 @@ def perturbed(structure: Any, theta: Any, *, epsilon: float = 1.0, n_samples: in
     the backward is the gradient of the smoothed expectation, not of this sample average. Returns
     potentials of tensors in the structure's full statistics layout.
     """
-    options = _check("perturbed", {"epsilon": epsilon, "n_samples": n_samples, "seed": seed})
+    options = check_options("perturbed", {"epsilon": epsilon, "n_samples": n_samples, "seed": seed})
     batch, is_list = _inputs.examples(structure, theta)
     out = [type(ex.theta)(*_Relaxed.apply(ex, "perturbed", options, *ex.fields)) for ex in batch]
     return out if is_list else out[0]
@@ -110,7 +111,7 @@ def perturbed(structure: Any, theta: Any, *, epsilon: float = 1.0, n_samples: in
 
 def fenchel_young(kind: str, batch: list[_inputs.Example], gold: list[Any], options: dict[str, Any]) -> list[Any]:
     """The SparseMAP or perturbed Fenchel–Young loss of each example (values and gradients from the numpy cores)."""
-    options = _check(kind, options)
+    options = check_options(kind, options)
     if kind == "sparsemap":
         from structopt.sparsemap import sparsemap_loss as core
     else:
