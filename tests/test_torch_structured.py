@@ -292,3 +292,47 @@ def test_structured_loss_module_on_batched_tensors_lists_and_factories():
     loss = st.StructuredLoss(structure, kind="crf")(batched, y)
     loss.backward()
     assert unary.grad.shape == unary.shape and torch.isfinite(unary.grad).all()
+
+
+def test_chain_batches_take_the_batched_kernel_and_equal_the_generic_path(monkeypatch):
+    """A list of unconstrained chains runs through one batched forward-backward (chosen by capability), with
+    the generic path's values and gradients; a masked chain or an override stays on the generic path."""
+    import structopt as so
+    from structopt.torch import _chain_fast
+
+    rng = np.random.default_rng(21)
+    lengths = [1, 4, 2, 5, 3]
+
+    class Mine(so.Chain):  # an override of marginals: its own answer, never the kernel's
+        def marginals(self, theta):
+            return super().marginals(theta)
+
+    def batch(shared: bool, same: bool, structures):
+        common = rng.normal(size=(3, 3))
+        thetas = []
+        for T in lengths:
+            pairwise = common if same else rng.normal(size=(3, 3) if shared else (T - 1, 3, 3))
+            thetas.append(tensors(so.ChainPotentials(rng.normal(size=(T, 3)), pairwise)))
+        return structures, thetas, [rng.integers(0, 3, size=T) for T in lengths]
+
+    calls = []
+    original = _chain_fast._group
+    monkeypatch.setattr(_chain_fast, "_group", lambda examples: calls.append(len(examples)) or original(examples))
+    plain, masked = so.Chain(3), so.Chain(3, allowed=np.ones((3, 3), dtype=bool) & ~np.eye(3, k=1, dtype=bool))
+    for shared, same in ((True, True), (True, False), (False, False)):
+        structures, thetas, golds = batch(shared, same, plain)
+        for fast, generic in (
+                (st.log_partition(structures, thetas), torch.stack([st.log_partition(structures, t) for t in thetas])),
+                (st.structured_loss(structures, thetas, golds, kind="crf"),
+                 torch.stack([st.structured_loss(structures, t, g, kind="crf") for t, g in zip(thetas, golds)]))):
+            torch.testing.assert_close(fast, generic, rtol=1e-12, atol=1e-12)
+            got = torch.autograd.grad(fast.sum(), [f for t in thetas for f in t])
+            want = torch.autograd.grad(generic.sum(), [f for t in thetas for f in t])
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert calls and all(n == len(lengths) for n in calls)
+    calls.clear()
+    for structures in ([masked] * len(lengths), [Mine(3)] * len(lengths)):
+        _, thetas, golds = batch(True, True, None)
+        st.structured_loss(structures, thetas, golds, kind="crf")
+    assert calls == []

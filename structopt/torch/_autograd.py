@@ -109,21 +109,28 @@ class Marginals(torch.autograd.Function):
 
 
 class LogPartition(torch.autograd.Function):
-    """``log Z(θ)``; backward = the marginals (summed onto θ's layout), itself differentiable."""
+    """``log Z(θ)``; backward = the marginals (summed onto θ's layout), itself differentiable.
+
+    ``known`` is ``(log Z, marginals in θ's layout)`` when a batched kernel computed them already, else None.
+    """
 
     @staticmethod
-    def forward(ctx, structure: Structure, theta_type: type, *fields: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, structure: Structure, theta_type: type, known: tuple[float, Potentials] | None,
+                *fields: torch.Tensor) -> torch.Tensor:
         theta = theta_type(*(f.detach().to("cpu", torch.float64).numpy() for f in fields))
-        log_z, marg = structure.marginals(theta)
-        ctx.structure, ctx.theta_type, ctx.marg = structure, theta_type, marg
+        if known is None:
+            log_z, marg = structure.marginals(theta)
+            known = (float(log_z), reduce_to(marg, theta))
+        ctx.structure, ctx.theta_type, ctx.marg = structure, theta_type, known[1]
         ctx.save_for_backward(*fields)
-        return _tensor(float(log_z), fields[0])
+        return _tensor(float(known[0]), fields[0])
 
     @staticmethod
     def backward(ctx, upstream: torch.Tensor):
         fields = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: the marginals must be differentiable in turn
-            marg = Marginals.apply(ctx.structure, ctx.marg, ctx.theta_type, *fields)
+            full = Marginals.apply(ctx.structure, None, ctx.theta_type, *fields)
+            marg = tuple(m.sum_to_size(f.shape) for m, f in zip(full, fields))
         else:
             marg = tuple(_tensor(m, upstream) for m in ctx.marg)
-        return (None, None, *(upstream * m.sum_to_size(f.shape) for m, f in zip(marg, fields)))
+        return (None, None, None, *(upstream * m for m in marg))

@@ -16,6 +16,7 @@ from structopt.errors import check_count
 from structopt.potentials import Potentials
 from structopt.torch import _inputs
 from structopt.torch._autograd import LogPartition, Marginals
+from structopt.torch._chain_fast import chain_marginals
 
 
 class Decoded(NamedTuple):
@@ -145,7 +146,8 @@ def log_partition(structure: Any, theta: Any) -> torch.Tensor:
 
     Its gradient is the marginals (summed onto θ's layout) and is itself differentiable
     (``create_graph=True``; see :func:`marginals`). A structure without marginals is refused with
-    :class:`NotSupportedError` before any work.
+    :class:`NotSupportedError` before any work. On a list, unconstrained chains (whose ``marginals`` is
+    ``Chain``'s own) run through the batched chain kernel, one compiled call per number of labels.
     """
     batch, is_list = _inputs.examples(structure, theta)
     _inputs.require(batch, "marginals", "structopt.torch.log_partition")
@@ -154,5 +156,10 @@ def log_partition(structure: Any, theta: Any) -> torch.Tensor:
 
 
 def log_partition_of(batch: list[_inputs.Example]) -> list[torch.Tensor]:
-    """``log Z`` of checked examples (shared by :func:`log_partition` and the CRF loss)."""
-    return [LogPartition.apply(ex.structure, type(ex.array), *ex.fields) for ex in batch]
+    """``log Z`` of checked examples (shared by :func:`log_partition` and the CRF loss).
+
+    Chains that the batched chain kernel serves (declared capability, see :mod:`structopt.torch._chain_fast`)
+    run in one compiled call per batch; the others call their structure's ``marginals``.
+    """
+    known = chain_marginals(batch) if len(batch) > 1 else {}
+    return [LogPartition.apply(ex.structure, type(ex.array), known.get(j), *ex.fields) for j, ex in enumerate(batch)]

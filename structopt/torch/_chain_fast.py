@@ -1,0 +1,64 @@
+"""The chain fast path of :func:`structopt.torch.log_partition` and the CRF loss on a list of examples.
+
+Chains whose marginals the chain kernels compute (``chain_kernels_serve(structure, {"marginals"})``: the
+structure's ``marginals`` is :class:`~structopt.structures.Chain`'s own and its ``kernel_oracles()`` list it,
+i.e. an unconstrained chain that does not override it) are padded into one (B, T, S) batch and run through
+the batched forward-backward kernel in one compiled call per number of labels, instead of one
+``Chain.marginals`` call per example. Anything else (masks, an override, another structure) keeps the
+generic path. The answers are the generic path's (tests hold them equal).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from structopt.potentials import Potentials
+from structopt.structures.chain import chain_kernels_serve
+from structopt.torch._autograd import reduce_to
+from structopt.torch._inputs import Example
+
+
+def batchable(ex: Example) -> bool:
+    """Whether the batched chain kernel computes this example's marginals exactly (declared capability)."""
+    return chain_kernels_serve(ex.structure, {"marginals"})
+
+
+def chain_marginals(batch: list[Example]) -> dict[int, tuple[float, Potentials]]:
+    """``{position in batch: (log Z, marginals summed onto θ's layout)}`` for the examples the batched chain
+    kernel serves, grouped by number of labels; a group of one is left to the generic path."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for j, ex in enumerate(batch):
+        if batchable(ex):
+            groups[int(np.shape(ex.array[0])[1])].append(j)
+    out: dict[int, tuple[float, Potentials]] = {}
+    for members in groups.values():
+        if len(members) > 1:
+            out.update(zip(members, _group([batch[j] for j in members]), strict=True))
+    return out
+
+
+def _group(examples: list[Example]) -> list[tuple[float, Potentials]]:
+    from structopt.structures._chain_batch import batch_marginals
+
+    lengths = np.array([np.shape(ex.array[0])[0] for ex in examples], dtype=np.int64)
+    B, T, S = len(examples), int(lengths.max()), int(np.shape(examples[0].array[0])[1])
+    unary = np.zeros((B, T, S))
+    for b, ex in enumerate(examples):
+        unary[b, :lengths[b]] = ex.array[0]
+    first = np.asarray(examples[0].array[1])
+    shared = all(np.ndim(ex.array[1]) == 2 and np.array_equal(ex.array[1], first) for ex in examples)
+    if shared:  # one transition table for the whole batch: the kernel sums its marginals over positions
+        pairwise = first
+    else:
+        pairwise = np.zeros((B, max(T - 1, 0), S, S))
+        for b, ex in enumerate(examples):
+            pairwise[b, :lengths[b] - 1] = ex.structure.expand(ex.array)[1]
+    log_z, node, pair = batch_marginals(unary, pairwise, lengths)
+    answers = []
+    for b, ex in enumerate(examples):
+        L = int(lengths[b])
+        marg = type(ex.array)(node[b, :L], pair[b] if shared else pair[b, :L - 1])
+        answers.append((float(log_z[b]), marg if shared else reduce_to(marg, ex.array)))
+    return answers
