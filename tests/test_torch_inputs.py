@@ -170,3 +170,28 @@ def test_a_users_subclass_and_loss_go_through_the_generic_path():
     np.testing.assert_allclose(theta.scores.grad.numpy(), [-1.0, 1.0, 0.0])
     with pytest.raises(NotSupportedError, match="TopTwo does not have"):
         st.log_partition(structure, theta)
+
+
+def test_structured_layer_returns_the_batch_in_the_form_it_came():
+    rng = np.random.default_rng(5)
+    structure = so.BipartiteMatching()
+    edge = torch.tensor(rng.normal(size=(4, 3, 3)), requires_grad=True)
+    empty = torch.zeros(4, 0, dtype=torch.float64)
+    batched = so.MatchingPotentials(edge, empty, empty)
+    for kind, options in (("sparsemap", {}), ("perturbed", {"n_samples": 4, "seed": 1})):
+        layer = st.StructuredLayer(structure, kind=kind, **options)
+        out = layer(batched)
+        assert out.edge.shape == (4, 3, 3)
+        singles = [getattr(st, kind)(structure, so.MatchingPotentials(edge[i], empty[i], empty[i]), **options)
+                   for i in range(4)]
+        torch.testing.assert_close(out.edge, torch.stack([p.edge for p in singles]))
+        assert torch.allclose(out.edge.sum(-1), torch.ones(4, 3, dtype=torch.float64))  # rows of a matching
+        (out.edge * torch.tensor(rng.normal(size=(4, 3, 3)))).sum().backward()
+        assert edge.grad is not None and torch.isfinite(edge.grad).all()
+    chain_structure, theta = chain()
+    listed = st.StructuredLayer(chain_structure, kind="marginals")([theta, theta])
+    assert isinstance(listed, list) and len(listed) == 2
+    with pytest.raises(InvalidInputError, match="unknown options"):
+        st.StructuredLayer(structure, kind="marginals", tol=1e-3)
+    with pytest.raises(InvalidInputError, match="kind must be one of"):
+        st.StructuredLayer(structure, kind="argmax")

@@ -18,12 +18,13 @@ except ImportError as error:  # pragma: no cover - exercised only without torch
     raise ImportError('structopt.torch needs PyTorch: pip install -e ".[torch]" (or pip install torch)') from error
 
 from structopt.torch.decoding import Decoded, TopK, argmax, log_partition, marginals, topk
-from structopt.torch.layers import StructuredLoss
+from structopt.torch.layers import StructuredLayer, StructuredLoss
 from structopt.torch.losses import default_loss, structured_loss
 from structopt.torch.relaxed import perturbed, sparsemap
 
 __all__ = [
     "Decoded",
+    "StructuredLayer",
     "StructuredLoss",
     "TopK",
     "argmax",
