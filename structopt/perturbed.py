@@ -20,7 +20,7 @@ import numpy as np
 from structopt.errors import InvalidInputError
 from structopt.options import positive, positive_int, random_state_option
 from structopt.potentials import Potentials, flatten, unflatten
-from structopt.sparsemap import _check_theta, _flat_gradient, _gold_stats, _vertex_oracle
+from structopt.sparsemap import check_theta, flat_gradient, gold_stats, vertex_oracle
 
 __all__ = ["PerturbedResult", "perturbed_argmax", "perturbed_loss", "perturbed_vjp"]
 
@@ -85,8 +85,8 @@ def perturbed_argmax(structure: Any, theta: Potentials, *, epsilon: float = 1.0,
         For ``epsilon`` not > 0, ``n_samples`` < 1, a bad seed or bad ``theta``, before any oracle call.
     """
     _check_options("perturbed_argmax", epsilon, n_samples, seed)
-    flat, template = _check_theta(structure, theta, "perturbed_argmax")
-    vertex = _vertex_oracle(structure, theta, template, "perturbed_argmax", oracle)
+    flat, template = check_theta(structure, theta, "perturbed_argmax")
+    vertex = vertex_oracle(structure, theta, template, "perturbed_argmax", oracle)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     noise = rng.standard_normal((int(n_samples), flat.size))
     samples = np.empty_like(noise)
@@ -118,7 +118,7 @@ def perturbed_vjp(result: PerturbedResult, grad: np.ndarray) -> np.ndarray:
     """
     if not isinstance(result, PerturbedResult):
         raise InvalidInputError(f"perturbed_vjp needs a PerturbedResult, got {type(result).__name__}")
-    g = _flat_gradient(grad, result.samples.shape[1], "perturbed_vjp")
+    g = flat_gradient(grad, result.samples.shape[1], "perturbed_vjp")
     weights = result.samples @ g
     M = len(weights)
     if M == 1:
@@ -160,8 +160,8 @@ def perturbed_loss(structure: Any, theta: Potentials, y_true: Any, **options: An
                                 "seed and oracle")
     _check_options("perturbed_loss", options.get("epsilon", 1.0), options.get("n_samples", 32),
                    options.get("seed", 0))
-    flat, _ = _check_theta(structure, theta, "perturbed_loss")
-    gold = _gold_stats(structure, theta, y_true, flat.size, "perturbed_loss")
+    flat, _ = check_theta(structure, theta, "perturbed_loss")
+    gold = gold_stats(structure, theta, y_true, flat.size, "perturbed_loss")
     result = perturbed_argmax(structure, theta, **options)
     perturbed = flat + result.epsilon * result.noise
     # one sum per sample over the difference: exactly 0 where the sample is the gold output, and >= 0 up to

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError, refuse_nonfinite
-from structopt.options import positive, positive_int
+from structopt.options import non_negative_int, positive, positive_int
 from structopt.potentials import Potentials, flatten, unflatten
 
 __all__ = ["SparseMAPResult", "sparsemap", "sparsemap_loss", "sparsemap_vjp"]
@@ -51,6 +51,10 @@ class SparseMAPResult:
         are not counted).
     converged : bool
         ``gap <= tol``.
+    face : (m, d) array or None
+        Further vertices of the optimal face, outside the affine hull of ``vertices`` (None: none found):
+        with them the backward spans the whole face (see ``face_tries`` of :func:`sparsemap`). They carry
+        no weight.
     """
 
     stats: Potentials
@@ -60,10 +64,12 @@ class SparseMAPResult:
     gap: float
     iterations: int
     converged: bool
+    face: np.ndarray | None = None
 
 
-# --------------------------------------------------------------------------- the oracle, shared with perturbed
-def _check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Potentials]:
+# --------------------------------------------------------------------------- checks and the oracle (structopt.perturbed
+# shares them; not part of the public API)
+def check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Potentials]:
     """``(flatten(theta), statistics template)`` after the checks every entry point makes before any work:
     potentials that are a NamedTuple of finite arrays in the full statistics layout."""
     if not (isinstance(theta, tuple) and hasattr(theta, "_fields")):
@@ -143,7 +149,7 @@ def _grid_mrf_oracle(H: int, W: int) -> tuple[Any, np.ndarray]:
     return MarginalPolytopeOracle(mrf), order
 
 
-def _vertex_oracle(structure: Any, theta: Potentials, template: Potentials, owner: str,
+def vertex_oracle(structure: Any, theta: Potentials, template: Potentials, owner: str,
                    oracle: Callable[[Potentials], Any] | None = None) -> Callable[[np.ndarray], tuple[np.ndarray, Any]]:
     """``direction (flat) -> (flatten(μ(y)), y)`` with ``y`` the oracle's output at ``direction``."""
     argmax = _linear_oracle(structure, oracle)
@@ -164,7 +170,8 @@ def _vertex_oracle(structure: Any, theta: Potentials, template: Potentials, owne
     return vertex
 
 
-def _gold_stats(structure: Any, theta: Potentials, y_true: Any, size: int, owner: str) -> np.ndarray:
+def gold_stats(structure: Any, theta: Potentials, y_true: Any, size: int, owner: str) -> np.ndarray:
+    """``flatten(μ(y_true))`` after the structure's own check of the output."""
     y = structure.validate_output(y_true, theta)
     mu = flatten(structure.stats(y, theta))
     if mu.size != size:
@@ -172,7 +179,8 @@ def _gold_stats(structure: Any, theta: Potentials, y_true: Any, size: int, owner
     return mu
 
 
-def _flat_gradient(grad: Any, size: int, owner: str) -> np.ndarray:
+def flat_gradient(grad: Any, size: int, owner: str) -> np.ndarray:
+    """An upstream gradient as a finite flat (size,) float vector (potentials are flattened), or an error."""
     if isinstance(grad, tuple) and hasattr(grad, "_fields"):
         grad = flatten(grad)
     try:
@@ -188,8 +196,8 @@ def _flat_gradient(grad: Any, size: int, owner: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------- forward
 def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter: int = 1000,
-              warm_start: SparseMAPResult | None = None,
-              oracle: Callable[[Potentials], Any] | None = None) -> SparseMAPResult:
+              warm_start: SparseMAPResult | None = None, oracle: Callable[[Potentials], Any] | None = None,
+              face_tries: int = 2) -> SparseMAPResult:
     """SparseMAP: the projection of ``theta`` onto the marginal polytope, as a sparse mixture of outputs.
 
     Parameters
@@ -208,7 +216,16 @@ def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter:
     oracle : callable, optional
         The exact linear maximisation oracle ``theta -> output`` (default: ``structure.argmax``; for a
         :class:`~structopt.structures.FactorGraph` or ``GraphStructure`` built with ``exact=False``,
-        their exact MAP, since their argmax returns a relaxed point).
+        their exact MAP, since their argmax returns a relaxed point; for a
+        :class:`~structopt.structures.BinaryGrid`, exact MAP also where ``θ − μ`` is not supermodular).
+    face_tries : int
+        At the optimum, oracle calls at ``θ − μ* + δr`` (r random, δ small) that find no new direction of the
+        optimal face before the search for one stops (0: no search). The active set can span only a slice
+        of the optimal face when that face is not a simplex: the vertices it misses would enter with weights
+        below what the tolerance resolves (a 20 x 20 matching at ``tol=1e-9``: a few of ~90), or tied
+        potentials (a grid's shared tables) put μ* on the slice exactly. μ* is right either way, its
+        derivative is not: the backward needs the whole face. Each vertex found goes to ``result.face``;
+        about ``face_tries`` + (vertices found) extra oracle calls.
 
     Returns
     -------
@@ -226,18 +243,85 @@ def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter:
 
     positive("sparsemap tol", tol)
     positive_int("sparsemap max_iter", max_iter)
+    non_negative_int("sparsemap face_tries", face_tries)
     if warm_start is not None and not isinstance(warm_start, SparseMAPResult):
         raise InvalidInputError(f"sparsemap warm_start must be a SparseMAPResult, got {type(warm_start).__name__}")
-    flat, template = _check_theta(structure, theta, "sparsemap")
+    flat, template = check_theta(structure, theta, "sparsemap")
     if warm_start is not None and warm_start.vertices.shape[1] != flat.size:
         raise InvalidInputError(f"sparsemap warm_start has vertices of size {warm_start.vertices.shape[1]}, theta "
                                 f"{flat.size}: it is from another instance")
-    vertex = _vertex_oracle(structure, theta, template, "sparsemap", oracle)
+    vertex = vertex_oracle(structure, theta, template, "sparsemap", oracle)
     start = None if warm_start is None else (warm_start.vertices, warm_start.weights, list(warm_start.outputs))
     active = min_norm_active_set(flat, vertex, tol=float(tol), max_iter=int(max_iter), start=start)
+    converged = active.gap <= tol
+    # (a forward stopped by max_iter is not at the optimum: no optimal face to complete)
+    face = _face_directions(vertex, flat, active.point, active.vertices, active.gap, int(face_tries)) \
+        if active.status != "max_iter" and face_tries else None
     return SparseMAPResult(stats=unflatten(active.point, template), outputs=list(active.labels),
                            weights=active.weights, vertices=active.vertices, gap=active.gap,
-                           iterations=active.iterations, converged=active.gap <= tol)
+                           iterations=active.iterations, converged=converged, face=face)
+
+
+def _face_directions(vertex: Callable[[np.ndarray], tuple[np.ndarray, Any]], theta: np.ndarray, mu: np.ndarray,
+                     vertices: np.ndarray, gap: float, tries: int) -> np.ndarray | None:
+    """Vertices of the face exposed by ``n = θ − μ*`` that leave the affine hull of the active ``vertices``.
+
+    The argmax at ``n + δr`` is a vertex of that face maximising ``<r, .>`` over it when δ is below the score
+    margin of the vertices outside it; one found outside the face (its score under ``n`` more than twice the
+    forward's gap below ``<n, μ*>``) makes δ 100 times smaller. r is Gaussian, made orthogonal to the directions
+    spanned so far: the vertices in their hull all score alike on it, so a face reaching beyond the hull
+    has a vertex scoring higher (μ* is inside the face, so it has vertices on both sides of the hull), and
+    one call finds it. Stops after ``tries`` calls in a row bring no new direction. Seeded: the same input
+    gives the same answer.
+    """
+    n = theta - mu
+    top = float(n @ mu)
+    # in the face: a score under n within the forward's gap of the top (the oracle's last vertex scores the
+    # gap above it) plus rounding; a looser test would take vertices the exact projection leaves out
+    slack = 2.0 * gap + 1e-13 * max(1.0, float(np.abs(n).sum()))
+    rng = np.random.default_rng(0)
+    diff = vertices[1:] - vertices[0]  # the directions spanned so far, and their Gram matrix
+    gram = diff @ diff.T
+    solve = _gram_solver(gram)
+    delta = 1e-6 * max(1.0, float(np.max(np.abs(n), initial=0.0)))
+    found: list[np.ndarray] = []
+    misses = 0
+    while misses < tries:
+        r = rng.standard_normal(theta.size)
+        if len(diff):  # orthogonal to the directions found: the face's vertices in their hull tie on it
+            r -= solve(diff @ r) @ diff
+        v, _ = vertex(n + delta * r / max(float(np.max(np.abs(r))), 1e-300))
+        if n @ v < top - slack:  # outside the face: the perturbation was too large
+            delta *= 1e-2
+            misses += 1
+            continue
+        w = v - vertices[0]
+        inner = diff @ w
+        # squared distance of w to the span of the directions so far (normal equations on their Gram matrix)
+        spanned = float(inner @ solve(inner)) if len(diff) else 0.0
+        if w @ w - spanned > 1e-9 * max(1.0, float(w @ w)):
+            gram = np.block([[gram, inner[:, None]], [inner[None, :], np.array([[w @ w]])]])
+            diff = np.vstack([diff, w])
+            solve = _gram_solver(gram)
+            found.append(v)
+            misses = 0
+        else:
+            misses += 1
+    return np.array(found) if found else None
+
+
+def _gram_solver(gram: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """``b -> gram⁻¹ b`` by Cholesky (affinely independent directions: positive definite), least squares
+    if it is numerically singular."""
+    from scipy.linalg import cho_factor, cho_solve
+
+    if not len(gram):
+        return lambda b: b
+    try:
+        factor = cho_factor(gram, check_finite=False)
+    except np.linalg.LinAlgError:
+        return lambda b: np.linalg.lstsq(gram, b, rcond=None)[0]
+    return lambda b: cho_solve(factor, b, check_finite=False)
 
 
 # --------------------------------------------------------------------------- backward
@@ -249,7 +333,9 @@ def sparsemap_vjp(result: SparseMAPResult, grad: np.ndarray) -> np.ndarray:
     and ``s = Z1 / 1ᵀZ1`` (Niculae et al. 2018, Prop. 1). It is computed as ``Dᵀ (D Dᵀ)⁻¹ D g`` with
     ``D`` the differences to the first vertex, which is the same matrix and needs no inverse of ``VᵀV``
     (singular when the origin is an active vertex). Symmetric, so it is also the Jacobian-vector product.
-    Valid where the active face does not change (almost every θ).
+    Valid where the active face does not change (almost every θ). The vertices of ``result.face`` join the
+    active ones: the derivative is the projector onto the whole optimal face's directions, also where the
+    active set spans only a slice of it (see ``face_tries`` of :func:`sparsemap`).
 
     Parameters
     ----------
@@ -262,8 +348,8 @@ def sparsemap_vjp(result: SparseMAPResult, grad: np.ndarray) -> np.ndarray:
     """
     if not isinstance(result, SparseMAPResult):
         raise InvalidInputError(f"sparsemap_vjp needs a SparseMAPResult, got {type(result).__name__}")
-    vertices = result.vertices
-    g = _flat_gradient(grad, vertices.shape[1], "sparsemap_vjp")
+    vertices = result.vertices if result.face is None else np.vstack([result.vertices, result.face])
+    g = flat_gradient(grad, vertices.shape[1], "sparsemap_vjp")
     if len(vertices) == 1:
         return np.zeros_like(g)  # a single vertex: μ* is locally constant
     diff = vertices[1:] - vertices[0]
@@ -301,8 +387,8 @@ def sparsemap_loss(structure: Any, theta: Potentials, y_true: Any, **options: An
     if unknown:
         raise InvalidInputError(f"sparsemap_loss got unknown options {unknown}; it takes tol, max_iter, "
                                 "warm_start and oracle")
-    flat, _ = _check_theta(structure, theta, "sparsemap_loss")
-    gold = _gold_stats(structure, theta, y_true, flat.size, "sparsemap_loss")
+    flat, _ = check_theta(structure, theta, "sparsemap_loss")
+    gold = gold_stats(structure, theta, y_true, flat.size, "sparsemap_loss")
     result = sparsemap(structure, theta, **options)
     mu = flatten(result.stats)
     value = 0.5 * float((flat - gold) @ (flat - gold)) - 0.5 * float((flat - mu) @ (flat - mu))

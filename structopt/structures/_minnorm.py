@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+from scipy.linalg import cho_factor, cho_solve
 
 _WEIGHT_EPS = 1e-12
 #: relative eigenvalue below which the translated Gram matrix counts as singular (affine dependence)
@@ -74,7 +75,12 @@ def affine_weights(gram: np.ndarray, b: np.ndarray) -> np.ndarray:
     g0 = gram[0]
     translated = gram[1:, 1:] - g0[1:, None] - g0[None, 1:] + g0[0]
     rhs = (b[1:] - b[0]) - (g0[1:] - g0[0])
-    gamma = np.linalg.lstsq(translated, rhs, rcond=None)[0]
+    try:  # positive definite for affinely independent vertices: a Cholesky solve, ~20x cheaper than an SVD
+        gamma = cho_solve(cho_factor(translated, check_finite=False), rhs, check_finite=False)
+        if not np.all(np.isfinite(gamma)):
+            raise np.linalg.LinAlgError
+    except np.linalg.LinAlgError:
+        gamma = np.linalg.lstsq(translated, rhs, rcond=None)[0]
     return np.concatenate([[1.0 - gamma.sum()], gamma])
 
 
@@ -96,17 +102,21 @@ def _minor_cycles(gram: np.ndarray, b: np.ndarray, weights: np.ndarray) -> tuple
         idx, weights = idx[keep], weights[keep] / weights[keep].sum()
 
 
-def _reduce_dependent(vertices: np.ndarray, weights: np.ndarray, labels: list) -> tuple[np.ndarray, np.ndarray, list]:
+def _reduce_dependent(vertices: np.ndarray, weights: np.ndarray, labels: list, gram: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, list]:
     """Drop vertices until the active set is affinely independent, keeping the point (Caratheodory).
 
-    A null vector c of the translated Gram matrix is an affine dependence (``sum c_j V_j = 0``,
-    ``sum c_j = 0``): moving the weights along it to the first zero leaves the point where it is.
+    A null vector c of the translated Gram matrix (from ``gram = V V^T``) is an affine dependence
+    (``sum c_j V_j = 0``, ``sum c_j = 0``): moving the weights along it to the first zero leaves the point
+    where it is.
     """
     while len(weights) > 1:
-        diff = vertices[1:] - vertices[0]
-        eig, vecs = np.linalg.eigh(diff @ diff.T)
+        g0 = gram[0]
+        translated = gram[1:, 1:] - g0[1:, None] - g0[None, 1:] + g0[0]
+        eig = np.linalg.eigvalsh(translated)
         if eig[0] > _DEPENDENT_RTOL * max(1.0, float(eig[-1])):
             break
+        vecs = np.linalg.eigh(translated)[1]
         c = np.concatenate([[-vecs[:, 0].sum()], vecs[:, 0]])
         c = c if np.any(c < 0) else -c
         falling = np.flatnonzero(c < 0)
@@ -115,14 +125,23 @@ def _reduce_dependent(vertices: np.ndarray, weights: np.ndarray, labels: list) -
         weights = np.maximum(weights + ratios[first] * c, 0.0)
         weights[falling[first]] = 0.0
         keep = weights > _WEIGHT_EPS
-        vertices, weights = vertices[keep], weights[keep] / weights[keep].sum()
+        vertices, weights, gram = vertices[keep], weights[keep] / weights[keep].sum(), gram[np.ix_(keep, keep)]
         labels = [label for label, kept in zip(labels, keep, strict=True) if kept]
     return vertices, weights, labels
 
 
-def _contains(vertices: np.ndarray, q: np.ndarray) -> bool:
-    scale = max(1.0, float(np.max(np.abs(q), initial=0.0)))
-    return bool(np.any(np.max(np.abs(vertices - q), axis=1, initial=0.0) <= 1e-12 * scale))
+def _grown(gram: np.ndarray, column: np.ndarray, diagonal: float) -> np.ndarray:
+    """``[[gram, column], [column^T, diagonal]]``."""
+    k = len(column)
+    out = np.empty((k + 1, k + 1))
+    out[:k, :k] = gram
+    out[:k, k] = out[k, :k] = column
+    out[k, k] = diagonal
+    return out
+
+
+def _key(q: np.ndarray) -> bytes:
+    return (q + 0.0).tobytes()  # + 0.0 turns -0.0 into 0.0: equal vectors, equal keys
 
 
 def min_norm_active_set(v: np.ndarray, vertex_oracle: Callable[[np.ndarray], tuple[np.ndarray, Any]], *,
@@ -161,13 +180,27 @@ def min_norm_active_set(v: np.ndarray, vertex_oracle: Callable[[np.ndarray], tup
         keep = weights > _WEIGHT_EPS
         vertices, weights, labels = vertices[keep], weights[keep] / weights[keep].sum(), [
             label for label, kept in zip(start[2], keep, strict=True) if kept]
+    k = len(weights)
+    # vertices live in the first k rows of a buffer that doubles when full (no copy of the set per vertex)
+    buffer = np.empty((max(2 * k, 16), v.size))
+    buffer[:k] = vertices
     gram, b = vertices @ vertices.T, vertices @ v
+
+    def keep_only(idx: np.ndarray) -> None:
+        nonlocal k, gram, b, labels, keys
+        if len(idx) == k:
+            return
+        buffer[:len(idx)] = buffer[idx]
+        k, gram, b = len(idx), gram[np.ix_(idx, idx)], b[idx]
+        labels, keys = [labels[i] for i in idx], [keys[i] for i in idx]
+
+    keys = [_key(row) for row in vertices]
     if start is not None:  # re-optimise the old active set for this v before asking the oracle
         idx, weights = _minor_cycles(gram, b, weights)
-        vertices, gram, b, labels = vertices[idx], gram[np.ix_(idx, idx)], b[idx], [labels[i] for i in idx]
+        keep_only(idx)
     iterations = 0
     while True:
-        x = weights @ vertices
+        x = weights @ buffer[:k]
         q, label = vertex_oracle(v - x)
         q = np.asarray(q, dtype=float)
         gap = float((v - x) @ (q - x))
@@ -178,17 +211,22 @@ def min_norm_active_set(v: np.ndarray, vertex_oracle: Callable[[np.ndarray], tup
         if iterations >= max_iter:
             status = "max_iter"
             break
-        if _contains(vertices, q):  # an active vertex has gap 0 up to rounding: the floor is reached
+        key = _key(q)
+        if key in keys:  # an active vertex has gap 0 up to rounding: the floor is reached
             status = "repeated"
             break
         iterations += 1
-        column = vertices @ q
-        gram = np.block([[gram, column[:, None]], [column[None, :], np.array([[q @ q]])]])
+        if k == len(buffer):
+            buffer = np.concatenate([buffer, np.empty_like(buffer)])
+        column = buffer[:k] @ q
+        buffer[k] = q
+        gram = _grown(gram, column, float(q @ q))
         b = np.append(b, q @ v)
-        vertices, labels, weights = np.vstack([vertices, q]), [*labels, label], np.append(weights, 0.0)
+        k, labels, keys, weights = k + 1, [*labels, label], [*keys, key], np.append(weights, 0.0)
         idx, weights = _minor_cycles(gram, b, weights)
-        vertices, gram, b, labels = vertices[idx], gram[np.ix_(idx, idx)], b[idx], [labels[i] for i in idx]
-    vertices, weights, labels = _reduce_dependent(vertices, weights, labels)
+        keep_only(idx)
+    vertices = buffer[:k].copy()
+    vertices, weights, labels = _reduce_dependent(vertices, weights, labels, gram)
     return ActiveSet(vertices, weights, labels, max(gap, 0.0), iterations, status)
 
 
