@@ -336,3 +336,22 @@ def test_chain_batches_take_the_batched_kernel_and_equal_the_generic_path(monkey
         _, thetas, golds = batch(True, True, None)
         st.structured_loss(structures, thetas, golds, kind="crf")
     assert calls == []
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "sparsemap"])
+def test_a_dynamic_program_goes_through_the_generic_path(kind):
+    """DPStructure (a chain's hypergraph, Chain.as_dp): every loss kind gradchecks and equals the chain's."""
+    import structopt as so
+
+    rng = np.random.default_rng(31)
+    chain = so.Chain(3)
+    theta = so.ChainPotentials(rng.normal(size=(4, 3)), rng.normal(size=(3, 3, 3)))
+    dp = chain.as_dp(4)
+    dp_theta = type(dp.Potentials(np.zeros(1)))(flatten(theta))
+    gold = np.array([0, 2, 1, 1])
+    t = tensors(dp_theta)
+    value = st.structured_loss(dp, t, dp.validate_output(gold, dp_theta), kind=kind)
+    assert value.item() == pytest.approx(st.structured_loss(chain, tensors(theta), gold, kind=kind).item(), abs=1e-8)
+    assert torch.autograd.gradcheck(
+        lambda f: st.structured_loss(dp, type(dp_theta)(f), dp.validate_output(gold, dp_theta), kind=kind),
+        tuple(t), eps=1e-6, atol=1e-5, rtol=1e-4)
