@@ -355,3 +355,53 @@ def test_a_dynamic_program_goes_through_the_generic_path(kind):
     assert torch.autograd.gradcheck(
         lambda f: st.structured_loss(dp, type(dp_theta)(f), dp.validate_output(gold, dp_theta), kind=kind),
         tuple(t), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def test_chain_lists_decode_through_the_batched_viterbi_with_the_generic_answers(monkeypatch):
+    """argmax and the hinge's loss-augmented decoding of a list of chains: one batched Viterbi per structure
+    (masks included), the generic path's outputs, values and gradients; a loss with its own decoding hook and a
+    chain that overrides argmax stay on the generic path."""
+    import structopt as so
+    from structopt.losses import Hamming, WeightedHamming
+    from structopt.torch import _chain_fast
+
+    rng = np.random.default_rng(22)
+    lengths = [1, 4, 2, 5, 3]
+    calls = []
+    original = _chain_fast._viterbi
+    monkeypatch.setattr(_chain_fast, "_viterbi",
+                        lambda structure, potentials: calls.append(len(potentials)) or original(structure, potentials))
+
+    class Mine(so.Chain):
+        def argmax(self, theta):
+            return super().argmax(theta)
+
+    class OwnHook(Hamming):
+        def augmented_argmax(self, structure, theta, y_true):
+            return super().augmented_argmax(structure, theta, y_true)
+
+    masked = so.Chain(3, allowed=~np.eye(3, k=1, dtype=bool), allowed_start=np.array([True, True, False]))
+    cost = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [3.0, 1.0, 0.0]])
+    for structure, loss in ((so.Chain(3), None), (masked, WeightedHamming(cost)), (so.Chain(3), Hamming(True))):
+        for shared in (True, False):
+            common = rng.normal(size=(3, 3))
+            thetas = [tensors(so.ChainPotentials(rng.normal(size=(T, 3)),
+                                                 common if shared else rng.normal(size=(T - 1, 3, 3))))
+                      for T in lengths]
+            golds = [structure.argmax(so.ChainPotentials(rng.normal(size=(T, 3)), np.zeros((3, 3)))) for T in lengths]
+            calls.clear()
+            fast = st.structured_loss(structure, thetas, golds, kind="hinge", loss=loss)
+            decoded = st.argmax(structure, thetas)
+            assert calls == [len(lengths), len(lengths)]
+            generic = torch.stack([st.structured_loss(structure, t, g, kind="hinge", loss=loss)
+                                   for t, g in zip(thetas, golds)])
+            torch.testing.assert_close(fast, generic, rtol=1e-12, atol=1e-12)
+            fields = [f for t in thetas for f in t]
+            for a, b in zip(torch.autograd.grad(fast.sum(), fields), torch.autograd.grad(generic.sum(), fields)):
+                torch.testing.assert_close(a, b)
+            for y, t in zip(decoded.output, thetas):
+                np.testing.assert_array_equal(y, structure.argmax(type(t)(*(f.detach().numpy() for f in t))))
+    calls.clear()
+    st.structured_loss(so.Chain(3), thetas, golds, kind="hinge", loss=OwnHook())
+    st.argmax(Mine(3), thetas)
+    assert calls == []

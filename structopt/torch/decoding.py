@@ -16,7 +16,7 @@ from structopt.errors import check_count
 from structopt.potentials import Potentials
 from structopt.torch import _inputs
 from structopt.torch._autograd import LogPartition, Marginals
-from structopt.torch._chain_fast import chain_marginals
+from structopt.torch._chain_fast import chain_argmax, chain_marginals
 
 
 class Decoded(NamedTuple):
@@ -92,9 +92,10 @@ def argmax(structure: Any, theta: Any) -> Decoded:
         A bad argument (type, dtype, shape, non-finite value, list lengths), before any oracle call.
     """
     batch, is_list = _inputs.examples(structure, theta)
+    known = chain_argmax(batch) if is_list else {}
     stats, outs, scores = [], [], []
-    for ex in batch:
-        y = ex.structure.argmax(ex.array)
+    for j, ex in enumerate(batch):
+        y = known[j] if j in known else ex.structure.argmax(ex.array)
         mu = ex.structure.stats(y, ex.array)
         stats.append(_inputs.to_tensors(mu, ex.dtype, ex.device))
         outs.append(y)

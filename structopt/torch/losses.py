@@ -22,6 +22,7 @@ from structopt.potentials import Potentials, add, inner
 from structopt.smoothing import l2_smoothed_max_sorted
 from structopt.torch import _inputs
 from structopt.torch._autograd import ValueAndGrad, reduce_to
+from structopt.torch._chain_fast import chain_argmax
 from structopt.torch.decoding import log_partition_of, score
 
 #: the loss kinds of :func:`structured_loss` and the options each accepts (with their defaults)
@@ -134,14 +135,20 @@ def structured_loss(structure: Any, theta: Any, y: Any, kind: str = "hinge", los
         _inputs.require(batch, "marginals", f"structured_loss(kind={kind!r})")
     if kind == "topk":
         _inputs.require(batch, "topk", "structured_loss(kind='topk')")
-    losses = [None] * len(batch)
+    losses: list[Any] = [None] * len(batch)
+    terms: list[Any] = [None] * len(batch)
     if kind in TASK_LOSS_KINDS:
         losses = [loss if loss is not None else default_loss(ex.structure) for ex in batch]
-        for ex, task, y_ex in zip(batch, losses, gold):
-            if task.decomposable:  # the terms exist for this structure and output: refuse before any oracle
-                task.linear_terms(ex.structure, y_ex, ex.array)
+        # the terms exist for this structure and output: refuse before any oracle
+        terms = [task.linear_terms(ex.structure, y_ex, ex.array)[0] if task.decomposable else None
+                 for ex, task, y_ex in zip(batch, losses, gold)]
     if kind == "crf":
         values = _crf(batch, gold)
+    elif kind == "hinge":
+        # a loss decoding by the default hook is argmax(θ + c): batched where the chain kernels serve it
+        shifts = [c if type(task).augmented_argmax is Loss.augmented_argmax else None for c, task in zip(terms, losses)]
+        decoded = chain_argmax(batch, shifts) if is_list else {}
+        values = [_hinge(ex, y_ex, task, decoded.get(j)) for j, (ex, y_ex, task) in enumerate(zip(batch, gold, losses))]
     elif kind in KINDS:
         core = _CORES[kind]
         values = [core(ex, y_ex, task, kind_options) for ex, y_ex, task in zip(batch, gold, losses)]
@@ -167,8 +174,10 @@ def task_value(ex: _inputs.Example, task: Loss, y: Any, y_hat: Any) -> float:
     return float(task(y, y_hat))
 
 
-def _hinge(ex: _inputs.Example, y: Any, task: Loss, options: dict[str, Any]) -> torch.Tensor:
-    y_hat = task.augmented_argmax(ex.structure, ex.array, y)
+def _hinge(ex: _inputs.Example, y: Any, task: Loss, y_hat: Any = None) -> torch.Tensor:
+    # y_hat: the loss-augmented argmax when a batched kernel decoded it already (the same output)
+    if y_hat is None:
+        y_hat = task.augmented_argmax(ex.structure, ex.array, y)
     mu_hat = y_hat if isinstance(y_hat, type(ex.array)) else ex.structure.stats(y_hat, ex.array)
     delta = task_value(ex, task, y, y_hat)
     # autograd of this expression is μ(ŷ) − μ_y summed onto θ's layout; its second derivative is 0, as it should
@@ -200,4 +209,4 @@ def _crf(batch: list[_inputs.Example], gold: list[Any]) -> list[torch.Tensor]:
     return [lz - score(ex.theta, gold_stats(ex, y)) for lz, ex, y in zip(log_z, batch, gold)]
 
 
-_CORES: dict[str, Callable[..., torch.Tensor]] = {"hinge": _hinge, "topk": _topk, "entropy": _entropy}
+_CORES: dict[str, Callable[..., torch.Tensor]] = {"topk": _topk, "entropy": _entropy}
