@@ -115,3 +115,13 @@ def test_relaxed_options_are_checked_before_any_work():
     ]:
         with pytest.raises(InvalidInputError, match=match):
             call()
+
+
+def test_an_unconverged_sparsemap_says_so():
+    structure, theta, gold = instances("chain", seed=11)[-1]
+    t = tensors(theta)
+    with pytest.warns(RuntimeWarning, match="stopped at max_iter=1 with Frank–Wolfe gap"):
+        st.sparsemap(structure, t, max_iter=1)
+    with pytest.warns(RuntimeWarning, match=r"\(example [01]\) stopped at max_iter=1") as caught:
+        st.structured_loss(structure, [t, t], [gold, gold], kind="sparsemap", max_iter=1)
+    assert sorted(str(w.message)[:20] for w in caught) == ["SparseMAP (example 0", "SparseMAP (example 1"]

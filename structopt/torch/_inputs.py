@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from structopt.contract import has_hook
-from structopt.errors import InvalidInputError, NotSupportedError, example_error
+from structopt.errors import InvalidInputError, NotSupportedError
 from structopt.potentials import Potentials
 from structopt.structures.base import Structure, supports
 
@@ -42,9 +42,6 @@ class Example:
     @property
     def device(self) -> torch.device:
         return self.theta[0].device
-
-    def label(self, what: str = "theta") -> str:
-        return what if self.index is None else f"{what}[{self.index}]"
 
 
 def is_potentials(value: Any) -> bool:
@@ -176,8 +173,3 @@ def positive(value: Any, name: str, owner: str) -> float:
             np.isfinite(value) and value > 0):
         raise InvalidInputError(f"{owner} needs {name} to be a finite number > 0, got {value!r}")
     return float(value)
-
-
-def example_label(index: int | None) -> str:
-    """``"example i: "`` for a list's entry, empty for a single example (message prefixes)."""
-    return str(example_error(index, "")) if index is not None else ""

@@ -9,6 +9,7 @@ are summed back onto θ's layout; the layers return the full layout, as :func:`s
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,15 @@ def check_options(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _warn_unconverged(result: Any, ex: _inputs.Example, options: dict[str, Any]) -> None:
+    """SparseMAP stopped at ``max_iter`` before its certificate met ``tol``: said, not silent."""
+    if not getattr(result, "converged", True):
+        where = "" if ex.index is None else f" (example {ex.index})"
+        warnings.warn(f"SparseMAP{where} stopped at max_iter={options['max_iter']} with Frank–Wolfe gap "
+                      f"{result.gap:.3g} > tol={options['tol']:g}: μ* and its gradient are approximate",
+                      RuntimeWarning, stacklevel=3)
+
+
 def _full_grad(ex: _inputs.Example, upstream: tuple[torch.Tensor | None, ...]) -> np.ndarray:
     """The upstream gradient of a full-layout output, flattened (None for an unused field: zeros)."""
     full = ex.structure.expand(ex.array)
@@ -64,6 +74,7 @@ class _Relaxed(torch.autograd.Function):
         else:
             from structopt.perturbed import perturbed_argmax as core
         result = core(ex.structure, full, **options)
+        _warn_unconverged(result, ex, options)
         ctx.result, ctx.ex, ctx.kind = result, ex, kind
         return tuple(_inputs.to_tensors(result.stats, ex.dtype, ex.device))
 
@@ -118,6 +129,7 @@ def fenchel_young(kind: str, batch: list[_inputs.Example], gold: list[Any], opti
         from structopt.perturbed import perturbed_loss as core
     values = []
     for ex, y in zip(batch, gold):
-        value, grad, _ = core(ex.structure, ex.structure.expand(ex.array), y, **options)
+        value, grad, result = core(ex.structure, ex.structure.expand(ex.array), y, **options)
+        _warn_unconverged(result, ex, options)
         values.append(ValueAndGrad.apply(float(value), _to_theta(grad, ex), *ex.fields))
     return values
