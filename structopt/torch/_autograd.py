@@ -90,9 +90,9 @@ class Marginals(torch.autograd.Function):
     """``E_θ[μ]`` in the structure's full statistics layout; backward = covariance products."""
 
     @staticmethod
-    def forward(ctx, structure: Structure, known: Potentials | None, theta_type: type, *fields: torch.Tensor):
+    def forward(ctx, structure: Structure, theta_type: type, *fields: torch.Tensor):
         theta = theta_type(*(f.detach().to("cpu", torch.float64).numpy() for f in fields))
-        marg = known if known is not None else structure.marginals(theta)[1]
+        marg = structure.marginals(theta)[1]
         ctx.structure, ctx.theta = structure, theta
         return tuple(_tensor(m, fields[0]) for m in marg)
 
@@ -105,7 +105,7 @@ class Marginals(torch.autograd.Function):
                                   for g, f in zip(upstream, full)))
         product = reduce_to(covariance_product(structure, full, direction), theta)
         like = next(g for g in upstream if g is not None)
-        return (None, None, None, *(_tensor(p, like) for p in product))
+        return (None, None, *(_tensor(p, like) for p in product))
 
 
 class LogPartition(torch.autograd.Function):
@@ -129,7 +129,7 @@ class LogPartition(torch.autograd.Function):
     def backward(ctx, upstream: torch.Tensor):
         fields = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: the marginals must be differentiable in turn
-            full = Marginals.apply(ctx.structure, None, ctx.theta_type, *fields)
+            full = Marginals.apply(ctx.structure, ctx.theta_type, *fields)
             marg = tuple(m.sum_to_size(f.shape) for m, f in zip(full, fields))
         else:
             marg = tuple(_tensor(m, upstream) for m in ctx.marg)

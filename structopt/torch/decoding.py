@@ -138,7 +138,7 @@ def marginals(structure: Any, theta: Any) -> Potentials | list[Potentials]:
     """
     batch, is_list = _inputs.examples(structure, theta)
     _inputs.require(batch, "marginals", "structopt.torch.marginals")
-    out = [type(ex.theta)(*Marginals.apply(ex.structure, None, type(ex.array), *ex.fields)) for ex in batch]
+    out = [type(ex.theta)(*Marginals.apply(ex.structure, type(ex.array), *ex.fields)) for ex in batch]
     return out if is_list else out[0]
 
 
