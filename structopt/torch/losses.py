@@ -180,8 +180,8 @@ def _hinge(ex: _inputs.Example, y: Any, task: Loss, y_hat: Any = None) -> torch.
         y_hat = task.augmented_argmax(ex.structure, ex.array, y)
     mu_hat = y_hat if isinstance(y_hat, type(ex.array)) else ex.structure.stats(y_hat, ex.array)
     delta = task_value(ex, task, y, y_hat)
-    # autograd of this expression is μ(ŷ) − μ_y summed onto θ's layout; its second derivative is 0, as it should
-    return score(ex.theta, mu_hat) + delta - score(ex.theta, gold_stats(ex, y))
+    # <θ, μ(ŷ) − μ_y> + Δ: autograd gives μ(ŷ) − μ_y summed onto θ's layout; its second derivative is 0, as it should
+    return score(ex.theta, add(mu_hat, gold_stats(ex, y), -1.0)) + delta
 
 
 def _topk(ex: _inputs.Example, y: Any, task: Loss, options: dict[str, Any]) -> torch.Tensor:
