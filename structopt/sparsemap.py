@@ -75,6 +75,15 @@ def check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Pot
     if not (isinstance(theta, tuple) and hasattr(theta, "_fields")):
         raise InvalidInputError(f"{owner} needs theta as the structure's potentials (a NamedTuple of arrays), "
                                 f"got {type(theta).__name__}")
+    for label, field in zip(theta._fields, theta, strict=True):
+        field = np.asarray(field)
+        if field.dtype.kind not in "biuf":
+            raise InvalidInputError(f"{owner} theta field {label} must be a numeric array, got dtype {field.dtype}")
+        if field.dtype.kind == "f" and np.isneginf(field).any() and not np.isnan(field).any():
+            # forbidden entries (which Chain's argmax honours) would make the projection's scores infinite
+            raise InvalidInputError(f"{owner} theta potentials contain -inf ({label}); -inf entries (forbidden "
+                                    "outputs) are not supported here: use the structure's masks (e.g. "
+                                    "Chain(allowed=...)) or a large negative finite score")
     refuse_nonfinite(zip(theta._fields, theta, strict=True), f"{owner} theta")
     template = structure.expand(theta)
     flat = flatten(theta)
@@ -88,8 +97,10 @@ def check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Pot
 
 def _linear_oracle(structure: Any, oracle: Callable[[Potentials], Any] | None) -> Callable[[Potentials], Any]:
     """The exact linear maximisation oracle ``θ -> y``: ``oracle`` if given, else the structure's argmax,
-    except for a factor graph built with ``exact=False``, whose argmax is AD3's relaxed LP-MAP point:
-    then its exact MAP (branch-and-bound over AD3)."""
+    except where that argmax is not exact MAP at every direction: a ``FactorGraph`` or ``GraphStructure``
+    built with ``exact=False`` (AD3's relaxed LP-MAP point) gets its exact MAP (branch-and-bound over AD3),
+    a ``BinaryGrid`` (min cut, supermodular directions only) gets :func:`_grid_oracle`. The classes are
+    looked up among loaded modules only: a structure's class is loaded when it exists."""
     if oracle is not None:
         if not callable(oracle):
             raise InvalidInputError(f"oracle must be callable (theta -> output), got {type(oracle).__name__}")

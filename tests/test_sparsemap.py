@@ -442,6 +442,15 @@ def test_grid_directions_that_are_not_supermodular_use_exact_map():
     assert RefusalCountingGrid.refused > 0 and len(result.weights) >= 2
 
 
+def test_chain_with_forbidden_transitions_projects_onto_the_allowed_sequences():
+    allowed = np.array([[True, True, False], [False, True, True], [True, False, True]])
+    chain = Chain(3, allowed=allowed)
+    rng = np.random.default_rng(10)
+    theta = ChainPotentials(rng.normal(scale=0.4, size=(4, 3)), rng.normal(scale=0.4, size=(3, 3, 3)))
+    result = _assert_forward("masked chain", chain, theta)
+    assert len(result.weights) >= 3 and all(chain.feasible(y) for y in result.outputs)
+
+
 def test_an_oracle_returning_a_relaxed_point_is_refused():
     class Relaxed(TwoOfN):
         def argmax(self, theta):
@@ -489,7 +498,7 @@ class CountingMultiClass(MultiClass):
 @pytest.mark.parametrize(("theta", "options", "match"), [
     (np.array([0.0, np.nan, 1.0]), {}, "NaN"),
     (np.array([0.0, np.inf, 1.0]), {}, r"\+inf"),
-    (np.array([0.0, -np.inf, 1.0]), {}, "-inf"),
+    (np.array([0.0, -np.inf, 1.0]), {}, "-inf entries"),
     (np.zeros(3), {"tol": 0.0}, "tol"),
     (np.zeros(3), {"tol": -1.0}, "tol"),
     (np.zeros(3), {"tol": float("nan")}, "tol"),
@@ -516,6 +525,8 @@ def test_bad_theta_layouts_and_gradients():
     assert result.converged
     with pytest.raises(InvalidInputError, match="NamedTuple"):
         sparsemap(chain, np.zeros(3))
+    with pytest.raises(InvalidInputError, match="numeric"):
+        sparsemap(MultiClass(2), MultiClass(2).Potentials(np.array(["a", "b"])))
     with pytest.raises(InvalidInputError, match="shape"):
         sparsemap_vjp(result, np.zeros(5))
     with pytest.raises(InvalidInputError, match="NaN"):
