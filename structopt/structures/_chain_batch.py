@@ -38,6 +38,8 @@ NEG_INF = -np.inf
 #: smallest product the scaled recursions may form (normal float64 numbers keep full relative precision
 #: down to ~2.2e-308; the margin covers sums of S such products and the divisions by normalisers)
 GUARD = 1e-290
+#: from this many states on, the summed edge marginals of an example are one BLAS product (below, a loop is faster)
+BLAS_STATES = 16
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -49,6 +51,26 @@ def _min_nonzero(x):
         v = x[k]
         lo = min(lo, v if v > 0.0 else np.inf)
     return lo
+
+
+@njit(cache=True, inline="always")
+def _vecmat(x, M, out):
+    # out = x @ M, four rows of M per sweep over out (one load and store of out per four multiply-adds)
+    S = M.shape[0]
+    out[:] = 0.0
+    a = 0
+    while a + 4 <= S:
+        x0, x1, x2, x3 = x[a], x[a + 1], x[a + 2], x[a + 3]
+        r0, r1, r2, r3 = M[a], M[a + 1], M[a + 2], M[a + 3]
+        for b in range(out.shape[0]):
+            out[b] += (x0 * r0[b] + x1 * r1[b]) + (x2 * r2[b] + x3 * r3[b])
+        a += 4
+    while a < S:
+        xa = x[a]
+        r = M[a]
+        for b in range(out.shape[0]):
+            out[b] += xa * r[b]
+        a += 1
 
 
 @njit(cache=True)
@@ -102,7 +124,7 @@ def _transitions_of(pairwise, shared, i, L, zeros):
 # ----------------------------------------------------------------------------- sum-product
 @njit(cache=True)
 def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
-                    w, umax, wmin, alpha, norm, amin, tops, mins, v, y, z, Mt, node, pair):
+                    w, umax, wmin, alpha, norm, amin, tops, mins, v, Y, z, node, pair):
     """Scaled forward-backward of example i into node[i] and pair[i]; returns (ok, log Z).
 
     ``ok`` is False when a product fell below GUARD, a position has no finite unary entry, the
@@ -148,12 +170,7 @@ def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
             tops[t - 1], mins[t - 1] = top, lowest
         if not amin[t - 1] * lowest * wmin[t] >= GUARD:
             return False, 0.0
-        v[:] = 0.0
-        for a in range(S):
-            aa = alpha[t - 1, a]
-            row = Ep[a]
-            for b in range(S):
-                v[b] += aa * row[b]
+        _vecmat(alpha[t - 1], Ep, v)
         total = 0.0
         for b in range(S):
             f = v[b] * w[t, b]
@@ -170,23 +187,16 @@ def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
     for s in range(S):
         z[s] = 1.0
         node[i, L - 1, s] = alpha[L - 1, s]
-    if shared:
-        Mt[:] = 0.0
     for t in range(L - 2, -1, -1):
+        y = Y[t]
+        inv = 1.0 / norm[t + 1]
         for b in range(S):
-            y[b] = w[t + 1, b] * z[b] / norm[t + 1]
+            y[b] = w[t + 1, b] * z[b] * inv
         lowest = emin if shared else mins[t]
         if not amin[t] * lowest * _min_nonzero(y) >= GUARD:
             return False, 0.0
-        if shared:  # Mt[b, a] accumulates alpha[t, a] y[b]; the edge marginals are Mt.T * E
-            z[:] = 0.0
-            for b in range(S):
-                yb = y[b]
-                col = Et[b]
-                acc = Mt[b]
-                for a in range(S):
-                    z[a] += col[a] * yb
-                    acc[a] += yb * alpha[t, a]
+        if shared:
+            _vecmat(y, Et, z)
         else:  # the table in pair[i, t] becomes this position's edge marginals in place
             Ep = pair[i, t]
             for a in range(S):
@@ -200,11 +210,22 @@ def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
                 z[a] = s_
         for a in range(S):
             node[i, t, a] = alpha[t, a] * z[a]
-    if shared:
+    if shared and L > 1:  # edge marginals summed over positions: (sum_t alpha[t] y[t]^T) * E
         out = pair[i, 0]
+        if S >= BLAS_STATES:
+            out[:] = np.dot(alpha[:L - 1].T, Y[:L - 1])
+        else:
+            out[:] = 0.0
+            for t in range(L - 1):
+                for a in range(S):
+                    aa = alpha[t, a]
+                    row = out[a]
+                    yt = Y[t]
+                    for b in range(S):
+                        row[b] += aa * yt[b]
         for a in range(S):
             for b in range(S):
-                out[a, b] = Mt[b, a] * E[a, b]
+                out[a, b] *= E[a, b]
     return True, log_z
 
 
@@ -241,16 +262,15 @@ def marginals_kernel(unary, pairwise, shared, start, end, lengths, labels, has_l
     tops = np.empty(Tp)
     mins = np.empty(Tp)
     v = np.empty(S)
-    y = np.empty(S)
+    Y = np.empty((T, S))
     z = np.empty(S)
-    Mt = np.zeros((S, S))
     zeros = np.zeros((1, S, S))
     log_space = np.zeros(B, dtype=np.bool_)
     for i in range(B):
         L = lengths[i]
         _effective_unary(unary, i, L, start, end, ub)
         ok, lz = _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
-                                 w, umax, wmin, alpha, norm, amin, tops, mins, v, y, z, Mt, node, pair)
+                                 w, umax, wmin, alpha, norm, amin, tops, mins, v, Y, z, node, pair)
         if not ok:  # exact log-space recursion for this example
             log_space[i] = True
             lz, nd, ed, status = kern._forward_backward_wide(ub[:L], _transitions_of(pairwise, shared, i, L, zeros))
