@@ -147,6 +147,7 @@ def test_viterbi_equal_to_pytorch_crf():
     torch.testing.assert_close(scores, gold, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.filterwarnings("ignore:.*arg_constraints")  # torch-struct's distributions predate torch's check
 def test_equal_to_torch_struct():
     torch_struct = pytest.importorskip("torch_struct")
     S, T, B = 4, 6, 5
@@ -343,3 +344,21 @@ def test_padding_is_ignored():
     other[pad] = 123.0
     other_tags[pad] = 7  # out of range past the length: ignored
     torch.testing.assert_close(crf(other, other_tags, lengths), crf(emissions, tags, lengths), rtol=0, atol=0)
+
+
+def test_import_structopt_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, structopt, structopt.structures._chain_batch; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_noncontiguous_emissions():
+    S, T = 3, 5
+    crf = make(S, 22)
+    emissions, tags, lengths = batch(4, T, S, 23)
+    view = emissions.transpose(0, 1).contiguous().transpose(0, 1)  # same values, strided
+    assert not view.is_contiguous()
+    torch.testing.assert_close(crf(view, tags, lengths), crf(emissions, tags, lengths), rtol=0, atol=0)

@@ -82,25 +82,27 @@ class _ChainNLL(torch.autograd.Function):
         crf._refuse_log_z(log_z, batch.lengths)
         ctx.node, ctx.pair, ctx.lengths = node, pair[:, 0], batch.lengths
         ctx.batch = batch
-        ctx.dtypes = (emissions.dtype, transitions.dtype, None if start is None else start.dtype,
-                      None if end is None else end.dtype)
+        ctx.places = [None if x is None else (x.device, x.dtype) for x in (emissions, transitions, start, end)]
         return batch.tensor(log_z - scores)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         g = grad.detach().to("cpu", torch.float64).numpy()
-        node, batch = ctx.node, ctx.batch
+        node = ctx.node
         needs = ctx.needs_input_grad
         grads = [None] * 6
         if needs[0]:
-            grads[0] = batch.tensor(node * g[:, None, None], ctx.dtypes[0])
+            grads[0] = node * g[:, None, None]
         if needs[1]:
-            grads[1] = batch.tensor(np.tensordot(g, ctx.pair, axes=1), ctx.dtypes[1])
+            grads[1] = np.tensordot(g, ctx.pair, axes=1)
         if needs[2]:
-            grads[2] = batch.tensor(g @ node[:, 0, :], ctx.dtypes[2])
+            grads[2] = g @ node[:, 0, :]
         if needs[3]:
-            grads[3] = batch.tensor(g @ node[np.arange(len(g)), ctx.lengths - 1, :], ctx.dtypes[3])
+            grads[3] = g @ node[np.arange(len(g)), ctx.lengths - 1, :]
+        for k, place in enumerate(ctx.places):  # each gradient on its input's device, in its dtype
+            if grads[k] is not None:
+                grads[k] = torch.from_numpy(grads[k]).to(device=place[0], dtype=place[1])
         return tuple(grads)
 
 
