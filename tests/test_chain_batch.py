@@ -293,6 +293,16 @@ def test_huge_potentials_viterbi_scales():
         np.testing.assert_array_equal(labels[i, :L], Chain(3).argmax(ChainPotentials(unary[i, :L], pairwise)))
 
 
+def test_padding_is_never_read():
+    rng = np.random.default_rng(12)
+    unary, pairwise, lengths = random_batch(rng, 4, 6, 3, True, scale=2.0)
+    padded = unary.copy()
+    padded[np.arange(6)[None, :] >= lengths[:, None]] = np.nan
+    for fn in (cb.batch_marginals, cb.batch_viterbi):
+        for a, b in zip(fn(padded, pairwise, lengths), fn(unary, pairwise, lengths), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_deterministic():
     rng = np.random.default_rng(6)
     unary, pairwise, lengths = random_batch(rng, 7, 10, 5, True, scale=5.0)

@@ -289,14 +289,14 @@ def _bad_cases():
     tags = torch.zeros(B, T, dtype=torch.long)
     lengths = torch.tensor([4, 2])
     nan_em = em.clone()
-    nan_em[1, 2, 0] = float("nan")
+    nan_em[1, 1, 0] = float("nan")
     inf_em = em.clone()
     inf_em[0, 0, 1] = float("inf")
     return [
         (lambda: crf(em[0], tags, lengths), "emissions must have shape"),
         (lambda: crf(em.long(), tags, lengths), "emissions must be float32 or float64"),
         (lambda: crf(em.numpy(), tags, lengths), "emissions must be a torch.Tensor"),
-        (lambda: crf(nan_em, tags, lengths), r"emissions\[1, 2, 0\] is nan"),
+        (lambda: crf(nan_em, tags, lengths), r"emissions\[1, 1, 0\] is nan"),
         (lambda: crf(inf_em, tags, lengths), r"emissions\[0, 0, 1\] is inf"),
         (lambda: crf(em, tags, torch.tensor([4, 5])), r"lengths\[1\] = 5 is outside 1..4"),
         (lambda: crf(em, tags, torch.tensor([0, 2])), r"lengths\[0\] = 0"),
@@ -341,9 +341,13 @@ def test_padding_is_ignored():
     other = emissions.clone()
     other_tags = tags.clone()
     pad = ~prefix_mask(lengths, T)
-    other[pad] = 123.0
+    other[pad] = float("nan")  # never read
     other_tags[pad] = 7  # out of range past the length: ignored
     torch.testing.assert_close(crf(other, other_tags, lengths), crf(emissions, tags, lengths), rtol=0, atol=0)
+    torch.testing.assert_close(crf.decode(other, lengths)[1], crf.decode(emissions, lengths)[1], rtol=0, atol=0)
+    other.requires_grad_(True)
+    crf(other, other_tags, lengths).sum().backward()
+    assert not other.grad[pad].any()
 
 
 def test_import_structopt_does_not_import_torch():

@@ -314,8 +314,12 @@ def viterbi_kernel(unary, pairwise, shared, start, end, lengths):
     scores = np.empty(B)
     ub = np.empty((T, S))
     zeros = np.zeros((1, S, S))
-    bound = max(kern.input_range(unary.reshape((B * T, S)), pairwise.reshape((-1, S, S))),
-                kern.input_range(start.reshape((1, S)), end.reshape((1, 1, S))))
+    bound = kern.input_range(start.reshape((1, S)), end.reshape((1, 1, S)))
+    if shared:
+        bound = max(bound, kern.input_range(unary[0, :0], pairwise[0, 0:1]))
+    for i in range(B):  # the padding is never read, so it does not count
+        L = lengths[i]
+        bound = max(bound, kern.input_range(unary[i, :L], pairwise[i, :L - 1] if not shared else zeros))
     scale = 1.0
     if not bound * 2.0 * (T + 1) < kern.SAFE:
         scale = 1.0 / kern._power_of_two_at_least(2.0 * T + 4.0)
@@ -405,13 +409,14 @@ def _check(unary, pairwise, lengths, labels=None, start=None, end=None):
         if vec.shape != (S,) or vec.dtype.kind not in "biuf":
             raise InvalidInputError(f"{name} must be a numeric ({S},) array, got {vec.dtype} {vec.shape}")
         bounds.append(np.ascontiguousarray(vec, dtype=np.float64))
-    refuse_nonfinite((("unary", unary), ("pairwise", pairwise if not shared else pairwise[0, 0]),
+    inside = np.arange(T)[None, :] < lengths[:, None]  # the padding is never read, so it is not checked
+    refuse_nonfinite((("unary", np.where(inside[..., None], unary, 0.0)),
+                      ("pairwise", pairwise if not shared else pairwise[0, 0]),
                       ("start", bounds[0]), ("end", bounds[1])), "chain batch", allow_neginf=True)
     if labels is not None:
         labels = np.asarray(labels)
         if labels.shape != (B, T) or labels.dtype.kind not in "iu":
             raise InvalidInputError(f"labels must be an integer ({B}, {T}) array, got {labels.dtype} {labels.shape}")
-        inside = np.arange(T)[None, :] < lengths[:, None]
         bad = inside & ((labels < 0) | (labels >= S))
         if bad.any():
             i, t = (int(k) for k in np.argwhere(bad)[0])

@@ -208,9 +208,11 @@ class ChainCRF(nn.Module):
             raise InvalidInputError(f"emissions must have shape (batch, length, {S}) with batch, length >= 1, "
                                     f"got {tuple(emissions.shape)}")
         B, T, _ = emissions.shape
-        array = np.ascontiguousarray(emissions.detach().to("cpu", torch.float64).numpy())
-        _first_nonfinite("emissions", array)
         L = self._lengths(B, T, lengths, mask)
+        array = np.ascontiguousarray(emissions.detach().to("cpu", torch.float64).numpy())
+        if not np.isfinite(array).all():  # the padding is never read: only entries within the lengths count
+            inside = np.arange(T)[None, :] < L[:, None]
+            _first_nonfinite("emissions", np.where(inside[..., None], array, 0.0))
         labels = None
         if tags is not None:
             labels = _as_numpy_int("tags", tags, (B, T))
@@ -301,7 +303,7 @@ class ChainCRF(nn.Module):
         Parameters
         ----------
         emissions : (B, T, S) float32 or float64 tensor
-            Per-position label scores, padded past each example's length.
+            Per-position label scores, padded past each example's length (the padding is never read).
         tags : (B, T) integer tensor
             Gold labels (entries past each length are ignored).
         lengths : (B,) integer tensor, optional
