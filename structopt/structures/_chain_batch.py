@@ -75,7 +75,8 @@ def _vecmat(x, M, out):
 
 @njit(cache=True)
 def _exp_table(pw, E, Et):
-    """E = exp(pw - max pw) (0 on -inf entries) and its transpose Et; returns (max, smallest non-zero E, |range|)."""
+    """E = exp(pw - max pw) (0 on -inf entries) and its transpose Et; returns (max, smallest E of a finite entry,
+    largest |finite entry|)."""
     S = pw.shape[0]
     top = NEG_INF
     low = 0.0
@@ -88,13 +89,14 @@ def _exp_table(pw, E, Et):
         E[:] = 0.0
         Et[:] = 0.0
         return top, 0.0, -low
-    emin = np.inf
+    emin = np.inf  # over the finite entries: an exponential that underflowed to 0 must fail the guard
     for a in range(S):
         for b in range(S):
-            e = np.exp(pw[a, b] - top)
+            x = pw[a, b]
+            e = np.exp(x - top)
             E[a, b] = e
             Et[b, a] = e
-            emin = min(emin, e if e > 0.0 else np.inf)
+            emin = min(emin, e if x > NEG_INF else np.inf)
     return top, emin, max(top, -low)
 
 
@@ -144,9 +146,13 @@ def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
             return False, 0.0
         umax[t] = hi
         ubound = max(ubound, max(hi, -lo))
+        lowest = np.inf  # over the finite entries (an underflow to 0 is not a forbidden label)
         for s in range(S):
-            w[t, s] = np.exp(ub[t, s] - hi)
-        wmin[t] = _min_nonzero(w[t])
+            x = ub[t, s]
+            e = np.exp(x - hi)
+            w[t, s] = e
+            lowest = min(lowest, e if x > NEG_INF else np.inf)
+        wmin[t] = lowest
     if not (ubound + pbound) * 2.0 * L < kern.SAFE:  # a partial sum of scores could overflow
         return False, 0.0
     # forward: alpha[t] sums to 1, norm[t] is its normaliser
