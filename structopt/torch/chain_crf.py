@@ -61,8 +61,9 @@ class _Batch:
                  device: torch.device, dtype: torch.dtype):
         self.emissions, self.lengths, self.tags, self.device, self.dtype = emissions, lengths, tags, device, dtype
 
-    def tensor(self, array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
-        return torch.from_numpy(array).to(device=self.device, dtype=self.dtype if dtype is None else dtype)
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """``array`` on the emissions' device, in their dtype."""
+        return torch.from_numpy(array).to(device=self.device, dtype=self.dtype)
 
 
 class _ChainNLL(torch.autograd.Function):
@@ -81,7 +82,6 @@ class _ChainNLL(torch.autograd.Function):
                                                         labels, has_tags)
         crf._refuse_log_z(log_z, batch.lengths)
         ctx.node, ctx.pair, ctx.lengths = node, pair[:, 0], batch.lengths
-        ctx.batch = batch
         ctx.places = [None if x is None else (x.device, x.dtype) for x in (emissions, transitions, start, end)]
         return batch.tensor(log_z - scores)
 
@@ -107,8 +107,11 @@ class _ChainNLL(torch.autograd.Function):
 
 
 class ChainCRF(nn.Module):
-    """Linear-chain conditional random field over ``num_tags`` labels (a drop-in for pytorch-crf's ``CRF``
-    with ``batch_first=True``, returning the negative log-likelihood).
+    """Linear-chain conditional random field over ``num_tags`` labels.
+
+    The model of pytorch-crf's ``CRF`` (``batch_first=True``: emissions (B, T, S), the same transition, start and
+    end scores, the same initialisation), with ``forward`` returning the negative log-likelihood, lengths or a
+    mask, and decoded tags as a padded tensor with the score of each decoded sequence.
 
     Parameters
     ----------
