@@ -293,6 +293,41 @@ def test_huge_potentials_viterbi_scales():
         np.testing.assert_array_equal(labels[i, :L], Chain(3).argmax(ChainPotentials(unary[i, :L], pairwise)))
 
 
+def test_underflowed_exponentials_are_not_forbidden_entries():
+    """An exponential that underflows to 0 in the scaled tables (a score 800 below the best of its row) is
+    not a -inf entry: the example goes to the log-space recursion. Before the guard looked at finite
+    entries only, label 1 at position 1 got marginal 0 here instead of ~1/2, and the transition 0 -> 1
+    at position 0 marginal 0 instead of ~1e-174 (and an exact 0 in the log-space reference would not pass
+    ``close``)."""
+    unary = np.array([[[0.0, 0.0], [0.0, -800.0], [0.0, 0.0]],
+                      [[400.0, 0.0], [0.0, 400.0], [0.0, 0.0]]])
+    lengths = np.array([3, 2])
+    pairwise = np.array([[[[0.0, 400.0], [400.0, 800.0]]] * 2,  # label 1 pays its unary -800 back
+                         [[[0.0, -800.0], [-800.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]]])
+    log_z, node, pair = cb.batch_marginals(unary, pairwise, lengths)
+    assert took_log_space(unary, pairwise, lengths).all()
+    for i, L in enumerate(lengths):
+        z, n, e = log_space_reference(unary[i, :L], pairwise[i, :L - 1], np.zeros(2), np.zeros(2))
+        close(log_z[i], z)
+        close(node[i, :L], n)
+        close(pair[i, :L - 1], e)
+    assert node[0, 1, 1] > 0.4 and 1e-175 < pair[1, 0, 0, 1] < 1e-173
+    shared = pairwise[1, 0]  # the same 800-below transition, shared
+    log_z, node, pair = cb.batch_marginals(unary[1:], shared, lengths[1:])
+    assert took_log_space(unary[1:], shared, lengths[1:]).all()
+    assert 1e-175 < pair[0, 0, 1] < 1e-173
+
+
+def test_padding_is_never_read():
+    rng = np.random.default_rng(12)
+    unary, pairwise, lengths = random_batch(rng, 4, 6, 3, True, scale=2.0)
+    padded = unary.copy()
+    padded[np.arange(6)[None, :] >= lengths[:, None]] = np.nan
+    for fn in (cb.batch_marginals, cb.batch_viterbi):
+        for a, b in zip(fn(padded, pairwise, lengths), fn(unary, pairwise, lengths), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_deterministic():
     rng = np.random.default_rng(6)
     unary, pairwise, lengths = random_batch(rng, 7, 10, 5, True, scale=5.0)

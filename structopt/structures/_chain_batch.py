@@ -38,6 +38,8 @@ NEG_INF = -np.inf
 #: smallest product the scaled recursions may form (normal float64 numbers keep full relative precision
 #: down to ~2.2e-308; the margin covers sums of S such products and the divisions by normalisers)
 GUARD = 1e-290
+#: from this many states on, the summed edge marginals of an example are one BLAS product (below, a loop is faster)
+BLAS_STATES = 16
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -51,9 +53,30 @@ def _min_nonzero(x):
     return lo
 
 
+@njit(cache=True, inline="always")
+def _vecmat(x, M, out):
+    # out = x @ M, four rows of M per sweep over out (one load and store of out per four multiply-adds)
+    S = M.shape[0]
+    out[:] = 0.0
+    a = 0
+    while a + 4 <= S:
+        x0, x1, x2, x3 = x[a], x[a + 1], x[a + 2], x[a + 3]
+        r0, r1, r2, r3 = M[a], M[a + 1], M[a + 2], M[a + 3]
+        for b in range(out.shape[0]):
+            out[b] += (x0 * r0[b] + x1 * r1[b]) + (x2 * r2[b] + x3 * r3[b])
+        a += 4
+    while a < S:
+        xa = x[a]
+        r = M[a]
+        for b in range(out.shape[0]):
+            out[b] += xa * r[b]
+        a += 1
+
+
 @njit(cache=True)
 def _exp_table(pw, E, Et):
-    """E = exp(pw - max pw) (0 on -inf entries) and its transpose Et; returns (max, smallest non-zero E, |range|)."""
+    """E = exp(pw - max pw) (0 on -inf entries) and its transpose Et; returns (max, smallest E of a finite entry,
+    largest |finite entry|)."""
     S = pw.shape[0]
     top = NEG_INF
     low = 0.0
@@ -66,13 +89,14 @@ def _exp_table(pw, E, Et):
         E[:] = 0.0
         Et[:] = 0.0
         return top, 0.0, -low
-    emin = np.inf
+    emin = np.inf  # over the finite entries: an exponential that underflowed to 0 must fail the guard
     for a in range(S):
         for b in range(S):
-            e = np.exp(pw[a, b] - top)
+            x = pw[a, b]
+            e = np.exp(x - top)
             E[a, b] = e
             Et[b, a] = e
-            emin = min(emin, e if e > 0.0 else np.inf)
+            emin = min(emin, e if x > NEG_INF else np.inf)
     return top, emin, max(top, -low)
 
 
@@ -102,7 +126,7 @@ def _transitions_of(pairwise, shared, i, L, zeros):
 # ----------------------------------------------------------------------------- sum-product
 @njit(cache=True)
 def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
-                    w, umax, wmin, alpha, norm, amin, tops, mins, v, y, z, Mt, node, pair):
+                    w, umax, wmin, alpha, norm, amin, tops, mins, v, Y, z, node, pair):
     """Scaled forward-backward of example i into node[i] and pair[i]; returns (ok, log Z).
 
     ``ok`` is False when a product fell below GUARD, a position has no finite unary entry, the
@@ -122,9 +146,13 @@ def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
             return False, 0.0
         umax[t] = hi
         ubound = max(ubound, max(hi, -lo))
+        lowest = np.inf  # over the finite entries (an underflow to 0 is not a forbidden label)
         for s in range(S):
-            w[t, s] = np.exp(ub[t, s] - hi)
-        wmin[t] = _min_nonzero(w[t])
+            x = ub[t, s]
+            e = np.exp(x - hi)
+            w[t, s] = e
+            lowest = min(lowest, e if x > NEG_INF else np.inf)
+        wmin[t] = lowest
     if not (ubound + pbound) * 2.0 * L < kern.SAFE:  # a partial sum of scores could overflow
         return False, 0.0
     # forward: alpha[t] sums to 1, norm[t] is its normaliser
@@ -148,12 +176,7 @@ def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
             tops[t - 1], mins[t - 1] = top, lowest
         if not amin[t - 1] * lowest * wmin[t] >= GUARD:
             return False, 0.0
-        v[:] = 0.0
-        for a in range(S):
-            aa = alpha[t - 1, a]
-            row = Ep[a]
-            for b in range(S):
-                v[b] += aa * row[b]
+        _vecmat(alpha[t - 1], Ep, v)
         total = 0.0
         for b in range(S):
             f = v[b] * w[t, b]
@@ -170,23 +193,16 @@ def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
     for s in range(S):
         z[s] = 1.0
         node[i, L - 1, s] = alpha[L - 1, s]
-    if shared:
-        Mt[:] = 0.0
     for t in range(L - 2, -1, -1):
+        y = Y[t]
+        inv = 1.0 / norm[t + 1]
         for b in range(S):
-            y[b] = w[t + 1, b] * z[b] / norm[t + 1]
+            y[b] = w[t + 1, b] * z[b] * inv
         lowest = emin if shared else mins[t]
         if not amin[t] * lowest * _min_nonzero(y) >= GUARD:
             return False, 0.0
-        if shared:  # Mt[b, a] accumulates alpha[t, a] y[b]; the edge marginals are Mt.T * E
-            z[:] = 0.0
-            for b in range(S):
-                yb = y[b]
-                col = Et[b]
-                acc = Mt[b]
-                for a in range(S):
-                    z[a] += col[a] * yb
-                    acc[a] += yb * alpha[t, a]
+        if shared:
+            _vecmat(y, Et, z)
         else:  # the table in pair[i, t] becomes this position's edge marginals in place
             Ep = pair[i, t]
             for a in range(S):
@@ -200,11 +216,22 @@ def _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
                 z[a] = s_
         for a in range(S):
             node[i, t, a] = alpha[t, a] * z[a]
-    if shared:
+    if shared and L > 1:  # edge marginals summed over positions: (sum_t alpha[t] y[t]^T) * E
         out = pair[i, 0]
+        if S >= BLAS_STATES:
+            out[:] = np.dot(alpha[:L - 1].T, Y[:L - 1])
+        else:
+            out[:] = 0.0
+            for t in range(L - 1):
+                for a in range(S):
+                    aa = alpha[t, a]
+                    row = out[a]
+                    yt = Y[t]
+                    for b in range(S):
+                        row[b] += aa * yt[b]
         for a in range(S):
             for b in range(S):
-                out[a, b] = Mt[b, a] * E[a, b]
+                out[a, b] *= E[a, b]
     return True, log_z
 
 
@@ -241,16 +268,15 @@ def marginals_kernel(unary, pairwise, shared, start, end, lengths, labels, has_l
     tops = np.empty(Tp)
     mins = np.empty(Tp)
     v = np.empty(S)
-    y = np.empty(S)
+    Y = np.empty((T, S))
     z = np.empty(S)
-    Mt = np.zeros((S, S))
     zeros = np.zeros((1, S, S))
     log_space = np.zeros(B, dtype=np.bool_)
     for i in range(B):
         L = lengths[i]
         _effective_unary(unary, i, L, start, end, ub)
         ok, lz = _scaled_example(ub, L, pairwise, i, shared, E, Et, pmax, emin, pbound,
-                                 w, umax, wmin, alpha, norm, amin, tops, mins, v, y, z, Mt, node, pair)
+                                 w, umax, wmin, alpha, norm, amin, tops, mins, v, Y, z, node, pair)
         if not ok:  # exact log-space recursion for this example
             log_space[i] = True
             lz, nd, ed, status = kern._forward_backward_wide(ub[:L], _transitions_of(pairwise, shared, i, L, zeros))
@@ -294,8 +320,12 @@ def viterbi_kernel(unary, pairwise, shared, start, end, lengths):
     scores = np.empty(B)
     ub = np.empty((T, S))
     zeros = np.zeros((1, S, S))
-    bound = max(kern.input_range(unary.reshape((B * T, S)), pairwise.reshape((-1, S, S))),
-                kern.input_range(start.reshape((1, S)), end.reshape((1, 1, S))))
+    bound = kern.input_range(start.reshape((1, S)), end.reshape((1, 1, S)))
+    if shared:
+        bound = max(bound, kern.input_range(unary[0, :0], pairwise[0, 0:1]))
+    for i in range(B):  # the padding is never read, so it does not count
+        L = lengths[i]
+        bound = max(bound, kern.input_range(unary[i, :L], pairwise[i, :L - 1] if not shared else zeros))
     scale = 1.0
     if not bound * 2.0 * (T + 1) < kern.SAFE:
         scale = 1.0 / kern._power_of_two_at_least(2.0 * T + 4.0)
@@ -385,13 +415,14 @@ def _check(unary, pairwise, lengths, labels=None, start=None, end=None):
         if vec.shape != (S,) or vec.dtype.kind not in "biuf":
             raise InvalidInputError(f"{name} must be a numeric ({S},) array, got {vec.dtype} {vec.shape}")
         bounds.append(np.ascontiguousarray(vec, dtype=np.float64))
-    refuse_nonfinite((("unary", unary), ("pairwise", pairwise if not shared else pairwise[0, 0]),
+    inside = np.arange(T)[None, :] < lengths[:, None]  # the padding is never read, so it is not checked
+    refuse_nonfinite((("unary", np.where(inside[..., None], unary, 0.0)),
+                      ("pairwise", pairwise if not shared else pairwise[0, 0]),
                       ("start", bounds[0]), ("end", bounds[1])), "chain batch", allow_neginf=True)
     if labels is not None:
         labels = np.asarray(labels)
         if labels.shape != (B, T) or labels.dtype.kind not in "iu":
             raise InvalidInputError(f"labels must be an integer ({B}, {T}) array, got {labels.dtype} {labels.shape}")
-        inside = np.arange(T)[None, :] < lengths[:, None]
         bad = inside & ((labels < 0) | (labels >= S))
         if bad.any():
             i, t = (int(k) for k in np.argwhere(bad)[0])

@@ -61,8 +61,9 @@ class _Batch:
                  device: torch.device, dtype: torch.dtype):
         self.emissions, self.lengths, self.tags, self.device, self.dtype = emissions, lengths, tags, device, dtype
 
-    def tensor(self, array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
-        return torch.from_numpy(array).to(device=self.device, dtype=self.dtype if dtype is None else dtype)
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """``array`` on the emissions' device, in their dtype."""
+        return torch.from_numpy(array).to(device=self.device, dtype=self.dtype)
 
 
 class _ChainNLL(torch.autograd.Function):
@@ -81,32 +82,36 @@ class _ChainNLL(torch.autograd.Function):
                                                         labels, has_tags)
         crf._refuse_log_z(log_z, batch.lengths)
         ctx.node, ctx.pair, ctx.lengths = node, pair[:, 0], batch.lengths
-        ctx.batch = batch
-        ctx.dtypes = (emissions.dtype, transitions.dtype, None if start is None else start.dtype,
-                      None if end is None else end.dtype)
+        ctx.places = [None if x is None else (x.device, x.dtype) for x in (emissions, transitions, start, end)]
         return batch.tensor(log_z - scores)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         g = grad.detach().to("cpu", torch.float64).numpy()
-        node, batch = ctx.node, ctx.batch
+        node = ctx.node
         needs = ctx.needs_input_grad
         grads = [None] * 6
         if needs[0]:
-            grads[0] = batch.tensor(node * g[:, None, None], ctx.dtypes[0])
+            grads[0] = node * g[:, None, None]
         if needs[1]:
-            grads[1] = batch.tensor(np.tensordot(g, ctx.pair, axes=1), ctx.dtypes[1])
+            grads[1] = np.tensordot(g, ctx.pair, axes=1)
         if needs[2]:
-            grads[2] = batch.tensor(g @ node[:, 0, :], ctx.dtypes[2])
+            grads[2] = g @ node[:, 0, :]
         if needs[3]:
-            grads[3] = batch.tensor(g @ node[np.arange(len(g)), ctx.lengths - 1, :], ctx.dtypes[3])
+            grads[3] = g @ node[np.arange(len(g)), ctx.lengths - 1, :]
+        for k, place in enumerate(ctx.places):  # each gradient on its input's device, in its dtype
+            if grads[k] is not None:
+                grads[k] = torch.from_numpy(grads[k]).to(device=place[0], dtype=place[1])
         return tuple(grads)
 
 
 class ChainCRF(nn.Module):
-    """Linear-chain conditional random field over ``num_tags`` labels (a drop-in for pytorch-crf's ``CRF``
-    with ``batch_first=True``, returning the negative log-likelihood).
+    """Linear-chain conditional random field over ``num_tags`` labels.
+
+    The model of pytorch-crf's ``CRF`` (``batch_first=True``: emissions (B, T, S), the same transition, start and
+    end scores, the same initialisation), with ``forward`` returning the negative log-likelihood, lengths or a
+    mask, and decoded tags as a padded tensor with the score of each decoded sequence.
 
     Parameters
     ----------
@@ -206,9 +211,11 @@ class ChainCRF(nn.Module):
             raise InvalidInputError(f"emissions must have shape (batch, length, {S}) with batch, length >= 1, "
                                     f"got {tuple(emissions.shape)}")
         B, T, _ = emissions.shape
-        array = np.ascontiguousarray(emissions.detach().to("cpu", torch.float64).numpy())
-        _first_nonfinite("emissions", array)
         L = self._lengths(B, T, lengths, mask)
+        array = np.ascontiguousarray(emissions.detach().to("cpu", torch.float64).numpy())
+        if not np.isfinite(array).all():  # the padding is never read: only entries within the lengths count
+            inside = np.arange(T)[None, :] < L[:, None]
+            _first_nonfinite("emissions", np.where(inside[..., None], array, 0.0))
         labels = None
         if tags is not None:
             labels = _as_numpy_int("tags", tags, (B, T))
@@ -299,7 +306,7 @@ class ChainCRF(nn.Module):
         Parameters
         ----------
         emissions : (B, T, S) float32 or float64 tensor
-            Per-position label scores, padded past each example's length.
+            Per-position label scores, padded past each example's length (the padding is never read).
         tags : (B, T) integer tensor
             Gold labels (entries past each length are ignored).
         lengths : (B,) integer tensor, optional
