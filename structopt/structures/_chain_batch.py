@@ -8,19 +8,19 @@ example (a CRF's boundary scores; zeros for a plain chain). Entries may be -inf 
 or transition); NaN and +inf are refused by the checked entry points (``batch_*``), and the
 ``*_kernel`` functions take inputs that were already checked.
 
-Sum-product runs in scaled probability space: the shared transition matrix is exponentiated once,
-shifted by its max (E = exp(P - max P)), each position's unary row once, shifted by its own max, and
-the forward and backward recursions are a mat-vec per position followed by a rescaling (forward:
-alpha_t sums to 1, its normaliser c_t goes into log Z; backward: beta_t is divided by the same c_{t+1},
-so that alpha_t . beta_t = 1 and the marginals are plain products, Rabiner's scaling). No exp or log
-per entry and position. The scaled values are exact to rounding as long as no product of the
-recursions falls out of the normal float64 range; every position checks a lower bound on its
-smallest non-zero product (``GUARD``), and an example that fails it (potentials of a few hundred
-and more, or transition masks that starve a label) is recomputed by the log-space recursion of
-:mod:`structopt.structures._chain_kernels` (``_forward_backward_wide``: S^2 exponentials per position,
-power-of-two scaled so that no partial sum overflows, marginals normalised position by position).
-So every value, the smallest marginals included, matches the log-space recursion to ~1e-12
-relative at any magnitude.
+Sum-product runs in scaled probability space: the shared transition matrix is exponentiated once, shifted
+by its max (E = exp(P - max P)), each position's unary row once, shifted by its own max, and the forward
+and backward recursions are a mat-vec per position followed by a rescaling (forward: alpha_t sums to 1,
+its normaliser c_t goes into log Z; backward: beta_t is divided by the same c_{t+1}, so that alpha_t .
+beta_t = 1 and the marginals are plain products, Rabiner's scaling). A position costs two S x S mat-vecs,
+S exponentials (its unary row) and one logarithm; no exponential per transition entry. The scaled values
+are exact to rounding as long as no product of the recursions falls out of the normal float64 range;
+every position checks a lower bound on its smallest non-zero product (``GUARD``), and an example that
+fails it (potentials of a few hundred and more, or transition masks that starve a label) is recomputed by
+the log-space recursion of :mod:`structopt.structures._chain_kernels` (``_forward_backward_wide``: S^2
+exponentials per position, power-of-two scaled so that no partial sum overflows, marginals normalised
+position by position). So every value, the smallest marginals included, matches the log-space recursion
+to ~1e-12 relative at any magnitude.
 
 Viterbi and top-K run the per-example kernels of ``Chain`` (same arithmetic, same tie-breaking) on
 each example of the batch inside one compiled loop.
