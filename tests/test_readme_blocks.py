@@ -6,7 +6,8 @@ A block whose first lines carry a marker comment is run accordingly:
 - ``# needs: if __name__ == "__main__"`` — the block starts worker processes; it runs as a script in
   a subprocess (its own ``if __name__ == "__main__":`` guard is then exercised);
 - ``# needs: shared data`` — it reads ``../shared/data``; skipped when neither /work/shared/data nor
-  ../shared/data beside the repository exists, and run from a directory whose ``../shared`` is it.
+  ../shared/data beside the repository exists, and run from a directory whose ``../shared`` is it;
+- ``# needs: torch`` — it imports PyTorch (the optional ``torch`` extra); skipped where torch is not installed.
 
 Also here: README.md's solver-option tables equal the ones generated from the solvers' declarations
 (``docs/_solver_options.py``), and every example script has the title block the gallery needs.
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
 MAIN_MARKER = '# needs: if __name__ == "__main__"'
 DATA_MARKER = "# needs: shared data"
+TORCH_MARKER = "# needs: torch"
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
@@ -60,6 +62,9 @@ def _params():
             # real data: marked slow (item 5 of issue 26), skipped where the data is absent
             marks += [pytest.mark.slow,
                       pytest.mark.skipif(_shared_root() is None, reason="../shared/data is absent")]
+        if any(line.strip() == TORCH_MARKER for line in head):
+            marks.append(pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                            reason="torch (the optional extra) is not installed"))
         if any(line.strip() == MAIN_MARKER for line in head):
             marks.append(pytest.mark.slow)  # starts worker processes and a dask cluster: tens of seconds
         yield pytest.param(block_id, source, marks=marks, id=block_id)

@@ -1,0 +1,135 @@
+"""SparseMAP and the perturbed argmax as layers, and their Fenchel–Young losses, for any structure.
+
+The numpy cores are :mod:`structopt.sparsemap` (the active-set method calling only ``argmax``, Niculae
+et al. 2018, with its backward through the active set) and :mod:`structopt.perturbed` (Berthet et al.
+2020, Gaussian noise, seeded); this module wraps them in autograd functions. Both work in the structure's
+full statistics layout: a compact θ (a shared transition block) is expanded for them and their gradients
+are summed back onto θ's layout; the layers return the full layout, as :func:`structopt.torch.marginals`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from torch.autograd.function import once_differentiable
+
+from structopt.errors import check_count
+from structopt.potentials import Potentials, flatten, unflatten
+from structopt.torch import _inputs
+from structopt.torch._autograd import ValueAndGrad, reduce_to
+
+#: the relaxed kinds of :func:`structopt.torch.structured_loss` and their options (defaults)
+KINDS: dict[str, dict[str, Any]] = {
+    "sparsemap": {"tol": 1e-9, "max_iter": 1000},
+    "perturbed": {"epsilon": 1.0, "n_samples": 32, "seed": 0},
+}
+
+
+def check_options(kind: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options of a relaxed kind (``"sparsemap"`` or ``"perturbed"``) checked, or an error naming one."""
+    owner = f"structopt.torch {kind}"
+    out = dict(options)
+    if kind == "sparsemap":
+        out["tol"] = _inputs.positive(out["tol"], "tol", owner)
+        out["max_iter"] = check_count(out["max_iter"], "max_iter", owner)
+    else:
+        out["epsilon"] = _inputs.positive(out["epsilon"], "epsilon", owner)
+        out["n_samples"] = check_count(out["n_samples"], "n_samples", owner)
+        out["seed"] = check_count(out["seed"], "seed", owner, minimum=0)
+    return out
+
+
+def _warn_unconverged(result: Any, ex: _inputs.Example, options: dict[str, Any]) -> None:
+    """SparseMAP stopped at ``max_iter`` before its certificate met ``tol``: said, not silent."""
+    if not getattr(result, "converged", True):
+        where = "" if ex.index is None else f" (example {ex.index})"
+        warnings.warn(f"SparseMAP{where} stopped at max_iter={options['max_iter']} with Frank–Wolfe gap "
+                      f"{result.gap:.3g} > tol={options['tol']:g}: μ* and its gradient are approximate",
+                      RuntimeWarning, stacklevel=3)
+
+
+def _full_grad(ex: _inputs.Example, upstream: tuple[torch.Tensor | None, ...]) -> np.ndarray:
+    """The upstream gradient of a full-layout output, flattened (None for an unused field: zeros)."""
+    full = ex.structure.expand(ex.array)
+    return flatten(type(full)(*(np.zeros(np.shape(f)) if g is None else g.detach().to("cpu", torch.float64).numpy()
+                                for g, f in zip(upstream, full))))
+
+
+def _to_theta(flat_full: np.ndarray, ex: _inputs.Example) -> Potentials:
+    """A flat full-layout gradient summed onto θ's (possibly compact) layout."""
+    return reduce_to(unflatten(np.asarray(flat_full, dtype=float), ex.structure.expand(ex.array)), ex.array)
+
+
+class _Relaxed(torch.autograd.Function):
+    """A relaxed argmax (SparseMAP or perturbed) in the full statistics layout; backward = the core's vjp."""
+
+    @staticmethod
+    def forward(ctx, ex: _inputs.Example, kind: str, options: dict[str, Any], *fields: torch.Tensor):
+        full = ex.structure.expand(ex.array)
+        if kind == "sparsemap":
+            from structopt.sparsemap import sparsemap as core
+        else:
+            from structopt.perturbed import perturbed_argmax as core
+        result = core(ex.structure, full, **options)
+        _warn_unconverged(result, ex, options)
+        ctx.result, ctx.ex, ctx.kind = result, ex, kind
+        return tuple(_inputs.to_tensors(result.stats, ex.dtype, ex.device))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *upstream: torch.Tensor):
+        if ctx.kind == "sparsemap":
+            from structopt.sparsemap import sparsemap_vjp as vjp
+        else:
+            from structopt.perturbed import perturbed_vjp as vjp
+        ex = ctx.ex
+        grad = _to_theta(vjp(ctx.result, _full_grad(ex, upstream)), ex)
+        return (None, None, None, *_inputs.to_tensors(grad, ex.dtype, ex.device))
+
+
+def sparsemap(structure: Any, theta: Any, *, tol: float = 1e-9, max_iter: int = 1000) -> Any:
+    """SparseMAP ``μ* = argmax_{μ ∈ M} <θ, μ> − ½‖μ‖²`` as a differentiable layer (potentials of tensors).
+
+    μ* is a sparse combination of a few vertices found by an active-set method that calls only the
+    structure's ``argmax``, to the Frank–Wolfe gap ``tol``; the backward is the Jacobian on the final active
+    set (Niculae et al., 2018, Prop. 1). Works for every structure (on a ``FactorGraph``: SparseMAP over its
+    marginal polytope with exact MAP; LP-SparseMAP over the local polytope is not implemented). Returns
+    potentials of tensors in the structure's full statistics layout (a list for a list).
+    """
+    options = check_options("sparsemap", {"tol": tol, "max_iter": max_iter})
+    batch, is_list = _inputs.examples(structure, theta)
+    out = [type(ex.theta)(*_Relaxed.apply(ex, "sparsemap", options, *ex.fields)) for ex in batch]
+    return out if is_list else out[0]
+
+
+def perturbed(structure: Any, theta: Any, *, epsilon: float = 1.0, n_samples: int = 32, seed: int = 0) -> Any:
+    """The perturbed argmax ``E_Z[μ(argmax <θ + εZ, μ(y)>)]``, Z ~ N(0, I), as a differentiable layer.
+
+    A Monte Carlo estimate over ``n_samples`` seeded draws; its backward is the Gaussian-noise estimator
+    ``(1/ε) E[μ Zᵀ]`` with a control variate (Berthet et al., 2020), the numpy core's
+    :func:`structopt.perturbed.perturbed_vjp`. For a fixed ``seed`` the forward is piecewise constant in θ:
+    the backward is the gradient of the smoothed expectation, not of this sample average. Returns
+    potentials of tensors in the structure's full statistics layout.
+    """
+    options = check_options("perturbed", {"epsilon": epsilon, "n_samples": n_samples, "seed": seed})
+    batch, is_list = _inputs.examples(structure, theta)
+    out = [type(ex.theta)(*_Relaxed.apply(ex, "perturbed", options, *ex.fields)) for ex in batch]
+    return out if is_list else out[0]
+
+
+def fenchel_young(kind: str, batch: list[_inputs.Example], gold: list[Any], options: dict[str, Any]) -> list[Any]:
+    """The SparseMAP or perturbed Fenchel–Young loss of each example (values and gradients from the numpy cores)."""
+    options = check_options(kind, options)
+    if kind == "sparsemap":
+        from structopt.sparsemap import sparsemap_loss as core
+    else:
+        from structopt.perturbed import perturbed_loss as core
+    values = []
+    for ex, y in zip(batch, gold):
+        value, grad, result = core(ex.structure, ex.structure.expand(ex.array), y, **options)
+        _warn_unconverged(result, ex, options)
+        values.append(ValueAndGrad.apply(float(value), _to_theta(grad, ex), *ex.fields))
+    return values
