@@ -34,6 +34,7 @@ README_TOPICS: dict[str, list[tuple[str, str | None]]] = {
     "What is there": [("architecture.md", None), ("guide/structures.md", "Built-in structures")],
     "Factor graphs and MAP": [("guide/structures.md", "Factor graphs: `FactorGraph`"), ("guide/marginals.md", None)],
     "Marginal inference": [("guide/marginals.md", None)],
+    "Structured layers for PyTorch": [("guide/torch.md", None)],
     "Running on a dask cluster": [("guide/dask.md", None)],
     "Layout": [("architecture.md", None)],
     "Data": [("project.md", "Data")],
