@@ -1,0 +1,473 @@
+"""Dependency trees over sentences of any length: non-projective (Chu-Liu/Edmonds, matrix-tree) and
+projective (Eisner's spans on the dynamic-programming recursion).
+
+**Layout.** A sentence of n words has nodes 0..n, node 0 the root. Potentials and statistics are one
+(n + 1, n + 1) matrix ``arcs[h, m]``: the score (or the 0/1 indicator) of the arc from head h to
+modifier m. Column 0 (the root has no head) and the diagonal (no self-loops) are unused: their
+statistics are always 0 and their potentials are ignored. A flat vector of length (n + 1)² is read
+as that matrix row by row (the rule that lets :class:`~structopt.models.feature.FeatureModel`, whose
+potentials are flat, serve this structure). The length n is read from the potentials, so one object
+serves sentences of every length.
+
+**Outputs** are head arrays of length n (int64): ``heads[m - 1]`` is the head of word m, 0 for the
+root. With ``single_root=True`` (the default, the convention of Universal Dependencies) exactly one
+word hangs from the root.
+
+**Oracles.**
+
+- non-projective: argmax by Chu-Liu/Edmonds (dense contractions, O(n³) worst case), single root by
+  penalising every root arc by more than any difference of the other arcs' totals (so the best tree
+  has one root arc whenever one exists); log Z and marginals by the matrix-tree theorem (Koo et al.,
+  2007) with per-column scaling; top-K by Lawler's partition search over the heads (forbidding and
+  forcing arcs); max-marginals by one forced-arc argmax per arc; the polytope is the multi-commodity
+  flow formulation (Martins et al., 2009; one commodity per word, n³ auxiliary columns), exact.
+- projective: Eisner's first-order spans as a hypergraph (built once per length and cached); argmax,
+  top-K (k-best semiring), marginals (inside-outside) and max-marginals run on
+  :mod:`structopt.structures.dp`; the polytope is the hypergraph's flow polytope, exact.
+
+The Hamming loss over heads uses the per-node hooks: each word is a node taking n + 1 values (its
+head), so ``states_per_node`` is a method of the instance (``states_per_node(like) = n + 1``).
+Labelled arcs are not built.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, numeric_array
+from structopt.structures import _dependency_kernels as kern
+from structopt.structures._minnorm import project_hull
+from structopt.structures._partition_topk import partition_topk
+from structopt.structures.base import Polytope, Structure, check_flag, random_like, refuse_nonfinite
+from structopt.structures.dp import DPStructure, Hypergraph, dp_argmax, dp_marginals, dp_max_marginals, dp_topk
+from structopt.structures.registry import register_structure
+
+#: longest sentence :meth:`DependencyTree.outputs` enumerates ((n + 1)**n candidate head arrays)
+MAX_ENUMERATION_LENGTH = 7
+
+
+class DependencyPotentials(NamedTuple):
+    """Arc scores (or 0/1 arc indicators) of a sentence of n words.
+
+    Attributes
+    ----------
+    arcs : ndarray, shape (n + 1, n + 1)
+        ``arcs[h, m]``: head h (0 = the root) to modifier m >= 1. Column 0 and the diagonal are unused.
+    """
+
+    arcs: np.ndarray
+
+
+# --------------------------------------------------------------------------- Eisner's hypergraph
+@functools.lru_cache(maxsize=64)
+def eisner_hypergraph(n: int, single_root: bool) -> tuple[Hypergraph, np.ndarray]:
+    """Eisner's first-order spans for n words as a :class:`Hypergraph`, and each hyperedge's arc
+    (score index ``h * (n + 1) + m``, -1 for none) in internal order.
+
+    Items: ``C[i, i]`` (axioms); ``I[i, j, →]`` (arc i → j) and ``I[i, j, ←]`` (arc j → i), each from
+    ``C[i, k, →] + C[k + 1, j, ←]``; ``C[i, j, →] = I[i, k, →] + C[k, j, →]``; ``C[i, j, ←] =
+    C[i, k, ←] + I[k, j, ←]``. The root (node 0) is never a modifier. Multi-root: the goal is
+    ``C[0, n, →]``. Single root: the goal is built once per root child m from ``C[1, m, ←]`` and
+    ``C[m, n, →]`` with the arc 0 → m, and the spans that start at 0 are not built. Every projective
+    tree has exactly one derivation.
+    """
+    N = n + 1
+    ids: dict[tuple[str, int, int], int] = {}
+    heads: list[int] = []
+    tails: list[tuple[int, ...]] = []
+    scores: list[int] = []
+    first = 1 if single_root else 0
+
+    def item(key: tuple[str, int, int]) -> int:
+        if key not in ids:
+            ids[key] = len(ids)
+        return ids[key]
+
+    for i in range(first, N):
+        v = item(("C", i, i))
+        heads.append(v)
+        tails.append(())
+        scores.append(-1)
+    for length in range(1, N):
+        for i in range(first, N - length):
+            j = i + length
+            for direction in ("R", "L"):
+                if direction == "L" and i == 0:
+                    continue  # the root is never a modifier
+                v = item(("I" + direction, i, j))
+                arc = i * N + j if direction == "R" else j * N + i
+                for k in range(i, j):
+                    heads.append(v)
+                    tails.append((ids[("CR", i, k)] if k > i else ids[("C", i, i)],
+                                  ids[("CL", k + 1, j)] if k + 1 < j else ids[("C", j, j)]))
+                    scores.append(arc)
+            v = item(("CR", i, j))
+            for k in range(i + 1, j + 1):
+                heads.append(v)
+                tails.append((ids[("IR", i, k)], ids[("CR", k, j)] if k < j else ids[("C", j, j)]))
+                scores.append(-1)
+            if i > 0:
+                v = item(("CL", i, j))
+                for k in range(i, j):
+                    heads.append(v)
+                    tails.append((ids[("CL", i, k)] if k > i else ids[("C", i, i)], ids[("IL", k, j)]))
+                    scores.append(-1)
+    if single_root:
+        goal = len(ids)
+        for m in range(1, N):
+            heads.append(goal)
+            right = ids[("CR", m, n)] if m < n else ids[("C", n, n)]
+            tails.append((ids[("CL", 1, m)], right) if m > 1 else (right,))  # C[1, 1, ←] adds nothing
+            scores.append(m)  # the arc 0 -> m
+        n_nodes = goal + 1
+    else:
+        n_nodes = len(ids)  # C[0, n, →] was created last
+    graph = Hypergraph(n_nodes, heads, tails, scores, n_scores=N * N)
+    return graph, graph.score
+
+
+# --------------------------------------------------------------------------- the structure
+@register_structure("dependency")
+class DependencyTree(Structure):
+    """Dependency trees of a sentence, the length read from the potentials (see the module docstring).
+
+    Parameters
+    ----------
+    projective : bool, default False
+        Only projective trees (no crossing arcs, the root's included): Eisner's algorithm.
+    single_root : bool, default True
+        Exactly one arc from the root; False allows any number.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tree = DependencyTree()
+    >>> scores = np.zeros((4, 4)); scores[0, 2] = scores[2, 1] = scores[2, 3] = 1.0
+    >>> tree.argmax(DependencyPotentials(scores))
+    array([2, 0, 2])
+    """
+
+    name = "DependencyTree"
+    Potentials = DependencyPotentials
+    example_variants = ({"n": 1, "projective": False}, {"n": 4, "projective": False},
+                        {"n": 4, "projective": False, "single_root": False}, {"n": 4, "projective": True},
+                        {"n": 4, "projective": True, "single_root": False})
+
+    @classmethod
+    def example(cls, rng: np.random.Generator, *, integer: bool = True, n: int = 4, projective: bool = False,
+                single_root: bool = True) -> tuple[DependencyTree, DependencyPotentials]:
+        """A random sentence of ``n`` words (the size keyword), projective or not, single-root or not."""
+        n = check_count(n, "n", "DependencyTree.example")
+        structure = cls(projective=projective, single_root=single_root)
+        return structure, random_like(DependencyPotentials(np.zeros((n + 1, n + 1))), rng, integer=integer)
+
+    def __init__(self, projective: bool = False, single_root: bool = True):
+        self.projective = check_flag(projective, "projective", "DependencyTree")
+        self.single_root = check_flag(single_root, "single_root", "DependencyTree")
+
+    def __repr__(self) -> str:
+        return f"DependencyTree(projective={self.projective}, single_root={self.single_root})"
+
+    # ----- layout
+    def _arcs(self, theta: DependencyPotentials | np.ndarray, index: int | None = None) -> np.ndarray:
+        if isinstance(theta, tuple) and not isinstance(theta, DependencyPotentials):
+            raise example_error(index, f"{self.name} potentials must be DependencyPotentials(arcs), got "
+                                       f"{type(theta).__name__}")
+        raw = theta.arcs if isinstance(theta, DependencyPotentials) else theta
+        arcs = numeric_array(raw, f"{self.name} potentials", index, finite=False)
+        if arcs.ndim == 1:  # the flat layout (row by row), e.g. FeatureModel's potentials
+            side = int(round(np.sqrt(arcs.size)))
+            if side * side != arcs.size:
+                raise example_error(index, f"{self.name} flat potentials must have (n + 1)**2 entries, got "
+                                           f"{arcs.size}")
+            arcs = arcs.reshape(side, side)
+        if arcs.ndim != 2 or arcs.shape[0] != arcs.shape[1] or arcs.shape[0] < 2:
+            raise example_error(index, f"{self.name} potentials must be an (n + 1, n + 1) matrix with n >= 1 "
+                                       f"words, got shape {arcs.shape}")
+        refuse_nonfinite((("arcs", arcs),), f"{self.name} potentials", index, allow_neginf=True)
+        return np.ascontiguousarray(arcs, dtype=float)
+
+    def expand(self, theta: DependencyPotentials) -> DependencyPotentials:
+        """``theta`` checked, as an (n + 1, n + 1) matrix (a flat (n + 1)² vector is reshaped)."""
+        return DependencyPotentials(self._arcs(theta))
+
+    def states_per_node(self, like: DependencyPotentials) -> int:
+        """Per-node loss hook, per instance: each of the n words takes one of n + 1 heads."""
+        return self._arcs(like).shape[0]
+
+    def node_potentials(self, costs: np.ndarray, like: DependencyPotentials = None) -> DependencyPotentials:
+        """Arc potentials of per-word costs ``costs[m - 1, h]`` (the price of head h for word m)."""
+        costs = np.asarray(costs, dtype=float)
+        n = costs.shape[0]
+        arcs = np.zeros((n + 1, n + 1))
+        arcs[:, 1:] = costs.T
+        return DependencyPotentials(arcs)
+
+    # ----- outputs
+    def validate_output(self, y, like: DependencyPotentials, index: int | None = None) -> np.ndarray:
+        n = self._arcs(like, index).shape[0] - 1
+        heads = np.asarray(y)
+        if heads.shape != (n,) or heads.dtype.kind not in "iu" and not (
+                heads.dtype.kind == "f" and np.all(heads == np.round(heads))):
+            raise example_error(index, f"{self.name} output must be an int array of {n} heads, got "
+                                       f"{heads.dtype} of shape {heads.shape}")
+        heads = heads.astype(np.int64)
+        problem = tree_problem(heads, self.projective, self.single_root)
+        if problem:
+            raise example_error(index, f"{self.name} output {heads.tolist()} is not a tree: {problem}")
+        return heads
+
+    def stats(self, y, like: DependencyPotentials) -> DependencyPotentials:
+        heads = np.asarray(y, dtype=np.int64)
+        arcs = np.zeros((heads.size + 1, heads.size + 1))
+        arcs[heads, np.arange(1, heads.size + 1)] = 1.0
+        return DependencyPotentials(arcs)
+
+    def expected_stats(self, outputs, weights: np.ndarray, like: DependencyPotentials) -> DependencyPotentials:
+        n = self._arcs(like).shape[0] - 1
+        arcs = np.zeros((n + 1, n + 1))
+        heads = np.asarray(outputs, dtype=np.int64).reshape(len(weights), n)
+        np.add.at(arcs, (heads, np.broadcast_to(np.arange(1, n + 1), heads.shape)),
+                  np.broadcast_to(np.asarray(weights, dtype=float)[:, None], heads.shape))
+        return DependencyPotentials(arcs)
+
+    def score(self, theta: DependencyPotentials, y) -> float:
+        arcs = self._arcs(theta)
+        heads = np.asarray(y, dtype=np.int64)
+        return float(arcs[heads, np.arange(1, heads.size + 1)].sum())
+
+    def outputs(self, theta: DependencyPotentials) -> Iterator[np.ndarray]:
+        """Every tree, in lexicographic order of the head arrays (n <= 7 words)."""
+        n = self._arcs(theta).shape[0] - 1
+        if n > MAX_ENUMERATION_LENGTH:
+            raise NotSupportedError(f"enumerating (n + 1)**n head arrays for n = {n} is too large "
+                                    f"(n <= {MAX_ENUMERATION_LENGTH})")
+        candidates = np.array(list(itertools.product(range(n + 1), repeat=n)), dtype=np.int64).reshape(-1, n)
+        keep = tree_mask(candidates, self.projective, self.single_root)
+        yield from candidates[keep]
+
+    def polytope(self, theta: DependencyPotentials) -> Polytope:
+        """Projective: Eisner's flow polytope. Non-projective: the multi-commodity flow formulation (for
+        each word k, one unit of flow from the root to k along chosen arcs, ``0 <= f^k_a <= z_a``), with
+        one head per word, exactly one root arc when ``single_root``, and the unused entries at 0."""
+        N = self._arcs(theta).shape[0]
+        like = DependencyPotentials(np.zeros((N, N)))
+        if self.projective:
+            graph, _ = eisner_hypergraph(N - 1, self.single_root)
+            poly = _DPView(graph).polytope()
+            return poly._replace(like=like)
+        return _flow_polytope(N, self.single_root, like)
+
+    # ----- oracles
+    def _heads(self, arcs: np.ndarray) -> np.ndarray | None:
+        heads, ok = kern.best_tree(arcs, self.single_root)
+        return heads[1:].copy() if ok else None
+
+    def _infeasible(self) -> InvalidInputError:
+        return InvalidInputError(f"{self.name} potentials forbid every output: no "
+                                 f"{'single-root ' if self.single_root else ''}tree has a finite score")
+
+    def argmax(self, theta: DependencyPotentials) -> np.ndarray:
+        """The best tree: Chu-Liu/Edmonds (non-projective) or Eisner's max-plus recursion (projective)."""
+        arcs = self._arcs(theta)
+        if self.projective:
+            graph, arc_of = eisner_hypergraph(arcs.shape[0] - 1, self.single_root)
+            edges, _ = dp_argmax(graph, arcs.ravel(), self.name)
+            return _edges_to_heads(arc_of[edges], arcs.shape[0])
+        heads = self._heads(arcs)
+        if heads is None:
+            raise self._infeasible()
+        return heads
+
+    def topk(self, theta: DependencyPotentials, k: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """The k best trees, sorted (fewer when fewer have a finite score): the k-best recursion
+        (projective) or the partition search over the heads with Chu-Liu/Edmonds (non-projective)."""
+        k = check_count(k, "k", f"{self.name}.topk")
+        arcs = self._arcs(theta)
+        N = arcs.shape[0]
+        if self.projective:
+            graph, arc_of = eisner_hypergraph(N - 1, self.single_root)
+            edges, offsets, scores = dp_topk(graph, arcs.ravel(), k, self.name)
+            return [_edges_to_heads(arc_of[edges[a:b]], N) for a, b in itertools.pairwise(offsets)], scores
+
+        def solve(allowed: np.ndarray):
+            heads = self._heads(allowed)
+            return None if heads is None else (float(arcs[heads, np.arange(1, N)].sum()), heads)
+
+        def forbid(allowed: np.ndarray, j: int, head: int) -> bool:
+            allowed[head, j + 1] = -np.inf
+            column = np.delete(allowed[:, j + 1], j + 1)
+            return bool(np.any(column > -np.inf))
+
+        def force(allowed: np.ndarray, j: int, head: int) -> None:
+            keep = allowed[head, j + 1]
+            allowed[:, j + 1] = -np.inf
+            allowed[head, j + 1] = keep
+
+        outs, scores = partition_topk(int(k), arcs, N - 1, solve, forbid, force)
+        if not outs:
+            raise self._infeasible()
+        return outs, scores
+
+    def marginals(self, theta: DependencyPotentials) -> tuple[float, DependencyPotentials]:
+        """``(log Z, arc marginals)``: the matrix-tree theorem (non-projective) or inside-outside on
+        Eisner's spans (projective)."""
+        arcs = self._arcs(theta)
+        N = arcs.shape[0]
+        if self.projective:
+            graph, _ = eisner_hypergraph(N - 1, self.single_root)
+            log_z, mu = dp_marginals(graph, arcs.ravel(), self.name)
+            return log_z, DependencyPotentials(mu.reshape(N, N))
+        log_z, mu = kern.matrix_tree(arcs, self.single_root)
+        if log_z == -np.inf:
+            raise self._infeasible()
+        if not np.isfinite(log_z):
+            raise InvalidInputError(f"{self.name}: log Z is beyond the float64 range (potentials too large)")
+        return float(log_z), DependencyPotentials(mu)
+
+    def max_marginals(self, theta: DependencyPotentials) -> np.ndarray:
+        """(n + 1, n + 1): the best score of a tree containing each arc (-inf where none does, and on the
+        unused entries). Projective: max-plus inside-outside; non-projective: one argmax per arc with the
+        arc forced (n² Chu-Liu/Edmonds calls)."""
+        arcs = self._arcs(theta)
+        N = arcs.shape[0]
+        if self.projective:
+            graph, _ = eisner_hypergraph(N - 1, self.single_root)
+            return dp_max_marginals(graph, arcs.ravel(), self.name).reshape(N, N)
+        if self._heads(arcs) is None:
+            raise self._infeasible()
+        mm = np.full((N, N), -np.inf)
+        columns = np.arange(1, N)
+        for m in range(1, N):
+            for h in range(N):
+                if h == m or arcs[h, m] == -np.inf:
+                    continue
+                forced = arcs.copy()
+                forced[:, m] = -np.inf
+                forced[h, m] = arcs[h, m]
+                heads = self._heads(forced)
+                if heads is not None:
+                    mm[h, m] = arcs[heads, columns].sum()
+        return mm
+
+    def project(self, v: DependencyPotentials, tol: float = 1e-12) -> DependencyPotentials:
+        """Euclidean projection onto the hull of the trees, by Wolfe's min-norm point on :meth:`argmax`
+        (exact on the unused entries too: their statistics are 0)."""
+        target = self._arcs(v)
+        N = target.shape[0]
+        columns = np.arange(1, N)
+
+        def vertex(d: np.ndarray) -> np.ndarray:
+            heads = self.argmax(DependencyPotentials(d.reshape(N, N)))
+            z = np.zeros((N, N))
+            z[heads, columns] = 1.0
+            return z.ravel()
+
+        p, _ = project_hull(target.ravel(), vertex, tol=tol)
+        return DependencyPotentials(p.reshape(N, N))
+
+
+class _DPView(DPStructure):
+    # the flow polytope of a hypergraph (DPStructure's), without rebuilding the hypergraph
+    def __init__(self, graph: Hypergraph):
+        self.graph = graph
+
+
+def _edges_to_heads(arc_ids: np.ndarray, N: int) -> np.ndarray:
+    used = arc_ids[arc_ids >= 0]
+    heads = np.zeros(N - 1, dtype=np.int64)
+    heads[used % N - 1] = used // N
+    return heads
+
+
+def _flow_polytope(N: int, single_root: bool, like: DependencyPotentials) -> Polytope:
+    n = N - 1
+    h_idx, m_idx = np.meshgrid(np.arange(N), np.arange(N), indexing="ij")
+    valid = (h_idx != m_idx) & (m_idx >= 1)
+    arc_h, arc_m = h_idx[valid], m_idx[valid]  # the arcs, row-major
+    arc_col = arc_h * N + arc_m  # their statistics' columns
+    n_arcs, n_stats = arc_h.size, N * N
+    rows, cols, vals, rhs = [], [], [], []
+    row = 0
+    for col in np.flatnonzero(~valid.ravel()):  # unused entries are 0
+        rows.append(row), cols.append(col), vals.append(1.0), rhs.append(0.0)
+        row += 1
+    for m in range(1, N):  # one head per word
+        at = arc_col[arc_m == m]
+        rows += [row] * at.size
+        cols += list(at)
+        vals += [1.0] * at.size
+        rhs.append(1.0)
+        row += 1
+    if single_root:
+        at = arc_col[arc_h == 0]
+        rows += [row] * at.size
+        cols += list(at)
+        vals += [1.0] * at.size
+        rhs.append(1.0)
+        row += 1
+    eq = sp.csr_matrix((vals, (rows, cols)), shape=(row, n_stats + n * n_arcs))
+    # flow conservation of commodity k (one unit from the root to word k): inflow - outflow at node v
+    k_rep = np.repeat(np.arange(n), n_arcs)
+    flow_col = n_stats + np.arange(n * n_arcs)
+    a_rep = np.tile(np.arange(n_arcs), n)
+    cons_rows = np.concatenate([k_rep * N + arc_m[a_rep], k_rep * N + arc_h[a_rep]])
+    cons = sp.csr_matrix((np.concatenate([np.ones(n * n_arcs), -np.ones(n * n_arcs)]),
+                          (cons_rows, np.concatenate([flow_col, flow_col]))), shape=(n * N, n_stats + n * n_arcs))
+    demand = np.zeros((n, N))
+    demand[:, 0] = -1.0
+    demand[np.arange(n), np.arange(1, N)] = 1.0
+    # f^k_a <= z_a
+    ub = sp.csr_matrix((np.concatenate([np.ones(n * n_arcs), -np.ones(n * n_arcs)]),
+                        (np.concatenate([np.arange(n * n_arcs)] * 2), np.concatenate([flow_col, arc_col[a_rep]]))),
+                       shape=(n * n_arcs, n_stats + n * n_arcs))
+    A_eq = sp.vstack([eq, cons]).tocsr()
+    b_eq = np.concatenate([np.array(rhs), demand.ravel()])
+    return Polytope(A_eq, b_eq, ub, np.zeros(n * n_arcs), like, n_aux=n * n_arcs)
+
+
+# --------------------------------------------------------------------------- tree checks (vectorised)
+def tree_mask(heads: np.ndarray, projective: bool, single_root: bool) -> np.ndarray:
+    """Which rows of the (B, n) head arrays are trees (acyclic, rooted at 0; projective and single-root
+    where asked)."""
+    heads = np.asarray(heads, dtype=np.int64)
+    B, n = heads.shape
+    table = np.concatenate([np.zeros((B, 1), dtype=np.int64), heads], axis=1)  # table[:, v] = head of v
+    ok = np.all((heads >= 0) & (heads <= n), axis=1) & np.all(heads != np.arange(1, n + 1), axis=1)
+    table = np.where(ok[:, None], table, 0)
+    reach = table.copy()
+    for _ in range(max(1, n.bit_length())):  # pointer doubling: after it every node must reach the root
+        reach = np.take_along_axis(reach, reach, axis=1)
+    ok &= np.all(reach == 0, axis=1)
+    if single_root:
+        ok &= np.sum(heads == 0, axis=1) == 1
+    if projective and n > 1:
+        lo = np.minimum(heads, np.arange(1, n + 1))
+        hi = np.maximum(heads, np.arange(1, n + 1))
+        a_lo, b_lo = lo[:, :, None], lo[:, None, :]
+        a_hi, b_hi = hi[:, :, None], hi[:, None, :]
+        cross = (a_lo < b_lo) & (b_lo < a_hi) & (a_hi < b_hi)
+        ok &= ~np.any(cross, axis=(1, 2))
+    return ok
+
+
+def tree_problem(heads: np.ndarray, projective: bool, single_root: bool) -> str:
+    """Why the head array is not an output ("" when it is one)."""
+    n = heads.size
+    if np.any((heads < 0) | (heads > n)):
+        return f"heads must lie in [0, {n}]"
+    if np.any(heads == np.arange(1, n + 1)):
+        return "a word is its own head"
+    if not tree_mask(heads[None, :], False, False)[0]:
+        return "the arcs contain a cycle"
+    if single_root and np.sum(heads == 0) != 1:
+        return f"{int(np.sum(heads == 0))} words hang from the root (single_root=True needs exactly one)"
+    if projective and not tree_mask(heads[None, :], True, False)[0]:
+        return "it is not projective (two arcs cross)"
+    return ""
