@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -182,7 +183,7 @@ class DependencyTree(Structure):
         raw = theta.arcs if isinstance(theta, DependencyPotentials) else theta
         arcs = numeric_array(raw, f"{self.name} potentials", index, finite=False)
         if arcs.ndim == 1:  # the flat layout (row by row), e.g. FeatureModel's potentials
-            side = int(round(np.sqrt(arcs.size)))
+            side = math.isqrt(arcs.size)
             if side * side != arcs.size:
                 raise example_error(index, f"{self.name} flat potentials must have (n + 1)**2 entries, got "
                                            f"{arcs.size}")
@@ -213,8 +214,8 @@ class DependencyTree(Structure):
     def validate_output(self, y, like: DependencyPotentials, index: int | None = None) -> np.ndarray:
         n = self._arcs(like, index).shape[0] - 1
         heads = np.asarray(y)
-        if heads.shape != (n,) or heads.dtype.kind not in "iu" and not (
-                heads.dtype.kind == "f" and np.all(heads == np.round(heads))):
+        integral = heads.dtype.kind in "iu" or (heads.dtype.kind == "f" and np.all(heads == np.round(heads)))
+        if heads.shape != (n,) or not integral:
             raise example_error(index, f"{self.name} output must be an int array of {n} heads, got "
                                        f"{heads.dtype} of shape {heads.shape}")
         heads = heads.astype(np.int64)
