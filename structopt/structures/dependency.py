@@ -71,65 +71,63 @@ def eisner_hypergraph(n: int, single_root: bool) -> tuple[Hypergraph, np.ndarray
     """Eisner's first-order spans for n words as a :class:`Hypergraph`, and each hyperedge's arc
     (score index ``h * (n + 1) + m``, -1 for none) in internal order.
 
-    Items: ``C[i, i]`` (axioms); ``I[i, j, →]`` (arc i → j) and ``I[i, j, ←]`` (arc j → i), each from
-    ``C[i, k, →] + C[k + 1, j, ←]``; ``C[i, j, →] = I[i, k, →] + C[k, j, →]``; ``C[i, j, ←] =
-    C[i, k, ←] + I[k, j, ←]``. The root (node 0) is never a modifier. Multi-root: the goal is
-    ``C[0, n, →]``. Single root: the goal is built once per root child m from ``C[1, m, ←]`` and
-    ``C[m, n, →]`` with the arc 0 → m, and the spans that start at 0 are not built. Every projective
-    tree has exactly one derivation.
+    Items: complete spans ``C[i, j, →]`` (head i) and ``C[i, j, ←]`` (head j), axioms when i = j;
+    incomplete spans ``I[i, j, →]`` (arc i → j) and ``I[i, j, ←]`` (arc j → i), each from
+    ``C[i, k, →] + C[k + 1, j, ←]``; ``C[i, j, →] = I[i, k, →] + C[k, j, →]`` (i < k <= j);
+    ``C[i, j, ←] = C[i, k, ←] + I[k, j, ←]`` (i <= k < j). The root (node 0) is never a modifier, so
+    no ← item starts at 0. Multi-root: the goal is ``C[0, n, →]``. Single root: the spans that start
+    at 0 are not built and the goal is built once per root child m from ``C[1, m, ←]`` and
+    ``C[m, n, →]`` with the arc 0 → m. Every projective tree has exactly one derivation, and no
+    derivation uses an item twice (the flow polytope is exact). Items are numbered by span length
+    (within one length: I→, I←, C→, C←), which is a topological order; built with one vectorised step
+    per length.
     """
     N = n + 1
-    ids: dict[tuple[str, int, int], int] = {}
-    heads: list[int] = []
-    tails: list[tuple[int, ...]] = []
-    scores: list[int] = []
     first = 1 if single_root else 0
+    CR, CL, IR, IL = (np.full((N, N), -1, dtype=np.int64) for _ in range(4))
+    count = 0
 
-    def item(key: tuple[str, int, int]) -> int:
-        if key not in ids:
-            ids[key] = len(ids)
-        return ids[key]
+    def number(table: np.ndarray, i: np.ndarray, j: np.ndarray) -> None:
+        nonlocal count
+        table[i, j] = count + np.arange(i.size)
+        count += i.size
 
-    for i in range(first, N):
-        v = item(("C", i, i))
-        heads.append(v)
-        tails.append(())
-        scores.append(-1)
+    heads, left, right, scores = [], [], [], []
+
+    def add(head: np.ndarray, a: np.ndarray, b: np.ndarray, score: np.ndarray) -> None:
+        heads.append(head), left.append(a), right.append(b), scores.append(score)
+
+    diag = np.arange(first, N)
+    number(CR, diag, diag)
+    number(CL, diag[diag > 0], diag[diag > 0])
+    axioms = np.concatenate([CR[diag, diag], CL[diag[diag > 0], diag[diag > 0]]])
     for length in range(1, N):
-        for i in range(first, N - length):
-            j = i + length
-            for direction in ("R", "L"):
-                if direction == "L" and i == 0:
-                    continue  # the root is never a modifier
-                v = item(("I" + direction, i, j))
-                arc = i * N + j if direction == "R" else j * N + i
-                for k in range(i, j):
-                    heads.append(v)
-                    tails.append((ids[("CR", i, k)] if k > i else ids[("C", i, i)],
-                                  ids[("CL", k + 1, j)] if k + 1 < j else ids[("C", j, j)]))
-                    scores.append(arc)
-            v = item(("CR", i, j))
-            for k in range(i + 1, j + 1):
-                heads.append(v)
-                tails.append((ids[("IR", i, k)], ids[("CR", k, j)] if k < j else ids[("C", j, j)]))
-                scores.append(-1)
-            if i > 0:
-                v = item(("CL", i, j))
-                for k in range(i, j):
-                    heads.append(v)
-                    tails.append((ids[("CL", i, k)] if k > i else ids[("C", i, i)], ids[("IL", k, j)]))
-                    scores.append(-1)
+        i = np.arange(first, N - length)
+        j = i + length
+        t = np.arange(length)
+        ii, tt = np.meshgrid(i, t, indexing="ij")
+        jj, kk = ii + length, ii + tt  # split points i <= k < j
+        number(IR, i, j)
+        add(IR[ii, jj], CR[ii, kk], CL[kk + 1, jj], ii * N + jj)
+        lm = ii > 0
+        number(IL, i[i > 0], j[i > 0])
+        add(IL[ii[lm], jj[lm]], CR[ii[lm], kk[lm]], CL[kk[lm] + 1, jj[lm]], jj[lm] * N + ii[lm])
+        number(CR, i, j)
+        add(CR[ii, jj], IR[ii, kk + 1], CR[kk + 1, jj], np.full(ii.shape, -1))  # k' = k + 1 in (i, j]
+        number(CL, i[i > 0], j[i > 0])
+        add(CL[ii[lm], jj[lm]], CL[ii[lm], kk[lm]], IL[kk[lm], jj[lm]], np.full(int(lm.sum()), -1))
+    head = np.concatenate([axioms] + [h.ravel() for h in heads])
+    pairs = np.column_stack([np.concatenate([a.ravel() for a in left]), np.concatenate([b.ravel() for b in right])])
+    score = np.concatenate([np.full(axioms.size, -1)] + [x.ravel() for x in scores])
     if single_root:
-        goal = len(ids)
-        for m in range(1, N):
-            heads.append(goal)
-            right = ids[("CR", m, n)] if m < n else ids[("C", n, n)]
-            tails.append((ids[("CL", 1, m)], right) if m > 1 else (right,))  # C[1, 1, ←] adds nothing
-            scores.append(m)  # the arc 0 -> m
-        n_nodes = goal + 1
-    else:
-        n_nodes = len(ids)  # C[0, n, →] was created last
-    graph = Hypergraph(n_nodes, heads, tails, scores, n_scores=N * N)
+        m = np.arange(1, N)
+        head = np.concatenate([head, np.full(n, count)])
+        pairs = np.vstack([pairs, np.column_stack([CL[1, m], CR[m, n]])])
+        score = np.concatenate([score, m])  # the arc 0 -> m
+        count += 1
+    tail_ptr = np.concatenate([np.zeros(axioms.size + 1, dtype=np.int64),
+                               2 * np.arange(1, pairs.shape[0] + 1, dtype=np.int64)])  # axioms have no tails
+    graph = Hypergraph.from_csr(count, head, tail_ptr, pairs.ravel(), score, n_scores=N * N)
     return graph, graph.score
 
 
