@@ -67,6 +67,44 @@ def test_oracles_match_enumeration(projective, single_root):
     assert checked >= 12
 
 
+@pytest.mark.parametrize("projective,single_root", VARIANTS)
+def test_labelled_oracles_match_enumeration(projective, single_root):
+    tree = DependencyTree(projective=projective, single_root=single_root, n_labels=2)
+    rng = np.random.default_rng(29 + 2 * projective + single_root)
+    checked = 0
+    for trial in range(8):
+        n = 1 + trial % 3
+        arcs = rng.integers(-2, 3, (n + 1, n + 1, 2)).astype(float) if trial % 2 else rng.normal(size=(n + 1, n + 1, 2))
+        if trial % 3 == 0:
+            arcs[rng.random(arcs.shape) < 0.3] = -np.inf
+        theta = DependencyPotentials(arcs)
+        outs, stats, scores = _brute(tree, theta)
+        assert all(o.shape == (2, n) for o in outs)
+        finite = np.isfinite(scores)
+        if not finite.any():
+            with pytest.raises(so.InvalidInputError, match="forbid every output"):
+                tree.argmax(theta)
+            continue
+        assert tree.score(theta, tree.argmax(theta)) == pytest.approx(scores.max(), abs=1e-9)
+        top, top_scores = tree.topk(theta, 6)
+        np.testing.assert_allclose(top_scores, np.sort(scores[finite])[::-1][:6], atol=1e-9)
+        assert [tree.score(theta, o) for o in top] == pytest.approx(list(top_scores), abs=1e-9)
+        assert len({o.tobytes() for o in top}) == len(top)
+        log_z, mu = tree.marginals(theta)
+        assert log_z == pytest.approx(logsumexp(scores), abs=1e-9)
+        np.testing.assert_allclose(mu.arcs, np.tensordot(np.exp(scores - log_z), stats, axes=1), atol=1e-10)
+        np.testing.assert_allclose(tree.max_marginals(theta),
+                                   np.where(stats > 0, scores[:, None, None, None], -np.inf).max(axis=0), atol=1e-9)
+        for loss in (so.Hamming(), so.Hamming(normalize=True)):  # heads and labels: 2n nodes
+            gold = outs[int(rng.integers(len(outs)))]
+            c, const = loss.linear_terms(tree, gold, theta)
+            assert [tree.score(c, y) + const for y in outs] == pytest.approx([loss(gold, y) for y in outs])
+        checked += 1
+    assert checked >= 4
+    report = so.validate.check_structure(tree, DependencyPotentials(rng.normal(size=(4, 4, 2))))
+    assert report.ok, report.table()
+
+
 def test_tree_counts_and_nesting():
     for n in range(1, 6):
         theta = DependencyPotentials(np.zeros((n + 1, n + 1)))
@@ -197,7 +235,7 @@ def test_hamming_over_heads_per_instance():
 
 def test_bad_input_is_refused():
     tree = DependencyTree()
-    with pytest.raises(so.InvalidInputError, match=r"\(n \+ 1, n \+ 1\) matrix"):
+    with pytest.raises(so.InvalidInputError, match=r"\(n \+ 1, n \+ 1\) array"):
         tree.argmax(DependencyPotentials(np.zeros((3, 4))))
     with pytest.raises(so.InvalidInputError, match="NaN"):
         tree.argmax(DependencyPotentials(np.full((3, 3), np.nan)))
@@ -276,3 +314,15 @@ def test_bcfw_learns_synthetic_trees():
     result = bcfw(problem, max_passes=15, random_state=0)
     after = _uas(model, X, Y, result.w)
     assert after >= 0.9 and after > before + 0.3
+
+
+def test_labelled_model():
+    rng = np.random.default_rng(6)
+    model = so.DependencyModel(6, n_labels=3)
+    X = [sp.random((n + 1) ** 2 * 3, 6, density=0.4, format="csr", random_state=n) for n in (2, 4)]
+    report = so.validate.check_model(model, X)
+    assert report.ok, report.table()
+    y = model.predict(X[1], rng.normal(size=6))
+    assert y.shape == (2, 4) and y[1].max() < 3
+    with pytest.raises(so.InvalidInputError, match=r"\(n \+ 1\)\*\*2 \* 3 feature rows"):
+        model.validate_input(sp.random(25, 6, format="csr"), 0)

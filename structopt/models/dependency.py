@@ -33,13 +33,17 @@ class DependencyModel(FeatureModel):
         F.
     projective, single_root : bool
         The tree structure's options (ignored when ``structure`` is given).
+    n_labels : int, optional
+        Labelled arcs: one feature row per (head, modifier, label), row ``(h * (n + 1) + m) * L + l``
+        (``scipy.sparse.kron(arc_rows, eye(L))`` of unlabelled arc features gives per-label weights).
     structure : DependencyTree, optional
     """
 
-    def __init__(self, n_features: int, projective: bool = False, single_root: bool = True, *,
-                 structure: DependencyTree | None = None):
+    def __init__(self, n_features: int, projective: bool = False, single_root: bool = True,
+                 n_labels: int | None = None, *, structure: DependencyTree | None = None):
         tree = model_structure("DependencyModel", DependencyTree, structure,
-                               lambda: DependencyTree(projective=projective, single_root=single_root))
+                               lambda: DependencyTree(projective=projective, single_root=single_root,
+                                                      n_labels=n_labels))
         super().__init__(tree, n_features)
 
     def __repr__(self) -> str:
@@ -47,11 +51,14 @@ class DependencyModel(FeatureModel):
 
     def validate_input(self, x: FeatureInput, index: int | None = None) -> FeatureInput:
         rows = x.shape[0] if hasattr(x, "shape") and len(x.shape) == 2 else None
+        L = self.structure.n_labels or 1
         if rows is not None:
-            side = math.isqrt(rows)
-            if side * side != rows or side < 2:
-                raise example_error(index, f"DependencyModel input needs (n + 1)**2 feature rows (one per head and "
-                                           f"modifier of a sentence of n >= 1 words), got {rows}")
+            side = math.isqrt(rows // L)
+            if side * side * L != rows or side < 2:
+                per = "" if L == 1 else f" * {L}"
+                raise example_error(index, f"DependencyModel input needs (n + 1)**2{per} feature rows (one per head"
+                                           f"{'' if L == 1 else ', label'} and modifier of a sentence of n >= 1 "
+                                           f"words), got {rows}")
         return super().validate_input(x, index)
 
 

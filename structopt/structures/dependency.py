@@ -27,7 +27,12 @@ word hangs from the root.
 
 The Hamming loss over heads uses the per-node hooks: each word is a node taking n + 1 values (its
 head), so ``states_per_node`` is a method of the instance (``states_per_node(like) = n + 1``).
-Labelled arcs are not built.
+**Labelled arcs** (``n_labels=L``): potentials and statistics ``arcs[h, m, l]`` of shape
+(n + 1, n + 1, L), outputs (2, n) arrays (heads, then labels). The score being arc-factored, every
+oracle runs on the unlabelled arcs reduced over the labels (max for argmax and max-marginals,
+log-sum-exp for marginals); top-K partitions over (head, label) pairs; the polytope keeps the arc
+indicators as auxiliary columns, each the sum of its labels'. The Hamming loss then counts wrong heads
+and wrong labels (2n nodes).
 """
 
 from __future__ import annotations
@@ -43,10 +48,11 @@ import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, numeric_array
 from structopt.structures import _dependency_kernels as kern
+from structopt.structures import _dp_kernels as dp_kern
 from structopt.structures._minnorm import project_hull
 from structopt.structures._partition_topk import partition_topk
 from structopt.structures.base import Polytope, Structure, check_flag, random_like, refuse_nonfinite
-from structopt.structures.dp import DPStructure, Hypergraph, dp_argmax, dp_marginals, dp_max_marginals, dp_topk
+from structopt.structures.dp import DPStructure, Hypergraph, dp_marginals, dp_max_marginals, dp_topk
 from structopt.structures.registry import register_structure
 
 #: longest sentence :meth:`DependencyTree.outputs` enumerates ((n + 1)**n candidate head arrays)
@@ -142,6 +148,12 @@ class DependencyTree(Structure):
         Only projective trees (no crossing arcs, the root's included): Eisner's algorithm.
     single_root : bool, default True
         Exactly one arc from the root; False allows any number.
+    n_labels : int, optional
+        Labelled arcs with L labels: potentials and statistics are (n + 1, n + 1, L) (``arcs[h, m, l]``)
+        and an output is a (2, n) int array, heads then labels. The arc-factored score makes the best
+        label of each arc independent of the tree: argmax and max-marginals take the best label per arc,
+        marginals the log-sum-exp over labels (each arc's label marginals are its arc marginal times a
+        softmax), and top-K partitions over (head, label) pairs.
 
     Examples
     --------
@@ -156,22 +168,27 @@ class DependencyTree(Structure):
     Potentials = DependencyPotentials
     example_variants = ({"n": 1, "projective": False}, {"n": 4, "projective": False},
                         {"n": 4, "projective": False, "single_root": False}, {"n": 4, "projective": True},
-                        {"n": 4, "projective": True, "single_root": False})
+                        {"n": 4, "projective": True, "single_root": False}, {"n": 3, "n_labels": 2},
+                        {"n": 3, "projective": True, "n_labels": 2})
 
     @classmethod
     def example(cls, rng: np.random.Generator, *, integer: bool = True, n: int = 4, projective: bool = False,
-                single_root: bool = True) -> tuple[DependencyTree, DependencyPotentials]:
-        """A random sentence of ``n`` words (the size keyword), projective or not, single-root or not."""
+                single_root: bool = True, n_labels: int | None = None) -> tuple[DependencyTree, DependencyPotentials]:
+        """A random sentence of ``n`` words (the size keyword), projective or not, single-root or not,
+        labelled with ``n_labels`` labels or not."""
         n = check_count(n, "n", "DependencyTree.example")
-        structure = cls(projective=projective, single_root=single_root)
-        return structure, random_like(DependencyPotentials(np.zeros((n + 1, n + 1))), rng, integer=integer)
+        structure = cls(projective=projective, single_root=single_root, n_labels=n_labels)
+        shape = (n + 1, n + 1) + (() if n_labels is None else (int(n_labels),))
+        return structure, random_like(DependencyPotentials(np.zeros(shape)), rng, integer=integer)
 
-    def __init__(self, projective: bool = False, single_root: bool = True):
+    def __init__(self, projective: bool = False, single_root: bool = True, n_labels: int | None = None):
         self.projective = check_flag(projective, "projective", "DependencyTree")
         self.single_root = check_flag(single_root, "single_root", "DependencyTree")
+        self.n_labels = None if n_labels is None else check_count(n_labels, "n_labels", "DependencyTree")
 
     def __repr__(self) -> str:
-        return f"DependencyTree(projective={self.projective}, single_root={self.single_root})"
+        labels = "" if self.n_labels is None else f", n_labels={self.n_labels}"
+        return f"DependencyTree(projective={self.projective}, single_root={self.single_root}{labels})"
 
     # ----- layout
     def _arcs(self, theta: DependencyPotentials | np.ndarray, index: int | None = None) -> np.ndarray:
@@ -180,91 +197,128 @@ class DependencyTree(Structure):
                                        f"{type(theta).__name__}")
         raw = theta.arcs if isinstance(theta, DependencyPotentials) else theta
         arcs = numeric_array(raw, f"{self.name} potentials", index, finite=False)
-        if arcs.ndim == 1:  # the flat layout (row by row), e.g. FeatureModel's potentials
-            side = math.isqrt(arcs.size)
-            if side * side != arcs.size:
-                raise example_error(index, f"{self.name} flat potentials must have (n + 1)**2 entries, got "
-                                           f"{arcs.size}")
-            arcs = arcs.reshape(side, side)
-        if arcs.ndim != 2 or arcs.shape[0] != arcs.shape[1] or arcs.shape[0] < 2:
-            raise example_error(index, f"{self.name} potentials must be an (n + 1, n + 1) matrix with n >= 1 "
-                                       f"words, got shape {arcs.shape}")
+        L = 1 if self.n_labels is None else self.n_labels
+        if arcs.ndim == 1:  # the flat layout (row-major), e.g. FeatureModel's potentials
+            side = math.isqrt(arcs.size // L)
+            if side * side * L != arcs.size:
+                raise example_error(index, f"{self.name} flat potentials must have (n + 1)**2"
+                                           f"{'' if L == 1 else f' * {L}'} entries, got {arcs.size}")
+            arcs = arcs.reshape((side, side) + (() if self.n_labels is None else (L,)))
+        expected = "(n + 1, n + 1)" if self.n_labels is None else f"(n + 1, n + 1, {L})"
+        if arcs.ndim != (2 if self.n_labels is None else 3) or arcs.shape[0] != arcs.shape[1] or arcs.shape[0] < 2 \
+                or (self.n_labels is not None and arcs.shape[2] != L):
+            raise example_error(index, f"{self.name} potentials must be an {expected} array with n >= 1 words, "
+                                       f"got shape {arcs.shape}")
         refuse_nonfinite((("arcs", arcs),), f"{self.name} potentials", index, allow_neginf=True)
         return np.ascontiguousarray(arcs, dtype=float)
 
     def expand(self, theta: DependencyPotentials) -> DependencyPotentials:
-        """``theta`` checked, as an (n + 1, n + 1) matrix (a flat (n + 1)² vector is reshaped)."""
+        """``theta`` checked, as an (n + 1, n + 1[, L]) array (a flat row-major vector is reshaped)."""
         return DependencyPotentials(self._arcs(theta))
 
     def states_per_node(self, like: DependencyPotentials) -> int:
-        """Per-node loss hook, per instance: each of the n words takes one of n + 1 heads."""
-        return self._arcs(like).shape[0]
+        """Per-node loss hook, per instance: each of the n words takes one of n + 1 heads (labelled: the
+        nodes are the n heads and the n labels, each taking one of max(n + 1, L) values)."""
+        N = self._arcs(like).shape[0]
+        return N if self.n_labels is None else max(N, self.n_labels)
 
     def node_potentials(self, costs: np.ndarray, like: DependencyPotentials = None) -> DependencyPotentials:
-        """Arc potentials of per-word costs ``costs[m - 1, h]`` (the price of head h for word m)."""
+        """Arc potentials of per-word costs: ``costs[m - 1, h]`` the price of head h for word m; labelled,
+        ``costs[0, m - 1, h]`` (heads) and ``costs[1, m - 1, l]`` (labels)."""
         costs = np.asarray(costs, dtype=float)
-        n = costs.shape[0]
-        arcs = np.zeros((n + 1, n + 1))
-        arcs[:, 1:] = costs.T
+        if self.n_labels is None:
+            n = costs.shape[0]
+            arcs = np.zeros((n + 1, n + 1))
+            arcs[:, 1:] = costs[:, :n + 1].T
+            return DependencyPotentials(arcs)
+        n, L = costs.shape[1], self.n_labels
+        arcs = np.zeros((n + 1, n + 1, L))
+        arcs[:, 1:, :] = costs[0, :, :n + 1].T[:, :, None] + costs[1, :, :L][None, :, :]
         return DependencyPotentials(arcs)
 
     # ----- outputs
+    def _split(self, y) -> tuple[np.ndarray, np.ndarray | None]:
+        y = np.asarray(y, dtype=np.int64)
+        return (y, None) if self.n_labels is None else (y[0], y[1])
+
     def validate_output(self, y, like: DependencyPotentials, index: int | None = None) -> np.ndarray:
         n = self._arcs(like, index).shape[0] - 1
-        heads = np.asarray(y)
-        integral = heads.dtype.kind in "iu" or (heads.dtype.kind == "f" and np.all(heads == np.round(heads)))
-        if heads.shape != (n,) or not integral:
-            raise example_error(index, f"{self.name} output must be an int array of {n} heads, got "
-                                       f"{heads.dtype} of shape {heads.shape}")
-        heads = heads.astype(np.int64)
+        out = np.asarray(y)
+        shape = (n,) if self.n_labels is None else (2, n)
+        integral = out.dtype.kind in "iu" or (out.dtype.kind == "f" and np.all(out == np.round(out)))
+        if out.shape != shape or not integral:
+            what = f"{n} heads" if self.n_labels is None else f"shape (2, {n}) (heads, then labels)"
+            raise example_error(index, f"{self.name} output must be an int array of {what}, got "
+                                       f"{out.dtype} of shape {out.shape}")
+        out = out.astype(np.int64)
+        heads, labels = self._split(out)
         problem = tree_problem(heads, self.projective, self.single_root)
         if problem:
             raise example_error(index, f"{self.name} output {heads.tolist()} is not a tree: {problem}")
-        return heads
+        if labels is not None and np.any((labels < 0) | (labels >= self.n_labels)):
+            raise example_error(index, f"{self.name} labels must lie in [0, {self.n_labels}), got {labels.tolist()}")
+        return out
 
     def stats(self, y, like: DependencyPotentials) -> DependencyPotentials:
-        heads = np.asarray(y, dtype=np.int64)
-        arcs = np.zeros((heads.size + 1, heads.size + 1))
-        arcs[heads, np.arange(1, heads.size + 1)] = 1.0
+        heads, labels = self._split(y)
+        N = heads.size + 1
+        arcs = np.zeros((N, N) + (() if labels is None else (self.n_labels,)))
+        index = (heads, np.arange(1, N)) + (() if labels is None else (labels,))
+        arcs[index] = 1.0
         return DependencyPotentials(arcs)
 
     def expected_stats(self, outputs, weights: np.ndarray, like: DependencyPotentials) -> DependencyPotentials:
-        n = self._arcs(like).shape[0] - 1
-        arcs = np.zeros((n + 1, n + 1))
-        heads = np.asarray(outputs, dtype=np.int64).reshape(len(weights), n)
-        np.add.at(arcs, (heads, np.broadcast_to(np.arange(1, n + 1), heads.shape)),
-                  np.broadcast_to(np.asarray(weights, dtype=float)[:, None], heads.shape))
+        arcs = np.zeros(self._arcs(like).shape)
+        for u, y in zip(np.asarray(weights, dtype=float), outputs, strict=True):
+            heads, labels = self._split(y)
+            index = (heads, np.arange(1, heads.size + 1)) + (() if labels is None else (labels,))
+            arcs[index] += u
         return DependencyPotentials(arcs)
 
     def score(self, theta: DependencyPotentials, y) -> float:
         arcs = self._arcs(theta)
-        heads = np.asarray(y, dtype=np.int64)
-        return float(arcs[heads, np.arange(1, heads.size + 1)].sum())
+        heads, labels = self._split(y)
+        index = (heads, np.arange(1, heads.size + 1)) + (() if labels is None else (labels,))
+        return float(arcs[index].sum())
 
     def outputs(self, theta: DependencyPotentials) -> Iterator[np.ndarray]:
-        """Every tree, in lexicographic order of the head arrays (n <= 7 words)."""
+        """Every tree, in lexicographic order of the head arrays (n <= 7 words); labelled, each tree with
+        every labelling."""
         n = self._arcs(theta).shape[0] - 1
         if n > MAX_ENUMERATION_LENGTH:
             raise NotSupportedError(f"enumerating (n + 1)**n head arrays for n = {n} is too large "
                                     f"(n <= {MAX_ENUMERATION_LENGTH})")
         candidates = np.array(list(itertools.product(range(n + 1), repeat=n)), dtype=np.int64).reshape(-1, n)
-        keep = tree_mask(candidates, self.projective, self.single_root)
-        yield from candidates[keep]
+        trees = candidates[tree_mask(candidates, self.projective, self.single_root)]
+        if self.n_labels is None:
+            yield from trees
+            return
+        labellings = np.array(list(itertools.product(range(self.n_labels), repeat=n)), dtype=np.int64)
+        for heads in trees:
+            for labels in labellings:
+                yield np.stack([heads, labels])
 
     def polytope(self, theta: DependencyPotentials) -> Polytope:
         """Projective: Eisner's flow polytope. Non-projective: the multi-commodity flow formulation (for
         each word k, one unit of flow from the root to k along chosen arcs, ``0 <= f^k_a <= z_a``), with
-        one head per word, exactly one root arc when ``single_root``, and the unused entries at 0."""
+        one head per word, exactly one root arc when ``single_root``, and the unused entries at 0.
+        Labelled: the same with the arc indicators as auxiliary columns, each the sum of its labels'."""
         N = self._arcs(theta).shape[0]
         like = DependencyPotentials(np.zeros((N, N)))
         if self.projective:
             graph, _ = eisner_hypergraph(N - 1, self.single_root)
-            poly = _DPView(graph).polytope()
-            return poly._replace(like=like)
-        return _flow_polytope(N, self.single_root, like)
+            poly = _DPView(graph).polytope()._replace(like=like)
+        else:
+            poly = _flow_polytope(N, self.single_root, like)
+        return poly if self.n_labels is None else _labelled_polytope(poly, N, self.n_labels)
 
-    # ----- oracles
-    def _heads(self, arcs: np.ndarray) -> np.ndarray | None:
+    # ----- oracles on unlabelled arcs
+    def _best(self, arcs: np.ndarray) -> np.ndarray | None:
+        # the best tree's heads for (N, N) arcs, None when no tree has a finite score
+        if self.projective:
+            graph, arc_of = eisner_hypergraph(arcs.shape[0] - 1, self.single_root)
+            edges, best = _eisner_argmax(graph, arcs)
+            return None if best == -np.inf else _edges_to_heads(arc_of[edges], arcs.shape[0])
         heads, ok = kern.best_tree(arcs, self.single_root)
         return heads[1:].copy() if ok else None
 
@@ -272,104 +326,162 @@ class DependencyTree(Structure):
         return InvalidInputError(f"{self.name} potentials forbid every output: no "
                                  f"{'single-root ' if self.single_root else ''}tree has a finite score")
 
+    def _reduce(self, arcs: np.ndarray, log: bool) -> np.ndarray:
+        # unlabelled arc scores: the best label (max) or the log-sum-exp over labels
+        if self.n_labels is None:
+            return arcs
+        top = arcs.max(axis=2)
+        if not log:
+            return top
+        safe = np.where(np.isfinite(top), top, 0.0)
+        with np.errstate(divide="ignore"):
+            return np.where(np.isfinite(top), safe + np.log(np.exp(arcs - safe[..., None]).sum(axis=2)), -np.inf)
+
+    def _with_labels(self, arcs: np.ndarray, heads: np.ndarray) -> np.ndarray:
+        if self.n_labels is None:
+            return heads
+        return np.stack([heads, np.argmax(arcs[heads, np.arange(1, heads.size + 1)], axis=1)])
+
     def argmax(self, theta: DependencyPotentials) -> np.ndarray:
-        """The best tree: Chu-Liu/Edmonds (non-projective) or Eisner's max-plus recursion (projective)."""
+        """The best tree: Chu-Liu/Edmonds (non-projective) or Eisner's max-plus recursion (projective);
+        labelled, each arc with its best label."""
         arcs = self._arcs(theta)
-        if self.projective:
-            graph, arc_of = eisner_hypergraph(arcs.shape[0] - 1, self.single_root)
-            edges, _ = dp_argmax(graph, arcs.ravel(), self.name)
-            return _edges_to_heads(arc_of[edges], arcs.shape[0])
-        heads = self._heads(arcs)
+        heads = self._best(self._reduce(arcs, log=False))
         if heads is None:
             raise self._infeasible()
-        return heads
+        return self._with_labels(arcs, heads)
 
     def topk(self, theta: DependencyPotentials, k: int) -> tuple[list[np.ndarray], np.ndarray]:
         """The k best trees, sorted (fewer when fewer have a finite score): the k-best recursion
-        (projective) or the partition search over the heads with Chu-Liu/Edmonds (non-projective)."""
+        (projective, unlabelled) or the partition search over each word's head (and label), forbidding
+        and forcing arcs, with Chu-Liu/Edmonds or Eisner as the solver."""
         k = check_count(k, "k", f"{self.name}.topk")
         arcs = self._arcs(theta)
         N = arcs.shape[0]
-        if self.projective:
+        if self.projective and self.n_labels is None:
             graph, arc_of = eisner_hypergraph(N - 1, self.single_root)
             edges, offsets, scores = dp_topk(graph, arcs.ravel(), k, self.name)
             return [_edges_to_heads(arc_of[edges[a:b]], N) for a, b in itertools.pairwise(offsets)], scores
+        L = 1 if self.n_labels is None else self.n_labels
+        cube = arcs.reshape(N, N, L)  # value of position j (word j + 1): head * L + label
 
         def solve(allowed: np.ndarray):
-            heads = self._heads(allowed)
-            return None if heads is None else (float(arcs[heads, np.arange(1, N)].sum()), heads)
+            heads = self._best(allowed.max(axis=2))
+            if heads is None:
+                return None
+            m = np.arange(1, N)
+            labels = np.argmax(allowed[heads, m], axis=1)
+            return float(cube[heads, m, labels].sum()), heads * L + labels
 
-        def forbid(allowed: np.ndarray, j: int, head: int) -> bool:
-            allowed[head, j + 1] = -np.inf
-            column = np.delete(allowed[:, j + 1], j + 1)
+        def forbid(allowed: np.ndarray, j: int, value: int) -> bool:
+            allowed[value // L, j + 1, value % L] = -np.inf
+            column = np.delete(allowed[:, j + 1], j + 1, axis=0)
             return bool(np.any(column > -np.inf))
 
-        def force(allowed: np.ndarray, j: int, head: int) -> None:
-            keep = allowed[head, j + 1]
+        def force(allowed: np.ndarray, j: int, value: int) -> None:
+            keep = allowed[value // L, j + 1, value % L]
             allowed[:, j + 1] = -np.inf
-            allowed[head, j + 1] = keep
+            allowed[value // L, j + 1, value % L] = keep
 
-        outs, scores = partition_topk(int(k), arcs, N - 1, solve, forbid, force)
-        if not outs:
+        codes, scores = partition_topk(int(k), cube, N - 1, solve, forbid, force)
+        if not codes:
             raise self._infeasible()
+        outs = [c // L if self.n_labels is None else np.stack([c // L, c % L]) for c in codes]
         return outs, scores
 
     def marginals(self, theta: DependencyPotentials) -> tuple[float, DependencyPotentials]:
         """``(log Z, arc marginals)``: the matrix-tree theorem (non-projective) or inside-outside on
-        Eisner's spans (projective)."""
+        Eisner's spans (projective); labelled, on the log-sum-exp over labels, then split by a softmax."""
         arcs = self._arcs(theta)
+        reduced = self._reduce(arcs, log=True)
         N = arcs.shape[0]
         if self.projective:
             graph, _ = eisner_hypergraph(N - 1, self.single_root)
-            log_z, mu = dp_marginals(graph, arcs.ravel(), self.name)
-            return log_z, DependencyPotentials(mu.reshape(N, N))
-        log_z, mu = kern.matrix_tree(arcs, self.single_root)
-        if log_z == -np.inf:
-            raise self._infeasible()
-        if not np.isfinite(log_z):
-            raise InvalidInputError(f"{self.name}: log Z is beyond the float64 range (potentials too large)")
+            log_z, mu = dp_marginals(graph, reduced.ravel(), self.name)
+            mu = mu.reshape(N, N)
+        else:
+            log_z, mu = kern.matrix_tree(reduced, self.single_root)
+            if log_z == -np.inf:
+                raise self._infeasible()
+            if not np.isfinite(log_z):
+                raise InvalidInputError(f"{self.name}: log Z is beyond the float64 range (potentials too large)")
+        if self.n_labels is not None:
+            finite = np.isfinite(reduced)
+            share = np.exp(arcs - np.where(finite, reduced, 0.0)[..., None])
+            mu = np.where(finite[..., None], mu[..., None] * share, 0.0)
         return float(log_z), DependencyPotentials(mu)
 
     def max_marginals(self, theta: DependencyPotentials) -> np.ndarray:
-        """(n + 1, n + 1): the best score of a tree containing each arc (-inf where none does, and on the
-        unused entries). Projective: max-plus inside-outside; non-projective: one argmax per arc with the
-        arc forced (n² Chu-Liu/Edmonds calls)."""
+        """(n + 1, n + 1[, L]): the best score of a tree containing each arc (and label; -inf where none
+        does, and on the unused entries). Projective: max-plus inside-outside; non-projective: one argmax
+        per arc with the arc forced (n² Chu-Liu/Edmonds calls)."""
         arcs = self._arcs(theta)
+        reduced = self._reduce(arcs, log=False)
         N = arcs.shape[0]
         if self.projective:
             graph, _ = eisner_hypergraph(N - 1, self.single_root)
-            return dp_max_marginals(graph, arcs.ravel(), self.name).reshape(N, N)
-        if self._heads(arcs) is None:
-            raise self._infeasible()
-        mm = np.full((N, N), -np.inf)
-        columns = np.arange(1, N)
-        for m in range(1, N):
-            for h in range(N):
-                if h == m or arcs[h, m] == -np.inf:
-                    continue
-                forced = arcs.copy()
-                forced[:, m] = -np.inf
-                forced[h, m] = arcs[h, m]
-                heads = self._heads(forced)
-                if heads is not None:
-                    mm[h, m] = arcs[heads, columns].sum()
-        return mm
+            mm = dp_max_marginals(graph, reduced.ravel(), self.name).reshape(N, N)
+        else:
+            if self._best(reduced) is None:
+                raise self._infeasible()
+            mm = np.full((N, N), -np.inf)
+            columns = np.arange(1, N)
+            for m in range(1, N):
+                for h in range(N):
+                    if h == m or reduced[h, m] == -np.inf:
+                        continue
+                    forced = reduced.copy()
+                    forced[:, m] = -np.inf
+                    forced[h, m] = reduced[h, m]
+                    heads = self._best(forced)
+                    if heads is not None:
+                        mm[h, m] = reduced[heads, columns].sum()
+        if self.n_labels is None:
+            return mm
+        finite = np.isfinite(mm)[..., None] & np.isfinite(arcs)
+        return np.where(finite, mm[..., None] + arcs - np.where(np.isfinite(reduced), reduced, 0.0)[..., None],
+                        -np.inf)
 
     def project(self, v: DependencyPotentials, tol: float = 1e-12) -> DependencyPotentials:
         """Euclidean projection onto the hull of the trees, by Wolfe's min-norm point on :meth:`argmax`
         (exact on the unused entries too: their statistics are 0)."""
         target = self._arcs(v)
-        N = target.shape[0]
-        columns = np.arange(1, N)
 
         def vertex(d: np.ndarray) -> np.ndarray:
-            heads = self.argmax(DependencyPotentials(d.reshape(N, N)))
-            z = np.zeros((N, N))
-            z[heads, columns] = 1.0
-            return z.ravel()
+            theta = DependencyPotentials(d.reshape(target.shape))
+            return self.stats(self.argmax(theta), theta).arcs.ravel()
 
         p, _ = project_hull(target.ravel(), vertex, tol=tol)
-        return DependencyPotentials(p.reshape(N, N))
+        return DependencyPotentials(p.reshape(target.shape))
+
+
+def _eisner_argmax(graph: Hypergraph, arcs: np.ndarray) -> tuple[np.ndarray, float]:
+    # Eisner's max-plus recursion on (N, N) arcs: the internal hyperedges and the score (-inf: no tree)
+    edges, best = dp_kern.argmax(*graph.arrays, np.ascontiguousarray(arcs.ravel()))
+    return edges, float(best)
+
+
+def _labelled_polytope(poly: Polytope, N: int, L: int) -> Polytope:
+    # the unlabelled description with its N * N arc columns turned into auxiliary columns y, and the rows
+    # y_a = sum_l z_{a, l}; the new statistics z are the (N, N, L) labelled arc indicators
+    n_arc = N * N
+    n_z = n_arc * L
+
+    def widen(A):
+        if A is None:
+            return None
+        A = sp.csr_matrix(A)
+        return sp.hstack([sp.csr_matrix((A.shape[0], n_z)), A]).tocsr()
+
+    link = sp.hstack([-sp.kron(sp.eye(n_arc), np.ones((1, L))), sp.eye(n_arc),
+                      sp.csr_matrix((n_arc, poly.n_aux))]).tocsr()
+    A_eq = sp.vstack([widen(poly.A_eq), link]).tocsr() if poly.A_eq is not None else link
+    b_eq = np.concatenate([poly.b_eq, np.zeros(n_arc)]) if poly.A_eq is not None else np.zeros(n_arc)
+    old_aux = np.column_stack([np.zeros(poly.n_aux), np.full(poly.n_aux, np.inf)]) if poly.aux_bounds is None \
+        else np.asarray(poly.aux_bounds, dtype=float).reshape(poly.n_aux, 2)
+    aux_bounds = np.vstack([np.column_stack([np.zeros(n_arc), np.ones(n_arc)]), old_aux])
+    return Polytope(A_eq, b_eq, widen(poly.A_ub), poly.b_ub, DependencyPotentials(np.zeros((N, N, L))),
+                    n_aux=n_arc + poly.n_aux, aux_bounds=aux_bounds)
 
 
 class _DPView(DPStructure):
