@@ -319,10 +319,19 @@ def test_bcfw_learns_synthetic_trees():
 def test_labelled_model():
     rng = np.random.default_rng(6)
     model = so.DependencyModel(6, n_labels=3)
-    X = [sp.random((n + 1) ** 2 * 3, 6, density=0.4, format="csr", random_state=n) for n in (2, 4)]
+    X = [sp.random((n + 1) ** 2, 6, density=0.4, format="csr", random_state=n) for n in (2, 4)]
     report = so.validate.check_model(model, X)
     assert report.ok, report.table()
-    y = model.predict(X[1], rng.normal(size=6))
+    W = rng.normal(size=(3, 6))
+    theta = model.potentials(X[1], W.ravel())  # scores[h, m, l] = <x_hm, W[l]>
+    np.testing.assert_allclose(theta.arcs, (X[1] @ W.T).reshape(5, 5, 3))
+    y = model.predict(X[1], W.ravel())
     assert y.shape == (2, 4) and y[1].max() < 3
-    with pytest.raises(so.InvalidInputError, match=r"\(n \+ 1\)\*\*2 \* 3 feature rows"):
-        model.validate_input(sp.random(25, 6, format="csr"), 0)
+    # trains: gold from a random labelled scorer
+    X = [sp.random((n + 1) ** 2, 6, density=0.5, format="csr", random_state=n) for n in range(2, 12)]
+    Y = model.predict_batch(X, W.ravel())
+    from structopt.solvers import bcfw
+
+    result = bcfw(so.SSVMProblem(model, X, Y, so.Hamming(), 0.01), max_passes=10, random_state=0)
+    right = np.mean(np.concatenate([(p == y).ravel() for p, y in zip(model.predict_batch(X, result.w), Y)]))
+    assert right >= 0.8

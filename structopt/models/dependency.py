@@ -9,23 +9,27 @@ import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, check_count, example_error
-from structopt.models.base import model_structure
-from structopt.models.feature import FeatureInput, FeatureModel
-from structopt.structures.dependency import DependencyTree
+from structopt.models.base import Model, feature_matrix, model_structure
+from structopt.models.feature import FeatureInput
+from structopt.structures.dependency import DependencyPotentials, DependencyTree
 
 #: the hashed first-order templates of :func:`arc_features` (McDonald et al., 2005, without in-between tags)
 TEMPLATES = ("hw", "ht", "mw", "mt", "hw,ht", "mw,mt", "hw,mw", "ht,mt", "hw,ht,mt", "ht,mw,mt", "ht,mt,dist",
              "ht,ht+1,mt-1,mt", "ht-1,ht,mt,mt+1", "bias,dist")
 
 
-class DependencyModel(FeatureModel):
+class DependencyModel(Model):
     """``scores[h, m] = <features(h, m), w>``: one sparse feature row per (head, modifier) pair.
 
     The input of a sentence of n words is an ((n + 1)², F) CSR (or dense) matrix whose row
     ``h * (n + 1) + m`` holds the features of the arc h → m (rows of column 0 and of the diagonal are
-    unused and may be empty); :func:`arc_features` builds them from word and tag ids. The model is a
-    :class:`~structopt.models.feature.FeatureModel` on a :class:`~structopt.structures.dependency.DependencyTree`:
-    the potentials are the (n + 1, n + 1) arc scores, the adjoint ``x^T mu`` over the arc marginals.
+    unused and may be empty); :func:`arc_features` builds them from word and tag ids. The potentials are
+    the (n + 1, n + 1) arc scores of a :class:`~structopt.structures.dependency.DependencyTree`; the
+    adjoint is ``x^T mu`` over the arc statistics. Unlabelled, this is
+    ``FeatureModel(DependencyTree(), F)`` (the same weights and potentials) with the input's shape checked.
+
+    **Labelled arcs** (``n_labels=L``): the same input, one weight vector per label, an (L, F) block
+    ``W``: ``scores[h, m, l] = <features(h, m), W[l]>``.
 
     Parameters
     ----------
@@ -34,32 +38,55 @@ class DependencyModel(FeatureModel):
     projective, single_root : bool
         The tree structure's options (ignored when ``structure`` is given).
     n_labels : int, optional
-        Labelled arcs: one feature row per (head, modifier, label), row ``(h * (n + 1) + m) * L + l``
-        (``scipy.sparse.kron(arc_rows, eye(L))`` of unlabelled arc features gives per-label weights).
+        L, for labelled arcs (ignored when ``structure`` is given: its own ``n_labels`` counts).
     structure : DependencyTree, optional
     """
 
     def __init__(self, n_features: int, projective: bool = False, single_root: bool = True,
                  n_labels: int | None = None, *, structure: DependencyTree | None = None):
-        tree = model_structure("DependencyModel", DependencyTree, structure,
-                               lambda: DependencyTree(projective=projective, single_root=single_root,
-                                                      n_labels=n_labels))
-        super().__init__(tree, n_features)
+        self.structure = model_structure("DependencyModel", DependencyTree, structure,
+                                         lambda: DependencyTree(projective=projective, single_root=single_root,
+                                                                n_labels=n_labels))
+        self.n_features = check_count(n_features, "n_features", "DependencyModel")
+        self.n_labels = self.structure.n_labels
 
     def __repr__(self) -> str:
         return f"DependencyModel(n_features={self.n_features}, structure={self.structure!r})"
 
+    @property
+    def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
+        return [("weights", (self.n_features,) if self.n_labels is None else (self.n_labels, self.n_features))]
+
     def validate_input(self, x: FeatureInput, index: int | None = None) -> FeatureInput:
-        rows = x.shape[0] if hasattr(x, "shape") and len(x.shape) == 2 else None
-        L = self.structure.n_labels or 1
-        if rows is not None:
-            side = math.isqrt(rows // L)
-            if side * side * L != rows or side < 2:
-                per = "" if L == 1 else f" * {L}"
-                raise example_error(index, f"DependencyModel input needs (n + 1)**2{per} feature rows (one per head"
-                                           f"{'' if L == 1 else ', label'} and modifier of a sentence of n >= 1 "
-                                           f"words), got {rows}")
-        return super().validate_input(x, index)
+        x = feature_matrix(x, self.n_features, index, "DependencyModel input", "(n + 1)**2")
+        side = math.isqrt(x.shape[0])
+        if side * side != x.shape[0] or side < 2:
+            raise example_error(index, f"DependencyModel input needs (n + 1)**2 feature rows (one per head and "
+                                       f"modifier of a sentence of n >= 1 words), got {x.shape[0]}")
+        return x
+
+    def potentials(self, x: FeatureInput, w: np.ndarray) -> DependencyPotentials:
+        W = self.unpack(w)["weights"]
+        N = math.isqrt(x.shape[0])
+        scores = np.asarray(x @ (W if self.n_labels is None else W.T), dtype=float)
+        return DependencyPotentials(scores.reshape((N, N) if self.n_labels is None else (N, N, self.n_labels)))
+
+    def _features(self, x: FeatureInput, mu: DependencyPotentials) -> np.ndarray:
+        arcs = np.asarray(mu.arcs if isinstance(mu, DependencyPotentials) else mu[0], dtype=float)
+        rows = x.shape[0]
+        if arcs.size != rows * (self.n_labels or 1):
+            raise InvalidInputError(f"DependencyModel: statistics of shape {arcs.shape} do not match {rows} feature "
+                                    "rows")
+        if self.n_labels is None:
+            return np.asarray(x.T @ arcs.ravel()).ravel()
+        return np.asarray(x.T @ arcs.reshape(rows, self.n_labels)).T
+
+    def add_features(self, x: FeatureInput, mu: DependencyPotentials, out: np.ndarray, scale: float = 1.0) -> None:
+        out += scale * self._features(x, mu).ravel()
+
+    def features_sqnorm(self, x: FeatureInput, mu: DependencyPotentials) -> float:
+        g = self._features(x, mu)
+        return float(np.sum(g * g))
 
 
 def _hash(parts: np.ndarray, template: int, n_features: int) -> np.ndarray:
