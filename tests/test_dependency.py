@@ -322,9 +322,9 @@ def test_labelled_model():
     X = [sp.random((n + 1) ** 2, 6, density=0.4, format="csr", random_state=n) for n in (2, 4)]
     report = so.validate.check_model(model, X)
     assert report.ok, report.table()
-    W = rng.normal(size=(3, 6))
-    theta = model.potentials(X[1], W.ravel())  # scores[h, m, l] = <x_hm, W[l]>
-    np.testing.assert_allclose(theta.arcs, (X[1] @ W.T).reshape(5, 5, 3))
+    W = rng.normal(size=(6, 3))
+    theta = model.potentials(X[1], W.ravel())  # scores[h, m, l] = <x_hm, W[:, l]>
+    np.testing.assert_allclose(theta.arcs, (X[1] @ W).reshape(5, 5, 3))
     y = model.predict(X[1], W.ravel())
     assert y.shape == (2, 4) and y[1].max() < 3
     # trains: gold from a random labelled scorer

@@ -28,8 +28,9 @@ class DependencyModel(Model):
     adjoint is ``x^T mu`` over the arc statistics. Unlabelled, this is
     ``FeatureModel(DependencyTree(), F)`` (the same weights and potentials) with the input's shape checked.
 
-    **Labelled arcs** (``n_labels=L``): the same input, one weight vector per label, an (L, F) block
-    ``W``: ``scores[h, m, l] = <features(h, m), W[l]>``.
+    **Labelled arcs** (``n_labels=L``): the same input, one weight vector per label, an (F, L) block
+    ``W``: ``scores[h, m, l] = <features(h, m), W[:, l]>``. The adjoint touches only the arcs with
+    non-zero statistics (a corner has n), so the (F, L) block is never built per example.
 
     Parameters
     ----------
@@ -55,7 +56,7 @@ class DependencyModel(Model):
 
     @property
     def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
-        return [("weights", (self.n_features,) if self.n_labels is None else (self.n_labels, self.n_features))]
+        return [("weights", (self.n_features,) if self.n_labels is None else (self.n_features, self.n_labels))]
 
     def validate_input(self, x: FeatureInput, index: int | None = None) -> FeatureInput:
         x = feature_matrix(x, self.n_features, index, "DependencyModel input", "(n + 1)**2")
@@ -68,7 +69,7 @@ class DependencyModel(Model):
     def potentials(self, x: FeatureInput, w: np.ndarray) -> DependencyPotentials:
         W = self.unpack(w)["weights"]
         N = math.isqrt(x.shape[0])
-        scores = np.asarray(x @ (W if self.n_labels is None else W.T), dtype=float)
+        scores = np.asarray(x @ W, dtype=float)  # W (F,) or (F, L), contiguous: no copy of the weights
         return DependencyPotentials(scores.reshape((N, N) if self.n_labels is None else (N, N, self.n_labels)))
 
     def _features(self, x: FeatureInput, mu: DependencyPotentials) -> np.ndarray:
@@ -79,13 +80,36 @@ class DependencyModel(Model):
                                     "rows")
         if self.n_labels is None:
             return np.asarray(x.T @ arcs.ravel()).ravel()
-        return np.asarray(x.T @ arcs.reshape(rows, self.n_labels)).T
+        return np.asarray(x.T @ arcs.reshape(rows, self.n_labels))
+
+    def _sparse_features(self, x: FeatureInput, mu: DependencyPotentials) -> tuple[np.ndarray, np.ndarray]:
+        # labelled: A_x^T mu as (feature columns, their (.., L) rows), touching only the arcs with statistics
+        # (a corner has n of them): the (F, L) block is never materialised
+        arcs = np.asarray(mu.arcs if isinstance(mu, DependencyPotentials) else mu[0], dtype=float)
+        rows = x.shape[0]
+        if arcs.size != rows * self.n_labels:
+            raise InvalidInputError(f"DependencyModel: statistics of shape {arcs.shape} do not match {rows} feature "
+                                    "rows")
+        M = arcs.reshape(rows, self.n_labels)
+        used = np.flatnonzero(np.any(M != 0, axis=1))
+        sub = sp.csr_matrix(x)[used].tocoo()
+        return sub.col, sub.data[:, None] * M[used[sub.row]]
 
     def add_features(self, x: FeatureInput, mu: DependencyPotentials, out: np.ndarray, scale: float = 1.0) -> None:
-        out += scale * self._features(x, mu).ravel()
+        if self.n_labels is None:
+            out += scale * self._features(x, mu)
+            return
+        cols, values = self._sparse_features(x, mu)
+        np.add.at(out.reshape(self.n_features, self.n_labels), cols, scale * values)
 
     def features_sqnorm(self, x: FeatureInput, mu: DependencyPotentials) -> float:
-        g = self._features(x, mu)
+        if self.n_labels is None:
+            g = self._features(x, mu)
+            return float(g @ g)
+        cols, values = self._sparse_features(x, mu)
+        unique, inverse = np.unique(cols, return_inverse=True)
+        g = np.zeros((unique.size, self.n_labels))
+        np.add.at(g, inverse, values)
         return float(np.sum(g * g))
 
 
