@@ -335,3 +335,12 @@ def test_labelled_model():
     result = bcfw(so.SSVMProblem(model, X, Y, so.Hamming(), 0.01), max_passes=10, random_state=0)
     right = np.mean(np.concatenate([(p == y).ravel() for p, y in zip(model.predict_batch(X, result.w), Y)]))
     assert right >= 0.8
+
+
+def test_non_projective_gold_refused_by_the_projective_problem():
+    X = [sp.random(25, 3, density=0.5, format="csr", random_state=1)] * 2
+    crossing = np.array([4, 0, 1, 2])  # 0 -> 2, 2 -> 4, 4 -> 1, 1 -> 3: arcs (2, 4) and (1, 3) cross
+    so.SSVMProblem(so.DependencyModel(3), X, [np.array([0, 1, 2, 3]), crossing], so.Hamming(), 0.1)
+    with pytest.raises(so.InvalidInputError, match="example 1: .*not projective"):
+        so.SSVMProblem(so.DependencyModel(3, projective=True), X, [np.array([0, 1, 2, 3]), crossing], so.Hamming(),
+                       0.1)
