@@ -341,6 +341,6 @@ def test_non_projective_gold_refused_by_the_projective_problem():
     X = [sp.random(25, 3, density=0.5, format="csr", random_state=1)] * 2
     crossing = np.array([4, 0, 1, 2])  # 0 -> 2, 2 -> 4, 4 -> 1, 1 -> 3: arcs (2, 4) and (1, 3) cross
     so.SSVMProblem(so.DependencyModel(3), X, [np.array([0, 1, 2, 3]), crossing], so.Hamming(), 0.1)
-    with pytest.raises(so.InvalidInputError, match="example 1: .*not projective"):
+    with pytest.raises(so.InvalidInputError, match=r"example 1: .*not projective"):
         so.SSVMProblem(so.DependencyModel(3, projective=True), X, [np.array([0, 1, 2, 3]), crossing], so.Hamming(),
                        0.1)

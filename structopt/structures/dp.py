@@ -20,6 +20,9 @@ hypergraph; a user subclass describes its hypergraph once in ``__init__`` and, o
 outputs map to derivations (:meth:`DPStructure.decode` / :meth:`DPStructure.encode`).
 :class:`~structopt.structures.tree.TreeStructure` runs its oracles on this recursion, and
 :meth:`Chain.as_dp` / :meth:`TreeStructure.as_dp` give the equivalent :class:`LabelDP`.
+:meth:`DPStructure.from_builder` gives one structure (:class:`DPFamily`) for instances whose hypergraph
+depends on their size (read from the potentials), each size built once: Eisner's spans per sentence
+length are the example (:mod:`structopt.structures.dependency`).
 """
 
 from __future__ import annotations
