@@ -329,3 +329,25 @@ def test_from_builder_refusals():
     bad = DPStructure.from_builder(lambda size: "a graph")
     with pytest.raises(so.InvalidInputError, match="Hypergraph or a DPStructure"):
         bad.argmax(DPPotentials(np.zeros(4)))
+
+
+def test_from_builder_per_node_loss_per_size():
+    """Chains of every length as one family (each length's LabelDP): the Hamming loss's linear terms equal the
+    loss on every output, with states_per_node read per instance; a builder of plain hypergraphs says why not."""
+    S = 2
+
+    def chains(size: int):
+        T = (size + S * S) // (S + S * S)  # size = T * S + (T - 1) * S * S
+        return so.Chain(S).as_dp(T)
+
+    family = DPStructure.from_builder(chains)
+    rng = np.random.default_rng(5)
+    for T in (1, 2, 3):
+        theta = DPPotentials(rng.normal(size=T * S + (T - 1) * S * S))
+        assert family.states_per_node(theta) == S
+        gold = family.argmax(DPPotentials(rng.normal(size=theta.score.size)))
+        c, const = so.Hamming().linear_terms(family, gold, theta)
+        for y in family.outputs(theta):
+            assert family.score(c, y) + const == pytest.approx(so.Hamming()(gold, y))
+    with pytest.raises(so.NotSupportedError, match="states_per_node"):
+        so.Hamming().linear_terms(DPStructure.from_builder(_eisner_builder), np.array([0]), DPPotentials(np.zeros(4)))

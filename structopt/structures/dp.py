@@ -34,7 +34,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, check_count, example_error, numeric_array, refuse_nonfinite
+from structopt.errors import (
+    InvalidInputError,
+    NotSupportedError,
+    check_count,
+    example_error,
+    numeric_array,
+    refuse_nonfinite,
+)
 from structopt.structures import _dp_kernels as kern
 from structopt.structures.base import Polytope, Potentials, Structure, flatten, unflatten
 
@@ -601,3 +608,21 @@ class DPFamily(Structure):
 
     def max_marginals(self, theta: Potentials) -> np.ndarray:
         return self._of(theta).max_marginals(theta)
+
+    # the per-node loss hooks, per instance: the instance's own, when its DPStructure declares them
+    def _node_hook(self, like: Potentials, name: str) -> Any:
+        instance = self._of(like)
+        if not hasattr(instance, name):
+            raise NotSupportedError(f"a per-node loss needs {name} on the instances of {self!r}; the instance with "
+                                    f"{instance.graph.n_scores} potentials ({type(instance).__name__}) does not "
+                                    "declare it (return a DPStructure subclass with states_per_node and "
+                                    "node_potentials from the builder)")
+        return getattr(instance, name)
+
+    def states_per_node(self, like: Potentials) -> int:
+        """The values each node takes in the instance shaped like ``like`` (its DPStructure's hook)."""
+        return self._node_hook(like, "states_per_node")
+
+    def node_potentials(self, costs: np.ndarray, like: Potentials) -> Potentials:
+        """Per-node costs as potentials of the instance shaped like ``like`` (its DPStructure's hook)."""
+        return self._node_hook(like, "node_potentials")(costs, like)
