@@ -83,8 +83,8 @@ class DependencyModel(Model):
         return np.asarray(x.T @ arcs.reshape(rows, self.n_labels))
 
     def _sparse_features(self, x: FeatureInput, mu: DependencyPotentials) -> tuple[np.ndarray, np.ndarray]:
-        # labelled: A_x^T mu as (feature columns, their (.., L) rows), touching only the arcs with statistics
-        # (a corner has n of them): the (F, L) block is never materialised
+        # labelled: A_x^T mu as (feature indices, their rows of the (F, L) block), indices unique, touching only
+        # the arcs with statistics (a corner has n of them): the dense (F, L) block is never built
         arcs = np.asarray(mu.arcs if isinstance(mu, DependencyPotentials) else mu[0], dtype=float)
         rows = x.shape[0]
         if arcs.size != rows * self.n_labels:
@@ -92,25 +92,35 @@ class DependencyModel(Model):
                                     "rows")
         M = arcs.reshape(rows, self.n_labels)
         used = np.flatnonzero(np.any(M != 0, axis=1))
-        sub = sp.csr_matrix(x)[used].tocoo()
-        return sub.col, sub.data[:, None] * M[used[sub.row]]
+        if not sp.issparse(x):
+            block = x[used].T @ M[used]
+            keep = np.flatnonzero(np.any(block != 0, axis=1))
+            return keep, block[keep]
+        starts, ends = x.indptr[used], x.indptr[used + 1]
+        lengths = ends - starts
+        total = int(lengths.sum())
+        # the stored entries of the used rows, read straight from the CSR arrays (no scipy call per step)
+        entry = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(total)
+        cols = x.indices[entry]
+        values = x.data[entry, None] * M[np.repeat(used, lengths)]
+        order = np.argsort(cols, kind="stable")
+        cols, values = cols[order], values[order]
+        first = np.flatnonzero(np.concatenate([[True], cols[1:] != cols[:-1]])) if total else np.zeros(0, np.int64)
+        return cols[first], np.add.reduceat(values, first, axis=0) if total else values
 
     def add_features(self, x: FeatureInput, mu: DependencyPotentials, out: np.ndarray, scale: float = 1.0) -> None:
         if self.n_labels is None:
             out += scale * self._features(x, mu)
             return
         cols, values = self._sparse_features(x, mu)
-        np.add.at(out.reshape(self.n_features, self.n_labels), cols, scale * values)
+        out.reshape(self.n_features, self.n_labels)[cols] += scale * values
 
     def features_sqnorm(self, x: FeatureInput, mu: DependencyPotentials) -> float:
         if self.n_labels is None:
             g = self._features(x, mu)
             return float(g @ g)
-        cols, values = self._sparse_features(x, mu)
-        unique, inverse = np.unique(cols, return_inverse=True)
-        g = np.zeros((unique.size, self.n_labels))
-        np.add.at(g, inverse, values)
-        return float(np.sum(g * g))
+        _, values = self._sparse_features(x, mu)
+        return float(np.sum(values * values))
 
 
 def _hash(parts: np.ndarray, template: int, n_features: int) -> np.ndarray:
