@@ -120,3 +120,16 @@ def test_train_then_predict_writes_conllu(tmp_path, capsys):
     assert uas >= 0.9  # the heads follow the tags: learnt
     assert main(["predict", str(model), str(data / "web.conllu"), "--out", str(tmp_path / "web.conllu")]) == 0
     assert len(read_conllu(tmp_path / "web.conllu")) == 40
+
+
+def test_data_folder_refusals(tmp_path, monkeypatch):
+    import sys
+
+    from structopt.errors import DataNotFoundError
+    from structopt.tasks.parsing import data_folder
+
+    with pytest.raises(DataNotFoundError, match=r"lacks web\.conllu, wiki\.conllu"):
+        data_folder(tmp_path)
+    monkeypatch.setitem(sys.modules, "turkish_treebanks", None)  # as if not installed
+    with pytest.raises(DataNotFoundError, match=r"pip install 'structopt\[parsing\]'"):
+        data_folder(None)
