@@ -20,12 +20,14 @@ __version__ = "0.1.0"
 # package with its solvers). ``from structopt import X`` and ``structopt.X`` work as before.
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("BoxLoss", "Hamming", "Loss", "MatchingHamming", "WeightedHamming"), "structopt.losses"),
-    **dict.fromkeys(("BoxModel", "ChainModel", "FeatureModel", "GraphInput", "GraphModel", "GridInput", "GridModel",
-                     "MatchingModel", "Model", "MultiClassModel", "TreeModel"), "structopt.models"),
+    **dict.fromkeys(("BoxModel", "ChainModel", "DependencyModel", "FeatureModel", "GraphInput", "GraphModel",
+                     "GridInput", "GridModel", "MatchingModel", "Model", "MultiClassModel", "TreeModel"),
+                    "structopt.models"),
     **dict.fromkeys(("OracleResult", "SSVMProblem"), "structopt.problem"),
     **dict.fromkeys(("Result", "get_solver"), "structopt.solvers"),
     **dict.fromkeys(("BinaryGrid", "BipartiteMatching", "BoundingBox", "BoxPotentials", "Chain", "ChainPotentials",
-                     "DPPotentials", "DPStructure", "FactorGraph", "FactorGraphPotentials", "GridPotentials",
+                     "DPPotentials", "DPStructure", "DependencyPotentials", "DependencyTree", "FactorGraph",
+                     "FactorGraphPotentials", "GridPotentials",
                      "LPStructure", "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Structure",
                      "TreePotentials", "TreeStructure", "VectorPotentials"), "structopt.structures"),
     "LatentChain": "structopt.structures",  # hidden sub-states per label (solvers.latent_ssvm)
@@ -66,6 +68,9 @@ __all__ = [
     "ChainPotentials",
     "DPPotentials",
     "DPStructure",
+    "DependencyModel",
+    "DependencyPotentials",
+    "DependencyTree",
     "FactorGraph",
     "FactorGraphPotentials",
     "FeatureModel",

@@ -25,7 +25,7 @@ from structopt.tasks.own_common import BuiltTask, data_split, resolve_lam
 #: superpixels, the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py
 #: --select``, ``benchmarks/horses_superpixels.py``)
 DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001, "horses superpixels": 0.001,
-               "localization horses": 0.1, "localization raccoon": 0.001}
+               "localization horses": 0.1, "localization raccoon": 0.001, "parsing": 0.001}
 
 #: localization's dataset when ``--dataset`` is not given
 DEFAULT_DATASET = "horses"
@@ -87,7 +87,7 @@ class Inputs:
 
 
 #: the :attr:`Inputs.extra` entries that hold one value per example (:meth:`Inputs.subset` selects them)
-PER_EXAMPLE = frozenset({"files", "shapes", "segments", "masks", "names", "sizes", "pairs", "lengths"})
+PER_EXAMPLE = frozenset({"files", "shapes", "segments", "masks", "names", "sizes", "pairs", "lengths", "sentences"})
 
 #: ``structopt predict --split``: which examples of the task's own data are scored
 SPLITS = ("test", "train", "all")
@@ -661,9 +661,89 @@ class LocalizationTask(TaskSpec):
                 "test_mean_iou": mean_iou(inputs.gold, boxes)}
 
 
+# --------------------------------------------------------------------------- parsing
+class ParsingTask(TaskSpec):
+    """Turkish dependency parsing (labelled non-projective trees). Preprocessing: the relation labels and the
+    hashed feature count; INPUT: a CoNLL-U file."""
+
+    name = "parsing"
+    preprocessing_types = (("labels", list), ("n_features", int))
+    summary = ("the Turkish treebanks of turkish-treebanks (pip install 'structopt[parsing]'): labelled "
+               "non-projective trees, first-order arc features, UAS/LAS without punctuation")
+    input_help = "parsing: a CoNLL-U file (HEAD and DEPREL are the gold when given, '_' otherwise)"
+    output_help = "parsing: the input CoNLL-U with the predicted HEAD and DEPREL columns"
+    split_help = "parsing: " + ("per file (web, wiki), sentence i tests when i % 10 == 9, is development (unused) "
+                                "when i % 10 == 8, trains otherwise")
+    default_output = "predictions.conllu"
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.losses import Hamming
+        from structopt.models.dependency import DependencyModel
+        from structopt.tasks.parsing import N_FEATURES, SPLIT_RULE, attachment_scores, featurize, load_parsing, outputs
+
+        progress = _progress(args)
+        progress.stage("reading the treebanks")
+        data = load_parsing(args.data)
+        labels = data["labels"]
+        progress.stage(f"featurising {len(data['train']) + len(data['test']):,} sentences")
+        train = data["train"][: args.n_train]
+        X, Y = featurize(train), outputs(train, labels)
+        X_test = featurize(data["test"])
+        model = DependencyModel(N_FEATURES, n_labels=len(labels))
+        problem = _problem(model, X, Y, Hamming(), args, "parsing")
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            found = attachment_scores(data["test"], problem.predict(X_test, w), labels)
+            return {"test_uas": found["uas"], "test_las": found["las"]}
+
+        record = data_split(data["folder"], SPLIT_RULE, problem.n, len(X_test))
+        return Task(problem, evaluate, "Turkish dependency parsing (web + wiki)",
+                    {"labels": list(labels), "n_features": N_FEATURES, "data_split": record})
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.parsing import featurize, read_conllu
+
+        sentences = read_conllu(path)
+        gold = None if any(s.heads is None for s in sentences) else sentences
+        return Inputs(featurize(sentences, int(saved.preprocessing["n_features"])), gold, {"sentences": sentences})
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        from structopt.tasks.parsing import FILES
+        from structopt.tasks.parsing import split as split_rule
+
+        parts = []
+        for name in FILES:
+            path = Path(record["data"]) / name
+            inputs = self.read_inputs(saved, path)
+            train, test = split_rule(inputs.extra["sentences"])
+            parts.append((inputs, train, test))
+        n_train = int(record["n_train"])
+        chosen = []
+        for inputs, train, test in parts:  # train used the first n_train training sentences, web then wiki
+            if split == "train":
+                keep = train[:max(0, n_train)]
+                n_train -= len(keep)
+            else:
+                keep = test if split == "test" else sorted(train + test)
+            chosen.append(inputs.subset(keep))
+        return chosen[0].join(chosen[1])
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        from structopt.tasks.parsing import write_conllu
+
+        write_conllu(out, inputs.extra["sentences"], predictions, list(saved.preprocessing["labels"]))
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        from structopt.tasks.parsing import attachment_scores
+
+        found = attachment_scores(inputs.gold, predictions, list(saved.preprocessing["labels"]))
+        return {"test_uas": found["uas"], "test_las": found["las"]}
+
+
 #: the built-in tasks, by name: one entry per task
 BUILTIN_TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (OCRTask(), CoNLLTask(), AlignmentTask(),
-                                                                    HorsesTask(), LocalizationTask())}
+                                                                    HorsesTask(), LocalizationTask(),
+                                                                    ParsingTask())}
 
 #: tasks that read ``--split`` (any other task refuses it rather than ignoring it)
 SPLIT_TASKS = ("ocr",)

@@ -15,7 +15,8 @@
   - ``Potentials`` (class attribute): the NamedTuple type of the potentials and statistics; read by
     :class:`~structopt.models.feature.FeatureModel` (one field required) and
     :func:`~structopt.validate.check_model` (the potentials type);
-  - ``states_per_node`` (int) and ``node_potentials(costs, like) -> Potentials``: per-node labels, for
+  - ``states_per_node`` (int, or ``states_per_node(like) -> int`` when it depends on the instance) and
+    ``node_potentials(costs, like) -> Potentials``: per-node labels, for
     :class:`~structopt.losses.Hamming` and ``WeightedHamming`` (``costs`` has shape
     ``y.shape + (states_per_node,)``) and the estimator's per-position accuracy;
   - ``node_constant(costs) -> float``: with the per-node hooks, when the encoding has no statistic

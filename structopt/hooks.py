@@ -51,7 +51,10 @@ class Hook:
 #: every hook structopt looks up by name; a ``hasattr`` on a structure or model elsewhere names one of these
 HOOKS: tuple[Hook, ...] = (
     Hook("structure", "Potentials", "Potentials: a NamedTuple type", "FeatureModel, validate.check_model"),
-    Hook("structure", "states_per_node", "states_per_node: int >= 1", "Hamming, WeightedHamming, estimator.score"),
+    Hook("structure", "states_per_node", "states_per_node: int >= 1; or, where it depends on the instance's size, "
+         "a method taking the potentials `like` and returning it, as a dependency tree's n + 1 heads; read with "
+         "node_states",
+         "Hamming, WeightedHamming, estimator.score"),
     Hook("structure", "node_potentials", "node_potentials(costs, like) -> Potentials", "Hamming, WeightedHamming",
          ("states_per_node",)),
     Hook("structure", "node_constant", "node_constant(costs) -> float", "Hamming, WeightedHamming",
@@ -107,9 +110,22 @@ def check_hooks(obj: Any, owner: str) -> None:
                                     "come with it (see structopt.hooks.HOOKS)")
         if h.is_method and not callable(value):
             raise InvalidInputError(f"{kind}.{h.name} must be a method {h.signature}, got {type(value).__name__}")
-        if h.name == "states_per_node" and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-                                           or value < 1):
-            raise InvalidInputError(f"{kind}.states_per_node must be an integer >= 1, got {value!r}")
+        if h.name == "states_per_node" and not callable(value) and (
+                isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            raise InvalidInputError(f"{kind}.states_per_node must be an integer >= 1 (or a method of the instance, "
+                                    f"states_per_node(like)), got {value!r}")
         if h.name == "Potentials" and not (isinstance(value, type) and issubclass(value, tuple)
                                            and hasattr(value, "_fields")):
             raise InvalidInputError(f"{kind}.Potentials must be a NamedTuple type, got {value!r}")
+
+
+def node_states(structure: Any, like: Any) -> int:
+    """The values each node takes in the instance shaped like ``like``: ``structure.states_per_node``, called
+    with ``like`` where it is a method (sizes that vary per instance), checked to be an integer >= 1."""
+    value = structure.states_per_node
+    if callable(value):
+        value = value(like)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidInputError(f"{type(structure).__name__}.states_per_node must give an integer >= 1, got "
+                                f"{value!r}")
+    return int(value)

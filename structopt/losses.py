@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError, numeric_array
-from structopt.hooks import has_hook
+from structopt.hooks import has_hook, node_states
 from structopt.structures.base import Potentials, Structure, add, check_flag, inner, scale
 
 
@@ -81,9 +81,9 @@ def _node_terms(loss: Loss, structure: Structure, node_costs: np.ndarray, like: 
     return structure.node_potentials(node_costs, like), const
 
 
-def _node_labels(structure: Structure, y_true: Any) -> np.ndarray:
+def _node_labels(structure: Structure, y_true: Any, like: Potentials) -> np.ndarray:
     labels = np.asarray(y_true, dtype=np.int64)
-    S = structure.states_per_node
+    S = node_states(structure, like)
     if labels.size and (labels.min() < 0 or labels.max() >= S):
         raise InvalidInputError(f"node labels must lie in [0, {S}), got min {labels.min()}, max {labels.max()}")
     return labels
@@ -119,8 +119,8 @@ class Hamming(Loss):
     def linear_terms(self, structure: Structure, y_true, like: Potentials) -> tuple[Potentials, float]:
         if not has_hook(structure, "states_per_node"):
             return _node_terms(self, structure, np.zeros(0), like)  # raises the contract error
-        labels = _node_labels(structure, y_true)
-        c = np.ones((*labels.shape, structure.states_per_node))
+        labels = _node_labels(structure, y_true, like)
+        c = np.ones((*labels.shape, node_states(structure, like)))
         np.put_along_axis(c, labels[..., None], 0.0, axis=-1)
         if self.normalize:
             c /= max(labels.size, 1)
@@ -162,10 +162,10 @@ class WeightedHamming(Loss):
     def linear_terms(self, structure: Structure, y_true, like: Potentials) -> tuple[Potentials, float]:
         if not has_hook(structure, "states_per_node"):
             return _node_terms(self, structure, np.zeros(0), like)  # raises the contract error
-        if self.cost.shape[0] != structure.states_per_node:
+        if self.cost.shape[0] != node_states(structure, like):
             raise InvalidInputError(f"cost matrix is {self.cost.shape[0]}x{self.cost.shape[0]} but the "
-                                    f"structure's nodes take {structure.states_per_node} values")
-        labels = _node_labels(structure, y_true)
+                                    f"structure's nodes take {node_states(structure, like)} values")
+        labels = _node_labels(structure, y_true, like)
         c = self.cost[labels]
         if self.normalize:
             c = c / max(labels.size, 1)

@@ -112,6 +112,15 @@ def _multiclass(model: Any) -> dict[str, Any]:
     return {"n_features": model.n_features, "n_classes": model.n_classes}
 
 
+def _dependency(model: Any) -> dict[str, Any]:
+    from structopt.structures.dependency import DependencyTree
+
+    _plain(model.structure, DependencyTree, "a DependencyModel whose structure is")
+    s = model.structure
+    return {"n_features": model.n_features, "projective": s.projective, "single_root": s.single_root,
+            "n_labels": s.n_labels}
+
+
 def _graph(model: Any) -> dict[str, Any]:
     from structopt.models.graph import GraphStructure
 
@@ -124,7 +133,7 @@ def _graph(model: Any) -> dict[str, Any]:
 
 
 def _model_types() -> dict[str, _Codec]:
-    from structopt.models import BoxModel, ChainModel, GridModel, MatchingModel, MultiClassModel
+    from structopt.models import BoxModel, ChainModel, DependencyModel, GridModel, MatchingModel, MultiClassModel
     from structopt.models.graph import GraphModel
 
     return {"ChainModel": _Codec(ChainModel, _chain, ("n_features", "n_states", "start_end", "bias", "allowed",
@@ -134,7 +143,9 @@ def _model_types() -> dict[str, _Codec]:
             "MatchingModel": _Codec(MatchingModel, _matching, ("n_features", "allow_unmatched")),
             "MultiClassModel": _Codec(MultiClassModel, _multiclass, ("n_features", "n_classes")),
             "GraphModel": _Codec(GraphModel, _graph, ("n_node_features", "n_edge_features", "n_states", "symmetric",
-                                                      "exact", "time_limit", "warm_start"))}
+                                                      "exact", "time_limit", "warm_start")),
+            "DependencyModel": _Codec(DependencyModel, _dependency, ("n_features", "projective", "single_root",
+                                                                     "n_labels"))}
 
 
 def _loss_types() -> dict[str, _Codec]:
@@ -151,7 +162,7 @@ def _loss_types() -> dict[str, _Codec]:
 
 #: model classes a saved model may name (the only ones :func:`load_model` rebuilds)
 MODEL_TYPES: tuple[str, ...] = ("ChainModel", "GridModel", "BoxModel", "MatchingModel", "MultiClassModel",
-                                "GraphModel")
+                                "GraphModel", "DependencyModel")
 #: loss classes a saved model may name
 LOSS_TYPES: tuple[str, ...] = ("Hamming", "WeightedHamming", "MatchingHamming", "BoxLoss")
 

@@ -27,7 +27,8 @@ def test_check_all_structures(capsys):
         unsupported = {"matching": ("marginals", "prox_entropy"), "lp": ("marginals", "prox_entropy"),
                        "grid": ("marginals", "prox_entropy"),
                        "box": ("lp_relaxation", "project", "prox_entropy"),
-                       "factor_graph": ("topk", "marginals", "max_marginals", "prox_entropy")}
+                       "factor_graph": ("topk", "marginals", "max_marginals", "prox_entropy"),
+                       "dependency": ("prox_entropy",)}
         if oracle not in unsupported.get(structure, ()):
             assert cells[3] == "yes", cells  # every supported oracle was compared with enumeration
     assert rows[("matching", "marginals")][3:5] == ["-", "-"]

@@ -270,3 +270,84 @@ def test_example_dp_structure():
     values = module.main(passes=2, n=12, verbose=False)
     assert len(values) == len(module.SOLVERS)
     assert all(np.isfinite(v) for v in values.values())
+
+
+def _eisner_builder(size: int):
+    """A user's builder: the potentials' length (n + 1)**2 gives the sentence length n (Eisner's spans)."""
+    from structopt.structures.dependency import eisner_hypergraph
+
+    n = round(size ** 0.5) - 1
+    if (n + 1) ** 2 != size:
+        raise so.InvalidInputError(f"{size} is not a square")
+    return eisner_hypergraph(n, False)[0]
+
+
+def test_from_builder_serves_every_size():
+    """One DPStructure.from_builder object for sentences of lengths 1..4: every oracle against enumeration,
+    each size built once, and the same answers as the built-in projective DependencyTree."""
+    calls = []
+
+    def builder(size: int):
+        calls.append(size)
+        return _eisner_builder(size)
+
+    family = DPStructure.from_builder(builder)
+    tree = so.DependencyTree(projective=True, single_root=False)
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        n = 1 + trial % 4
+        theta = DPPotentials(rng.normal(size=(n + 1) ** 2))
+        outs = family.enumerate(theta)
+        stats = np.array([flatten(family.stats(y, theta)) for y in outs])
+        scores = np.array([family.score(theta, y) for y in outs])
+        assert len(outs) == len(tree.enumerate(so.DependencyPotentials(theta.score.reshape(n + 1, n + 1))))
+        assert family.score(theta, family.argmax(theta)) == pytest.approx(scores.max())
+        log_z, mu = family.marginals(theta)
+        assert log_z == pytest.approx(logsumexp(scores))
+        np.testing.assert_allclose(mu.score, np.exp(scores - log_z) @ stats, atol=1e-12)
+        _, top_scores = family.topk(theta, 4)
+        np.testing.assert_allclose(top_scores, np.sort(scores)[::-1][:4], atol=1e-9)
+        np.testing.assert_allclose(family.max_marginals(theta),
+                                   np.where(stats > 0, scores[:, None], -np.inf).max(axis=0), atol=1e-9)
+        assert log_z == pytest.approx(tree.marginals(so.DependencyPotentials(theta.score.reshape(n + 1, n + 1)))[0])
+    assert sorted(calls) == [4, 9, 16, 25]  # each size built once
+    report = so.validate.check_structure(family, DPPotentials(rng.normal(size=16)))
+    assert report.ok, report.table()
+
+
+def test_from_builder_refusals():
+    with pytest.raises(so.InvalidInputError, match="builder"):
+        DPStructure.from_builder(3)
+    family = DPStructure.from_builder(_eisner_builder)
+    with pytest.raises(so.InvalidInputError, match="not a square"):
+        family.argmax(DPPotentials(np.zeros(5)))
+    with pytest.raises(so.InvalidInputError, match="like="):
+        family.stats(np.array([0]), None)
+    wrong = DPStructure.from_builder(lambda size: _eisner_builder(4))
+    with pytest.raises(so.InvalidInputError, match="4 score indices"):
+        wrong.argmax(DPPotentials(np.zeros(16)))
+    bad = DPStructure.from_builder(lambda size: "a graph")
+    with pytest.raises(so.InvalidInputError, match="Hypergraph or a DPStructure"):
+        bad.argmax(DPPotentials(np.zeros(4)))
+
+
+def test_from_builder_per_node_loss_per_size():
+    """Chains of every length as one family (each length's LabelDP): the Hamming loss's linear terms equal the
+    loss on every output, with states_per_node read per instance; a builder of plain hypergraphs says why not."""
+    S = 2
+
+    def chains(size: int):
+        T = (size + S * S) // (S + S * S)  # size = T * S + (T - 1) * S * S
+        return so.Chain(S).as_dp(T)
+
+    family = DPStructure.from_builder(chains)
+    rng = np.random.default_rng(5)
+    for T in (1, 2, 3):
+        theta = DPPotentials(rng.normal(size=T * S + (T - 1) * S * S))
+        assert family.states_per_node(theta) == S
+        gold = family.argmax(DPPotentials(rng.normal(size=theta.score.size)))
+        c, const = so.Hamming().linear_terms(family, gold, theta)
+        for y in family.outputs(theta):
+            assert family.score(c, y) + const == pytest.approx(so.Hamming()(gold, y))
+    with pytest.raises(so.NotSupportedError, match="states_per_node"):
+        so.Hamming().linear_terms(DPStructure.from_builder(_eisner_builder), np.array([0]), DPPotentials(np.zeros(4)))

@@ -126,13 +126,25 @@ def test_membership_needs_the_auxiliary_columns():
     assert poly.violation(z) <= 1e-6
 
 
-def test_builtin_polytopes_have_no_auxiliary_columns():
+def test_builtin_polytopes_auxiliary_columns_are_consistent():
+    """Built-ins may use auxiliary columns (a dependency tree's multi-commodity flows: the arborescence
+    polytope has no compact description in the arcs alone); every matrix then has one column per statistic
+    and per auxiliary variable, and the statistics of the argmax are a member (an LP over u when n_aux > 0)."""
+    from structopt.structures.base import flatten
     from structopt.structures.registry import registered_structures
 
     rng = np.random.default_rng(0)
+    with_aux = []
     for name, cls in registered_structures().items():
         if name == "box":  # no linear description
             continue
         structure, theta = cls.example(rng)
         poly = structure.polytope(structure.expand(theta))
-        assert poly.n_aux == 0 and poly.bounds().shape == (poly.n_stats, 2), name
+        width = poly.n_stats + poly.n_aux
+        assert poly.bounds().shape == (width, 2), name
+        for A in (poly.A_eq, poly.A_ub):
+            assert A is None or A.shape[1] == width, name
+        assert poly.violation(flatten(structure.stats(structure.argmax(theta), theta))) <= 1e-7, name
+        if poly.n_aux:
+            with_aux.append(name)
+    assert "dependency" in with_aux

@@ -57,6 +57,13 @@ def _feature(rng):
         [rng.normal(size=(6, 3)) for _ in range(3)]
 
 
+def _dependency(rng):
+    import scipy.sparse as sp
+
+    return so.DependencyModel(5), [sp.random((n + 1) ** 2, 5, density=0.5, format="csr", random_state=n)
+                                   for n in (2, 5, 3)]
+
+
 def _graph(rng):
     # a frustrated graph: on a triangle with repulsive edges the LP-MAP point is fractional
     edges = np.array([[0, 1], [1, 2], [2, 0], [2, 3]])
@@ -78,7 +85,7 @@ def _nonlinear_box(rng):
 BUILDERS = {"ChainModel": _chain, "GridModel": _grid, "BoxModel": _box, "MatchingModel": _matching,
             "MultiClassModel": _multiclass, "TreeModel": _tree, "FeatureModel": _feature, "GraphModel": _graph,
             "NonlinearChainModel": _nonlinear_chain, "NonlinearMatchingModel": _nonlinear_matching,
-            "NonlinearBoxModel": _nonlinear_box}
+            "NonlinearBoxModel": _nonlinear_box, "DependencyModel": _dependency}
 
 
 def _exported_models() -> set[str]:

@@ -52,8 +52,18 @@ def _graph_case(rng):
     return GraphModel(3, 1, 3, symmetric=True, exact=True), X, Hamming()
 
 
+def _dependency_case(rng):
+    import scipy.sparse as sp
+
+    from structopt.models import DependencyModel
+
+    X = [sp.random((n + 1) ** 2, 5, density=0.5, format="csr", random_state=n) for n in (2, 4)]
+    return DependencyModel(5, projective=True, n_labels=2), X, Hamming()
+
+
 CASES = {"ChainModel": _chain_case, "GridModel": _grid_case, "BoxModel": _box_case,
-         "MatchingModel": _matching_case, "MultiClassModel": _multiclass_case, "GraphModel": _graph_case}
+         "MatchingModel": _matching_case, "MultiClassModel": _multiclass_case, "GraphModel": _graph_case,
+         "DependencyModel": _dependency_case}
 
 
 def test_every_registered_type_has_a_case():

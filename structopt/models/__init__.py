@@ -3,6 +3,7 @@
 from structopt.models.base import Model
 from structopt.models.box import BoxModel
 from structopt.models.chain import ChainModel
+from structopt.models.dependency import DependencyModel
 from structopt.models.feature import FeatureModel
 from structopt.models.graph import GraphInput, GraphModel, GraphPotentials, GraphStructure
 from structopt.models.grid import GridInput, GridModel
@@ -11,6 +12,6 @@ from structopt.models.multiclass import MultiClassModel
 from structopt.models.tree import TreeModel
 
 __all__ = [
-    "BoxModel", "ChainModel", "FeatureModel", "GraphInput", "GraphModel", "GraphPotentials", "GraphStructure",
-    "GridInput", "GridModel", "MatchingModel", "Model", "MultiClassModel", "TreeModel",
+    "BoxModel", "ChainModel", "DependencyModel", "FeatureModel", "GraphInput", "GraphModel", "GraphPotentials",
+    "GraphStructure", "GridInput", "GridModel", "MatchingModel", "Model", "MultiClassModel", "TreeModel",
 ]

@@ -13,6 +13,10 @@ from structopt.structures.base import Potentials, Structure
 
 FeatureInput = np.ndarray | sp.csr_matrix
 
+#: the rule a structure must follow to serve FeatureModel, in one line (error messages and check_model)
+FLAT_RULE = ("FeatureModel computes one potential per feature row, a flat vector in the statistics' flatten order; "
+             "the structure's expand must accept that flat vector (its one field raveled)")
+
 
 class FeatureModel(Model):
     """``theta = x @ w``: one feature row per statistic; or, with ``n_labels``, per-label weights.
@@ -21,6 +25,13 @@ class FeatureModel(Model):
     ``VectorPotentials``, ``MultiClass``, a ``DPStructure``, ...). The input of an example is an
     (n_stats, F) dense array or scipy.sparse CSR matrix whose row j holds the features of statistic j,
     so the score of an output is ``<w, x^T stats(y)>``: one weight vector shared by every statistic.
+
+    **The layout rule.** Row j of ``x`` is statistic j in ``flatten`` order (row-major over the one
+    field). The model computes the flat vector ``x @ w`` and hands the structure its potentials in the
+    structure's own layout: the shape ``structure.expand`` gives to the flat vector of that size (so a
+    structure whose one field is a matrix, such as a dependency tree's (n + 1, n + 1) arcs, gets a
+    matrix, and its statistics come back through the adjoint raveled). A structure serves this model
+    when its ``expand`` accepts the flat vector; ``check_model`` states the rule when it does not.
 
     **Per-label weights** (``n_labels=L``, e.g. multi-label classification with an ``LPStructure``
     over L labels): the weights are an (L, F) block ``W``, one weight vector per statistic (label),
@@ -65,6 +76,7 @@ class FeatureModel(Model):
         self.n_features = int(n_features)
         self._potentials = potentials_type
         self.n_labels = None if n_labels is None else check_count(n_labels, "n_labels", "FeatureModel")
+        self._shapes: dict[int, tuple[int, ...]] = {}  # n_stats -> the shape expand gives the flat potentials
         if self.n_labels is not None:
             try:  # the structure must have instances with n_labels statistics
                 structure.expand(potentials_type(np.zeros(self.n_labels)))
@@ -85,10 +97,7 @@ class FeatureModel(Model):
     def validate_input(self, x: FeatureInput, index: int | None = None) -> FeatureInput:
         if self.n_labels is None:
             x = feature_matrix(x, self.n_features, index, "FeatureModel input", "n_stats")
-            try:  # the structure checks that it has instances with this many statistics
-                self.structure.expand(self._potentials(np.zeros(x.shape[0])))
-            except InvalidInputError as exc:
-                raise example_error(index, f"{x.shape[0]} feature rows do not fit {self.structure!r}: {exc}") from None
+            self._layout(x.shape[0], index)
             return x
         if not sp.issparse(x) and np.ndim(x) == 1:
             x = np.reshape(x, (1, -1))  # one vector shared by every label
@@ -98,13 +107,31 @@ class FeatureModel(Model):
                                        f"or n_labels={self.n_labels} rows, got {x.shape[0]}")
         return x
 
+    def _layout(self, n_stats: int, index: int | None = None) -> tuple[int, ...]:
+        # the shape of the structure's potentials with n_stats statistics (the layout rule), once per size
+        shape = self._shapes.get(n_stats)
+        if shape is None:
+            try:  # the structure checks that it has instances with this many statistics
+                template = self.structure.expand(self._potentials(np.zeros(n_stats)))
+            except InvalidInputError as exc:
+                raise example_error(index, f"{n_stats} feature rows do not fit {self.structure!r}: {exc} "
+                                           f"({FLAT_RULE})") from None
+            shape = np.shape(template[0])
+            if int(np.prod(shape)) != n_stats:
+                raise example_error(index, f"{self.structure!r} expands {n_stats} flat potentials to shape {shape}: "
+                                           f"{FLAT_RULE}")
+            self._shapes[n_stats] = shape
+        return shape
+
     def _weights(self, w: np.ndarray) -> np.ndarray:
         return self.unpack(w)["weights"]
 
     def potentials(self, x: FeatureInput, w: np.ndarray) -> Potentials:
         W = self._weights(w)
         if self.n_labels is None:
-            return self._potentials(np.asarray(x @ W, dtype=float).ravel())
+            flat = np.asarray(x @ W, dtype=float).ravel()
+            shape = self._shapes.get(flat.size) or self._layout(flat.size)
+            return self._potentials(flat if len(shape) == 1 else flat.reshape(shape))
         if x.shape[0] == 1:  # theta_l = <x, W[l]>
             return self._potentials(np.asarray(x @ W.T, dtype=float).ravel())
         rows = x.multiply(W).sum(axis=1) if sp.issparse(x) else np.einsum("lf,lf->l", x, W)
@@ -113,6 +140,8 @@ class FeatureModel(Model):
     def _mu(self, x: FeatureInput, mu: Potentials) -> np.ndarray:
         values = np.asarray(mu[0], dtype=float)
         n = x.shape[0] if self.n_labels is None else self.n_labels
+        if self.n_labels is None and values.ndim > 1 and values.size == n:  # statistics in the structure's layout
+            values = values.ravel()
         if values.shape != (n,):
             raise InvalidInputError(f"statistics of shape {values.shape} do not match {n} "
                                     f"{'feature rows' if self.n_labels is None else 'labels'}")

@@ -15,15 +15,17 @@ from structopt.structures.box import BoundingBox, BoxPotentials
 from structopt.structures.lp import LPStructure, VectorPotentials
 from structopt.structures.tree import TreePotentials, TreeStructure
 from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
-from structopt.structures.dp import DPPotentials, DPStructure, Hypergraph, LabelDP
+from structopt.structures.dp import DPFamily, DPPotentials, DPStructure, Hypergraph, LabelDP
 from structopt.structures.latent_chain import LatentChain
+from structopt.structures.dependency import DependencyPotentials, DependencyTree
 # isort: on
 
 __all__ = [
-    "BinaryGrid", "BipartiteMatching", "BoundingBox", "BoxPotentials", "Chain", "ChainPotentials", "DPPotentials",
-    "DPStructure", "FactorGraph", "FactorGraphPotentials", "GridPotentials", "Hypergraph", "LPStructure", "LabelDP",
+    "BinaryGrid", "BipartiteMatching", "BoundingBox", "BoxPotentials", "Chain", "ChainPotentials", "DPFamily",
+    "DPPotentials", "DPStructure", "DependencyPotentials", "DependencyTree", "FactorGraph", "FactorGraphPotentials",
+    "GridPotentials", "Hypergraph", "LPStructure", "LabelDP",
     "LatentChain",  # hidden sub-states per label (structures/latent_chain.py)
-    "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Polytope", "Structure", "TreePotentials",
-    "TreeStructure", "VectorPotentials", "add", "flatten", "inner", "register_structure", "registered_structures",
-    "scale", "structure_class", "unflatten",
+    "MatchingPotentials", "MultiClass",
+    "MultiClassPotentials", "Polytope", "Structure", "TreePotentials", "TreeStructure", "VectorPotentials", "add",
+    "flatten", "inner", "register_structure", "registered_structures", "scale", "structure_class", "unflatten",
 ]

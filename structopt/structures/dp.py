@@ -20,18 +20,28 @@ hypergraph; a user subclass describes its hypergraph once in ``__init__`` and, o
 outputs map to derivations (:meth:`DPStructure.decode` / :meth:`DPStructure.encode`).
 :class:`~structopt.structures.tree.TreeStructure` runs its oracles on this recursion, and
 :meth:`Chain.as_dp` / :meth:`TreeStructure.as_dp` give the equivalent :class:`LabelDP`.
+:meth:`DPStructure.from_builder` gives one structure (:class:`DPFamily`) for instances whose hypergraph
+depends on their size (read from the potentials), each size built once: Eisner's spans per sentence
+length are the example (:mod:`structopt.structures.dependency`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-from structopt.errors import InvalidInputError, check_count, example_error, numeric_array, refuse_nonfinite
+from structopt.errors import (
+    InvalidInputError,
+    NotSupportedError,
+    check_count,
+    example_error,
+    numeric_array,
+    refuse_nonfinite,
+)
 from structopt.structures import _dp_kernels as kern
 from structopt.structures.base import Polytope, Potentials, Structure, flatten, unflatten
 
@@ -239,6 +249,13 @@ class DPStructure(Structure):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.graph!r})"
+
+    @classmethod
+    def from_builder(cls, builder: Callable[[int], Any]) -> DPFamily:
+        """One structure for instances of every size: ``builder(n)`` describes the instance whose potentials
+        have n entries (n score indices), as a :class:`Hypergraph` or a :class:`DPStructure` (a subclass
+        with its own :meth:`decode` / :meth:`encode`); each size is built once (see :class:`DPFamily`)."""
+        return DPFamily(builder)
 
     # ----- output mapping (override for your own output type)
     def decode(self, edges: np.ndarray) -> Any:
@@ -493,3 +510,119 @@ def path_schedule(length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     T = int(length)
     return (np.arange(T, dtype=np.int64), np.arange(-1, T - 1, dtype=np.int64), np.arange(-1, T - 1, dtype=np.int64),
             np.ones(T, dtype=np.bool_))
+
+
+class DPFamily(Structure):
+    """Dynamic programs whose hypergraph depends on the instance's size, one object for every size (as
+    :meth:`LPStructure.from_builder <structopt.structures.lp.LPStructure.from_builder>`); made by
+    :meth:`DPStructure.from_builder`.
+
+    The size of an instance is the number of entries of its potentials (``DPPotentials(score)``, n
+    score indices); ``builder(n)`` returns its :class:`Hypergraph` (with ``n_scores == n``) or a
+    :class:`DPStructure` built on one, and is called once per size (the instances are cached). Every
+    oracle runs on the instance of its potentials' size, so a model and a problem can mix sizes.
+
+    Parameters
+    ----------
+    builder : callable
+        ``builder(n) -> Hypergraph or DPStructure``.
+
+    Raises
+    ------
+    InvalidInputError
+        When ``builder`` is not callable, or (on first use of a size) returns something else or an
+        instance with another number of score indices.
+    """
+
+    name = "DPStructure"
+    Potentials = DPPotentials
+
+    def __init__(self, builder: Callable[[int], Any]):
+        if not callable(builder):
+            raise InvalidInputError(f"DPStructure.from_builder needs builder(n) -> Hypergraph or DPStructure, got "
+                                    f"{builder!r}")
+        self.builder = builder
+        self._cache: dict[int, DPStructure] = {}
+
+    def __repr__(self) -> str:
+        return f"DPStructure.from_builder({getattr(self.builder, '__name__', 'builder')})"
+
+    def instance(self, n: int, index: int | None = None) -> DPStructure:
+        """The :class:`DPStructure` of the instances with n score indices (built on first use)."""
+        if n in self._cache:
+            return self._cache[n]
+        if n < 1:
+            raise example_error(index, f"{self.name} potentials must have at least one entry, got {n}")
+        built = self.builder(n)
+        if isinstance(built, Hypergraph):  # the plain structure on it: outputs are hyperedge ids
+            graph, built = built, DPStructure.__new__(DPStructure)
+            built.graph = graph
+        if not isinstance(built, DPStructure):
+            raise InvalidInputError(f"builder({n}) must return a Hypergraph or a DPStructure, got "
+                                    f"{type(built).__name__}")
+        if built.graph.n_scores != n:
+            raise InvalidInputError(f"builder({n}) returned a hypergraph with {built.graph.n_scores} score indices; "
+                                    f"the potentials of its instances have {n}")
+        self._cache[n] = built
+        return built
+
+    def _of(self, theta: Potentials | None, index: int | None = None) -> DPStructure:
+        if theta is None:
+            raise example_error(index, f"{self.name}.from_builder needs the instance's potentials (like=) to know "
+                                       "its size")
+        if not isinstance(theta, tuple) or len(theta) != 1:
+            raise example_error(index, f"{self.name} potentials must be DPPotentials(score), got "
+                                       f"{type(theta).__name__}")
+        score = np.asarray(theta[0])
+        if score.ndim != 1:
+            raise example_error(index, f"{self.name} potentials must be a 1-D score vector, got shape {score.shape}")
+        return self.instance(score.size, index)
+
+    # every operation runs on the instance of its potentials' size
+    def expand(self, theta: Potentials) -> Potentials:
+        return self._of(theta).expand(theta)
+
+    def validate_output(self, y: Any, like: Potentials, index: int | None = None) -> Any:
+        return self._of(like, index).validate_output(y, like, index)
+
+    def stats(self, y: Any, like: Potentials) -> Potentials:
+        return self._of(like).stats(y, like)
+
+    def score(self, theta: Potentials, y: Any) -> float:
+        return self._of(theta).score(theta, y)
+
+    def outputs(self, theta: Potentials) -> Iterator[Any]:
+        return self._of(theta).outputs(theta)
+
+    def polytope(self, theta: Potentials) -> Polytope:
+        return self._of(theta).polytope(theta)
+
+    def argmax(self, theta: Potentials) -> Any:
+        return self._of(theta).argmax(theta)
+
+    def topk(self, theta: Potentials, k: int) -> tuple[list[Any], np.ndarray]:
+        return self._of(theta).topk(theta, k)
+
+    def marginals(self, theta: Potentials) -> tuple[float, Potentials]:
+        return self._of(theta).marginals(theta)
+
+    def max_marginals(self, theta: Potentials) -> np.ndarray:
+        return self._of(theta).max_marginals(theta)
+
+    # the per-node loss hooks, per instance: the instance's own, when its DPStructure declares them
+    def _node_hook(self, like: Potentials, name: str) -> Any:
+        instance = self._of(like)
+        if not hasattr(instance, name):
+            raise NotSupportedError(f"a per-node loss needs {name} on the instances of {self!r}; the instance with "
+                                    f"{instance.graph.n_scores} potentials ({type(instance).__name__}) does not "
+                                    "declare it (return a DPStructure subclass with states_per_node and "
+                                    "node_potentials from the builder)")
+        return getattr(instance, name)
+
+    def states_per_node(self, like: Potentials) -> int:
+        """The values each node takes in the instance shaped like ``like`` (its DPStructure's hook)."""
+        return self._node_hook(like, "states_per_node")
+
+    def node_potentials(self, costs: np.ndarray, like: Potentials) -> Potentials:
+        """Per-node costs as potentials of the instance shaped like ``like`` (its DPStructure's hook)."""
+        return self._node_hook(like, "node_potentials")(costs, like)

@@ -50,6 +50,10 @@ def check_potentials_type(case: ModelCase) -> tuple[bool, str]:
     if declared is not None and type(theta) is not declared:
         return False, f"example {i}: potentials are {type(theta).__name__}, structure declares {declared.__name__}"
     structure.expand(theta)
+    from structopt.models.feature import FLAT_RULE, FeatureModel
+
+    if isinstance(case.model, FeatureModel):  # its layout rule, in one line
+        return True, f"{type(theta).__name__}, shape {np.shape(theta[0])}: {FLAT_RULE}"
     return True, type(theta).__name__
 
 
@@ -120,7 +124,8 @@ def check_model(model: Any, X: Sequence[Any], n_trials: int = 3, max_examples: i
 
     Rows (each the worst case over the first ``max_examples`` inputs and ``n_trials`` random draws):
 
-    - ``validate_input``: every input is accepted (the error message otherwise).
+    - ``validate_input``: every input is accepted (the error message otherwise; for a
+      :class:`~structopt.models.feature.FeatureModel` it states the layout rule a structure must follow).
     - ``potentials_type``: ``potentials(x, w)`` is the structure's potentials type (its declared
       ``Potentials`` NamedTuple when it has one) and ``structure.expand`` accepts it.
     - ``linearity``: ``potentials(x, a w1 + b w2) = a potentials(x, w1) + b potentials(x, w2)``.
