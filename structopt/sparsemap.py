@@ -431,8 +431,8 @@ class LPSparseMAPResult:
     violation : float
         Largest violation of the description by ``(μ*, aux)`` (primal feasibility).
     kkt : float
-        Largest residual of stationarity ``θ − μ* = Σ λ_i a_i`` (multipliers fitted by least squares on the
-        tight rows, auxiliary columns included) and of dual feasibility (negative inequality multipliers).
+        Largest residual of stationarity ``θ − μ* = Σ λ_i a_i`` (multipliers fitted by bounded least squares,
+        λ >= 0, on the tight rows, auxiliary columns included) and of dual feasibility (negative inequality multipliers).
     gap : float
         QP duality gap ``½‖μ* − θ‖² − D(λ)`` at those multipliers (≥ 0 up to rounding when ``kkt`` is small).
     """
@@ -533,7 +533,8 @@ def lp_sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-7) -> LPS
     relaxation of the marginal polytope on a loopy graph, so μ* can be fractional where SparseMAP is a
     mixture of labelings; for a structure whose description is exact (a chain, a tree of tables) it is
     SparseMAP. The forward is one QP (cvxpy/Clarabel on ``Polytope.cvxpy``, like ``project_qp``), with its
-    certificate: the primal violation, the KKT residual and the duality gap at least-squares multipliers.
+    certificate: the primal violation, the KKT residual and the duality gap at multipliers fitted by
+    bounded least squares (λ >= 0) on the tight rows.
 
     The backward (:func:`lp_sparsemap_vjp`): near θ, μ* is the projection onto the affine set where the
     constraints tight at μ* stay tight, so ``∂μ*/∂θ`` is the orthogonal projector onto the directions that
