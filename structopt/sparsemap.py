@@ -432,7 +432,8 @@ class LPSparseMAPResult:
         Largest violation of the description by ``(μ*, aux)`` (primal feasibility).
     kkt : float
         Largest residual of stationarity ``θ − μ* = Σ λ_i a_i`` (multipliers fitted by bounded least squares,
-        λ >= 0, on the tight rows, auxiliary columns included) and of dual feasibility (negative inequality multipliers).
+        λ >= 0, on the tight rows, auxiliary columns included) and of dual feasibility (negative inequality
+        multipliers).
     gap : float
         QP duality gap ``½‖μ* − θ‖² − D(λ)`` at those multipliers (≥ 0 up to rounding when ``kkt`` is small).
     """
