@@ -110,8 +110,9 @@ def structured_loss(structure: Any, theta: Any, y: Any, kind: str = "hinge", los
     loss : structopt.losses.Loss, optional
         The task loss Δ of ``"hinge"``, ``"topk"`` and ``"entropy"``; default :func:`default_loss`.
     **options
-        ``mu`` (default 1) and ``k`` (default 5) for the smoothed losses; ``tol`` (1e-9) and ``max_iter`` (1000)
-        for ``"sparsemap"``; ``epsilon`` (1), ``n_samples`` (32) and ``seed`` (0) for ``"perturbed"``.
+        ``mu`` (default 1) and ``k`` (default 5) for the smoothed losses; ``tol`` (1e-9), ``max_iter`` (1000) and
+        ``relaxation`` (``"marginal"``, or ``"local"`` for LP-SparseMAP) for ``"sparsemap"``; ``epsilon`` (1),
+        ``n_samples`` (32) and ``seed`` (0) for ``"perturbed"``.
 
     Returns
     -------

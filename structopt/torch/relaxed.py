@@ -5,6 +5,8 @@ et al. 2018, with its backward through the active set) and :mod:`structopt.pertu
 2020, Gaussian noise, seeded); this module wraps them in autograd functions. Both work in the structure's
 full statistics layout: a compact θ (a shared transition block) is expanded for them and their gradients
 are summed back onto θ's layout; the layers return the full layout, as :func:`structopt.torch.marginals`.
+SparseMAP takes ``relaxation="local"`` for LP-SparseMAP, the projection onto the structure's polytope
+description (a factor graph's local polytope), :func:`structopt.sparsemap.lp_sparsemap`.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from structopt.errors import check_count
+from structopt.errors import InvalidInputError, check_count
 from structopt.potentials import Potentials, flatten, unflatten
 from structopt.torch import _inputs
 from structopt.torch._autograd import ValueAndGrad, reduce_to
 
+#: SparseMAP's polytopes: the marginal polytope (active set over argmax) or the structure's ``polytope()``
+#: description (LP-SparseMAP: a factor graph's local polytope)
+RELAXATIONS = ("marginal", "local")
 #: the relaxed kinds of :func:`structopt.torch.structured_loss` and their options (defaults)
 KINDS: dict[str, dict[str, Any]] = {
-    "sparsemap": {"tol": 1e-9, "max_iter": 1000},
+    "sparsemap": {"tol": 1e-9, "max_iter": 1000, "relaxation": "marginal"},
     "perturbed": {"epsilon": 1.0, "n_samples": 32, "seed": 0},
 }
 
@@ -35,11 +40,31 @@ def check_options(kind: str, options: dict[str, Any]) -> dict[str, Any]:
     if kind == "sparsemap":
         out["tol"] = _inputs.positive(out["tol"], "tol", owner)
         out["max_iter"] = check_count(out["max_iter"], "max_iter", owner)
+        if not isinstance(out["relaxation"], str) or out["relaxation"] not in RELAXATIONS:
+            raise InvalidInputError(f"{owner} relaxation must be one of {', '.join(map(repr, RELAXATIONS))}, "
+                                    f"got {out['relaxation']!r}")
     else:
         out["epsilon"] = _inputs.positive(out["epsilon"], "epsilon", owner)
         out["n_samples"] = check_count(out["n_samples"], "n_samples", owner)
         out["seed"] = check_count(out["seed"], "seed", owner, minimum=0)
     return out
+
+
+def _core(kind: str, options: dict[str, Any], loss: bool = False) -> tuple[Any, Any, dict[str, Any]]:
+    """``(forward or loss, vjp, its options)`` of a relaxed kind: SparseMAP (marginal or local relaxation) or
+    the perturbed argmax. The local relaxation's QP has its own tolerances (``tol``/``max_iter`` are the
+    active-set method's)."""
+    from structopt import perturbed as perturbed_core
+    from structopt import sparsemap as sparsemap_core
+
+    if kind == "perturbed":
+        return (perturbed_core.perturbed_loss if loss else perturbed_core.perturbed_argmax,
+                perturbed_core.perturbed_vjp, options)
+    if options["relaxation"] == "local":
+        return (sparsemap_core.lp_sparsemap_loss if loss else sparsemap_core.lp_sparsemap,
+                sparsemap_core.lp_sparsemap_vjp, {})
+    return (sparsemap_core.sparsemap_loss if loss else sparsemap_core.sparsemap, sparsemap_core.sparsemap_vjp,
+            {"tol": options["tol"], "max_iter": options["max_iter"]})
 
 
 def _warn_unconverged(result: Any, ex: _inputs.Example, options: dict[str, Any]) -> None:
@@ -69,37 +94,34 @@ class _Relaxed(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ex: _inputs.Example, kind: str, options: dict[str, Any], *fields: torch.Tensor):
         full = ex.structure.expand(ex.array)
-        if kind == "sparsemap":
-            from structopt.sparsemap import sparsemap as core
-        else:
-            from structopt.perturbed import perturbed_argmax as core
-        result = core(ex.structure, full, **options)
+        core, vjp, core_options = _core(kind, options)
+        result = core(ex.structure, full, **core_options)
         _warn_unconverged(result, ex, options)
-        ctx.result, ctx.ex, ctx.kind = result, ex, kind
+        ctx.result, ctx.ex, ctx.vjp = result, ex, vjp
         return tuple(_inputs.to_tensors(result.stats, ex.dtype, ex.device))
 
     @staticmethod
     @once_differentiable
     def backward(ctx, *upstream: torch.Tensor):
-        if ctx.kind == "sparsemap":
-            from structopt.sparsemap import sparsemap_vjp as vjp
-        else:
-            from structopt.perturbed import perturbed_vjp as vjp
         ex = ctx.ex
-        grad = _to_theta(vjp(ctx.result, _full_grad(ex, upstream)), ex)
+        grad = _to_theta(ctx.vjp(ctx.result, _full_grad(ex, upstream)), ex)
         return (None, None, None, *_inputs.to_tensors(grad, ex.dtype, ex.device))
 
 
-def sparsemap(structure: Any, theta: Any, *, tol: float = 1e-9, max_iter: int = 1000) -> Any:
+def sparsemap(structure: Any, theta: Any, *, tol: float = 1e-9, max_iter: int = 1000,
+              relaxation: str = "marginal") -> Any:
     """SparseMAP ``μ* = argmax_{μ ∈ M} <θ, μ> − ½‖μ‖²`` as a differentiable layer (potentials of tensors).
 
     μ* is a sparse combination of a few vertices found by an active-set method that calls only the
     structure's ``argmax``, to the Frank–Wolfe gap ``tol``; the backward is the Jacobian on the final active
     set (Niculae et al., 2018, Prop. 1). Works for every structure (on a ``FactorGraph``: SparseMAP over its
-    marginal polytope with exact MAP; LP-SparseMAP over the local polytope is not implemented). Returns
-    potentials of tensors in the structure's full statistics layout (a list for a list).
+    marginal polytope with exact MAP). ``relaxation="local"``: LP-SparseMAP, the projection onto the
+    structure's ``polytope()`` description (a ``FactorGraph``'s local polytope; fractional on loopy graphs)
+    by one QP, backward through its tight constraints (:func:`structopt.sparsemap.lp_sparsemap`; ``tol`` and
+    ``max_iter`` do not apply). Returns potentials of tensors in the structure's full statistics layout (a
+    list for a list).
     """
-    options = check_options("sparsemap", {"tol": tol, "max_iter": max_iter})
+    options = check_options("sparsemap", {"tol": tol, "max_iter": max_iter, "relaxation": relaxation})
     batch, is_list = _inputs.examples(structure, theta)
     out = [type(ex.theta)(*_Relaxed.apply(ex, "sparsemap", options, *ex.fields)) for ex in batch]
     return out if is_list else out[0]
@@ -123,13 +145,10 @@ def perturbed(structure: Any, theta: Any, *, epsilon: float = 1.0, n_samples: in
 def fenchel_young(kind: str, batch: list[_inputs.Example], gold: list[Any], options: dict[str, Any]) -> list[Any]:
     """The SparseMAP or perturbed Fenchel–Young loss of each example (values and gradients from the numpy cores)."""
     options = check_options(kind, options)
-    if kind == "sparsemap":
-        from structopt.sparsemap import sparsemap_loss as core
-    else:
-        from structopt.perturbed import perturbed_loss as core
+    core, _, core_options = _core(kind, options, loss=True)
     values = []
     for ex, y in zip(batch, gold):
-        value, grad, result = core(ex.structure, ex.structure.expand(ex.array), y, **options)
+        value, grad, result = core(ex.structure, ex.structure.expand(ex.array), y, **core_options)
         _warn_unconverged(result, ex, options)
         values.append(ValueAndGrad.apply(float(value), _to_theta(grad, ex), *ex.fields))
     return values
