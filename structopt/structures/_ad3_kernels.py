@@ -840,6 +840,34 @@ def dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, 
 
 # --------------------------------------------------------------------------- labelings
 @njit(cache=True)
+def bfs_order(n, fptr, evar, vptr, vedge, efac):
+    """Variables breadth-first over the factor graph (neighbours through shared factors, in incidence and
+    scope order; a new component from the smallest unseen variable): the order of sequential rounding."""
+    seen = np.zeros(n, dtype=np.bool_)
+    order = np.empty(n, dtype=np.int64)
+    head = 0
+    tail = 0
+    for root in range(n):
+        if seen[root]:
+            continue
+        seen[root] = True
+        order[tail] = root
+        tail += 1
+        while head < tail:
+            i = order[head]
+            head += 1
+            for r in range(vptr[i], vptr[i + 1]):
+                f = efac[vedge[r]]
+                for e in range(fptr[f], fptr[f + 1]):
+                    v = evar[e]
+                    if not seen[v]:
+                        seen[v] = True
+                        order[tail] = v
+                        tail += 1
+    return order
+
+
+@njit(cache=True)
 def score_labels(y, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, toff):
     """Exact score of labeling ``y``: -inf when it breaks a logic factor or hits a forbidden entry."""
     total = 0.0

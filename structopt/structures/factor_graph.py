@@ -267,27 +267,78 @@ class FactorGraph(Structure):
         return fg, random_like(fg.potentials(), rng, integer=integer)
 
     def __init__(self, n_states: Sequence[int], exact: bool = False, time_limit: float | None = None):
-        try:
-            states = [_as_index(s, "a state count") for s in n_states]
-        except TypeError:
-            raise InvalidInputError(f"n_states must be a sequence of integers, got {n_states!r}") from None
-        if not states:
+        if isinstance(n_states, np.ndarray) and n_states.ndim == 1 and np.issubdtype(n_states.dtype, np.integer):
+            states = n_states.astype(np.int64)  # an integer array: checked at once (no Python loop over variables)
+        else:
+            try:
+                states = np.array([_as_index(s, "a state count") for s in n_states], dtype=np.int64)
+            except TypeError:
+                raise InvalidInputError(f"n_states must be a sequence of integers, got {n_states!r}") from None
+        if not states.size:
             raise InvalidInputError("a FactorGraph needs at least one variable")
-        for i, s in enumerate(states):
-            if s < 1:
-                raise InvalidInputError(f"variable {i} has {s} states; each variable needs at least 1")
-        self.n_states = np.array(states, dtype=np.int64)
+        bad = np.flatnonzero(states < 1)
+        if bad.size:
+            i = int(bad[0])
+            raise InvalidInputError(f"variable {i} has {int(states[i])} states; each variable needs at least 1")
+        self.n_states = states
         self.exact = bool(exact)
         check_time_limit("FactorGraph time_limit", time_limit)
         self.time_limit = None if time_limit is None else float(time_limit)
-        self._kinds: list[int] = []
-        self._scopes: list[tuple[int, ...]] = []
-        self._params: list[int] = []
-        self._tables: list[np.ndarray | None] = []
-        self._table_scopes: dict[frozenset[int], int] = {}
+        self._kinds_list: list[int] = []
+        self._scopes_list: list[tuple[int, ...]] = []
+        self._params_list: list[int] = []
+        self._tables_list: list[np.ndarray | None] = []
+        self._table_scopes_dict: dict[frozenset[int], int] = {}
+        # pairwise tables added in bulk (add_pairwise_tables) on a graph without other factors: kept as one
+        # (E, 2) array, the per-factor lists above made from it only when something asks for them
+        self._bulk_edges: np.ndarray | None = None
         self._structs: dict[int, StructuredFactor] = {}
-        self._unary = [np.zeros(s) for s in states]
+        self._unary_list: list[np.ndarray] | None = None
         self._flat: _Flat | None = None
+
+    # the per-factor lists, made from a bulk edge array on first use
+    def _lists(self) -> None:
+        edges = self._bulk_edges
+        if edges is None:
+            return
+        self._bulk_edges = None
+        scopes = [tuple(e) for e in edges.tolist()]
+        self._kinds_list = [K.DENSE] * len(scopes)
+        self._scopes_list = scopes
+        self._params_list = [0] * len(scopes)
+        self._tables_list = [np.zeros((int(self.n_states[a]), int(self.n_states[b]))) for a, b in scopes]
+        self._table_scopes_dict = {frozenset(sc): f for f, sc in enumerate(scopes)}
+
+    @property
+    def _kinds(self) -> list[int]:
+        self._lists()
+        return self._kinds_list
+
+    @property
+    def _scopes(self) -> list[tuple[int, ...]]:
+        self._lists()
+        return self._scopes_list
+
+    @property
+    def _params(self) -> list[int]:
+        self._lists()
+        return self._params_list
+
+    @property
+    def _tables(self) -> list[np.ndarray | None]:
+        self._lists()
+        return self._tables_list
+
+    @property
+    def _table_scopes(self) -> dict[frozenset[int], int]:
+        self._lists()
+        return self._table_scopes_dict
+
+    @property
+    def _unary(self) -> list[np.ndarray]:
+        if self._unary_list is None:
+            self._unary_list = [np.zeros(int(s)) for s in self.n_states]
+        return self._unary_list
 
     def __repr__(self) -> str:
         return f"FactorGraph(n_vars={self.n_vars}, n_factors={self.n_factors}, exact={self.exact})"
@@ -301,7 +352,7 @@ class FactorGraph(Structure):
     @property
     def n_factors(self) -> int:
         """Number of factors (tables and logic factors)."""
-        return len(self._kinds)
+        return len(self._kinds_list) if self._bulk_edges is None else int(self._bulk_edges.shape[0])
 
     def _scope(self, variables: Sequence[int], what: str) -> tuple[int, ...]:
         try:
@@ -347,6 +398,49 @@ class FactorGraph(Structure):
         values = np.zeros(shape) if table is None else self._check_table(table, shape, what)
         self._table_scopes[key] = self.n_factors
         return self._append(K.DENSE, scope, 0, values)
+
+    def add_pairwise_tables(self, edges: Any) -> np.ndarray:
+        """Add one zero table per row ``(u, v)`` of ``edges`` (shape (E, 2)) at once; return their indices.
+
+        The same checks as :meth:`add_table`, made on the whole array (no Python loop over edges): variables
+        in range, distinct, no two tables over the same pair (either order). On a graph without factors the
+        tables stay one array until a per-factor view is asked for, so building the factor graph of a pairwise
+        MRF costs a few array operations (``structopt.marginals.map_inference``).
+        """
+        arr = np.asarray(edges)
+        if arr.size == 0:
+            arr = arr.reshape(0, 2)
+        if arr.ndim != 2 or arr.shape[1] != 2 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            raise InvalidInputError(f"pairwise tables: edges must be an integer array of shape (E, 2), got "
+                                    f"{arr.dtype} {arr.shape}")
+        arr = np.ascontiguousarray(arr, dtype=np.int64)
+        first = self.n_factors
+        out = np.flatnonzero(((arr < 0) | (arr >= self.n_vars)).any(axis=1))
+        if out.size:
+            e = int(out[0])
+            raise InvalidInputError(f"table factor {first + e}: a variable of {arr[e].tolist()} is out of range "
+                                    f"0..{self.n_vars - 1}")
+        loops = np.flatnonzero(arr[:, 0] == arr[:, 1])
+        if loops.size:
+            e = int(loops[0])
+            raise InvalidInputError(f"table factor {first + e}: variable repeated in the scope {arr[e].tolist()}")
+        key = np.minimum(arr[:, 0], arr[:, 1]) * self.n_vars + np.maximum(arr[:, 0], arr[:, 1])
+        order = np.argsort(key, kind="stable")
+        dup = np.flatnonzero(key[order][1:] == key[order][:-1])
+        if dup.size:
+            a, b = int(order[dup[0]]), int(order[dup[0] + 1])
+            raise InvalidInputError(f"table factor {first + b}: duplicate table over variables "
+                                    f"{sorted(arr[b].tolist())} (factor {first + a} already covers them; add the "
+                                    f"tables into one)")
+        if first == 0 and self._bulk_edges is None:
+            self._bulk_edges = arr
+            self._flat = None
+            return np.arange(arr.shape[0])
+        taken = [sc for sc in map(frozenset, arr.tolist()) if sc in self._table_scopes]
+        if taken:
+            raise InvalidInputError(f"duplicate table over variables {sorted(taken[0])} (factor "
+                                    f"{self._table_scopes[taken[0]]} already covers them; add the tables into one)")
+        return np.array([self.add_table(e) for e in arr.tolist()], dtype=np.int64)
 
     @staticmethod
     def _check_table(table: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
@@ -436,6 +530,7 @@ class FactorGraph(Structure):
         self._unary[i] = self._check_table(scores, (int(self.n_states[i]),), f"unary scores of variable {i}")
 
     def _append(self, kind: int, scope: tuple[int, ...], param: int, table: np.ndarray | None) -> int:
+        self._lists()
         self._kinds.append(kind)
         self._scopes.append(scope)
         self._params.append(param)
@@ -456,6 +551,8 @@ class FactorGraph(Structure):
         return self._flat
 
     def _build_flat(self) -> _Flat:
+        if self._bulk_edges is not None:
+            return self._build_flat_pairwise(self._bulk_edges)
         vstates = self.n_states
         n = vstates.size
         voff = np.zeros(n + 1, dtype=np.int64)
@@ -486,31 +583,32 @@ class FactorGraph(Structure):
         vedge = np.argsort(evar, kind="stable").astype(np.int64)
         efac = np.repeat(np.arange(fkind.size, dtype=np.int64), sizes)
         return _Flat(vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac,
-                     self._bfs_order(n, fptr, evar, vptr, vedge, efac))
+                     K.bfs_order(n, fptr, evar, vptr, vedge, efac))
 
-    @staticmethod
-    def _bfs_order(n: int, fptr: np.ndarray, evar: np.ndarray, vptr: np.ndarray, vedge: np.ndarray,
-                   efac: np.ndarray) -> np.ndarray:
-        # breadth-first over variables (neighbours through shared factors), for sequential rounding
-        import collections
-
-        seen = np.zeros(n, dtype=bool)
-        order = []
-        for root in range(n):
-            if seen[root]:
-                continue
-            seen[root] = True
-            queue = collections.deque([root])
-            while queue:
-                i = queue.popleft()
-                order.append(i)
-                for e in vedge[vptr[i]:vptr[i + 1]]:
-                    f = efac[e]
-                    for v in evar[fptr[f]:fptr[f + 1]]:
-                        if not seen[v]:
-                            seen[v] = True
-                            queue.append(int(v))
-        return np.array(order, dtype=np.int64)
+    def _build_flat_pairwise(self, edges: np.ndarray) -> _Flat:
+        # _build_flat for a graph of pairwise tables only, from its (E, 2) array: array operations throughout
+        vstates = self.n_states
+        n, E = vstates.size, edges.shape[0]
+        voff = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(vstates, out=voff[1:])
+        fkind = np.full(E, K.DENSE, dtype=np.int64)
+        fparam = np.zeros(E, dtype=np.int64)
+        fptr = np.arange(0, 2 * E + 1, 2, dtype=np.int64)
+        evar = edges.ravel()
+        es = vstates[evar]
+        eoff = np.zeros(2 * E + 1, dtype=np.int64)
+        np.cumsum(es, out=eoff[1:])
+        toff = np.zeros(E + 1, dtype=np.int64)
+        np.cumsum(es[0::2] * es[1::2], out=toff[1:])
+        aoff = np.zeros(E + 1, dtype=np.int64)
+        np.cumsum(es[0::2] + es[1::2] - 1, out=aoff[1:])
+        deg = np.bincount(evar, minlength=n).astype(np.int64)
+        vptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(deg, out=vptr[1:])
+        vedge = np.argsort(evar, kind="stable").astype(np.int64)
+        efac = np.repeat(np.arange(E, dtype=np.int64), 2)
+        return _Flat(vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac,
+                     K.bfs_order(n, fptr, evar, vptr, vedge, efac))
 
     def unary_slice(self, i: int) -> slice:
         """Entries of variable ``i`` in ``unary``."""
