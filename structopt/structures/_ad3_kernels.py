@@ -639,6 +639,28 @@ def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, 
 
 
 @njit(cache=True)
+def pair_gterm(f, fptr, evar, voff, vstates, vallow, tab, toff, wa, wb):
+    """A pairwise table's term of g(λ), ``max_c θ(c) + wa[a] + wb[b]`` over its allowed configurations (what
+    :func:`pair_qp` returns, for a table whose local QP is skipped)."""
+    ea = fptr[f]
+    ia, ib = evar[ea], evar[ea + 1]
+    Sb = vstates[ib]
+    va, vb = voff[ia], voff[ib]
+    t0 = toff[f]
+    gmax = NEG
+    for a in range(vstates[ia]):
+        if not vallow[va + a]:
+            continue
+        for b in range(Sb):
+            th = tab[t0 + a * Sb + b]
+            if vallow[vb + b] and th != NEG:
+                v = th + wa[a] + wb[b]
+                if v > gmax:
+                    gmax = v
+    return gmax
+
+
+@njit(cache=True)
 def _compact_pair(acfg, aw, ya, yb, a0, n, wnew):
     """:func:`_compact` for :func:`pair_qp`'s members (states in ``ya``/``yb``)."""
     m_ok = 0
@@ -1090,6 +1112,10 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
 #: up to 30% more iterations to a 1e-4 bound on the UAI instances and 25-40% more to full LP convergence
 #: on their grids, benchmarks/ad3_uai_results.md)
 ETA_RATIO = 100.0
+#: settled tables (see ad3_chunk): copies within CACHE_TOL of integral, of their previous value and of the
+#: consensus; every table is solved again every CACHE_RESET iterations
+CACHE_TOL = 1e-12
+CACHE_RESET = 50
 ETA_MIN, ETA_MAX = 1e-8, 1e8
 
 
@@ -1196,6 +1222,16 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     for i in range(n_vars):
         smax = max(smax, vstates[i])
     xa_ws, xb_ws, wa_ws, wb_ws = np.zeros(smax), np.zeros(smax), np.zeros(smax), np.zeros(smax)
+    old_ws = np.zeros(2 * smax)
+    # skipping settled tables (as the C++ AD3 caches factors): a table solved by pair_qp whose copies are
+    # integral and equal, to CACHE_TOL, to their previous values and to the consensus leaves its variables
+    # inactive; a table none of whose variables is active next iteration has the same inputs (p and λ move
+    # by at most η·CACHE_TOL) and keeps its answer, its term of g still computed exactly. Every variable of
+    # another kind of factor counts as active; everything is solved at a chunk's start, after η changes
+    # and every CACHE_RESET iterations.
+    vact = np.ones(n_vars, dtype=np.bool_)
+    fact = np.ones(n_f, dtype=np.bool_)
+    reset = True
     n_e = evar.size
     target = np.empty(eoff[n_e])
     work = np.empty(eoff[n_e])
@@ -1235,6 +1271,9 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     for it in range(n_iter):
         half_inv = 0.5 / eta
         g = g_iso
+        if int(scal[S_ITER]) % CACHE_RESET == 0:
+            reset = True
+        vact[:] = False
         # 1. local QPs, targets a_iα = p_i + (θ_i/deg_i + λ_iα)/η
         for f in range(n_f):
             if pair_fast[f]:
@@ -1260,27 +1299,54 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 c12 = half_inv * (th00 - th01 - th10 + th11)
                 z1, z2, z12 = pair_closed_form(c1, c2, c12)
                 _store_pair(qt, qe, t0, ta, tb, z1, z2, z12)
+                vact[ia] = True
+                vact[ib] = True
                 continue
-            if fkind[f] == STRUCT:
-                continue  # solved by the Python driver, which wrote its copies qe
             if fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
                 # any other pairwise table: the lean active set, scores η·a = η·p + θ_i/deg_i + λ directly
                 ea = fptr[f]
                 ia, ib = evar[ea], evar[ea + 1]
                 ta, tb = eoff[ea], eoff[ea + 1]
                 va, vb = voff[ia], voff[ib]
-                for s in range(vstates[ia]):
-                    xa_ws[s] = eta * p[va + s] + share[va + s] + lam[ta + s]
+                Sa, Sb = vstates[ia], vstates[ib]
+                for s in range(Sa):
                     wa_ws[s] = off[va + s] + lam[ta + s]
-                for s in range(vstates[ib]):
-                    xb_ws[s] = eta * p[vb + s] + share[vb + s] + lam[tb + s]
+                for s in range(Sb):
                     wb_ws[s] = off[vb + s] + lam[tb + s]
+                if not reset and not fact[f]:  # settled: its answer stands
+                    if fused:
+                        g += pair_gterm(f, fptr, evar, voff, vstates, vallow, tab, toff, wa_ws, wb_ws)
+                    continue
+                for s in range(Sa):
+                    xa_ws[s] = eta * p[va + s] + share[va + s] + lam[ta + s]
+                    old_ws[s] = qe[ta + s]
+                for s in range(Sb):
+                    xb_ws[s] = eta * p[vb + s] + share[vb + s] + lam[tb + s]
+                    old_ws[Sa + s] = qe[tb + s]
                 gf = pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa_ws, xb_ws, eta, acfg, aw,
                              aoff, acount, qe, qt, max_inner, s_ws, KK_ws, rhs_ws, wstar_ws, wnew_ws, btb_ws, ya_ws,
                              yb_ws, wa_ws, wb_ws)
+                fact[f] = False
+                for s in range(Sa):
+                    x = qe[ta + s]
+                    if (abs(x - old_ws[s]) > CACHE_TOL or abs(x - p[va + s]) > CACHE_TOL
+                            or (x > CACHE_TOL and x < 1.0 - CACHE_TOL)):
+                        vact[ia] = True
+                for s in range(Sb):
+                    x = qe[tb + s]
+                    if (abs(x - old_ws[Sa + s]) > CACHE_TOL or abs(x - p[vb + s]) > CACHE_TOL
+                            or (x > CACHE_TOL and x < 1.0 - CACHE_TOL)):
+                        vact[ib] = True
+                if gf == NEG:
+                    vact[ia] = True
+                    vact[ib] = True
                 if fused:
                     g += gf
                 continue
+            for e in range(fptr[f], fptr[f + 1]):
+                vact[evar[e]] = True
+            if fkind[f] == STRUCT:
+                continue  # solved by the Python driver, which wrote its copies qe
             for e in range(fptr[f], fptr[f + 1]):
                 i = evar[e]
                 for s in range(vstates[i]):
@@ -1290,6 +1356,11 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                      acfg, aw, aoff, acount, qe, qt, max_inner, pair_fast)
         if fused and g < scal[S_UPPER]:
             scal[S_UPPER] = g
+        reset = False
+        for i in range(n_vars):
+            if vact[i]:
+                for r in range(vptr[i], vptr[i + 1]):
+                    fact[efac[vedge[r]]] = True
         # 2. consensus (λ sums to zero per variable, so it drops out) and 3. multipliers
         r_d = 0.0
         r_p = 0.0
@@ -1362,7 +1433,10 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
             if status != RUNNING:
                 break
             if scal[S_ITER] < adapt_until:
-                eta = rebalance_eta(eta, r_p, r_d)
+                new_eta = rebalance_eta(eta, r_p, r_d)
+                if new_eta != eta:
+                    reset = True
+                eta = new_eta
                 scal[S_ETA] = eta
     scal[S_ETA] = eta
     return status
