@@ -1232,6 +1232,10 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     vact = np.ones(n_vars, dtype=np.bool_)
     fact = np.ones(n_f, dtype=np.bool_)
     reset = True
+    caching = False  # no table for pair_qp (binary pairs only, say): no bookkeeping at all
+    for f in range(n_f):
+        if not pair_fast[f] and fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
+            caching = True
     n_e = evar.size
     target = np.empty(eoff[n_e])
     work = np.empty(eoff[n_e])
@@ -1273,7 +1277,8 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
         g = g_iso
         if int(scal[S_ITER]) % CACHE_RESET == 0:
             reset = True
-        vact[:] = False
+        if caching:
+            vact[:] = False
         # 1. local QPs, targets a_iα = p_i + (θ_i/deg_i + λ_iα)/η
         for f in range(n_f):
             if pair_fast[f]:
@@ -1299,8 +1304,9 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 c12 = half_inv * (th00 - th01 - th10 + th11)
                 z1, z2, z12 = pair_closed_form(c1, c2, c12)
                 _store_pair(qt, qe, t0, ta, tb, z1, z2, z12)
-                vact[ia] = True
-                vact[ib] = True
+                if caching:
+                    vact[ia] = True
+                    vact[ib] = True
                 continue
             if fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
                 # any other pairwise table: the lean active set, scores η·a = η·p + θ_i/deg_i + λ directly
@@ -1357,10 +1363,11 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
         if fused and g < scal[S_UPPER]:
             scal[S_UPPER] = g
         reset = False
-        for i in range(n_vars):
-            if vact[i]:
-                for r in range(vptr[i], vptr[i + 1]):
-                    fact[efac[vedge[r]]] = True
+        if caching:
+            for i in range(n_vars):
+                if vact[i]:
+                    for r in range(vptr[i], vptr[i + 1]):
+                        fact[efac[vedge[r]]] = True
         # 2. consensus (λ sums to zero per variable, so it drops out) and 3. multipliers
         r_d = 0.0
         r_p = 0.0
