@@ -3,7 +3,8 @@
 A :class:`FactorGraph` holds discrete variables (any number of states each) and factors over
 subsets of them:
 
-- dense tables over 1-3 variables (``add_table``), scored by a table per factor;
+- dense tables over 1-3 variables (``add_table``; many pairwise ones at once: ``add_pairwise_tables``),
+  scored by a table per factor;
 - logic factors on binary variables (``add_logic``/``add_budget``): ``"xor"`` (exactly one on),
   ``"atmost1"``, ``"or"`` (at least one on) and budgets (at most k on). They are hard constraints
   with no score;
