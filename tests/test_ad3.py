@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from structopt.structures import _ad3_kernels as K
-from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials, brute_force_map
+from structopt.structures.factor_graph import AD3_TIGHT, FactorGraph, FactorGraphPotentials, brute_force_map
 from tests._shared_data import SHARED_DATA, needs_data
 
 TOL = 1e-7
@@ -63,7 +63,9 @@ def check_against_brute_force(seed: int, count: int, bnb_every: int, cpsat_every
         tree = k % 3 == 0
         fg, theta = random_graph(rng, tree=tree, ties=k % 2 == 1)
         best, _ = brute_force_map(fg, theta)
-        sol, _ = fg.ad3(theta, max_iter=20_000)
+        # the tight tolerances: the LP value is compared to HiGHS' at 1e-6 below (the default's relative 1e-6
+        # leaves the bound up to about that far above it; tests/test_ad3_stopping.py checks the default)
+        sol, _ = fg.ad3(theta, max_iter=20_000, tol_gap=AD3_TIGHT, tol_lp=AD3_TIGHT)
         tally["instances"] += 1
         tally["infeasible"] += best == -np.inf
         # the certified bound is never below the true max
@@ -306,7 +308,9 @@ def test_lp_value_is_the_last_iterates_when_the_bound_closes_early():
         if sol.status != "optimal":
             continue
         checked += 1
-        assert sol.lp_value == pytest.approx(fg.lp(theta).upper_bound, rel=1e-3)
+        # every pairwise table gives its term of g at every iteration, so the bound can close a few iterations
+        # after a rounding found the optimum, before the copies agree closely (seed 3: 19 iterations, 2e-3 off)
+        assert sol.lp_value == pytest.approx(fg.lp(theta).upper_bound, rel=1e-2)
         assert sol.lp_value == pytest.approx(sol.trace[-1]["primal"])
     assert checked >= 4
 
@@ -467,6 +471,80 @@ def test_fused_bound_equals_the_dual_bound_at_every_iterate():
     np.testing.assert_array_equal(fused.lam, step.lam)
     assert fused.scal[K.S_UPPER] == pytest.approx(min(bounds), rel=1e-12)
     assert step.scal[K.S_UPPER] == np.inf
+
+
+def test_fused_bound_on_multistate_pairwise_tables_equals_the_dual_bound():
+    # tables over two variables of 3-4 states (some entries -inf, one state clamped): the lean active set
+    # (pair_qp) gives each table's term of g in its sweep; the best of those equals dual_bound's best
+    rng = np.random.default_rng(5)
+    fg = FactorGraph([3, 4, 3, 3, 4, 3])
+    for u, v in [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0), (0, 3), (1, 4)]:
+        fg.add_table([u, v])
+    tables = {f: rng.normal(size=(int(fg.n_states[fg.factor(f)[1][0]]), int(fg.n_states[fg.factor(f)[1][1]])))
+              for f in range(fg.n_factors)}
+    tables[2][0, 1] = tables[6][2, 2] = -np.inf
+    unary = [rng.normal(size=int(s)) for s in fg.n_states]
+    unary[4][3] = -np.inf
+    theta = fg.potentials(unary=unary, tables=tables)
+    fl = fg.flat
+    vallow = np.isfinite(theta.unary)
+    pf = K.binary_pairs(fl.fkind, fl.fptr, fl.evar, fl.voff, fl.vstates, vallow, theta.factors, fl.toff)
+    assert not pf.any()
+
+    def chunk(state, n_iter, bound_every):
+        y = np.zeros(fl.n_vars, dtype=np.int64)
+        return K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
+                           fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors, pf,
+                           state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, state.scal,
+                           y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf)
+
+    fused = fg.new_state(theta)
+    chunk(fused, 30, 10**9)
+    step = fg.new_state(theta)
+    work = np.zeros(int(fl.eoff[-1]))
+    bounds = []
+    for _ in range(31):
+        bounds.append(K.dual_bound(fl.n_vars, fl.deg, fl.vptr, fl.vedge, fl.voff, vallow, theta.unary, fl.fkind,
+                                   fl.fparam, fl.fptr, fl.evar, fl.eoff, fl.vstates, theta.factors, fl.toff, step.lam,
+                                   work, pf))
+        if len(bounds) <= 30:
+            chunk(step, 1, 0)
+    np.testing.assert_allclose(fused.lam, step.lam, rtol=0, atol=1e-12)
+    assert fused.scal[K.S_UPPER] == pytest.approx(min(bounds), rel=1e-10)
+    assert min(bounds) >= brute_force_map(fg, theta)[0] - 1e-9
+
+
+def test_pairwise_active_set_reproduces_the_generic_dense_one():
+    # pair_qp (tables over two variables) against dense_qp (any arity) on warm-started call sequences: the
+    # same algorithm, so the same marginals and active sets to rounding
+    rng = np.random.default_rng(8)
+    for states in ([3, 3], [4, 2], [5, 4], [2, 5]):
+        fg = FactorGraph(states)
+        fg.add_table([0, 1])
+        fl = fg.flat
+        vallow = np.ones(int(fl.voff[-1]), dtype=bool)
+        sets = [(np.zeros(int(fl.aoff[-1]), dtype=np.int64), np.zeros(int(fl.aoff[-1])), np.zeros(1, dtype=np.int64))
+                for _ in range(2)]
+        for _ in range(30):
+            table = rng.normal(scale=rng.choice([0.2, 1.0, 4.0]), size=states).ravel()
+            if rng.random() < 0.3:
+                table[rng.integers(table.size)] = -np.inf
+            eta = float(rng.choice([0.1, 1.0, 10.0]))
+            target = rng.normal(0.3, 0.8, size=sum(states))
+            out = []
+            for lean, (acfg, aw, acount) in zip((True, False), sets):
+                qe, qt = np.zeros(int(fl.eoff[-1])), np.zeros(int(fl.toff[-1]))
+                if lean:
+                    ok = K.local_qp(0, fl.fkind, fl.fparam, fl.fptr, fl.evar, fl.eoff, fl.voff, fl.vstates, vallow,
+                                    table, fl.toff, target, eta, acfg, aw, fl.aoff, acount, qe, qt, 50,
+                                    np.zeros(1, dtype=bool))
+                else:
+                    ok = K.dense_qp(0, fl.fptr, fl.evar, fl.eoff, fl.voff, fl.vstates, vallow, table, fl.toff, target,
+                                    eta, acfg, aw, fl.aoff, acount, qe, qt, 50)
+                out.append((ok, qe, qt))
+            assert out[0][0] and out[1][0]
+            np.testing.assert_allclose(out[0][1], out[1][1], atol=1e-9)
+            np.testing.assert_allclose(out[0][2], out[1][2], atol=1e-9)
 
 
 def _icm_full_sweeps(fg: FactorGraph, theta: FactorGraphPotentials, y: np.ndarray, max_sweeps: int) -> np.ndarray:

@@ -425,6 +425,255 @@ def dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
     return True
 
 
+# --------------------------------------------------------------------------- dense pairwise tables: lean active set
+@njit(cache=True)
+def pair_workspace(fkind, fptr, toff, aoff):
+    """Scratch arrays for :func:`pair_qp`, sized for the largest pairwise table and active set of the graph:
+    ``(s, KK, rhs, wstar, wnew, btb, ya, yb)``."""
+    kmax = 1
+    cmax = 1
+    for f in range(fkind.size):
+        if fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
+            kmax = max(kmax, toff[f + 1] - toff[f])
+            cmax = max(cmax, aoff[f + 1] - aoff[f])
+    return (np.empty(kmax), np.empty((cmax + 1, cmax + 1)), np.empty(cmax + 1), np.empty(cmax + 1),
+            np.empty(cmax + 1), np.empty(cmax + 1), np.empty(cmax + 1, dtype=np.int64),
+            np.empty(cmax + 1, dtype=np.int64))
+
+
+@njit(cache=True)
+def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, acfg, aw, aoff, acount, qe, qt,
+            max_inner, s, KK, rhs, wstar, wnew, btb, ya, yb, wa, wb):
+    """:func:`dense_qp` for a table over two variables, without allocations or decoding, and its term of g.
+
+    The same primal active-set method and warm start (the same iterates), specialised: configuration
+    ``c = a·S_b + b``, the Gram matrix of two members is ``η([a = a'] + [b = b'])``, scratch arrays come from
+    :func:`pair_workspace`, and the scores ``s(c) = θ(c) + xa[a] + xb[b]`` take ``xa = η·a_a`` (the scaled
+    targets) directly. Returns this table's term of the dual g(λ), ``max_c θ(c) + wa[a] + wb[b]`` over the
+    allowed configurations, computed in the same sweep (``-inf`` when none is allowed; then nothing is
+    written). ``wa``/``wb`` may be any arrays when the caller ignores the term.
+    """
+    ea = fptr[f]
+    ia, ib = evar[ea], evar[ea + 1]
+    Sa, Sb = vstates[ia], vstates[ib]
+    ta, tb = eoff[ea], eoff[ea + 1]
+    va, vb = voff[ia], voff[ib]
+    t0 = toff[f]
+    K = Sa * Sb
+    a0, cap = aoff[f], aoff[f + 1] - aoff[f]
+    gmax = NEG
+    c = 0
+    for a in range(Sa):
+        oka = vallow[va + a]
+        for b in range(Sb):
+            th = tab[t0 + c]
+            if oka and vallow[vb + b] and th != NEG:
+                s[c] = th + xa[a] + xb[b]
+                v = th + wa[a] + wb[b]
+                if v > gmax:
+                    gmax = v
+            else:
+                s[c] = NEG
+            c += 1
+    if gmax == NEG:
+        return NEG
+    # warm start: the previous active set, less the members now forbidden or at weight 0
+    n = acount[f]
+    m_ok = 0
+    tot = 0.0
+    for i in range(n):
+        cf = acfg[a0 + i]
+        if s[cf] != NEG and aw[a0 + i] > 0.0:
+            acfg[a0 + m_ok] = cf
+            aw[a0 + m_ok] = aw[a0 + i]
+            tot += aw[a0 + i]
+            m_ok += 1
+    n = m_ok
+    if n == 0:
+        best = 0
+        for c in range(K):
+            if s[c] > s[best]:
+                best = c
+        acfg[a0] = best
+        aw[a0] = 1.0
+        n = 1
+    else:
+        for i in range(n):
+            aw[a0 + i] /= tot
+    for i in range(n):
+        ya[i] = acfg[a0 + i] // Sb
+        yb[i] = acfg[a0 + i] - ya[i] * Sb
+    tol = 1e-12
+    for _ in range(max_inner):
+        # equality-constrained QP on the active set: [ηG 1; 1ᵀ 0] [w; τ] = [s; 1]
+        for i in range(n):
+            for j in range(n):
+                KK[i, j] = eta * ((ya[i] == ya[j]) + (yb[i] == yb[j]))
+            KK[i, n] = 1.0
+            KK[n, i] = 1.0
+            rhs[i] = s[acfg[a0 + i]]
+        KK[n, n] = 0.0
+        rhs[n] = 1.0
+        if not _solve_inplace(KK, rhs, n + 1):
+            break  # cannot happen with an affinely independent set; keep the current feasible point
+        neg = False
+        for i in range(n):
+            wstar[i] = rhs[i]
+            if rhs[i] < -1e-14:
+                neg = True
+        tau = rhs[n]
+        if neg:  # blocking step towards w*, dropping the first member that reaches 0
+            alpha = 1.0
+            for i in range(n):
+                if wstar[i] < 0.0 and wstar[i] < aw[a0 + i]:
+                    r = aw[a0 + i] / (aw[a0 + i] - wstar[i])
+                    if r < alpha:
+                        alpha = r
+            for i in range(n):
+                wnew[i] = aw[a0 + i] + alpha * (wstar[i] - aw[a0 + i])
+            n = _compact_pair(acfg, aw, ya, yb, a0, n, wnew)
+            tot = 0.0
+            for i in range(n):
+                tot += aw[a0 + i]
+            for i in range(n):
+                aw[a0 + i] /= tot
+            continue
+        for i in range(n):
+            aw[a0 + i] = wstar[i]
+        # the current marginals, in the factor's own slots of qe (rewritten at the end)
+        for r in range(Sa):
+            qe[ta + r] = 0.0
+        for r in range(Sb):
+            qe[tb + r] = 0.0
+        for i in range(n):
+            qe[ta + ya[i]] += aw[a0 + i]
+            qe[tb + yb[i]] += aw[a0 + i]
+        # the most violating configuration: largest reduced score s(c) - η(m_a[a] + m_b[b])
+        best = -1
+        best_g = np.inf
+        scale = 1.0
+        c = 0
+        for a in range(Sa):
+            ma = eta * qe[ta + a]
+            for b in range(Sb):
+                sc = s[c]
+                if sc != NEG:
+                    g = ma + eta * qe[tb + b] - sc
+                    if abs(g) > scale:
+                        scale = abs(g)
+                    if g < best_g:
+                        best_g = g
+                        best = c
+                c += 1
+        if best < 0 or best_g >= -tau - tol * scale:
+            break
+        already = False
+        for i in range(n):
+            if acfg[a0 + i] == best:
+                already = True
+        if already:
+            break  # numerical tie with an active member: optimal to tolerance
+        nya = best // Sb
+        nyb = best - nya * Sb
+        # affine dependence of the new image on the active ones: least squares via normal equations
+        for i in range(n):
+            for j in range(n):
+                KK[i, j] = (ya[i] == ya[j]) + (yb[i] == yb[j]) + 1.0
+            rhs[i] = (ya[i] == nya) + (yb[i] == nyb) + 1.0
+            btb[i] = rhs[i]
+        dependent = False
+        if _solve_inplace(KK, rhs, n):
+            res = 3.0
+            for i in range(n):
+                acc = 0.0
+                for j in range(n):
+                    acc += ((ya[i] == ya[j]) + (yb[i] == yb[j]) + 1.0) * rhs[j]
+                res += rhs[i] * acc - 2.0 * rhs[i] * btb[i]
+            dependent = res < 1e-9
+        if dependent:  # along the ray that keeps the marginals: the new member in, the first to reach 0 out
+            alpha = np.inf
+            for i in range(n):
+                if rhs[i] > 1e-12:
+                    r = aw[a0 + i] / rhs[i]
+                    if r < alpha:
+                        alpha = r
+            if not np.isfinite(alpha):
+                break
+            for i in range(n):
+                wnew[i] = aw[a0 + i] - alpha * rhs[i]
+            n = _compact_pair(acfg, aw, ya, yb, a0, n, wnew)
+            if n >= cap:
+                break
+            acfg[a0 + n] = best
+            aw[a0 + n] = alpha
+            ya[n], yb[n] = nya, nyb
+            n += 1
+            tot = 0.0
+            for i in range(n):
+                tot += aw[a0 + i]
+            for i in range(n):
+                aw[a0 + i] /= tot
+        else:
+            if n >= cap:
+                break
+            acfg[a0 + n] = best
+            aw[a0 + n] = 0.0
+            ya[n], yb[n] = nya, nyb
+            n += 1
+    acount[f] = n
+    # write the factor marginal and its variable marginals
+    for c in range(K):
+        qt[t0 + c] = 0.0
+    for r in range(Sa):
+        qe[ta + r] = 0.0
+    for r in range(Sb):
+        qe[tb + r] = 0.0
+    for i in range(n):
+        w = aw[a0 + i]
+        if w <= 0.0:
+            continue
+        qt[t0 + acfg[a0 + i]] += w
+        qe[ta + ya[i]] += w
+        qe[tb + yb[i]] += w
+    return gmax
+
+
+@njit(cache=True)
+def pair_gterm(f, fptr, evar, voff, vstates, vallow, tab, toff, wa, wb):
+    """A pairwise table's term of g(λ), ``max_c θ(c) + wa[a] + wb[b]`` over its allowed configurations (what
+    :func:`pair_qp` returns, for a table whose local QP is skipped)."""
+    ea = fptr[f]
+    ia, ib = evar[ea], evar[ea + 1]
+    Sb = vstates[ib]
+    va, vb = voff[ia], voff[ib]
+    t0 = toff[f]
+    gmax = NEG
+    for a in range(vstates[ia]):
+        if not vallow[va + a]:
+            continue
+        for b in range(Sb):
+            th = tab[t0 + a * Sb + b]
+            if vallow[vb + b] and th != NEG:
+                v = th + wa[a] + wb[b]
+                if v > gmax:
+                    gmax = v
+    return gmax
+
+
+@njit(cache=True)
+def _compact_pair(acfg, aw, ya, yb, a0, n, wnew):
+    """:func:`_compact` for :func:`pair_qp`'s members (states in ``ya``/``yb``)."""
+    m_ok = 0
+    for i in range(n):
+        if wnew[i] > 1e-15:
+            acfg[a0 + m_ok] = acfg[a0 + i]
+            aw[a0 + m_ok] = wnew[i]
+            ya[m_ok] = ya[i]
+            yb[m_ok] = yb[i]
+            m_ok += 1
+    return m_ok
+
+
 # --------------------------------------------------------------------------- one factor's local QP
 @njit(cache=True)
 def binary_pairs(fkind, fptr, evar, voff, vstates, vallow, tab, toff):
@@ -471,6 +720,13 @@ def local_qp(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, tof
             z1, z2, z12 = pair_closed_form(c1, c2, c12)
             _store_pair(qt, qe, t0, ta, tb, z1, z2, z12)
             return True
+        if k == 2:
+            s, KK, rhs, wstar, wnew, btb, ya, yb = pair_workspace(fkind, fptr, toff, aoff)
+            ta, tb = eoff[e0], eoff[e0 + 1]
+            xa = eta * target[ta:eoff[e0 + 1]]
+            xb = eta * target[tb:eoff[e0 + 2]]
+            return pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, acfg, aw, aoff,
+                           acount, qe, qt, max_inner, s, KK, rhs, wstar, wnew, btb, ya, yb, xa, xb) != NEG
         return dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta, acfg, aw, aoff,
                         acount, qe, qt, max_inner)
     # logic factor on binary variables: z_i = q_i(1); fixed variables leave the projection
@@ -605,6 +861,34 @@ def dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, 
 
 
 # --------------------------------------------------------------------------- labelings
+@njit(cache=True)
+def bfs_order(n, fptr, evar, vptr, vedge, efac):
+    """Variables breadth-first over the factor graph (neighbours through shared factors, in incidence and
+    scope order; a new component from the smallest unseen variable): the order of sequential rounding."""
+    seen = np.zeros(n, dtype=np.bool_)
+    order = np.empty(n, dtype=np.int64)
+    head = 0
+    tail = 0
+    for root in range(n):
+        if seen[root]:
+            continue
+        seen[root] = True
+        order[tail] = root
+        tail += 1
+        while head < tail:
+            i = order[head]
+            head += 1
+            for r in range(vptr[i], vptr[i + 1]):
+                f = efac[vedge[r]]
+                for e in range(fptr[f], fptr[f + 1]):
+                    v = evar[e]
+                    if not seen[v]:
+                        seen[v] = True
+                        order[tail] = v
+                        tail += 1
+    return order
+
+
 @njit(cache=True)
 def score_labels(y, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, toff):
     """Exact score of labeling ``y``: -inf when it breaks a logic factor or hits a forbidden entry."""
@@ -828,6 +1112,10 @@ def local_search(y, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, 
 #: up to 30% more iterations to a 1e-4 bound on the UAI instances and 25-40% more to full LP convergence
 #: on their grids, benchmarks/ad3_uai_results.md)
 ETA_RATIO = 100.0
+#: settled tables (see ad3_chunk): copies within CACHE_TOL of integral, of their previous value and of the
+#: consensus; every table is solved again every CACHE_RESET iterations
+CACHE_TOL = 1e-12
+CACHE_RESET = 50
 ETA_MIN, ETA_MAX = 1e-8, 1e8
 
 
@@ -923,11 +1211,31 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     for i in range(n_vars):
         for s in range(voff[i], voff[i + 1]):
             share[s] = uz[s] / deg[i] if deg[i] > 0 else uz[s]
-    # the fused bound: every factor is a closed-form pair (structured factors: the caller bounds)
+    # the fused bound: every factor is a table over two variables (closed-form pairs and the lean active set
+    # both give their term of g in the local-QP sweep; structured factors: the caller bounds)
     fused = bound_every > 0
     for f in range(n_f):
-        if not pair_fast[f]:
+        if not pair_fast[f] and not (fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2):
             fused = False
+    s_ws, KK_ws, rhs_ws, wstar_ws, wnew_ws, btb_ws, ya_ws, yb_ws = pair_workspace(fkind, fptr, toff, aoff)
+    smax = 1
+    for i in range(n_vars):
+        smax = max(smax, vstates[i])
+    xa_ws, xb_ws, wa_ws, wb_ws = np.zeros(smax), np.zeros(smax), np.zeros(smax), np.zeros(smax)
+    old_ws = np.zeros(2 * smax)
+    # skipping settled tables (as the C++ AD3 caches factors): a table solved by pair_qp whose copies are
+    # integral and equal, to CACHE_TOL, to their previous values and to the consensus leaves its variables
+    # inactive; a table none of whose variables is active next iteration has the same inputs (p and λ move
+    # by at most η·CACHE_TOL) and keeps its answer, its term of g still computed exactly. Every variable of
+    # another kind of factor counts as active; everything is solved at a chunk's start, after η changes
+    # and every CACHE_RESET iterations.
+    vact = np.ones(n_vars, dtype=np.bool_)
+    fact = np.ones(n_f, dtype=np.bool_)
+    reset = True
+    caching = False  # no table for pair_qp (binary pairs only, say): no bookkeeping at all
+    for f in range(n_f):
+        if not pair_fast[f] and fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
+            caching = True
     n_e = evar.size
     target = np.empty(eoff[n_e])
     work = np.empty(eoff[n_e])
@@ -950,16 +1258,16 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
             else:
                 g_iso = NEG
     # off = θ_i/deg_i - mean_α λ_iα per (variable, state): with it, θ_i/deg_i + λ_iα - mean is the
-    # re-centred multiplier of g (Σ_α λ_iα = 0 then holds exactly)
+    # re-centred multiplier of g (Σ_α λ_iα = 0 then holds exactly); kept finite even when unused (pair_qp
+    # skips configurations by comparing their terms)
     off = np.empty(p.size)
-    if fused:
-        for i in range(n_vars):
-            d = deg[i]
-            for s in range(vstates[i]):
-                acc = 0.0
-                for r in range(vptr[i], vptr[i + 1]):
-                    acc += lam[eoff[vedge[r]] + s]
-                off[voff[i] + s] = share[voff[i] + s] - (acc / d if d > 0 else 0.0)
+    for i in range(n_vars):
+        d = deg[i]
+        for s in range(vstates[i]):
+            acc = 0.0
+            for r in range(vptr[i], vptr[i + 1]):
+                acc += lam[eoff[vedge[r]] + s]
+            off[voff[i] + s] = share[voff[i] + s] - (acc / d if d > 0 else 0.0)
     y_prev = np.zeros((2, n_vars), dtype=np.int64)
     have_prev = np.zeros(2, dtype=np.bool_)
     eta = scal[S_ETA]
@@ -967,6 +1275,10 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     for it in range(n_iter):
         half_inv = 0.5 / eta
         g = g_iso
+        if int(scal[S_ITER]) % CACHE_RESET == 0:
+            reset = True
+        if caching:
+            vact[:] = False
         # 1. local QPs, targets a_iα = p_i + (θ_i/deg_i + λ_iα)/η
         for f in range(n_f):
             if pair_fast[f]:
@@ -992,7 +1304,53 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 c12 = half_inv * (th00 - th01 - th10 + th11)
                 z1, z2, z12 = pair_closed_form(c1, c2, c12)
                 _store_pair(qt, qe, t0, ta, tb, z1, z2, z12)
+                if caching:
+                    vact[ia] = True
+                    vact[ib] = True
                 continue
+            if fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
+                # any other pairwise table: the lean active set, scores η·a = η·p + θ_i/deg_i + λ directly
+                ea = fptr[f]
+                ia, ib = evar[ea], evar[ea + 1]
+                ta, tb = eoff[ea], eoff[ea + 1]
+                va, vb = voff[ia], voff[ib]
+                Sa, Sb = vstates[ia], vstates[ib]
+                for s in range(Sa):
+                    wa_ws[s] = off[va + s] + lam[ta + s]
+                for s in range(Sb):
+                    wb_ws[s] = off[vb + s] + lam[tb + s]
+                if not reset and not fact[f]:  # settled: its answer stands
+                    if fused:
+                        g += pair_gterm(f, fptr, evar, voff, vstates, vallow, tab, toff, wa_ws, wb_ws)
+                    continue
+                for s in range(Sa):
+                    xa_ws[s] = eta * p[va + s] + share[va + s] + lam[ta + s]
+                    old_ws[s] = qe[ta + s]
+                for s in range(Sb):
+                    xb_ws[s] = eta * p[vb + s] + share[vb + s] + lam[tb + s]
+                    old_ws[Sa + s] = qe[tb + s]
+                gf = pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa_ws, xb_ws, eta, acfg, aw,
+                             aoff, acount, qe, qt, max_inner, s_ws, KK_ws, rhs_ws, wstar_ws, wnew_ws, btb_ws, ya_ws,
+                             yb_ws, wa_ws, wb_ws)
+                fact[f] = False
+                for s in range(Sa):
+                    x = qe[ta + s]
+                    if (abs(x - old_ws[s]) > CACHE_TOL or abs(x - p[va + s]) > CACHE_TOL
+                            or (x > CACHE_TOL and x < 1.0 - CACHE_TOL)):
+                        vact[ia] = True
+                for s in range(Sb):
+                    x = qe[tb + s]
+                    if (abs(x - old_ws[Sa + s]) > CACHE_TOL or abs(x - p[vb + s]) > CACHE_TOL
+                            or (x > CACHE_TOL and x < 1.0 - CACHE_TOL)):
+                        vact[ib] = True
+                if gf == NEG:
+                    vact[ia] = True
+                    vact[ib] = True
+                if fused:
+                    g += gf
+                continue
+            for e in range(fptr[f], fptr[f + 1]):
+                vact[evar[e]] = True
             if fkind[f] == STRUCT:
                 continue  # solved by the Python driver, which wrote its copies qe
             for e in range(fptr[f], fptr[f + 1]):
@@ -1004,6 +1362,12 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                      acfg, aw, aoff, acount, qe, qt, max_inner, pair_fast)
         if fused and g < scal[S_UPPER]:
             scal[S_UPPER] = g
+        reset = False
+        if caching:
+            for i in range(n_vars):
+                if vact[i]:
+                    for r in range(vptr[i], vptr[i + 1]):
+                        fact[efac[vedge[r]]] = True
         # 2. consensus (λ sums to zero per variable, so it drops out) and 3. multipliers
         r_d = 0.0
         r_p = 0.0
@@ -1076,7 +1440,10 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
             if status != RUNNING:
                 break
             if scal[S_ITER] < adapt_until:
-                eta = rebalance_eta(eta, r_p, r_d)
+                new_eta = rebalance_eta(eta, r_p, r_d)
+                if new_eta != eta:
+                    reset = True
+                eta = new_eta
                 scal[S_ETA] = eta
     scal[S_ETA] = eta
     return status
