@@ -30,6 +30,25 @@ class OwnDataTask(TaskSpec):
     def __call__(self, args: argparse.Namespace) -> Task:
         return self.own.build(args)
 
+    def file_split(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        """The ``split`` train used, for a kind read from one file (and an optional test file): the seeded
+        held-out fraction of the training file, or the test file, or the first ``n_train`` training examples."""
+        whole = self.read_inputs(saved, Path(record["data"]))
+        n_train = int(record["n_train"])
+        if not record.get("test"):
+            return whole.subset(split_index(*_holdout(record, len(whole.X)), n_train, split))
+        test = self.read_inputs(saved, Path(record["test"]))
+        if split == "test":
+            return test
+        if split == "train":
+            return whole.subset(range(min(n_train, len(whole.X))))
+        return self.join_files(whole, test)
+
+    @staticmethod
+    def join_files(whole: Inputs, test: Inputs) -> Inputs:
+        """The training file's inputs followed by the test file's (``--split all``)."""
+        return whole.join(test)
+
 
 class OwnSegmentationTask(OwnDataTask):
     """Segmentation of your images and masks; featurises and writes like ``horses`` (the same
@@ -156,15 +175,10 @@ class OwnSequenceTask(OwnDataTask):
         return Inputs(X, gold, {"rows": rows, "lengths": file.corpus.lengths, "gold_tags": tags}, warnings)
 
     def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
-        whole = self.read_inputs(saved, Path(record["data"]))
-        n_train = int(record["n_train"])
-        if not record.get("test"):
-            return whole.subset(split_index(*_holdout(record, len(whole.X)), n_train, split))
-        test = self.read_inputs(saved, Path(record["test"]))
-        if split == "test":
-            return test
-        if split == "train":
-            return whole.subset(range(min(n_train, len(whole.X))))
+        return self.file_split(saved, record, split)
+
+    @staticmethod
+    def join_files(whole: Inputs, test: Inputs) -> Inputs:
         joined = whole.join(test)
         joined.extra["gold_tags"] = test.extra["gold_tags"]  # the model's labels, then the test file's unseen ones
         return joined
@@ -211,15 +225,7 @@ class OwnBitextTask(OwnDataTask):
             return False
 
     def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
-        whole = self.read_inputs(saved, Path(record["data"]))
-        n_train = int(record["n_train"])
-        if not record.get("test"):
-            return whole.subset(split_index(*_holdout(record, len(whole.X)), n_train, split))
-        test = self.read_inputs(saved, Path(record["test"]))
-        if split == "test":
-            return test
-        used = whole.subset(range(min(n_train, len(whole.X))))
-        return used if split == "train" else whole.join(test)
+        return self.file_split(saved, record, split)
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.alignment import AlignmentFeaturizer

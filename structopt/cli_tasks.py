@@ -668,7 +668,7 @@ class ParsingTask(TaskSpec):
 
     name = "parsing"
     preprocessing_types = (("labels", list), ("n_features", int))
-    summary = ("the Turkish treebanks of turkish-treebanks (pip install 'structopt[parsing]'): labelled "
+    summary = ("the Turkish treebanks of turkish-treebanks (pip install turkish-treebanks): labelled "
                "non-projective trees, first-order arc features, UAS/LAS without punctuation")
     input_help = "parsing: a CoNLL-U file (HEAD and DEPREL are the gold when given, '_' otherwise)"
     output_help = "parsing: the input CoNLL-U with the predicted HEAD and DEPREL columns"

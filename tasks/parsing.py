@@ -1,7 +1,7 @@
 """Dependency parsing of CoNLL-U treebanks: reading, the split, features, UAS/LAS, writing predictions.
 
 The data are the Turkish treebanks of the PyPI package ``turkish-treebanks`` (Apache-2.0; optional
-extra ``structopt[parsing]``): ``web.conllu`` (2,540 sentences) and ``wiki.conllu`` (2,309), installed
+extra ``parsing``): ``web.conllu`` (2,540 sentences) and ``wiki.conllu`` (2,309), installed
 in the package's ``data`` folder, or a folder with those files given by ``--data``.
 
 **Split** (the package's own rule, applied to each file): sentence i (from 0, in file order) is in the
@@ -195,7 +195,7 @@ def data_folder(data: str | Path | None) -> Path:
             import turkish_treebanks
         except ImportError:
             raise DataNotFoundError("the parsing task reads the treebanks of the package turkish-treebanks: "
-                                    "pip install 'structopt[parsing]' (or give --data DIR with web.conllu and "
+                                    "pip install turkish-treebanks (or give --data DIR with web.conllu and "
                                     "wiki.conllu)") from None
         folder = Path(turkish_treebanks.__file__).resolve().parent.parent / "data"
     missing = [name for name in FILES if not (folder / name).is_file()]

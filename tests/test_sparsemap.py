@@ -53,17 +53,19 @@ class TwoOfN(Structure):
         return np.asarray(y, dtype=np.int64)
 
 
-#: one size per registered structure for the default suite: large enough for several active vertices
-DEFAULT_SIZES = {
+#: sizes for the default suite, large enough for several active vertices; a registered structure not listed
+#: here runs at its example's own default size (a new built-in needs no entry)
+SIZES = {
     "chain": {"length": 3, "n_states": 3, "shared": False}, "multiclass": {"n_classes": 5},
     "matching": {"n_left": 3, "n_right": 3, "allow_unmatched": True}, "grid": {"height": 2, "width": 3},
     "box": {"height": 3, "width": 3}, "lp": {"n": 6}, "tree": {"n_nodes": 4, "n_states": 2},
-    "factor_graph": {"n_vars": 3, "n_states": 2},
+    "factor_graph": {"n_vars": 3, "n_states": 2}, "dependency": {"n": 3},
 }
+DEFAULT_SIZES = {name: SIZES.get(name, {}) for name in registered_structures()}
 
 
-def test_every_registered_structure_has_a_default_size():
-    assert set(DEFAULT_SIZES) == set(registered_structures())
+def test_every_listed_size_names_a_registered_structure():
+    assert set(SIZES) <= set(registered_structures())
 
 
 def _instance(name, rng, size, integer=False, scale=0.5):
