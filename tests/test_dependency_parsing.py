@@ -131,5 +131,5 @@ def test_data_folder_refusals(tmp_path, monkeypatch):
     with pytest.raises(DataNotFoundError, match=r"lacks web\.conllu, wiki\.conllu"):
         data_folder(tmp_path)
     monkeypatch.setitem(sys.modules, "turkish_treebanks", None)  # as if not installed
-    with pytest.raises(DataNotFoundError, match=r"pip install 'structopt\[parsing\]'"):
+    with pytest.raises(DataNotFoundError, match=r"pip install turkish-treebanks"):
         data_folder(None)
