@@ -223,3 +223,19 @@ def test_refusals_with_structured_factors():
     bad[fg.table_slice(0)][0] = -np.inf
     with pytest.raises(InvalidInputError, match="structured factor 0 has -inf scores"):
         fg.check_theta(type(theta)(theta.unary, bad))
+
+
+def test_a_dependency_tree_is_a_structured_factor_over_head_variables():
+    """Its per-node states depend on the sentence (n + 1 heads per word, ``hooks.node_states``): exact MAP over
+    the factor alone is the tree's own argmax."""
+    import structopt as so
+    from structopt.structures import DependencyPotentials, DependencyTree
+
+    rng = np.random.default_rng(5)
+    for n in (2, 3, 4):
+        tree, theta = DependencyTree(), DependencyPotentials(rng.normal(size=(n + 1, n + 1)))
+        fg = so.FactorGraph([n + 1] * n)
+        fg.add_structure(tree, list(range(n)), theta)
+        solution = fg.map(method="bnb")
+        np.testing.assert_array_equal(solution.labels, tree.argmax(theta))
+        assert solution.optimal and np.isclose(solution.score, tree.score(theta, tree.argmax(theta)))

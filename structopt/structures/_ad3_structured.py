@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError
-from structopt.hooks import has_hook
+from structopt.hooks import has_hook, node_states
 from structopt.potentials import flatten, unflatten
 from structopt.structures.base import Structure
 
@@ -85,7 +85,7 @@ class StructuredFactor:
         if has_hook(structure, "node_potentials"):
             self.encoding = "node"
             binary = has_hook(structure, "node_constant")
-            S = 2 if binary else int(structure.states_per_node)
+            S = 2 if binary else node_states(structure, self.like)
             n_nodes = int(np.prod(self.out_shape))
         elif has_hook(structure, "edge_potentials") and hasattr(self.like, "edge"):
             self.encoding = "edge"
