@@ -456,6 +456,7 @@ MAP_METHODS = ("auto", "ad3", "bnb", "lp", "cpsat")
 def _infer_map(args: argparse.Namespace) -> int:
     from structopt.marginals.map import MAPInferenceInterrupted, map_inference
     from structopt.marginals.uai import read_uai
+    from structopt.progress import Progress
 
     method = args.method or "auto"
     if method not in MAP_METHODS:
@@ -468,6 +469,9 @@ def _infer_map(args: argparse.Namespace) -> int:
     _check_writable_file(out, "--out")
     mrf = read_uai(args.file)
     limit = args.time_limit if args.time_limit is not None else INFER_TIME_LIMIT
+    # one line before the solve: the first run on a machine also compiles AD3's kernels (tens of seconds)
+    Progress(bars=False).stage(f"MAP of {Path(args.file).name} ({mrf.n_nodes} variables) by {method}, within "
+                               f"{limit:g} s; the first run on a machine compiles the kernels first")
     interrupted = None
     try:
         result = map_inference(mrf, method, time_limit=limit)
