@@ -199,6 +199,30 @@ def _config_allowed(y, f, fptr, evar, voff, vallow):
 
 
 @njit(cache=True)
+def _step_towards(aw, a0, n, wstar, wnew):
+    """The active-set QP's blocking step: ``wnew`` is the point on the segment from the active weights
+    ``aw[a0:a0+n]`` to the equality-constrained optimum ``wstar`` where the first weight reaches 0."""
+    alpha = 1.0
+    for i in range(n):
+        if wstar[i] < 0.0 and wstar[i] < aw[a0 + i]:
+            r = aw[a0 + i] / (aw[a0 + i] - wstar[i])
+            if r < alpha:
+                alpha = r
+    for i in range(n):
+        wnew[i] = aw[a0 + i] + alpha * (wstar[i] - aw[a0 + i])
+
+
+@njit(cache=True)
+def _renormalise(aw, a0, n):
+    """Rescale the active weights ``aw[a0:a0+n]`` to sum to 1 (after compaction dropped the zero ones)."""
+    tot = 0.0
+    for i in range(n):
+        tot += aw[a0 + i]
+    for i in range(n):
+        aw[a0 + i] /= tot
+
+
+@njit(cache=True)
 def _compact(acfg, aw, ys, a0, n, k, wnew):
     """Give the active members their new weights ``wnew``, dropping those at (numerically) 0; return
     the new size."""
@@ -300,20 +324,9 @@ def dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
                 neg = True
         tau = rhs[n]
         if neg:
-            alpha = 1.0
-            for a in range(n):
-                if wstar[a] < 0.0 and wstar[a] < aw[a0 + a]:
-                    r = aw[a0 + a] / (aw[a0 + a] - wstar[a])
-                    if r < alpha:
-                        alpha = r
-            for a in range(n):
-                wnew[a] = aw[a0 + a] + alpha * (wstar[a] - aw[a0 + a])
+            _step_towards(aw, a0, n, wstar, wnew)
             n = _compact(acfg, aw, ys, a0, n, k, wnew)
-            tot = 0.0
-            for a in range(n):
-                tot += aw[a0 + a]
-            for a in range(n):
-                aw[a0 + a] /= tot
+            _renormalise(aw, a0, n)
             continue
         for a in range(n):
             aw[a0 + a] = wstar[a]
@@ -523,20 +536,9 @@ def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, 
                 neg = True
         tau = rhs[n]
         if neg:  # blocking step towards w*, dropping the first member that reaches 0
-            alpha = 1.0
-            for i in range(n):
-                if wstar[i] < 0.0 and wstar[i] < aw[a0 + i]:
-                    r = aw[a0 + i] / (aw[a0 + i] - wstar[i])
-                    if r < alpha:
-                        alpha = r
-            for i in range(n):
-                wnew[i] = aw[a0 + i] + alpha * (wstar[i] - aw[a0 + i])
+            _step_towards(aw, a0, n, wstar, wnew)
             n = _compact_pair(acfg, aw, ya, yb, a0, n, wnew)
-            tot = 0.0
-            for i in range(n):
-                tot += aw[a0 + i]
-            for i in range(n):
-                aw[a0 + i] /= tot
+            _renormalise(aw, a0, n)
             continue
         for i in range(n):
             aw[a0 + i] = wstar[i]
