@@ -14,6 +14,7 @@ from structopt.perturbed import PerturbedResult, perturbed_argmax, perturbed_los
 from structopt.potentials import flatten, unflatten
 from structopt.structures import Chain, ChainPotentials, MultiClass
 from structopt.structures.registry import registered_structures
+from tests.test_sparsemap import CountingMultiClass  # an argmax that counts its calls
 
 THETA = np.array([0.5, 0.0, -0.3, 0.2])
 EPS = 0.7
@@ -232,14 +233,6 @@ def test_loss_is_positive_when_noise_makes_other_outputs_win(reference):
 
 
 # --------------------------------------------------------------------------- bad input
-class CountingMultiClass(MultiClass):
-    calls = 0
-
-    def argmax(self, theta):
-        CountingMultiClass.calls += 1
-        return super().argmax(theta)
-
-
 @pytest.mark.parametrize(("theta", "options", "match"), [
     (np.array([0.0, np.nan, 1.0]), {}, "NaN"),
     (np.array([0.0, np.inf, 1.0]), {}, r"\+inf"),

@@ -15,29 +15,18 @@ from structopt.sparsemap import sparsemap as sparsemap_core  # noqa: E402
 from structopt.sparsemap import sparsemap_vjp  # noqa: E402
 from structopt.structures.registry import registered_structures  # noqa: E402
 from structopt.torch._autograd import reduce_to  # noqa: E402
-from tests.test_torch_structured import grads, instances, tensors  # noqa: E402
+from tests.test_torch_structured import SWEEP, grads, instances, some, tensors  # noqa: E402
 
 FAMILIES = tuple(registered_structures())
 
 
-def _small(family, sweep=False):
-    """The instances of a family: every size variant for the slow sweep, else the smallest with at least
-    6 potentials (the default suite stays light)."""
-    every = instances(family, seed=11)
-    if sweep:
-        return every
-    sized = sorted(every, key=lambda inst: flatten(inst[1]).size)
-    return [next((inst for inst in sized if flatten(inst[1]).size >= 6), sized[-1])]
-
-
-SWEEP = [pytest.param(False, id="one"), pytest.param(True, id="sweep", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("sweep", SWEEP)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_sparsemap_layer_and_loss_gradcheck_and_equal_the_numpy_core(family, sweep):
     rng = np.random.default_rng(12)
-    for structure, theta, gold in _small(family, sweep):
+    for structure, theta, gold in some(family, 11, sweep):
         t = tensors(theta)
         full = structure.expand(theta)
         out = st.sparsemap(structure, t)
@@ -83,7 +72,7 @@ def test_sparsemap_layer_is_the_projection_onto_the_hull_of_the_enumerated_outpu
 @pytest.mark.parametrize("family", FAMILIES)
 def test_perturbed_loss_gradcheck_and_layer_backward_equal_the_numpy_core(family, sweep):
     rng = np.random.default_rng(13)
-    for structure, theta, gold in _small(family, sweep):
+    for structure, theta, gold in some(family, 11, sweep):
         t = tensors(theta)
         full = structure.expand(theta)
         # for a fixed seed the loss is a sample average of piecewise-linear terms: gradcheck holds off the kinks
@@ -105,7 +94,7 @@ def test_perturbed_loss_gradcheck_and_layer_backward_equal_the_numpy_core(family
 def test_relaxed_options_are_checked_before_any_work():
     from structopt.errors import InvalidInputError
 
-    structure, theta, gold = _small("chain")[0]
+    structure, theta, gold = some("chain", 11, False)[0]
     t = tensors(theta)
     for call, match in [
         (lambda: st.sparsemap(structure, t, tol=0), "tol to be a finite number > 0"),
