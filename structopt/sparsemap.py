@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError, refuse_nonfinite
+from structopt.hooks import has_hook
 from structopt.options import non_negative_int, positive, positive_int
 from structopt.potentials import Potentials, flatten, unflatten
 
@@ -102,23 +103,19 @@ def check_theta(structure: Any, theta: Any, owner: str) -> tuple[np.ndarray, Pot
 
 def _linear_oracle(structure: Any, oracle: Callable[[Potentials], Any] | None) -> Callable[[Potentials], Any]:
     """The exact linear maximisation oracle ``θ -> y``: ``oracle`` if given, else the structure's argmax,
-    except where that argmax is not exact MAP at every direction: a ``FactorGraph`` or ``GraphStructure``
-    built with ``exact=False`` (AD3's relaxed LP-MAP point) gets its exact MAP (branch-and-bound over AD3),
+    except where that argmax is not exact MAP at every direction: a structure with the ``map_labels`` hook
+    (a ``FactorGraph`` or ``GraphStructure``, whose argmax may be AD3's relaxed point) gets its exact MAP,
     a ``BinaryGrid`` (min cut, supermodular directions only) gets :func:`_grid_oracle`. The classes are
     looked up among loaded modules only: a structure's class is loaded when it exists."""
     if oracle is not None:
         if not callable(oracle):
             raise InvalidInputError(f"oracle must be callable (theta -> output), got {type(oracle).__name__}")
         return oracle
+    if has_hook(structure, "map_labels"):  # its argmax is a relaxation: exact MAP is the declared hook
+        return lambda theta: structure.map_labels(theta, exact=True)
     import sys
 
-    graphs = sys.modules.get("structopt.structures.factor_graph")  # only loaded modules can own the structure
-    if graphs is not None and isinstance(structure, graphs.FactorGraph) and not structure.exact:
-        return lambda theta: structure.oracle(theta, True, structure.time_limit)
-    models = sys.modules.get("structopt.models.graph")
-    if models is not None and isinstance(structure, models.GraphStructure) and not structure.exact:
-        return lambda theta: structure.map_labels(theta, exact=True)
-    grids = sys.modules.get("structopt.structures.grid")
+    grids = sys.modules.get("structopt.structures.grid")  # only a loaded module can own the structure
     if grids is not None and isinstance(structure, grids.BinaryGrid):
         return _grid_oracle(structure)
     return structure.argmax
