@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
+from structopt.registry import Registry
 from structopt.tasks.own_common import BuiltTask, data_split, resolve_lam
 
 #: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization and
@@ -187,6 +188,17 @@ def _progress(args: argparse.Namespace) -> Any:
     return Progress(lines=True, bars=not getattr(args, "no_progress", False))
 
 
+#: the built-in tasks, by name, in declaration order: each spec class below registers itself with ``@builtin_task``
+BUILTIN_TASKS: Registry[TaskSpec] = Registry("task")
+
+
+def builtin_task(cls: type[TaskSpec]) -> type[TaskSpec]:
+    """Class decorator: register one instance of the :class:`TaskSpec` subclass ``cls`` under its ``name``."""
+    spec = cls()
+    BUILTIN_TASKS.add(spec.name, spec)
+    return cls
+
+
 def _problem(model: Any, X: list, Y: list, loss: Any, args: argparse.Namespace, key: str) -> Any:
     from structopt.problem import SSVMProblem
 
@@ -195,6 +207,7 @@ def _problem(model: Any, X: list, Y: list, loss: Any, args: argparse.Namespace, 
 
 
 # --------------------------------------------------------------------------- ocr
+@builtin_task
 class OCRTask(TaskSpec):
     """Handwritten words (chain). Preprocessing: the letters and the split; INPUT: an OCR ``.npz``."""
 
@@ -249,6 +262,7 @@ class OCRTask(TaskSpec):
 
 
 # --------------------------------------------------------------------------- conll
+@builtin_task
 class CoNLLTask(TaskSpec):
     """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names."""
 
@@ -318,6 +332,7 @@ class CoNLLTask(TaskSpec):
 
 
 # --------------------------------------------------------------------------- alignment
+@builtin_task
 class AlignmentTask(TaskSpec):
     """Hansards word alignment (bipartite matching). Preprocessing: the Dice statistics of the training
     corpus and digests of the held-out pairs (so that ``predict`` reports the held-out AER)."""
@@ -406,6 +421,7 @@ def _images(folder: Path) -> list[Path]:
     return found
 
 
+@builtin_task
 class HorsesTask(TaskSpec):
     """Weizmann horses segmentation (binary grid). Preprocessing: the grid size, the edge features and
     the training pixels' mean and deviation."""
@@ -555,6 +571,7 @@ class HorsesTask(TaskSpec):
 
 
 # --------------------------------------------------------------------------- localization
+@builtin_task
 class LocalizationTask(TaskSpec):
     """Bounding-box localization (horses or raccoon). Preprocessing: the feature options, the three
     codebooks and the per-cell foreground classifier's coefficients."""
@@ -662,6 +679,7 @@ class LocalizationTask(TaskSpec):
 
 
 # --------------------------------------------------------------------------- parsing
+@builtin_task
 class ParsingTask(TaskSpec):
     """Turkish dependency parsing (labelled non-projective trees). Preprocessing: the relation labels and the
     hashed feature count; INPUT: a CoNLL-U file."""
@@ -739,11 +757,6 @@ class ParsingTask(TaskSpec):
         found = attachment_scores(inputs.gold, predictions, list(saved.preprocessing["labels"]))
         return {"test_uas": found["uas"], "test_las": found["las"]}
 
-
-#: the built-in tasks, by name: one entry per task
-BUILTIN_TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (OCRTask(), CoNLLTask(), AlignmentTask(),
-                                                                    HorsesTask(), LocalizationTask(),
-                                                                    ParsingTask())}
 
 #: tasks that read ``--split`` (any other task refuses it rather than ignoring it)
 SPLIT_TASKS = ("ocr",)
