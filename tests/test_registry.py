@@ -13,11 +13,10 @@ import pytest
 
 import structopt
 import structopt.structures
-from structopt.registry import Registry
-
 from structopt import validate
 from structopt.cli import main
 from structopt.errors import InvalidInputError
+from structopt.registry import Registry
 from structopt.structures import MultiClass, Structure, registry
 from structopt.structures.registry import register_structure, registered_structures, structure_class
 from structopt.validate import BUILTIN_STRUCTURES, BUILTIN_VARIANTS, check_builtin_structures, random_instance
@@ -34,7 +33,8 @@ def _check_order_modules() -> list[str]:
     init = Path(structopt.structures.__file__)
     first = [alias.name for node in ast.parse(init.read_text()).body if isinstance(node, ast.ImportFrom)
              and node.module == "structopt.structures" for alias in node.names]
-    rest = sorted(path.stem for path in init.parent.glob("*.py") if not path.stem.startswith("_"))
+    rest = sorted(path.stem for place in structopt.structures.__path__ for path in Path(place).glob("*.py")
+                  if not path.stem.startswith("_"))
     return [f"structopt.structures.{name}" for name in dict.fromkeys([*first, *rest])]
 
 
@@ -144,7 +144,7 @@ def test_every_registry_of_builtins_is_a_registry():
     assert SOLVERS["fw"] is SOLVERS["frank_wolfe"] and SOLVERS["casimir"] is SOLVERS["casimir_svrg"]
     with pytest.raises(InvalidInputError, match="unknown solver 'nosuch'; choose from bcfw, casimir"):
         get_solver("nosuch")
-    assert list(ORACLE_CHECKS)[0] == "lp_relaxation"  # later rows compare with the LP
+    assert next(iter(ORACLE_CHECKS)) == "lp_relaxation"  # later rows compare with the LP
     assert all(spec.name == name for name, spec in TASKS.items())
     assert all(isinstance(archive._STATE_TYPES[name], type) for name in archive._STATE_TYPES)
 

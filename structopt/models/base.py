@@ -57,6 +57,13 @@ class Model(ABC):
     #: (``SSVMProblem.project_weights``); every solver keeps its iterates feasible or refuses the model.
     nonnegative_blocks: tuple[str, ...] = ()
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[Model, list[Any]]:
+        """A random small model of this class and a few inputs for it, ``(model, X)``: the instances the generic
+        checks run on (``tests/test_predict_api.py``: prediction against enumeration, the saved-model round trip),
+        so a new model needs no entry in a test's table. Each built-in model defines it."""
+        raise NotImplementedError(f"{cls.__name__} defines no example(rng) (a random small model and inputs)")
+
     @property
     @abstractmethod
     def blocks(self) -> list[tuple[str, tuple[int, ...]]]:

@@ -281,6 +281,13 @@ class GraphModel(Model):
     (4,)
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[GraphModel, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+        """A triangle with a pendant node (a frustrated cycle under repulsive weights, where the LP-MAP point is
+        fractional), 2 states, random node and edge features (see :meth:`Model.example`)."""
+        edges = np.array([[0, 1], [1, 2], [2, 0], [2, 3]])
+        return cls(2, 1, 2), [(rng.normal(size=(4, 2)), edges, rng.random((4, 1))) for _ in range(3)]
+
     def __init__(self, n_node_features: int, n_edge_features: int, n_states: int, symmetric: bool = False, *,
                  exact: bool = False, time_limit: float | None = None, warm_start: bool = False):
         self.n_node_features = check_count(n_node_features, "n_node_features", "GraphModel")
