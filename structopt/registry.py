@@ -159,9 +159,10 @@ class Registry(Generic[V]):
             return default
 
     def __contains__(self, name: object) -> bool:
-        self._ensure_loaded()
-        try:
-            return self.key(name) in self._entries
+        if not self._loaded:
+            self._ensure_loaded()
+        try:  # hooks.has_hook asks this per oracle call: no more than a dict lookup when names are keys
+            return (name if self._normalize is None else self._normalize(name)) in self._entries
         except (TypeError, AttributeError):
             return False
 
