@@ -101,7 +101,8 @@ def family_of(model: Any) -> KernelFamily | None:
     global _builtins_loaded
     if not _builtins_loaded:  # the built-in families register themselves on import
         _builtins_loaded = True
-        import structopt.fused.chain  # noqa: F401
+        import structopt.fused.chain
+        import structopt.fused.graph  # noqa: F401
     return _families.get(type(model))
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, refuse_nonfinite
 from structopt.models.base import Model
-from structopt.structures.base import Polytope, Structure, check_flag, unsupported
+from structopt.structures.base import Polytope, Structure, check_flag, unchanged_methods, unsupported
 from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials, check_time_limit
 
 
@@ -72,9 +72,8 @@ def _graph_type(n_nodes: int, n_states: int, edges: np.ndarray) -> type:
 def _factor_graph(theta: GraphPotentials) -> FactorGraph:
     cls = type(theta)
     if cls._fg is None:
-        fg = FactorGraph([cls.n_states] * cls.n_nodes)
-        for u, v in cls.edges:
-            fg.add_table([int(u), int(v)])
+        fg = FactorGraph(np.full(cls.n_nodes, cls.n_states, dtype=np.int64))
+        fg.add_pairwise_tables(cls.edges)  # one array operation, not a Python loop over edges
         cls._fg = fg
     return cls._fg
 
@@ -127,6 +126,14 @@ class GraphStructure(Structure):
 
     def __repr__(self) -> str:
         return f"GraphStructure(n_states={self.n_states}, exact={self.exact})"
+
+    def kernel_oracles(self) -> frozenset[str]:
+        """Oracles the fused graph kernels reproduce (:mod:`structopt.fused.graph`): the relaxed oracle from a
+        fresh AD3 iterate, its statistics and scores; none with ``exact`` (branch-and-bound), a ``time_limit``
+        (the kernels run to AD3's tolerances) or ``warm_start`` (iterates kept per graph in Python)."""
+        if self.exact or self.time_limit is not None or self.warm_start:
+            return frozenset()
+        return unchanged_methods(self, GraphStructure, ("argmax", "stats", "score", "expand"))
 
     @staticmethod
     def _flat(theta: GraphPotentials) -> FactorGraphPotentials:

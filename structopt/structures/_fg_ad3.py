@@ -32,9 +32,7 @@ def new_state(fg: Graph, theta: FactorGraphPotentials, eta: float | None = None)
         # η has the units of a score: start near the scores' spread (residual balancing adapts it).
         # 0.3 × the mean absolute deviation: fewer iterations than 0.1 on the UAI segmentations and
         # the 100-node Delaunay graphs of benchmarks/ad3_graph_calls.py, about as many on the grids
-        vals = np.concatenate([theta.unary[allowed], theta.factors[np.isfinite(theta.factors)]])
-        spread = float(np.mean(np.abs(vals - vals.mean()))) if vals.size else 1.0
-        eta = 0.3 * spread if spread > 0 else 0.1
+        eta = float(K.initial_eta(np.concatenate([theta.unary, theta.factors])))
     scal = np.zeros(K.N_SCAL)
     scal[K.S_ETA] = eta
     scal[K.S_UPPER] = np.inf
