@@ -154,8 +154,10 @@ class GraphStructure(Structure):
             return type(theta)(out.unary.reshape(theta.unary.shape), out.factors.reshape(theta.pairwise.shape))
         return out
 
-    def map_labels(self, theta: GraphPotentials, exact: bool = True) -> np.ndarray:
-        """A labeling: exact MAP (branch-and-bound) or AD3's best rounded labeling (``exact=False``)."""
+    def map_labels(self, theta: GraphPotentials, exact: bool | None = None) -> np.ndarray:
+        """A labeling (:meth:`FactorGraph.map_labels`): by default (``None``) AD3 with its certificate, then
+        branch-and-bound while a gap remains within a budget; ``True`` the exact MAP (branch-and-bound to the
+        end); ``False`` AD3's best rounded labeling alone."""
         theta = self.expand(theta)
         return _graph_of(theta).labels_checked(self._flat(theta), exact=exact, time_limit=self.time_limit)
 
@@ -276,9 +278,11 @@ class GraphModel(Model):
 
     **Prediction** (:meth:`~structopt.models.Model.predict`, and ``SSVMProblem.predict``,
     ``StructuredSVM.predict`` and ``SavedModel.predict``, which call it) returns labels, never the
-    relaxed point: the exact MAP by branch-and-bound over AD3 (:meth:`GraphStructure.map_labels`;
-    AD3's labeling itself when AD3 certifies it), whatever ``exact`` the model was trained with;
-    ``predict(x, w, exact=False)`` takes AD3's rounded labeling instead.
+    relaxed point, whatever ``exact`` the model was trained with (:meth:`GraphStructure.map_labels`): by
+    default AD3's labeling with its certificate (optimal when AD3's bound meets its score), then
+    branch-and-bound over AD3 only while a gap remains, within a budget (``FactorGraph.map(method=
+    "ad3_bnb")``); ``predict(x, w, exact=True)`` runs branch-and-bound to the exact MAP, ``exact=False``
+    takes AD3's rounded labeling alone.
 
     Examples
     --------

@@ -22,7 +22,7 @@ from structopt.options import boolean, non_negative, non_negative_int, optional,
 Check = Callable[[str, Any], None]
 
 #: MAP methods of :meth:`FactorGraph.map`
-MAP_METHODS = ("auto", "ad3", "bnb", "cpsat", "lp")
+MAP_METHODS = ("auto", "ad3", "bnb", "cpsat", "lp", "ad3_bnb")
 #: the golden ratio: AD3's multiplier step factor ``tau`` lies in (0, (1 + √5) / 2)
 _TAU_MAX = (1.0 + 5 ** 0.5) / 2
 
@@ -76,6 +76,7 @@ MAP_OPTIONS: dict[str, dict[str, Check]] = {
             "state": _ad3_state, "stop_upper": _bound},
     "bnb": {"node_iter": positive_int, "max_nodes": positive_int, "tol": non_negative, "state": _ad3_state},
     "lp": {},
+    "ad3_bnb": {"tol": non_negative, "budget": optional(positive), "max_nodes": positive_int},
     "cpsat": {"resolution_bits": resolution_bits_check, "num_workers": positive_int, "tol": non_negative,
               "relative_gap": optional(non_negative), "hint": _labels},
 }

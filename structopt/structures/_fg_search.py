@@ -9,7 +9,10 @@ import numpy as np
 
 from structopt.structures import _ad3_kernels as K
 from structopt.structures._fg_types import (
+    AD3_TOL,
     AUTO_AD3_SHARE,
+    PREDICT_NODES,
+    PREDICT_SECONDS,
     REPAIR_SECONDS,
     ROUNDING_SWEEPS,
     FactorGraphPotentials,
@@ -125,3 +128,33 @@ def combine(first: MAPSolution, second: MAPSolution, t0: float, tol: float) -> M
     return MAPSolution(best.labels, best.score, float(upper), optimal, status, "auto", time.perf_counter() - t0,
                        first.iterations + second.iterations, first.lp_value, first.marginals, second.nodes,
                        second.resolution, first.trace)
+
+
+def ad3_bnb(fg: Graph, theta: FactorGraphPotentials, *, time_limit: float | None = None, tol: float = AD3_TOL,
+            budget: float | None = PREDICT_SECONDS, max_nodes: int = PREDICT_NODES) -> MAPSolution:
+    """Prediction's default: AD3 with its certificate, then branch-and-bound only while a gap remains, within
+    ``budget`` seconds and ``max_nodes`` nodes (see ``FactorGraph.map``, method ``"ad3_bnb"``)."""
+    t0 = time.perf_counter()
+    try:
+        first, state = fg._ad3(theta, time_limit=time_limit, tol_gap=tol, tol_lp=tol)
+    except MAPInterrupted as interrupt:
+        interrupt.solution.method = "ad3_bnb"
+        raise
+    if first.optimal or first.status == "infeasible":
+        first.method, first.time = "ad3_bnb", time.perf_counter() - t0
+        return first
+    left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+    left = budget if left is None else (left if budget is None else min(left, budget))
+    if left is not None and left <= 0:
+        first = fg._repair(theta, first, left)
+        first.method, first.time = "ad3_bnb", time.perf_counter() - t0
+        return first
+    try:
+        second = fg._bnb(theta, time_limit=left, tol=tol, state=state, max_nodes=max_nodes)
+    except MAPInterrupted as interrupt:  # AD3's answer stands beside the search's
+        combined = combine(first, interrupt.solution, t0, tol)
+        combined.status, combined.optimal, combined.method = "interrupted", False, "ad3_bnb"
+        raise MAPInterrupted(combined) from interrupt
+    sol = fg._repair(theta, combine(first, second, t0, tol), 0.0)
+    sol.method = "ad3_bnb"
+    return sol

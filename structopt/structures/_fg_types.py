@@ -35,6 +35,9 @@ REPAIR_SECONDS = 0.5
 AUTO_AD3_SHARE = 0.25
 #: AD3's default relative tolerances (labeling gap and LP convergence, :meth:`FactorGraph.ad3`)
 AD3_TOL = 1e-6
+#: prediction's default (``method="ad3_bnb"``): branch-and-bound after AD3, while a gap remains, within this many
+#: seconds and nodes per call (the answer carries its certificate either way)
+PREDICT_SECONDS, PREDICT_NODES = 1.0, 2000
 #: the tight tolerances (the earlier default): the relaxed oracle of training, whose answer certifies SSVM gaps
 AD3_TIGHT = 1e-9
 

@@ -39,6 +39,8 @@ MAP (:meth:`FactorGraph.map`):
 - ``"cpsat"``: exact, OR-Tools CP-SAT on the same model with integer-scaled scores (stated
   resolution), the answer re-scored exactly.
 - ``"lp"``: HiGHS on the local polytope; the LP value is the upper bound, rounding gives labels.
+- ``"ad3_bnb"`` (prediction's default, :meth:`FactorGraph.map_labels`): AD3 at its default tolerance with
+  its certificate, then branch-and-bound only while a gap remains, within a budget (seconds and nodes).
 
 As a :class:`~structopt.structures.base.Structure`, ``argmax`` is the *relaxed* oracle by default:
 it returns the statistics of the LP-MAP point found by AD3 (a fractional vertex of the local
@@ -82,6 +84,8 @@ from structopt.structures._fg_types import (  # noqa: F401  (re-exported: the fa
     AUTO_AD3_SHARE,
     LP_AD3_ITERATIONS,
     LP_AD3_SECONDS,
+    PREDICT_NODES,
+    PREDICT_SECONDS,
     REPAIR_SECONDS,
     ROUNDING_SWEEPS,
     TOPK_MAX_SUBPROBLEMS,
@@ -759,7 +763,8 @@ class FactorGraph(Structure):
     # ------------------------------------------------------------------ one entry point
     def map(self, theta: FactorGraphPotentials | None = None, method: str = "ad3", time_limit: float | None = None,
             **options: Any) -> MAPSolution:
-        """MAP of the factor graph by ``method`` in {"auto", "ad3", "bnb", "cpsat", "lp"} (see the module docstring).
+        """MAP of the factor graph by ``method`` in {"auto", "ad3", "bnb", "cpsat", "lp", "ad3_bnb"} (see the module
+        docstring).
 
         ``theta`` defaults to :meth:`potentials`; ``options`` go to the method (:meth:`auto`, :meth:`ad3`,
         :meth:`bnb`, :meth:`cpsat`), each checked before any work against the one table of the methods'
@@ -781,6 +786,8 @@ class FactorGraph(Structure):
             return self.bnb(theta, time_limit=time_limit, **options)
         if method == "cpsat":
             return self.cpsat(theta, time_limit=time_limit, **options)
+        if method == "ad3_bnb":
+            return _fg_search.ad3_bnb(self, self.check_theta(theta), time_limit=time_limit, **options)
         return self.lp(theta)
 
     # ------------------------------------------------------------------ Structure interface
@@ -820,11 +827,15 @@ class FactorGraph(Structure):
             return sol.labels, state
         return sol.marginals, state
 
-    def map_labels(self, theta: FactorGraphPotentials, exact: bool = True, time_limit: float | None = None
+    def map_labels(self, theta: FactorGraphPotentials, exact: bool | None = None, time_limit: float | None = None
                    ) -> np.ndarray:
-        """A labeling for prediction, whatever :attr:`exact` says: the exact MAP labeling
-        (branch-and-bound) when ``exact``, else AD3's best rounded labeling (optimal when AD3 certifies
-        it, a heuristic otherwise). ``time_limit`` defaults to the graph's own.
+        """A labeling for prediction, whatever :attr:`exact` says.
+
+        ``exact=None`` (the default): AD3 at its default tolerance, then branch-and-bound only while a gap
+        remains, within :data:`PREDICT_SECONDS` and :data:`PREDICT_NODES` (``map(method="ad3_bnb")``, whose
+        answer carries the certificate: optimal when the bound meets the labeling's score). ``True``: the
+        exact MAP labeling (branch-and-bound to the end). ``False``: AD3's best rounded labeling alone
+        (optimal when AD3 certifies it, a heuristic otherwise). ``time_limit`` defaults to the graph's own.
 
         Raises
         ------
@@ -834,11 +845,15 @@ class FactorGraph(Structure):
         check_time_limit("time_limit", time_limit)
         return self.labels_checked(self.check_theta(theta), exact, time_limit)
 
-    def labels_checked(self, theta: FactorGraphPotentials, exact: bool = True, time_limit: float | None = None
+    def labels_checked(self, theta: FactorGraphPotentials, exact: bool | None = None, time_limit: float | None = None
                        ) -> np.ndarray:
         """:meth:`map_labels` on potentials that already passed :meth:`check_theta` (or an equivalent check)."""
+        if exact is not None and not isinstance(exact, (bool, np.bool_)):
+            raise InvalidInputError(f"exact must be True, False or None, got {exact!r}")
         limit = self.time_limit if time_limit is None else time_limit
-        if exact:
+        if exact is None:
+            sol = _fg_search.ad3_bnb(self, theta, time_limit=limit)
+        elif exact:
             sol = self._bnb(theta, time_limit=limit)
         else:
             sol = self._repair(theta, self._ad3(theta, time_limit=limit)[0], limit)
