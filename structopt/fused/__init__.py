@@ -87,7 +87,9 @@ class KernelFamily:
 
 
 def _load_families() -> None:
-    import structopt.fused.chain  # noqa: F401  (the built-in families register themselves on import)
+    # the built-in families register themselves on import
+    import structopt.fused.chain
+    import structopt.fused.graph  # noqa: F401
 
 
 #: model type -> its kernel family (exact types: a subclass of a registered model is not served)

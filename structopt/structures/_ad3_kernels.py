@@ -1179,6 +1179,28 @@ def primal_value(n_vars, deg, voff, vstates, evar, eoff, uz, fkind, tab, toff, p
     return prim
 
 
+@njit(cache=True)
+def initial_eta(vals):
+    """η of a fresh iterate: 0.3 × the mean absolute deviation of the finite scores ``vals`` (0.1 when they
+    do not spread; η has the units of a score, and residual balancing adapts it). One definition for
+    ``FactorGraph.new_state`` and the fused graph family, so both start from the same bits."""
+    total = 0.0
+    count = 0
+    for x in vals:
+        if np.isfinite(x):
+            total += x
+            count += 1
+    if count == 0:
+        return 0.3
+    mean = total / count
+    dev = 0.0
+    for x in vals:
+        if np.isfinite(x):
+            dev += abs(x - mean)
+    spread = dev / count
+    return 0.3 * spread if spread > 0 else 0.1
+
+
 # --------------------------------------------------------------------------- the AD3 loop
 @njit(cache=True)
 def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff,
