@@ -31,6 +31,8 @@ _LAZY: dict[str, str] = {
                      "LPStructure", "MatchingPotentials", "MultiClass", "MultiClassPotentials", "Structure",
                      "TreePotentials", "TreeStructure", "VectorPotentials"), "structopt.structures"),
     "LatentChain": "structopt.structures",  # hidden sub-states per label (solvers.latent_ssvm)
+    **dict.fromkeys(("MultiLabel", "MultiLabelPotentials"), "structopt.structures"),
+    "MultiLabelModel": "structopt.models",
     "StructuredSVM": "structopt.estimator",
     **dict.fromkeys(("SavedModel", "load_model", "save_model"), "structopt.saved_model"),  # trained models on disk
     **dict.fromkeys(("map_inference", "MAPResult"), "structopt.marginals.map"),  # MAP for UAI models
@@ -92,6 +94,7 @@ __all__ = [
     "MultiClass",
     "MultiClassModel",
     "MultiClassPotentials",
+    "MultiLabel", "MultiLabelModel", "MultiLabelPotentials",
     "NotSupportedError",
     "OracleResult",
     "Result",

@@ -28,7 +28,7 @@ def test_check_all_structures(capsys):
                        "grid": ("marginals", "prox_entropy"),
                        "box": ("lp_relaxation", "project", "prox_entropy"),
                        "factor_graph": ("topk", "marginals", "max_marginals", "prox_entropy"),
-                       "dependency": ("prox_entropy",)}
+                       "dependency": ("prox_entropy",), "multilabel": ("prox_entropy",)}
         if oracle not in unsupported.get(structure, ()):
             assert cells[3] == "yes", cells  # every supported oracle was compared with enumeration
     assert rows[("matching", "marginals")][3:5] == ["-", "-"]

@@ -64,6 +64,10 @@ def _dependency(rng):
                                    for n in (2, 5, 3)]
 
 
+def _multilabel(rng):
+    return so.MultiLabelModel(3, 4, [[0, 1], [1, 2], [2, 0], [2, 3]]), [rng.normal(size=3) for _ in range(3)]
+
+
 def _graph(rng):
     # a frustrated graph: on a triangle with repulsive edges the LP-MAP point is fractional
     edges = np.array([[0, 1], [1, 2], [2, 0], [2, 3]])
@@ -85,7 +89,8 @@ def _nonlinear_box(rng):
 BUILDERS = {"ChainModel": _chain, "GridModel": _grid, "BoxModel": _box, "MatchingModel": _matching,
             "MultiClassModel": _multiclass, "TreeModel": _tree, "FeatureModel": _feature, "GraphModel": _graph,
             "NonlinearChainModel": _nonlinear_chain, "NonlinearMatchingModel": _nonlinear_matching,
-            "NonlinearBoxModel": _nonlinear_box, "DependencyModel": _dependency}
+            "NonlinearBoxModel": _nonlinear_box, "DependencyModel": _dependency,
+            "MultiLabelModel": _multilabel}
 
 
 def _exported_models() -> set[str]:

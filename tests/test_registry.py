@@ -21,7 +21,8 @@ def scratch_registry(monkeypatch):
 
 def test_builtins_in_check_order_each_with_examples():
     names = list(registered_structures())
-    assert names == ["chain", "multiclass", "matching", "grid", "box", "lp", "tree", "factor_graph", "dependency"]
+    assert names == ["chain", "multiclass", "matching", "grid", "box", "lp", "tree", "factor_graph", "dependency",
+                     "multilabel"]
     assert list(BUILTIN_STRUCTURES) == names and list(BUILTIN_VARIANTS) == names
     rng = np.random.default_rng(0)
     for name, cls in registered_structures().items():

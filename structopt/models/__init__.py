@@ -9,9 +9,12 @@ from structopt.models.graph import GraphInput, GraphModel, GraphPotentials, Grap
 from structopt.models.grid import GridInput, GridModel
 from structopt.models.matching import MatchingModel
 from structopt.models.multiclass import MultiClassModel
+from structopt.models.multilabel import MultiLabelModel
 from structopt.models.tree import TreeModel
 
 __all__ = [
     "BoxModel", "ChainModel", "DependencyModel", "FeatureModel", "GraphInput", "GraphModel", "GraphPotentials",
-    "GraphStructure", "GridInput", "GridModel", "MatchingModel", "Model", "MultiClassModel", "TreeModel",
+    "GraphStructure", "GridInput", "GridModel", "MatchingModel", "Model", "MultiClassModel",
+    "MultiLabelModel",  # per-label weights and label interactions (models/multilabel.py)
+    "TreeModel",
 ]

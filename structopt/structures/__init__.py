@@ -18,6 +18,7 @@ from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials
 from structopt.structures.dp import DPFamily, DPPotentials, DPStructure, Hypergraph, LabelDP
 from structopt.structures.latent_chain import LatentChain
 from structopt.structures.dependency import DependencyPotentials, DependencyTree
+from structopt.structures.multilabel import MultiLabel, MultiLabelPotentials
 # isort: on
 
 __all__ = [
@@ -25,7 +26,8 @@ __all__ = [
     "DPPotentials", "DPStructure", "DependencyPotentials", "DependencyTree", "FactorGraph", "FactorGraphPotentials",
     "GridPotentials", "Hypergraph", "LPStructure", "LabelDP",
     "LatentChain",  # hidden sub-states per label (structures/latent_chain.py)
-    "MatchingPotentials", "MultiClass",
-    "MultiClassPotentials", "Polytope", "Structure", "TreePotentials", "TreeStructure", "VectorPotentials", "add",
+    "MatchingPotentials", "MultiClass", "MultiClassPotentials",
+    "MultiLabel", "MultiLabelPotentials",  # binary labels with pairwise interactions (structures/multilabel.py)
+    "Polytope", "Structure", "TreePotentials", "TreeStructure", "VectorPotentials", "add",
     "flatten", "inner", "register_structure", "registered_structures", "scale", "structure_class", "unflatten",
 ]
