@@ -31,6 +31,11 @@ class MultiLabelModel(Model):
         The structure to run on (its own labels and edges count).
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[MultiLabelModel, list[np.ndarray]]:
+        """Four labels on a cycle with a chord, three inputs of 3 features (see :meth:`Model.example`)."""
+        return cls(3, 4, [[0, 1], [1, 2], [2, 0], [2, 3]]), [rng.normal(size=3) for _ in range(3)]
+
     def __init__(self, n_features: int, n_labels: int | None = None, edges: Any = None, *,
                  structure: MultiLabel | None = None):
         self.n_features = check_count(n_features, "n_features", "MultiLabelModel")
