@@ -52,6 +52,7 @@ def test_fused_bcfw_equals_the_generic_path(case):
     lambda p, fused: frank_wolfe(p, max_passes=3, fused=fused),
     lambda p, fused: ssg(p, max_passes=3, random_state=0, fused=fused),
     lambda p, fused: bcfw(p, max_passes=3, random_state=0, line_search=False, fused=fused),
+    lambda p, fused: bcfw(p, max_passes=4, random_state=0, sampling="gap", fused=fused),  # block gaps, refreshes
 ])
 def test_fused_fw_ssg_and_fixed_steps_equal_the_generic_path(run):
     problem = _problem(5)

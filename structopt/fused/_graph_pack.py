@@ -8,8 +8,9 @@ the first node's state), as ``GraphStructure`` flattens them for its factor grap
 
 ``graph_oracle(i, w, pack, theta_out, stats_out) -> loss``
     the relaxed loss-augmented oracle of example i (``GraphStructure.argmax`` with ``exact=False``):
-    AD3 from a fresh iterate at the training tolerances (``AD3_TIGHT``), run in the chunks the Python
-    driver starts with (:func:`first_chunk`); the one-hot statistics of AD3's labeling when its
+    AD3 from a fresh iterate at the training tolerances (``AD3_TIGHT``), run in the first chunk the Python
+    driver runs (``_ad3_kernels.first_chunk``; later chunks 4x + 10 iterations, the most the driver's grow
+    by, where the driver sizes them by the clock); the one-hot statistics of AD3's labeling when its
     certificate holds, else its relaxed point (node and table marginals). Writes ``A_i w`` (flat) and the
     statistics, returns the loss (its linear form ``<c_i, mu> + const_i``, the Hamming count at a labeling).
 ``graph_axpy(i, d, scale, out, pack)``
@@ -208,21 +209,6 @@ def graph_sqnorm(i, d, pk):
 
 
 @njit(cache=True)
-def first_chunk(pair_fast, toff, n_vars):
-    """The Python driver's first chunk (``_fg_ad3.ad3``): about CHUNK_SECONDS by its pessimistic estimate
-    of an iteration's cost, 1 to 500 iterations (later chunks grow at most 4x + 10, as there)."""
-    n_pair = 0
-    rest = 0.0
-    for f in range(pair_fast.size):
-        if pair_fast[f]:
-            n_pair += 1
-        else:
-            rest += max(5e-6, 1e-7 * (toff[f + 1] - toff[f]))
-    estimate = 1e-7 * n_pair + rest + 1e-8 * n_vars
-    return int(min(max(CHUNK_SECONDS / max(estimate, 1e-9), 1.0), 500.0))
-
-
-@njit(cache=True)
 def graph_oracle(i, w, pk, theta, stats):
     """The relaxed loss-augmented oracle of example i (see the module docstring); returns its loss."""
     S = pk.n_states
@@ -275,7 +261,7 @@ def graph_oracle(i, w, pk, theta, stats):
     vallow = np.isfinite(u)
     pair_fast = K.binary_pairs(fkind, fptr, evar, voff, vstates, vallow, tab, toff)
     tol_res = max(n_e, 1) * max(TOL, 1e-7) ** 2
-    chunk = first_chunk(pair_fast, toff, N)
+    chunk = K.first_chunk(pair_fast, toff, N, CHUNK_SECONDS)  # the chunks the Python driver starts with
     done = 0
     while done < MAX_ITER:
         n_iter = min(chunk, MAX_ITER - done)

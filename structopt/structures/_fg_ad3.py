@@ -58,33 +58,26 @@ def ad3(fg: Graph, theta: FactorGraphPotentials, *, max_iter: int = 100_000, tim
     tol_res = n_entries * max(float(tol_lp), 1e-7) ** 2 if tol_res is None else float(tol_res)
     if fg._structs:
         return fg._ad3_structured(theta, state, t0, max_iter=max_iter, time_limit=time_limit, tol_gap=tol_gap,
-                                    tol_lp=tol_lp, tol_res=tol_res, bound_every=bound_every, max_inner=max_inner,
-                                    tau=tau, adapt_eta=adapt_eta and eta_iters > 0, eta_iters=eta_iters,
-                                    stop_upper=stop_upper)
+                                  tol_lp=tol_lp, tol_res=tol_res, bound_every=bound_every, max_inner=max_inner,
+                                  tau=tau, adapt_eta=adapt_eta and eta_iters > 0, eta_iters=eta_iters,
+                                  stop_upper=stop_upper)
     best_y = np.zeros(fl.n_vars, dtype=np.int64)
     y_work = np.zeros(fl.n_vars, dtype=np.int64)
     pair_fast = fg._pair_fast(theta)
-    # the first chunk: about chunk_seconds by a pessimistic estimate of an iteration's cost (a closed-form
-    # pair ~100 ns, measured 25 ns; another factor ~5 µs, a 3-state table's active set, or ~100 ns per
-    # table entry for large tables, measured ~35 ns), 1 to 500 iterations, so that a time limit and
-    # Ctrl-C are honoured on large tables too; later chunks are sized by the measured time. A run that
-    # fits in one chunk pays one kernel call and one end-of-chunk evaluation (bound, roundings) instead
-    # of two.
-    n_pair = int(pair_fast.sum())
-    entries = np.diff(fl.toff)[~pair_fast.astype(bool)]
-    estimate = 1e-7 * n_pair + float(np.maximum(5e-6, 1e-7 * entries).sum()) + 1e-8 * fl.n_vars
-    chunk = int(min(max(chunk_seconds / max(estimate, 1e-9), 1), 500))
+    # the first chunk by the kernel's estimate (K.first_chunk); later chunks are sized by the measured time. A
+    # run that fits in one chunk pays one kernel call and one end-of-chunk evaluation (bound, roundings)
+    chunk = int(K.first_chunk(pair_fast, fl.toff, fl.n_vars, float(chunk_seconds)))
     done = 0
     status = K.RUNNING
     trace = []
     try:
         status, done = fg._ad3_loop(theta, state, t0, pair_fast, best_y, y_work, trace, chunk, max_iter=max_iter,
-                                      time_limit=time_limit, tol_gap=tol_gap, tol_lp=tol_lp, tol_res=tol_res,
-                                      bound_every=bound_every, max_inner=max_inner, tau=tau, adapt_eta=adapt_eta,
-                                      eta_iters=eta_iters, chunk_seconds=chunk_seconds, stop_upper=stop_upper)
+                                    time_limit=time_limit, tol_gap=tol_gap, tol_lp=tol_lp, tol_res=tol_res,
+                                    bound_every=bound_every, max_inner=max_inner, tau=tau, adapt_eta=adapt_eta,
+                                    eta_iters=eta_iters, chunk_seconds=chunk_seconds, stop_upper=stop_upper)
     except KeyboardInterrupt as interrupt:  # between chunks: the bound and best labeling are the last chunk's
         raise MAPInterrupted(fg._ad3_solution(state, best_y, "interrupted", int(state.scal[K.S_ITER]), tol_gap,
-                                                t0, trace, theta)) from interrupt
+                                              t0, trace, theta)) from interrupt
     if status != K.RUNNING:
         name = _STATUS_NAMES[status]
     elif done >= max_iter:
@@ -157,7 +150,7 @@ def pair_fast(fg: Graph, theta: FactorGraphPotentials) -> np.ndarray:
 def ad3_structured(fg: Graph, theta: FactorGraphPotentials, state: AD3State, t0: float, *, max_iter: int,
                    time_limit: float | None, tol_gap: float, tol_lp: float, tol_res: float, bound_every: int,
                    max_inner: int, tau: float, adapt_eta: bool, eta_iters: int, stop_upper: float
-                    ) -> tuple[MAPSolution, AD3State]:
+                   ) -> tuple[MAPSolution, AD3State]:
     """AD3 on a graph with structured factors: one compiled iteration at a time.
 
     Before each iteration the structured factors' local QPs run here (active set on the
