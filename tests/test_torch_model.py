@@ -412,3 +412,19 @@ def test_cli_network_flags_are_refused_where_they_do_not_apply(tmp_path, capsys,
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(message, err), err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpointed_prox_linear_run_on_a_network_resumes_to_the_uninterrupted_result(tmp_path):
+    rng = np.random.default_rng(8)
+    X, Y = _chain_data(rng, n=8)
+    model = TorchModel(Chain(3), "chain_mlp", {"n_features": 4, "n_hidden": 3, "n_states": 3}, dtype=torch.float64)
+    problem = NonconvexProblem(model, X, Y, Hamming(), 0.05)
+    w0 = model.initial_weights(2)
+    straight = prox_linear(problem, max_passes=30, w0=w0, random_state=1, inner_passes=5.0)
+    path = tmp_path / "pl.npz"
+    prox_linear(problem, max_passes=15, w0=w0, random_state=1, inner_passes=5.0, checkpoint=path)
+    again = TorchModel(Chain(3), "chain_mlp", {"n_features": 4, "n_hidden": 3, "n_states": 3}, dtype=torch.float64)
+    resumed = prox_linear(NonconvexProblem(again, X, Y, Hamming(), 0.05), max_passes=30, w0=w0, random_state=1,
+                          inner_passes=5.0, resume=path)
+    assert np.array_equal(resumed.w, straight.w)
+    assert [r["primal"] for r in resumed.trace] == [r["primal"] for r in straight.trace]
