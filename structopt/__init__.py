@@ -27,6 +27,7 @@ _LAZY: dict[str, str] = {
     "LatentChain": "structopt.structures",  # hidden sub-states per label (solvers.latent_ssvm)
     "StructuredSVM": "structopt.estimator",
     **dict.fromkeys(("SavedModel", "load_model", "save_model"), "structopt.saved_model"),  # trained models on disk
+    "register_codec": "structopt.codecs",  # how a model type is saved
     **dict.fromkeys(("map_inference", "MAPResult"), "structopt.marginals.map"),  # MAP for UAI models
 }
 #: the built-ins, derived from their declarations: every registered structure with its potentials type
