@@ -36,6 +36,7 @@ from structopt.options import non_negative_int, one_of, positive, positive_int
 from structopt.progress import Progress, as_progress
 from structopt.structures.chain import ChainPotentials
 from structopt.tasks.ocr import LETTERS, N_PIXELS, letter_error
+from structopt.torch import register_network
 
 HEIGHT, WIDTH = 16, 8
 N_LETTERS = len(LETTERS)
@@ -170,10 +171,15 @@ class OCRNet(nn.Module):
         return [np.asarray(t, dtype=np.int64) for t in self.crf.decode(emissions, mask=mask)]
 
 
+@register_network("ocr_cnn")
 def ocr_cnn(channels: Sequence[int] = (32, 64), hidden: int = 256, dropout: float = 0.3,
             crf: str = "structopt") -> OCRNet:
     """An :class:`OCRNet` (a word's pixels (T, 128) -> chain potentials over 26 letters)."""
     return OCRNet(list(channels), hidden, dropout, crf)
+
+
+#: the network arguments of ``structopt train ocr --net cnn`` (the defaults, as JSON)
+NETWORK_ARGS: dict[str, Any] = {"channels": [32, 64], "hidden": 256, "dropout": 0.3, "crf": "structopt"}
 
 
 # --------------------------------------------------------------------------- data
