@@ -258,7 +258,10 @@ class OCRTask(TaskSpec):
         record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", len(X), len(test["X"]), split=name)
         preprocessing = {"letters": LETTERS, "split": name, "data_split": record}
         return NetTask(model, lambda progress: ocr_net.train(model.module, words, options, progress), evaluate,
-                       f"OCR ({name} split), CNN + chain CRF", preprocessing)
+                       f"OCR ({name} split), CNN + chain CRF", preprocessing, n_train=len(X))
+
+    def load_networks(self) -> None:
+        import structopt.tasks.ocr_net  # noqa: F401  (declares "ocr_cnn")
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.ocr import load_ocr

@@ -317,8 +317,8 @@ def train(net: OCRNet, words: Words, options: TrainOptions = TrainOptions(),
     Returns
     -------
     dict
-        ``epochs``, ``seconds`` (training only), ``loss`` (the last epoch's mean per letter), ``history``
-        (one record per epoch).
+        ``epochs``, ``seconds`` (CPU seconds of training), ``final_loss`` (the last epoch's mean per letter),
+        ``kind`` (the loss), ``history`` (one record per epoch: ``epoch``, ``loss``, ``seconds``).
 
     Raises
     ------
@@ -364,8 +364,8 @@ def train(net: OCRNet, words: Words, options: TrainOptions = TrainOptions(),
                 on_epoch(epoch, record)
                 net.train()
     net.eval()
-    return {"epochs": options.epochs, "seconds": sum(r["seconds"] for r in history), "loss": history[-1]["loss"],
-            "history": history}
+    return {"epochs": options.epochs, "seconds": sum(r["seconds"] for r in history),
+            "final_loss": history[-1]["loss"], "kind": options.loss, "history": history}
 
 
 def predict(net: OCRNet, words: Words, batch_size: int = 256, threads: int = 1) -> list[np.ndarray]:

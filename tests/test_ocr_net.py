@@ -101,7 +101,7 @@ def test_training_repeats_with_a_seed(data):
     a, info = _trained(data, 0)
     b, _ = _trained(data, 0)
     c, _ = _trained(data, 1)
-    assert info["epochs"] == 1 and np.isfinite(info["loss"]) and len(info["history"]) == 1
+    assert info["epochs"] == 1 and np.isfinite(info["final_loss"]) and len(info["history"]) == 1
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
     assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters(), strict=True))
     assert not a.training  # left in eval mode
@@ -113,7 +113,7 @@ def test_training_repeats_with_a_seed(data):
 def test_hinge_training_moves_the_weights(data):
     before = [p.detach().clone() for p in _net(seed=0).parameters()]
     net, info = _trained(data, 0, loss="hinge")
-    assert np.isfinite(info["loss"]) and info["loss"] > 0
+    assert info["kind"] == "hinge" and np.isfinite(info["final_loss"]) and info["final_loss"] > 0
     assert not all(torch.equal(p, q) for p, q in zip(before, net.parameters(), strict=True))
 
 
