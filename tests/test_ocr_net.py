@@ -153,3 +153,44 @@ def test_bad_inputs_and_options(data):
         ocr_net.train(_net("pytorch-crf"), ocr_net.Words(data["X"], data["y"]), ocr_net.TrainOptions(loss="hinge"))
     with pytest.raises(InvalidInputError, match="T, 128"):
         _net()(torch.zeros(3, 64))
+
+
+def test_a_saved_network_predicts_what_it_predicted_before(data, tmp_path):
+    from structopt.saved_model import load_model, save_model
+
+    model = TorchModel(Chain(26), "ocr_cnn", ocr_net.NETWORK_ARGS, seed=2)
+    ocr_net.train(model.module, ocr_net.Words(data["X"], data["y"]), ocr_net.TrainOptions(epochs=1, batch_size=8))
+    w = model.get_weights()
+    save_model(tmp_path / "model.npz", model, w, task="ocr")
+    saved = load_model(tmp_path / "model.npz")
+    assert saved.model.network == "ocr_cnn" and saved.model.network_args == ocr_net.NETWORK_ARGS
+    np.testing.assert_array_equal(saved.w, w)
+    expected = ocr_net.predict(model.module, ocr_net.Words(data["test_X"]))
+    assert all(np.array_equal(a, b) for a, b in zip(saved.predict(data["test_X"]), expected, strict=True))
+
+
+@pytest.mark.slow
+def test_cli_trains_the_cnn_and_predict_prints_the_same_error(tmp_path, capsys):
+    import json
+
+    from structopt.cli import main
+    from structopt.saved_model import load_model
+
+    out = tmp_path / "run"
+    assert main(["train", "ocr", "--net", "cnn", "--n-train", "40", "--epochs", "1", "--out", str(out),
+                 "--no-progress"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("ocr --net cnn: 1 epoch") and "test letter error" in line and f"{out}/model.npz" in line
+    trained = json.loads((out / "trace.json").read_text())
+    assert trained["n_train"] == 40 and trained["epochs"] == 1 and trained["kind"] == "crf"
+    assert 0 < trained["test_letter_error"] < 1
+    assert main(["predict", str(out / "model.npz"), "--out", str(tmp_path / "p.txt"), "--json",
+                 str(tmp_path / "p.json")]) == 0
+    predicted = json.loads((tmp_path / "p.json").read_text())
+    assert predicted["n"] == 626 and predicted["test_letter_error"] == trained["test_letter_error"]
+    saved = load_model(out / "model.npz")  # the network rebuilt from its declaration, in Python too
+    assert saved.model.network == "ocr_cnn" and saved.preprocessing["split"] == "bcfw"
+    test = split(load_ocr(), "bcfw")[1]
+    words = [w[:4] for w in test["X"][:5]]
+    expected = ocr_net.predict(saved.model.module, ocr_net.Words(words))
+    assert all(np.array_equal(a, b) for a, b in zip(saved.predict(words), expected, strict=True))
