@@ -84,6 +84,8 @@ declare_hooks(
     Hook("model", "features_sqnorm", "features_sqnorm(x, mu) -> float", "BCFW line search, smoothing solvers"),
     Hook("model", "nonnegative_blocks", "nonnegative_blocks: tuple of block names",
          "SSVMProblem.project_weights, every solver"),
+    Hook("model", "set_weights", "set_weights(w) -> None: the model keeps weights of its own (a network's module) "
+         "and takes the saved ones", "saved_model.load_model (TorchModel)"),
 )
 
 
