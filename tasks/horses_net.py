@@ -55,6 +55,7 @@ from structopt.tasks.horses import (
     resolve_data_dir,
     segmentation_scores,
 )
+from structopt.torch import register_network
 
 #: the network's input is the grey image at this many times the grid's resolution
 INPUT_SCALE = 2
@@ -390,7 +391,23 @@ def train(net: HorseCNN, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], *, ob
     return log
 
 
+#: the name :func:`horses_cnn` is declared under (``structopt train horses --net cnn`` builds it)
+NETWORK = "horses_cnn"
+
+
+@register_network(NETWORK)
+def horses_cnn(canvas: int = DEFAULT_SIZE, width: int = DEFAULTS["width"]) -> HorseCNN:
+    """The declared constructor of :class:`HorseCNN` (a :class:`~structopt.torch.TorchModel` rebuilds it by name)."""
+    return HorseCNN(canvas=canvas, width=width)
+
+
+def network_args(size: int = DEFAULT_SIZE, width: int = DEFAULTS["width"]) -> dict[str, int]:
+    """The JSON arguments of :func:`horses_cnn` for grids of longer side ``size``."""
+    return {"canvas": canvas_for(size), "width": int(width)}
+
+
 def build(size: int = DEFAULT_SIZE, width: int = DEFAULTS["width"], seed: int = 0) -> HorseCNN:
-    """A freshly initialised :class:`HorseCNN` for grids of longer side ``size`` (weights seeded by ``seed``)."""
+    """A freshly initialised :class:`HorseCNN` for grids of longer side ``size`` (weights seeded by ``seed``, as
+    ``TorchModel(BinaryGrid(), NETWORK, network_args(size, width), seed=seed).module`` is)."""
     torch.manual_seed(seed)
-    return HorseCNN(canvas=canvas_for(size), width=width)
+    return horses_cnn(**network_args(size, width))

@@ -187,3 +187,28 @@ def test_real_horses_load_on_the_grid_tasks_grid_and_split():
     assert np.isfinite(log.losses[0])
     assert set(hn.evaluate(net, data["test"]["X"], data["test"]["y"])) == {
         "pixel_accuracy", "foreground_iou", "mean_image_iou"}
+
+
+def test_declared_network_in_a_torch_model_predicts_as_the_module():
+    """``TorchModel(BinaryGrid(), "horses_cnn", ...)`` builds the same seeded network as :func:`build`, predicts the
+    min-cut masks :func:`predict` gives, and its Jacobian products (torch.func through the canvas padding and
+    GroupNorm) are adjoint: ``<J dw, v> = <dw, J^T v>``."""
+    from structopt.torch import TorchModel
+
+    X, _ = _disc_images(2, seed=15)
+    model = TorchModel(BinaryGrid(), hn.NETWORK, hn.network_args(16, 8), seed=16)
+    net = hn.build(size=16, width=8, seed=16)
+    for a, b in zip(model.module.parameters(), net.parameters()):
+        assert torch.equal(a, b)
+    w = model.get_weights()
+    for mine, theirs in zip(model.predict_batch(X, w), hn.predict(net, X)):
+        np.testing.assert_array_equal(mine, theirs)
+    rng = np.random.default_rng(17)
+    t = model.tangent(X[0], w)
+    dw = rng.normal(size=w.size)
+    v = GridPotentials(*(rng.normal(size=np.shape(f)) for f in t.theta))
+    jvp = model.tangent_jvp(t, dw)
+    back = np.zeros(w.size)
+    model.tangent_vjp(t, v, back)
+    lhs = sum(float(np.sum(a * b)) for a, b in zip(jvp, v))
+    assert lhs == pytest.approx(float(dw @ back), rel=1e-4)
