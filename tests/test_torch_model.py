@@ -305,3 +305,73 @@ def test_bad_arguments():
     with pytest.raises(InvalidInputError, match="must be numeric"):
         model.validate_input(np.array([["a", "b"]]), 0)
     assert get_network("chain_mlp") is not None and "test_grid" in network_names()
+
+
+class _Normalised(nn.Module):
+    """chain_mlp after a fixed standardisation held in buffers (saved with the state_dict, not trained)."""
+
+    def __init__(self, n_features: int, n_states: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(n_features))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+        self.lin = nn.Linear(n_features, n_states)
+        self.pairwise = nn.Parameter(torch.zeros(n_states, n_states))
+
+    def forward(self, x):
+        return ChainPotentials(self.lin(x - self.mean), self.pairwise)
+
+
+register_network("test_normalised")(_Normalised)
+
+
+def _rewrite(path, edit):
+    from structopt.archive import read_archive, write_archive
+
+    meta, arrays = read_archive(path, "model")
+    edit(meta["body"]["$dict"]["model"]["$dict"]["args"]["$dict"])
+    write_archive(path, meta, arrays, "model")
+
+
+def test_saved_network_round_trips_with_its_buffers_and_refuses_what_does_not_match(tmp_path):
+    from structopt.saved_model import load_model, save_model
+
+    rng = np.random.default_rng(6)
+    model = TorchModel(Chain(3), "test_normalised", {"n_features": 2, "n_states": 3}, dtype=torch.float64)
+    with torch.no_grad():
+        model.module.mean.copy_(torch.tensor([3.0, -1.0]))
+        model.module.steps.fill_(7)
+    w = rng.normal(size=model.n_params)
+    X = [rng.normal(size=(4, 2)) + 3 for _ in range(3)]
+    path = tmp_path / "net.npz"
+    save_model(path, model, w, loss=Hamming(), task="demo")
+    saved = load_model(path)
+    assert saved.model.network == "test_normalised" and saved.model.dtype == torch.float64
+    assert torch.equal(saved.model.module.mean, model.module.mean) and int(saved.model.module.steps) == 7
+    assert np.array_equal(saved.model.get_weights(), w)  # the module holds the saved weights
+    for got, want in zip(saved.predict(X), model.predict_batch(X, w), strict=True):
+        assert np.array_equal(got, want)
+
+    def one_line(error) -> str:
+        message = str(error.value)
+        assert "\n" not in message and str(path) in message
+        return message
+
+    _rewrite(path, lambda args: args.update(network="os.system"))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "unknown network 'os.system'" in one_line(error)
+    save_model(path, model, w)
+    _rewrite(path, lambda args: args["network_args"]["$dict"].update(n_features=5))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "state_dict does not match" in one_line(error) and "mean has shape (2,)" in one_line(error)
+    save_model(path, model, w)
+    _rewrite(path, lambda args: args["state"]["$dict"].pop("steps"))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "missing steps" in one_line(error)
+    save_model(path, model, w)
+    _rewrite(path, lambda args: args.update(dtype="float16"))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "dtype" in one_line(error)
