@@ -74,8 +74,7 @@ def run(data: dict, objective: str, args: argparse.Namespace) -> list[dict]:
 
 
 def markdown(rows: list[dict], args: argparse.Namespace, load: str) -> str:
-    names = {"hinge": "structured hinge through min-cut (Hamming)", "sparsemap": "SparseMAP through the grid",
-             "pixel": "per-pixel logistic loss"}
+    names = {"hinge": "structured hinge through min-cut (Hamming)", "pixel": "per-pixel logistic loss"}
     lines = [
         "# Weizmann horses: a CNN on the binary grid, trained through min-cut — results", "",
         f"`python benchmarks/horses_net.py --epochs {args.epochs} --threads {args.threads}"
@@ -122,7 +121,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--objectives", nargs="+", default=["hinge", "pixel"], choices=["hinge", "sparsemap", "pixel"])
+    parser.add_argument("--objectives", nargs="+", default=["hinge", "pixel"], choices=["hinge", "pixel"])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "horses_net_results.md")
     args = parser.parse_args()
     use_checkout(ROOT)

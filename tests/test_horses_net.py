@@ -212,3 +212,22 @@ def test_declared_network_in_a_torch_model_predicts_as_the_module():
     model.tangent_vjp(t, v, back)
     lhs = sum(float(np.sum(a * b)) for a, b in zip(jvp, v))
     assert lhs == pytest.approx(float(dw @ back), rel=1e-4)
+
+
+def test_saved_network_model_predicts_the_same_masks(tmp_path):
+    """Train one epoch, save the TorchModel (declared network, JSON args, state_dict arrays), load it back:
+    the same weights and the same min-cut masks."""
+    import structopt as so
+    from structopt.torch import TorchModel
+
+    X, Y = _disc_images(3, seed=18)
+    model = TorchModel(BinaryGrid(), hn.NETWORK, hn.network_args(16, 8), seed=19)
+    hn.train(model.module, X, Y, epochs=1, batch_size=3, seed=20)
+    w = model.get_weights()
+    path = tmp_path / "model.npz"
+    so.save_model(path, model, w, task="horses", preprocessing={"net": "cnn", "size": 16})
+    saved = so.load_model(path)
+    np.testing.assert_array_equal(saved.w, w)
+    assert saved.preprocessing["net"] == "cnn" and saved.model.network == hn.NETWORK
+    for a, b in zip(saved.predict(X), hn.predict(model.module, X)):
+        np.testing.assert_array_equal(a, b)
