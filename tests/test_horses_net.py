@@ -16,6 +16,15 @@ from structopt.structures.grid import BinaryGrid, GridPotentials  # noqa: E402
 from structopt.tasks import horses_net as hn  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    # tiny convolutions: a second thread only waits for the first, and on a loaded machine much longer
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _disc_images(n: int, seed: int, sizes=((12, 16), (16, 12), (14, 14))) -> tuple[list, list]:
     """Synthetic (2H, 2W) inputs: a bright noisy disc on a dark background, and its (H, W) grid mask."""
     rng = np.random.default_rng(seed)
