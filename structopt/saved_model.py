@@ -232,6 +232,35 @@ def save_model(path: str | os.PathLike, model: Any, w: np.ndarray, *, loss: Any 
     return write_archive(path, meta, arrays, "model", compress=True)
 
 
+def _read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The sealed archive of a saved model (its metadata and arrays), checked to be one this code reads."""
+    meta, arrays = read_archive(path, "model")
+    kind = meta.get("format")
+    if kind != FORMAT:
+        what = f"a {kind}" if isinstance(kind, str) else "another kind of structopt archive"
+        raise InvalidInputError(f"model {path} is not a saved model ({what})")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise InvalidInputError(f"model {path} has format version {version!r}; this structopt reads up to "
+                                f"{FORMAT_VERSION} (upgrade structopt)")
+    return meta, arrays
+
+
+def read_header(path: str | os.PathLike) -> tuple[str | None, str | None]:
+    """``(task, model type)`` of a saved model, read without building anything (``structopt predict`` imports
+    the task's networks before :func:`load_model` rebuilds a network). Refused like :func:`load_model` when
+    the file is not an intact saved model; a field of the wrong kind reads as None."""
+    meta, _ = _read(path)
+    body = meta.get("body")
+    fields = body.get("$dict") if isinstance(body, dict) else None
+    if not isinstance(fields, dict):
+        return None, None
+    task, model = fields.get("task"), fields.get("model")
+    model = model.get("$dict") if isinstance(model, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    return (task if isinstance(task, str) else None), (kind if isinstance(kind, str) else None)
+
+
 def load_model(path: str | os.PathLike) -> SavedModel:
     """Read a model written by :func:`save_model` (or ``structopt train``, or ``StructuredSVM.save``).
 
@@ -245,15 +274,7 @@ def load_model(path: str | os.PathLike) -> SavedModel:
         unknown model or loss type, a description with a missing or unknown argument or a value
         its constructor refuses, or weights that do not fit the model.
     """
-    meta, arrays = read_archive(path, "model")
-    kind = meta.get("format")
-    if kind != FORMAT:
-        what = f"a {kind}" if isinstance(kind, str) else "another kind of structopt archive"
-        raise InvalidInputError(f"model {path} is not a saved model ({what})")
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise InvalidInputError(f"model {path} has format version {version!r}; this structopt reads up to "
-                                f"{FORMAT_VERSION} (upgrade structopt)")
+    meta, arrays = _read(path)
     try:
         body = decode(meta["body"], arrays)
         model = build_model(body["model"])
@@ -275,5 +296,5 @@ def load_model(path: str | os.PathLike) -> SavedModel:
                       str(meta.get("structopt_version", "")), str(path))
 
 
-__all__ = ["LOSS_TYPES", "MODEL_TYPES", "SavedModel", "build_model", "describe_model", "load_model", "register_codec",
-           "save_model"]
+__all__ = ["LOSS_TYPES", "MODEL_TYPES", "SavedModel", "build_model", "describe_model", "load_model", "read_header",
+           "register_codec", "save_model"]
