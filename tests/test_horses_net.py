@@ -240,3 +240,29 @@ def test_saved_network_model_predicts_the_same_masks(tmp_path):
     assert saved.preprocessing["net"] == "cnn" and saved.model.network == hn.NETWORK
     for a, b in zip(saved.predict(X), hn.predict(model.module, X)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_cli_train_net_then_predict_gives_the_same_scores(tmp_path, capsys):
+    """``structopt train horses --net cnn`` on a synthetic horses folder, then ``structopt predict`` on the saved
+    model (the test split of the data train read): the same IoU and accuracy as train printed."""
+    import json
+
+    from _synthetic_horses import write_synthetic_horses
+
+    from structopt.cli import main
+
+    root = tmp_path / "horses"
+    write_synthetic_horses(root, 9, seed=21, height=36, width=48, foreground=0.75, background=0.3, noise=0.08)
+    out = tmp_path / "run"
+    assert main(["train", "horses", "--net", "cnn", "--data", str(root), "--epochs", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    trained = json.loads((out / "trace.json").read_text())
+    metrics = tmp_path / "metrics.json"
+    assert main(["predict", str(out / "model.npz"), "--out", str(tmp_path / "masks"), "--json", str(metrics)]) == 0
+    predicted = json.loads(metrics.read_text())
+    assert predicted["n"] == 3  # images 2, 5, 8 of 9 are the test split
+    for name in ("test_foreground_iou", "test_pixel_accuracy", "test_mean_image_iou"):
+        assert predicted[name] == pytest.approx(trained[name], abs=1e-12), name
+    assert sorted(p.name for p in (tmp_path / "masks").iterdir()) == ["horse002.png", "horse005.png", "horse008.png"]
+    capsys.readouterr()
