@@ -242,6 +242,18 @@ def test_saved_network_model_predicts_the_same_masks(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def test_predict_refuses_a_network_model_without_its_grid_size(tmp_path, capsys):
+    import structopt as so
+    from structopt.cli import main
+    from structopt.torch import TorchModel
+
+    model = TorchModel(BinaryGrid(), hn.NETWORK, hn.network_args(16, 8))
+    path = tmp_path / "model.npz"
+    so.save_model(path, model, model.get_weights(), task="horses", preprocessing={"net": "cnn", "size": "48"})
+    assert main(["predict", str(path), str(tmp_path), "--out", str(tmp_path / "masks")]) == 2
+    assert "lacks an integer 'size' >= 2 (got '48')" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_cli_train_net_then_predict_gives_the_same_scores(tmp_path, capsys):
     """``structopt train horses --net cnn`` on a synthetic horses folder, then ``structopt predict`` on the saved
