@@ -335,7 +335,7 @@ def train(net: HorseCNN, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], *, ob
     ----------
     objective : {"hinge", "pixel"}
         See the module docstring. (The SparseMAP loss is not offered: one SparseMAP loss of a 36 x 48 grid at
-        the initial weights took over 5 minutes, against 2 ms for the hinge's min cut.)
+        the initial weights did not finish within about 5 minutes; the hinge's oracle takes about 3 ms an image.)
     seed : int
         Seeds the minibatch order and the flips (the network's initial weights are seeded by whoever built it).
     progress : bool or Progress
