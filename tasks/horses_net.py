@@ -2,8 +2,9 @@
 
 The grid is the grid task's (:mod:`structopt.tasks.horses`: longer side ``size`` = 48 pixels, the same gold
 masks and the same split, :data:`~structopt.tasks.horses.SPLIT_RULE`). The network's input is the grey image
-(the horses are grey: one channel) resized, anti-aliased, to **twice** the grid's resolution; its first
-layers work there and a stride-2 convolution pools them onto the grid. The potentials of one image are a
+(the horses are grey: one channel) resized, anti-aliased, to **twice** the grid's resolution, with an
+inside-the-image indicator and the row and column coordinates (in [-1, 1] of the image) as three more channels;
+its first layers work there and a stride-2 convolution pools them onto the grid. The potentials of one image are a
 :class:`~structopt.structures.grid.GridPotentials` of tensors:
 
 - ``unary`` (H, W, 2): ``[0, f(x)]`` with ``f`` the CNN's foreground score per grid pixel;

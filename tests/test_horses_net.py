@@ -131,7 +131,6 @@ def test_hinge_through_min_cut_value_and_gradient():
     assert any(float(g.abs().sum()) > 0 for g in grads)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["hinge", "pixel"])
 def test_training_fits_synthetic_discs(objective):
     X, Y = _disc_images(6, seed=9)
@@ -254,7 +253,6 @@ def test_predict_refuses_a_network_model_without_its_grid_size(tmp_path, capsys)
     assert "lacks an integer 'size' >= 2 (got '48')" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_cli_train_net_then_predict_gives_the_same_scores(tmp_path, capsys):
     """``structopt train horses --net cnn`` on a synthetic horses folder, then ``structopt predict`` on the saved
     model (the test split of the data train read): the same IoU and accuracy as train printed."""
