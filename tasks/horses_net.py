@@ -59,6 +59,8 @@ from structopt.torch import register_network
 
 #: the network's input is the grey image at this many times the grid's resolution
 INPUT_SCALE = 2
+#: images per network call in :meth:`HorseCNN.forward_batch` and :func:`predict`
+BATCH_CHUNK = 32
 #: training objectives of :func:`train`
 OBJECTIVES = ("hinge", "pixel")
 #: the defaults of :func:`train` (``structopt train horses --net cnn`` and the benchmark use them)
@@ -217,9 +219,14 @@ class HorseCNN(nn.Module):
                               (weights[0] * ver + weights[1])[..., None, None] * eye)
 
     def forward_batch(self, X: Sequence[Any]) -> list[GridPotentials]:
-        """The potentials of each image of ``X`` (the same as :meth:`forward` image by image)."""
+        """The potentials of each image of ``X`` (the same as :meth:`forward` image by image), computed
+        ``BATCH_CHUNK`` images at a time (a whole test set at once would hold every activation canvas)."""
         X = [_as_tensor(x, self.head.weight.dtype, i) for i, x in enumerate(X)]
-        return [self.potentials(x, s) for x, s in zip(X, self.scores_batch(X))]
+        out: list[GridPotentials] = []
+        for start in range(0, len(X), BATCH_CHUNK):
+            chunk = X[start: start + BATCH_CHUNK]
+            out += [self.potentials(x, s) for x, s in zip(chunk, self.scores_batch(chunk))]
+        return out
 
     def forward(self, x: Any) -> GridPotentials:
         """The :class:`GridPotentials` of tensors of one (2H, 2W) image."""
@@ -248,7 +255,7 @@ def to_numpy(theta: GridPotentials) -> GridPotentials:
 
 @torch.no_grad()
 def predict(net: HorseCNN, X: Sequence[np.ndarray], *, grid: bool = True, weights: Sequence[float] | None = None,
-            batch_size: int = 32) -> list[np.ndarray]:
+            batch_size: int = BATCH_CHUNK) -> list[np.ndarray]:
     """(H, W) int64 masks: the min-cut MAP of the potentials (``grid``), or each pixel's sign of its score.
 
     ``weights`` replaces the learned (contrast, constant) Potts weights (they must be >= 0).

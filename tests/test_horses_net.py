@@ -66,10 +66,12 @@ def test_contrast_edges_match_the_grid_tasks_formula():
     assert torch.all(flat_h == 1) and torch.all(flat_v == 1)
 
 
-def test_one_image_potentials_do_not_depend_on_the_batch():
+def test_one_image_potentials_do_not_depend_on_the_batch(monkeypatch):
     net = hn.build(size=16, width=8, seed=3)
     X, _ = _disc_images(3, seed=2)
+    monkeypatch.setattr(hn, "BATCH_CHUNK", 2)  # two network calls: 2 images, then 1
     batched = net.forward_batch(X)
+    assert len(batched) == 3
     for x, theta in zip(X, batched):
         alone = net(x)
         for a, b in zip(alone, theta):
