@@ -556,11 +556,58 @@ class HorsesTask(TaskSpec):
         preprocessing["data_split"] = data_split(root, SPLIT_RULE, problem.n, n_test)
         return Task(problem, evaluate, description, preprocessing)
 
+    nets = ("cnn",)
+
+    def net(self, args: argparse.Namespace) -> Any:
+        """``--net cnn``: a small CNN giving the grid's unaries and a learned contrast-sensitive Potts weight,
+        trained through min-cut with the structured hinge (:mod:`structopt.tasks.horses_net`), on the grid task's
+        grid and split. Its preprocessing (``net: "cnn"``, the grid ``size``) is what ``predict`` needs."""
+        from structopt.cli_net import NetTask
+        from structopt.structures.grid import BinaryGrid
+        from structopt.tasks import horses_net as hn
+        from structopt.tasks.horses import SPLIT_RULE, segmentation_scores
+        from structopt.torch import TorchModel
+
+        data = hn.load(args.data, progress=_progress(args))
+        train, test, info = data["train"], data["test"], data["info"]
+        n = len(train["X"]) if args.n_train is None else min(int(args.n_train), len(train["X"]))
+        X, Y = train["X"][:n], train["y"][:n]
+        epochs = hn.DEFAULTS["epochs"] if args.epochs is None else int(args.epochs)
+        seed = int(args.seed)
+        model = TorchModel(BinaryGrid(), hn.NETWORK, hn.network_args(info["size"]), seed=seed)
+
+        def fit(progress: Any) -> dict[str, Any]:
+            log = hn.train(model.module, X, Y, objective="hinge", epochs=epochs, seed=seed, progress=progress)
+            return {"epochs": log.epochs, "seconds": log.seconds, "final_loss": log.losses[-1],
+                    "oracle_share": log.oracle_share, "n_train": n}
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            pred = model.predict_batch(test["X"], w)
+            return {f"test_{name}": value for name, value in segmentation_scores(test["y"], pred).items()}
+
+        preprocessing = {"net": "cnn", "size": info["size"],
+                         "data_split": data_split(info["root"], SPLIT_RULE, n, len(test["X"]))}
+        return NetTask(model, fit, evaluate, "Weizmann horses segmentation, CNN + grid trained through min-cut",
+                       preprocessing, n)
+
+    def load_networks(self) -> None:
+        import structopt.tasks.horses_net  # noqa: F401  (declares horses_cnn)
+
+    @staticmethod
+    def _is_net(saved: Any) -> bool:
+        return saved.preprocessing.get("net") == "cnn"
+
     @staticmethod
     def _is_superpixel(saved: Any) -> bool:
         return saved.preprocessing.get("graph") == "superpixels"
 
     def check_preprocessing(self, saved: Any) -> None:
+        if self._is_net(saved):
+            size = saved.preprocessing.get("size")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+                raise InvalidInputError(f"model {saved.path}: its horses --net preprocessing lacks an integer "
+                                        f"'size' >= 2 (got {size!r})")
+            return None
         if not self._is_superpixel(saved):
             return super().check_preprocessing(saved)
         from structopt.tasks.horses_superpixels import stage_trees
@@ -618,6 +665,8 @@ class HorsesTask(TaskSpec):
 
         if self._is_superpixel(saved):
             return self._read_superpixels(saved, files, masks)
+        if self._is_net(saved):
+            return self._read_net_inputs(saved, files, masks)
         X, shapes, gold = [], [], []
         for file in files:
             x, shape = image_input(file, saved.preprocessing)
@@ -625,6 +674,22 @@ class HorsesTask(TaskSpec):
             shapes.append(shape)
             if masks is not None:
                 gold.append(gold_mask(masks / file.name, x.pixels.shape[:2], shape))
+        return Inputs(X, gold if masks is not None else None, {"files": files, "shapes": shapes})
+
+    @staticmethod
+    def _read_net_inputs(saved: Any, files: list[Path], masks: Path | None) -> Inputs:
+        """New images as the CNN's input (the grey image at twice the grid's resolution), with the gold masks on
+        the grid (as training reads them) when ``masks`` is given."""
+        from structopt.tasks.horses import gold_mask
+        from structopt.tasks.horses_net import grid_of, read_input
+
+        X, shapes, gold = [], [], []
+        for file in files:
+            x, shape = read_input(file, int(saved.preprocessing["size"]))
+            X.append(x)
+            shapes.append(shape)
+            if masks is not None:
+                gold.append(gold_mask(masks / file.name, grid_of(x), shape))
         return Inputs(X, gold if masks is not None else None, {"files": files, "shapes": shapes})
 
     def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
