@@ -440,6 +440,15 @@ def test_structured_driver_equals_the_kernel_on_graphs_without_structured_factor
             assert sol.score <= best + TOL and sol.score == pytest.approx(fg.score_labels(theta, sol.labels))
 
 
+def finish(fg, theta, state, pf):
+    # the evaluation closing a run that stopped RUNNING (K.ad3_finish)
+    fl = fg.flat
+    y = np.zeros(fl.n_vars, dtype=np.int64)
+    return K.ad3_finish(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
+                        fl.evar, fl.eoff, fl.toff, fl.order, fl.efac, theta.unary, theta.factors, pf, state.p,
+                        state.lam, state.qe, state.qt, state.scal, y, y.copy(), 1e-14, -1.0, -1.0, -np.inf)
+
+
 def test_fused_bound_equals_the_dual_bound_at_every_iterate():
     # on a binary pairwise graph the kernel evaluates g(λ) inside the local-QP loop; the best of those
     # equals the best of dual_bound evaluated at every iterate separately
@@ -455,10 +464,12 @@ def test_fused_bound_equals_the_dual_bound_at_every_iterate():
         return K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
                            fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors, pf,
                            state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, state.scal,
-                           y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf)
+                           y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf,
+                           np.ones(fl.fkind.size, dtype=bool))
 
     fused = fg.new_state(theta)
-    chunk(fused, 40, 10**9)
+    assert chunk(fused, 40, 10**9) == K.RUNNING
+    finish(fg, theta, fused, pf)  # the bound at the last multipliers (the kernel bounds each iteration's start)
     step = fg.new_state(theta)
     work = np.zeros(int(fl.eoff[-1]))
     bounds = []
@@ -496,10 +507,12 @@ def test_fused_bound_on_multistate_pairwise_tables_equals_the_dual_bound():
         return K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
                            fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors, pf,
                            state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, state.scal,
-                           y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf)
+                           y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf,
+                           np.ones(fl.fkind.size, dtype=bool))
 
     fused = fg.new_state(theta)
     chunk(fused, 30, 10**9)
+    finish(fg, theta, fused, pf)
     step = fg.new_state(theta)
     work = np.zeros(int(fl.eoff[-1]))
     bounds = []

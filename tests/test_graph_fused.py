@@ -13,8 +13,8 @@ from structopt.solvers import bcfw, frank_wolfe, ssg
 
 
 def _problem(seed: int, S: int = 3, G: int = 1, symmetric: bool = True, n: int = 6, **structure) -> so.SSVMProblem:
-    """Small loopy graphs (every AD3 call ends within the driver's first chunk, so the generic path is
-    deterministic): 3 nearest neighbours of random points, noisy one-hot node features."""
+    """Small loopy graphs: 3 nearest neighbours of random points, noisy one-hot node features (longer AD3 runs:
+    tests/test_ad3_chunks.py)."""
     rng = np.random.default_rng(seed)
     X, Y = [], []
     for _ in range(n):

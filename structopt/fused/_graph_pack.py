@@ -8,11 +8,11 @@ the first node's state), as ``GraphStructure`` flattens them for its factor grap
 
 ``graph_oracle(i, w, pack, theta_out, stats_out) -> loss``
     the relaxed loss-augmented oracle of example i (``GraphStructure.argmax`` with ``exact=False``):
-    AD3 from a fresh iterate at the training tolerances (``AD3_TIGHT``), run in the first chunk the Python
-    driver runs (``_ad3_kernels.first_chunk``; later chunks 4x + 10 iterations, the most the driver's grow
-    by, where the driver sizes them by the clock); the one-hot statistics of AD3's labeling when its
-    certificate holds, else its relaxed point (node and table marginals). Writes ``A_i w`` (flat) and the
-    statistics, returns the loss (its linear form ``<c_i, mu> + const_i``, the Hamming count at a labeling).
+    AD3 from a fresh iterate at the training tolerances (``AD3_TIGHT``), the same bits as the Python driver's
+    run (AD3's iterates do not depend on the chunks a run is cut into); the one-hot statistics of AD3's
+    labeling when its certificate holds, else its relaxed point (node and table marginals). Writes ``A_i w``
+    (flat) and the statistics, returns the loss (its linear form ``<c_i, mu> + const_i``, the Hamming count at
+    a labeling).
 ``graph_axpy(i, d, scale, out, pack)``
     ``out += scale A_i^T d``.
 ``graph_sqnorm(i, d, pack)``
@@ -263,15 +263,20 @@ def graph_oracle(i, w, pk, theta, stats):
     tol_res = max(n_e, 1) * max(TOL, 1e-7) ** 2
     chunk = K.first_chunk(pair_fast, toff, N, CHUNK_SECONDS)  # the chunks the Python driver starts with
     done = 0
+    settled = np.ones(E, dtype=np.bool_)
+    status = K.RUNNING
     while done < MAX_ITER:
         n_iter = min(chunk, MAX_ITER - done)
         status = K.ad3_chunk(N, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, order,
                              efac, u, tab, pair_fast, p, lam, qe, qt, acfg, aw, acount, scal, best_y, y_work, n_iter,
-                             BOUND_EVERY, 1.0, tol_res, TOL, TOL, MAX_INNER, ETA_ITERS, -np.inf)
+                             BOUND_EVERY, 1.0, tol_res, TOL, TOL, MAX_INNER, ETA_ITERS, -np.inf, settled)
         done = int(scal[K.S_ITER])
         if status != K.RUNNING:
             break
         chunk = 4 * chunk + 10
+    if status == K.RUNNING:  # the budget ran out between two evaluations: the driver's closing one
+        K.ad3_finish(N, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, order, efac, u, tab,
+                     pair_fast, p, lam, qe, qt, scal, best_y, y_work, tol_res, TOL, TOL, -np.inf)
     upper, lower = scal[K.S_UPPER], scal[K.S_LOWER]
     certified = np.isfinite(lower) and lower >= upper - TOL * (1.0 + abs(upper))
     loss = pk.const[i]

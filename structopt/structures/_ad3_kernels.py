@@ -1219,25 +1219,82 @@ def first_chunk(pair_fast, toff, n_vars, chunk_seconds):
     return int(min(max(chunk_seconds / max(estimate, 1e-9), 1.0), 500.0))
 
 
+@njit(cache=True)
+def _roundings(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, vallow, u, fkind, fparam, fptr, evar, tab,
+               toff, scal, best_y, y_work, y_prev, have_prev):
+    """The two roundings of the iterate (per variable + repair, and sequential along ``order`` from the table
+    marginals), each improved by local search and scored exactly; the best kept in ``scal[S_LOWER]`` /
+    ``best_y``. ``y_prev`` / ``have_prev``: each rounding's previous labeling (a repeat is skipped: it
+    cannot improve the best)."""
+    for rounding in range(2):
+        if rounding == 0:
+            round_and_repair(p, n_vars, voff, vallow, fkind, fparam, fptr, evar, y_work)
+        else:
+            round_sequential(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, vallow, fkind, fparam,
+                             fptr, evar, toff, y_work)
+        # the roundings settle long before the bound does: skip the local search and the
+        # scoring when this rounding repeats its previous labeling
+        same = have_prev[rounding]
+        for i in range(n_vars):
+            if y_prev[rounding, i] != y_work[i]:
+                same = False
+                y_prev[rounding, i] = y_work[i]
+        have_prev[rounding] = True
+        if same:
+            continue
+        local_search(y_work, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, fptr, evar, tab,
+                     toff, 20)
+        val = score_labels(y_work, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, toff)
+        if val > scal[S_LOWER]:
+            scal[S_LOWER] = val
+            best_y[:] = y_work
+
+
+@njit(cache=True)
+def ad3_finish(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, order, efac, u, tab,
+               pair_fast, p, lam, qe, qt, scal, best_y, y_work, tol_res, tol_gap, tol_lp, stop_upper):
+    """The evaluation closing a run that stopped RUNNING (its budget or time limit, between two evaluations of
+    :func:`ad3_chunk`): the bound g at the last multipliers, the roundings, the primal objective, then the
+    stopping tests; returns their status. It changes no iterate, so a run's iterates never depend on it."""
+    vallow = np.isfinite(u)
+    uz = np.where(vallow, u, 0.0)
+    work = np.empty(eoff[evar.size])
+    g = dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, evar, eoff, vstates, tab, toff,
+                   lam, work, pair_fast)
+    if g < scal[S_UPPER]:
+        scal[S_UPPER] = g
+    _roundings(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, vallow, u, fkind, fparam, fptr, evar, tab,
+               toff, scal, best_y, y_work, np.zeros((2, n_vars), dtype=np.int64), np.zeros(2, dtype=np.bool_))
+    scal[S_PRIMAL] = primal_value(n_vars, deg, voff, vstates, evar, eoff, uz, fkind, tab, toff, p, qe, qt)
+    status = bound_status(scal[S_UPPER], scal[S_LOWER], tol_gap, stop_upper)
+    if status == RUNNING:
+        status = lp_status(scal[S_UPPER], scal[S_LOWER], scal[S_PRIMAL], scal[S_RP], scal[S_RD], tol_res, tol_lp)
+    return status
+
+
 # --------------------------------------------------------------------------- the AD3 loop
 @njit(cache=True)
 def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff,
               order, efac, u, tab, pair_fast, p, lam, qe, qt, acfg, aw, acount, scal, best_y, y_work,
-              n_iter, bound_every, tau_step, tol_res, tol_gap, tol_lp, max_inner, adapt_until, stop_upper):
+              n_iter, bound_every, tau_step, tol_res, tol_gap, tol_lp, max_inner, adapt_until, stop_upper, settled):
     """Run up to ``n_iter`` AD3 iterations in place; return a status code.
 
-    State (``p, lam, qe, qt``, active sets, ``scal``, ``best_y``) persists across calls, so the
-    caller runs the loop in chunks (returning to Python keeps Ctrl-C and time limits honoured).
+    State (``p, lam, qe, qt``, active sets, ``scal``, ``best_y``, ``settled``) persists across calls, so the
+    caller runs the loop in chunks (returning to Python keeps Ctrl-C and time limits honoured). Everything a
+    call does is a function of the iteration count ``scal[S_ITER]`` alone, never of where a chunk ends: the
+    iterates, bounds, roundings, η changes and stopping tests of a run are the same bits whatever its chunk
+    lengths (the caller ends a run that stops RUNNING with :func:`ad3_finish`). ``settled`` (one flag per
+    factor, all True at a run's start) carries the skipping of settled tables from one call to the next.
     ``pair_fast`` flags the tables solved in closed form (:func:`binary_pairs`).
 
     The dual value g(λ) (the best kept in ``scal[S_UPPER]``): when every factor is such a table, at
     every iteration, fused into the local-QP loop (each table's maximum at the multipliers the
     iteration starts from, re-centred per variable by means kept by the multiplier update); else
-    every ``bound_every`` iterations by :func:`dual_bound`; and at the chunk's last iteration.
+    every ``bound_every`` iterations by :func:`dual_bound`.
     Every ``bound_every`` iterations: two roundings (per variable, and sequential along ``order`` from
     the table marginals) + repair + local search, scored exactly (the best kept in ``scal[S_LOWER]`` /
-    ``best_y``), the primal objective (when the residuals are below ``tol_res``, and at the chunk's
-    end), and η rebalanced (:func:`rebalance_eta`) while fewer than
+    ``best_y``), the primal objective (when the residuals are below ``tol_res``), and η rebalanced
+    (:func:`rebalance_eta`) while fewer than
     ``adapt_until`` iterations have run (then frozen: ADMM converges for a fixed η, and balancing
     that never stops can keep toggling η and stall, measured on 100-node loopy graphs).
     Returns (see :func:`bound_status`, :func:`lp_status`) GAP_CLOSED, LP_CONVERGED, INFEASIBLE,
@@ -1269,11 +1326,11 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     # integral and equal, to CACHE_TOL, to their previous values and to the consensus leaves its variables
     # inactive; a table none of whose variables is active next iteration has the same inputs (p and λ move
     # by at most η·CACHE_TOL) and keeps its answer, its term of g still computed exactly. Every variable of
-    # another kind of factor counts as active; everything is solved at a chunk's start, after η changes
-    # and every CACHE_RESET iterations.
+    # another kind of factor counts as active; everything is solved after η changes and every CACHE_RESET
+    # iterations (the first of a run included). ``settled[f]`` False: table f must be solved next iteration.
     vact = np.ones(n_vars, dtype=np.bool_)
-    fact = np.ones(n_f, dtype=np.bool_)
-    reset = True
+    fact = settled
+    reset = False
     caching = False  # no table for pair_qp (binary pairs only, say): no bookkeeping at all
     for f in range(n_f):
         if not pair_fast[f] and fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
@@ -1314,7 +1371,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     have_prev = np.zeros(2, dtype=np.bool_)
     eta = scal[S_ETA]
     status = RUNNING
-    for it in range(n_iter):
+    for _ in range(n_iter):
         half_inv = 0.5 / eta
         g = g_iso
         if int(scal[S_ITER]) % CACHE_RESET == 0:
@@ -1440,37 +1497,16 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
         scal[S_ITER] += 1
         if bound_every <= 0:
             continue
-        last = it == n_iter - 1
-        full = (int(scal[S_ITER]) % bound_every == 0) or last
-        if full and (last or not fused):
+        full = int(scal[S_ITER]) % bound_every == 0
+        if full and not fused:
             g = dual_bound(n_vars, deg, vptr, vedge, voff, vallow, uz, fkind, fparam, fptr, evar, eoff, vstates,
                            tab, toff, lam, work, pair_fast)
             if g < scal[S_UPPER]:
                 scal[S_UPPER] = g
         if full:
-            for rounding in range(2):
-                if rounding == 0:
-                    round_and_repair(p, n_vars, voff, vallow, fkind, fparam, fptr, evar, y_work)
-                else:
-                    round_sequential(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, vallow, fkind, fparam,
-                                     fptr, evar, toff, y_work)
-                # the roundings settle long before the bound does: skip the local search and the
-                # scoring when this rounding repeats its previous labeling
-                same = have_prev[rounding]
-                for i in range(n_vars):
-                    if y_prev[rounding, i] != y_work[i]:
-                        same = False
-                        y_prev[rounding, i] = y_work[i]
-                have_prev[rounding] = True
-                if same:
-                    continue
-                local_search(y_work, n_vars, vstates, voff, vptr, vedge, efac, u, fkind, fparam, fptr, evar, tab,
-                             toff, 20)
-                val = score_labels(y_work, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, toff)
-                if val > scal[S_LOWER]:
-                    scal[S_LOWER] = val
-                    best_y[:] = y_work
-            if last or (r_p < tol_res and r_d < tol_res):  # lp_status needs it only then; a chunk reports it
+            _roundings(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, vallow, u, fkind, fparam, fptr, evar,
+                       tab, toff, scal, best_y, y_work, y_prev, have_prev)
+            if r_p < tol_res and r_d < tol_res:  # lp_status needs it only then
                 scal[S_PRIMAL] = primal_value(n_vars, deg, voff, vstates, evar, eoff, uz, fkind, tab, toff, p, qe, qt)
         if full or fused:
             status = bound_status(scal[S_UPPER], scal[S_LOWER], tol_gap, stop_upper)
@@ -1484,7 +1520,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
             if scal[S_ITER] < adapt_until:
                 new_eta = rebalance_eta(eta, r_p, r_d)
                 if new_eta != eta:
-                    reset = True
+                    fact[:] = True  # every table is solved at the new η
                 eta = new_eta
                 scal[S_ETA] = eta
     scal[S_ETA] = eta

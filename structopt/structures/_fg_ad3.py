@@ -45,9 +45,11 @@ def new_state(fg: Graph, theta: FactorGraphPotentials, eta: float | None = None)
 def ad3(fg: Graph, theta: FactorGraphPotentials, *, max_iter: int = 100_000, time_limit: float | None = None,
         tol_gap: float = AD3_TOL, tol_lp: float = AD3_TOL, tol_res: float | None = None, bound_every: int = 10,
         max_inner: int = 50, tau: float = 1.0, adapt_eta: bool = True, eta_iters: int = 500,
-        state: AD3State | None = None,
-        chunk_seconds: float = 0.1, stop_upper: float = -np.inf) -> tuple[MAPSolution, AD3State]:
-    # AD3 on checked potentials: the internal entry point (branch-and-bound nodes, argmax, map)
+        state: AD3State | None = None, chunk_seconds: float = 0.1, stop_upper: float = -np.inf,
+        chunk_iters: int | None = None) -> tuple[MAPSolution, AD3State]:
+    # AD3 on checked potentials: the internal entry point (branch-and-bound nodes, argmax, map). The chunks
+    # (kernel calls) are sized by the clock, or ``chunk_iters`` iterations each (tests: the result does not
+    # depend on them)
     t0 = time.perf_counter()
     fl = fg.flat
     if state is None:
@@ -64,9 +66,12 @@ def ad3(fg: Graph, theta: FactorGraphPotentials, *, max_iter: int = 100_000, tim
     best_y = np.zeros(fl.n_vars, dtype=np.int64)
     y_work = np.zeros(fl.n_vars, dtype=np.int64)
     pair_fast = fg._pair_fast(theta)
-    # the first chunk by the kernel's estimate (K.first_chunk); later chunks are sized by the measured time. A
-    # run that fits in one chunk pays one kernel call and one end-of-chunk evaluation (bound, roundings)
-    chunk = int(K.first_chunk(pair_fast, fl.toff, fl.n_vars, float(chunk_seconds)))
+    # the first chunk by the kernel's estimate (K.first_chunk); later chunks are sized by the measured time.
+    # Chunks only bound the time between two checks of the clock and of Ctrl-C: the run is the same bits
+    if chunk_iters is None:
+        chunk = int(K.first_chunk(pair_fast, fl.toff, fl.n_vars, float(chunk_seconds)))
+    else:
+        chunk = int(chunk_iters)
     done = 0
     status = K.RUNNING
     trace = []
@@ -74,7 +79,15 @@ def ad3(fg: Graph, theta: FactorGraphPotentials, *, max_iter: int = 100_000, tim
         status, done = fg._ad3_loop(theta, state, t0, pair_fast, best_y, y_work, trace, chunk, max_iter=max_iter,
                                     time_limit=time_limit, tol_gap=tol_gap, tol_lp=tol_lp, tol_res=tol_res,
                                     bound_every=bound_every, max_inner=max_inner, tau=tau, adapt_eta=adapt_eta,
-                                    eta_iters=eta_iters, chunk_seconds=chunk_seconds, stop_upper=stop_upper)
+                                    eta_iters=eta_iters, chunk_seconds=chunk_seconds, stop_upper=stop_upper,
+                                    fixed_chunks=chunk_iters is not None)
+        if status == K.RUNNING:
+            # the budget or the time limit stopped the run between two evaluations: evaluate its last iterate
+            status = K.ad3_finish(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam,
+                                  fl.fptr, fl.evar, fl.eoff, fl.toff, fl.order, fl.efac, theta.unary, theta.factors,
+                                  pair_fast, state.p, state.lam, state.qe, state.qt, state.scal, best_y, y_work,
+                                  tol_res, float(tol_gap), float(tol_lp), float(stop_upper))
+            trace.append(_trace_entry(state, done, t0))
     except KeyboardInterrupt as interrupt:  # between chunks: the bound and best labeling are the last chunk's
         raise MAPInterrupted(fg._ad3_solution(state, best_y, "interrupted", int(state.scal[K.S_ITER]), tol_gap,
                                               t0, trace, theta)) from interrupt
@@ -106,11 +119,12 @@ def ad3_loop(fg: Graph, theta: FactorGraphPotentials, state: AD3State, t0: float
              best_y: np.ndarray, y_work: np.ndarray, trace: list[dict], chunk: int, *, max_iter: int,
              time_limit: float | None, tol_gap: float, tol_lp: float, tol_res: float, bound_every: int,
              max_inner: int, tau: float, adapt_eta: bool, eta_iters: int, chunk_seconds: float,
-             stop_upper: float) -> tuple[int, int]:
+             stop_upper: float, fixed_chunks: bool = False) -> tuple[int, int]:
     # the compiled chunks until a stopping test, the budget or the time limit: (kernel status, iterations)
     fl = fg.flat
     done = 0
     status = K.RUNNING
+    settled = np.ones(fl.fkind.size, dtype=np.bool_)  # the kernel's skipping of settled tables, across chunks
     while True:
         n_iter = int(min(chunk, max_iter - done))
         if n_iter <= 0:
@@ -122,22 +136,29 @@ def ad3_loop(fg: Graph, theta: FactorGraphPotentials, state: AD3State, t0: float
                              state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
                              state.scal, best_y, y_work, n_iter, int(bound_every), float(tau), tol_res,
                              float(tol_gap), float(tol_lp), int(max_inner), int(eta_iters) if adapt_eta else 0,
-                             float(stop_upper))
+                             float(stop_upper), settled)
         spent = time.perf_counter() - c0
         done = int(state.scal[K.S_ITER])
-        trace.append({"iteration": done, "time": time.perf_counter() - t0, "upper": float(state.scal[K.S_UPPER]),
-                      "lower": float(state.scal[K.S_LOWER]), "primal": float(state.scal[K.S_PRIMAL]),
-                      "eta": float(state.scal[K.S_ETA])})
+        trace.append(_trace_entry(state, done, t0))
         if status != K.RUNNING:
             break
         if time_limit is not None and time.perf_counter() - t0 >= time_limit:
             break
+        if fixed_chunks:
+            continue
         # size the next chunk to about chunk_seconds, or what is left of the time limit (bounded growth)
         per_iter = spent / max(n_iter, 1)
         seconds = chunk_seconds if time_limit is None else min(chunk_seconds,
                                                                time_limit - (time.perf_counter() - t0))
         chunk = int(min(max(seconds / max(per_iter, 1e-9), 1), 4 * chunk + 10))
     return status, done
+
+
+def _trace_entry(state: AD3State, done: int, t0: float) -> dict:
+    # the bounds, primal objective and η of the last evaluation, at ``done`` iterations
+    return {"iteration": done, "time": time.perf_counter() - t0, "upper": float(state.scal[K.S_UPPER]),
+            "lower": float(state.scal[K.S_LOWER]), "primal": float(state.scal[K.S_PRIMAL]),
+            "eta": float(state.scal[K.S_ETA])}
 
 
 def pair_fast(fg: Graph, theta: FactorGraphPotentials) -> np.ndarray:
@@ -193,7 +214,7 @@ def ad3_structured(fg: Graph, theta: FactorGraphPotentials, state: AD3State, t0:
                         fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors,
                         pair_fast, state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
                         scal, best_y, y_work, 1, 0, float(tau), tol_res, float(tol_gap), float(tol_lp),
-                        int(max_inner), 0, float(stop_upper))
+                        int(max_inner), 0, float(stop_upper), np.ones(fl.fkind.size, dtype=np.bool_))
             done = int(scal[K.S_ITER])
             if done % bound_every and done < max_iter and not (time_limit is not None and
                                                                time.perf_counter() - t0 >= time_limit):
