@@ -22,6 +22,8 @@ from structopt.torch.chain_crf import ChainCRF
 from structopt.torch.decoding import Decoded, TopK, argmax, log_partition, marginals, topk
 from structopt.torch.layers import StructuredLayer, StructuredLoss
 from structopt.torch.losses import default_loss, structured_loss
+from structopt.torch.model import TorchInput, TorchModel
+from structopt.torch.networks import get_network, network_names, register_network
 from structopt.torch.relaxed import perturbed, sparsemap
 
 __all__ = [
@@ -30,11 +32,16 @@ __all__ = [
     "StructuredLayer",
     "StructuredLoss",
     "TopK",
+    "TorchInput",
+    "TorchModel",
     "argmax",
     "default_loss",
+    "get_network",
     "log_partition",
     "marginals",
+    "network_names",
     "perturbed",
+    "register_network",
     "sparsemap",
     "structured_loss",
     "topk",
