@@ -50,12 +50,30 @@ from torch import nn
 from structopt.errors import InvalidInputError
 from structopt.progress import Progress, as_progress, count
 from structopt.tasks.conll import Corpus, _data_file, chunk_f1, read_conll, resolve_data_dir, word_shape
+from structopt.torch import register_network
 
 __all__ = [
-    "LOSSES", "SPLIT", "BiLSTMTagger", "NetOptions", "Vocabulary", "encode", "encode_tags", "evaluate", "fit",
-    "load_split", "normalise", "pad", "predict_tags", "subset", "train_tagger",
+    "LOSSES",
+    "NETWORK",
+    "SPLIT",
+    "BiLSTMTagger",
+    "NetOptions",
+    "Vocabulary",
+    "build_model",
+    "encode",
+    "encode_tags",
+    "evaluate",
+    "fit",
+    "load_split",
+    "normalise",
+    "pad",
+    "predict_tags",
+    "subset",
+    "train_tagger",
 ]
 
+#: the declared network (:func:`structopt.torch.register_network`) a saved model names
+NETWORK = "conll_bilstm"
 #: the training losses: the chain's CRF, hinge and SparseMAP losses of structopt.torch, and pytorch-crf's CRF
 LOSSES = ("crf", "hinge", "sparsemap", "torchcrf")
 #: the split: train, development (epoch choice), test
@@ -351,6 +369,21 @@ def pad(X: Sequence[np.ndarray], Y: Sequence[np.ndarray] | None = None):
     return (*out, torch.from_numpy(tags))
 
 
+@register_network(NETWORK)
+def conll_bilstm(**kwargs: Any) -> BiLSTMTagger:
+    """The declared constructor of :class:`BiLSTMTagger` (its keywords, JSON values)."""
+    return BiLSTMTagger(**kwargs)
+
+
+def build_model(vocab: Vocabulary, options: NetOptions) -> Any:
+    """A :class:`structopt.torch.TorchModel` of the tagger on a chain of ``len(vocab.tags)`` states, its module built
+    with ``options.seed`` (train ``model.module`` with :func:`fit`, read the weights with ``model.get_weights()``)."""
+    from structopt.structures.chain import Chain
+    from structopt.torch import TorchModel
+
+    return TorchModel(Chain(len(vocab.tags)), NETWORK, options.network_args(vocab), seed=options.seed)
+
+
 # --------------------------------------------------------------------------- training
 @dataclass(frozen=True)
 class NetOptions:
@@ -515,14 +548,31 @@ def fit(net: BiLSTMTagger, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequen
     if len(X) != len(Y) or not X:
         raise InvalidInputError(f"fit needs as many tag sequences as sentences (>= 1), got {len(X)} and {len(Y)}")
     rep = as_progress(progress)
+    info: dict[str, Any] = {"losses": [], "dev_f1": [], "epoch_seconds": [], "structured_seconds": []}
+    net.train()
+    # dropout draws from torch's global generator: seeded here, the caller's state restored after
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(options.seed)
+        best_state = _epochs(net, vocab, X, Y, options, dev, rep, info)
+    if best_state is not None:
+        net.load_state_dict(best_state)
+    net.eval()  # a TorchModel's module is a deterministic function of its weights
+    seconds = float(np.sum(info["epoch_seconds"]))
+    info.update(epochs=len(info["losses"]), seconds=seconds, seconds_per_epoch=seconds / len(info["losses"]),
+                structured_share=float(np.sum(info["structured_seconds"])) / seconds)
+    info.setdefault("best_epoch", len(info["losses"]))
+    return info
+
+
+def _epochs(net: BiLSTMTagger, vocab: Vocabulary, X, Y, options: NetOptions, dev, rep: Progress,
+            info: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+    """The epochs of :func:`fit`; returns the state of the best development epoch (None without ``dev``)."""
     rng = np.random.default_rng(options.seed)
     generator = torch.Generator().manual_seed(options.seed)
     optimiser = torch.optim.Adam(net.parameters(), lr=options.lr, foreach=True)
     singletons = torch.tensor(vocab.singletons, dtype=torch.int64)
     lengths = np.array([len(x) for x in X])
-    info: dict[str, Any] = {"losses": [], "dev_f1": [], "epoch_seconds": [], "structured_seconds": []}
     best, best_state, stale = -1.0, None, 0
-    net.train()
     for epoch in range(options.epochs):
         clock = _Clock()
         batches = _batches(lengths, options.batch_size, rng)
@@ -551,13 +601,7 @@ def fit(net: BiLSTMTagger, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequen
         rep.stage(line)
         if options.patience and stale >= options.patience:
             break
-    if best_state is not None:
-        net.load_state_dict(best_state)
-    seconds = float(np.sum(info["epoch_seconds"]))
-    info.update(epochs=len(info["losses"]), seconds=seconds, seconds_per_epoch=seconds / len(info["losses"]),
-                structured_share=float(np.sum(info["structured_seconds"])) / seconds)
-    info.setdefault("best_epoch", len(info["losses"]))
-    return info
+    return best_state
 
 
 def train_tagger(options: NetOptions, data: str | os.PathLike | None = None, n_train: int | None = None,
@@ -567,9 +611,9 @@ def train_tagger(options: NetOptions, data: str | os.PathLike | None = None, n_t
     Returns
     -------
     dict
-        ``net``, ``vocab``, ``info`` (:func:`fit`'s, with ``test_f1`` and ``dev_f1_best``) and ``files``.
+        ``model`` (the trained :class:`~structopt.torch.TorchModel`), ``net`` (its module), ``vocab``, ``info``
+        (:func:`fit`'s, with ``test_f1`` and ``dev_f1_best``), ``test`` (encoded sentences and tags) and ``files``.
     """
-    torch.manual_seed(options.seed)
     split = load_split(data, progress)
     corpora = split["corpora"]
     train = corpora["train"]
@@ -581,13 +625,14 @@ def train_tagger(options: NetOptions, data: str | os.PathLike | None = None, n_t
     X, Y = encode(train, vocab), encode_tags(train, vocab)
     dev = (encode(corpora["dev"], vocab), encode_tags(corpora["dev"], vocab))
     test = (encode(corpora["test"], vocab), encode_tags(corpora["test"], vocab))
-    net = BiLSTMTagger(**options.network_args(vocab))
+    model = build_model(vocab, options)
+    net = model.module
     as_progress(progress).stage(f"training a BiLSTM + chain ({options.loss} loss) on {count(len(X), 'sentence')}, "
                                 f"{options.epochs} epochs")
     info = fit(net, vocab, X, Y, options, dev=dev, progress=progress)
     info["test_f1"] = evaluate(net, test[0], test[1], vocab.tags)
     info["dev_f1_best"] = max(info["dev_f1"]) if info["dev_f1"] else math.nan
-    return {"net": net, "vocab": vocab, "info": info, "files": split["files"]}
+    return {"model": model, "net": net, "vocab": vocab, "info": info, "test": test, "files": split["files"]}
 
 
 def subset(corpus: Corpus, n: int) -> Corpus:
