@@ -10,6 +10,8 @@ The encoder (trained from scratch: no pretrained vectors) reads, for every token
 * optionally (``extra=True``) the inputs the linear task already computes per token: the word shape of
   :func:`structopt.tasks.conll.word_shape` (capitalisation, digits, punctuation) and the lowercase prefix
   and suffix of 3 characters, each with a small embedding;
+* optionally (``pos=True``) the corpus's POS tag (the middle column of the CoNLL-2002 files, which the linear
+  task's features use too), with a small embedding;
 
 and a word BiLSTM over the concatenation gives the emissions ``(T, S)``. The chain's transition, start and end
 scores are those of a :class:`structopt.torch.ChainCRF`. Its losses (:data:`LOSSES`):
@@ -23,7 +25,7 @@ scores are those of a :class:`structopt.torch.ChainCRF`. Its losses (:data:`LOSS
   for comparison.
 
 Whatever the loss, a tag sequence is decoded by Viterbi on the emissions and the chain's scores. An
-example's input is one int64 array ``(T, 4 + max_chars)``: word, shape, prefix and suffix ids, then the
+example's input is one int64 array ``(T, 5 + max_chars)``: word, shape, prefix, suffix and POS ids, then the
 character ids padded with 0 (words longer than ``max_chars`` keep their first and last characters), so that a
 network model sees one array per sentence. Vocabularies are plain lists of strings (:class:`Vocabulary`,
 JSON in a saved model).
@@ -80,7 +82,7 @@ LOSSES = ("crf", "hinge", "sparsemap", "torchcrf")
 SPLIT = {"train": "esp.train", "dev": "esp.testa", "test": "esp.testb"}
 _PAD, _UNK = "<pad>", "<unk>"
 #: columns of an example's array before its characters
-N_TOKEN_COLUMNS = 4
+N_TOKEN_COLUMNS = 5
 _AFFIX = 3
 
 
@@ -108,8 +110,9 @@ class Vocabulary:
 
     Attributes
     ----------
-    words, shapes, prefixes, suffixes, chars : list of str
-        The training set's values (``words``: :func:`normalise`-d), after ``<pad>`` and ``<unk>``.
+    words, shapes, prefixes, suffixes, chars, pos : list of str
+        The training set's values (``words``: :func:`normalise`-d), after ``<pad>`` and ``<unk>``; ``pos`` holds
+        only those two when the POS tags are not used.
     tags : list of str
         ``"O"`` first, then the other training tags sorted.
     singletons : list of int
@@ -123,16 +126,20 @@ class Vocabulary:
     prefixes: list[str]
     suffixes: list[str]
     chars: list[str]
+    pos: list[str]
     tags: list[str]
     singletons: list[int]
     max_chars: int = 20
     _index: dict[str, dict[str, int]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def build(cls, corpus: Corpus, max_chars: int = 20) -> Vocabulary:
-        """The vocabularies of a training corpus (every value seen; singleton words listed)."""
+    def build(cls, corpus: Corpus, max_chars: int = 20, use_pos: bool = False) -> Vocabulary:
+        """The vocabularies of a training corpus (every value seen; singleton words listed); ``use_pos``: a table
+        of its POS tags (the corpus must have them)."""
         if max_chars < 2:
             raise InvalidInputError(f"max_chars must be >= 2, got {max_chars}")
+        if use_pos and corpus.pos is None:
+            raise InvalidInputError(f"{corpus.source}: POS inputs requested but the file has no POS column")
         types, counts = np.unique(np.array(corpus.words, dtype=object), return_counts=True)
         tables: dict[str, list[str]] = {}
         for name, key in _KEYS.items():
@@ -147,8 +154,14 @@ class Vocabulary:
         chars = sorted({ch for w in types.tolist() for ch in w})
         seen = set(corpus.tags)
         tags = (["O"] if "O" in seen else []) + sorted(seen - {"O"})
+        pos = sorted(set(corpus.pos)) if use_pos else []
         return cls(tables["words"], tables["shapes"], tables["prefixes"], tables["suffixes"], [_PAD, _UNK, *chars],
-                   tags, singletons, int(max_chars))
+                   [_PAD, _UNK, *pos], tags, singletons, int(max_chars))
+
+    @property
+    def uses_pos(self) -> bool:
+        """Whether the inputs include POS tags (a file to tag must then have a POS column)."""
+        return len(self.pos) > 2
 
     def lookup(self, name: str) -> dict[str, int]:
         table = self._index.get(name)
@@ -159,7 +172,8 @@ class Vocabulary:
     def sizes(self) -> dict[str, int]:
         """Table sizes, the network's constructor arguments."""
         return {"n_words": len(self.words), "n_shapes": len(self.shapes), "n_prefixes": len(self.prefixes),
-                "n_suffixes": len(self.suffixes), "n_chars": len(self.chars), "n_tags": len(self.tags)}
+                "n_suffixes": len(self.suffixes), "n_chars": len(self.chars), "n_pos": len(self.pos),
+                "n_tags": len(self.tags)}
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (lists of strings and ints), read back by :meth:`from_json`."""
@@ -172,7 +186,7 @@ class Vocabulary:
         if not isinstance(data, dict) or sorted(data) != sorted(names):
             got = sorted(data) if isinstance(data, dict) else type(data).__name__
             raise InvalidInputError(f"vocabulary: expected the keys {sorted(names)}, got {got}")
-        for name in ("words", "shapes", "prefixes", "suffixes", "chars", "tags"):
+        for name in ("words", "shapes", "prefixes", "suffixes", "chars", "pos", "tags"):
             table = data[name]
             if not isinstance(table, list) or not all(isinstance(v, str) for v in table):
                 raise InvalidInputError(f"vocabulary: {name} must be a list of strings")
@@ -191,23 +205,32 @@ class Vocabulary:
 
 
 def encode(corpus: Corpus, vocab: Vocabulary) -> list[np.ndarray]:
-    """Each sentence as an int64 array ``(T, 4 + max_chars)``: word, shape, prefix, suffix ids, then characters.
+    """Each sentence as an int64 array ``(T, 5 + max_chars)``: word, shape, prefix, suffix and POS ids (1 when the
+    vocabulary has no POS tags), then characters.
 
-    Unknown values get id 1; the work is per distinct word, not per token.
+    Unknown values get id 1; the work is per distinct word (and POS tag), not per token.
     """
+    if vocab.uses_pos and corpus.pos is None:
+        raise InvalidInputError(f"{corpus.source}: the model reads POS tags, but the file has no POS column "
+                                "(expected 'word POS [tag]' lines)")
     if corpus.n_tokens == 0:
         return []
     types, inverse = np.unique(np.array(corpus.words, dtype=object), return_inverse=True)
     C = vocab.max_chars
     rows = np.zeros((len(types), N_TOKEN_COLUMNS + C), dtype=np.int64)
+    rows[:, 4] = 1
     tables = [(vocab.lookup(name), key) for name, key in _KEYS.items()]
     chars = vocab.lookup("chars")
     head = C // 2
     for r, w in enumerate(types.tolist()):
-        rows[r, :N_TOKEN_COLUMNS] = [table.get(key(w), 1) for table, key in tables]
+        rows[r, :4] = [table.get(key(w), 1) for table, key in tables]
         kept = w if len(w) <= C else w[:head] + w[len(w) - (C - head):]  # long words: first and last characters
         rows[r, N_TOKEN_COLUMNS:N_TOKEN_COLUMNS + len(kept)] = [chars.get(ch, 1) for ch in kept]
     tokens = rows[inverse.ravel()]
+    if vocab.uses_pos:
+        tags, which = np.unique(np.array(corpus.pos, dtype=object), return_inverse=True)
+        table = vocab.lookup("pos")
+        tokens[:, 4] = np.array([table.get(t, 1) for t in tags.tolist()], dtype=np.int64)[which.ravel()]
     return np.split(tokens, np.cumsum(corpus.lengths)[:-1])
 
 
@@ -243,26 +266,30 @@ class BiLSTMTagger(nn.Module):
 
     Parameters
     ----------
-    n_words, n_shapes, n_prefixes, n_suffixes, n_chars, n_tags : int
+    n_words, n_shapes, n_prefixes, n_suffixes, n_chars, n_pos, n_tags : int
         Table sizes (:meth:`Vocabulary.sizes`).
     word_dim, char_dim, char_hidden, hidden, extra_dim : int
         Word and character embedding sizes, the character and word BiLSTMs' hidden sizes (per direction) and
-        the size of each extra embedding (shape, prefix, suffix).
+        the size of each extra embedding (shape, prefix, suffix, POS).
     extra : bool
         Feed the shape, prefix and suffix embeddings to the word BiLSTM.
+    pos : bool
+        Feed the POS embedding to the word BiLSTM.
     dropout : float
         On the word BiLSTM's input and output.
     torchcrf : bool
         Score the chain with pytorch-crf's ``CRF`` instead of :class:`structopt.torch.ChainCRF` (comparison).
     """
 
-    def __init__(self, n_words: int, n_shapes: int, n_prefixes: int, n_suffixes: int, n_chars: int, n_tags: int,
-                 word_dim: int = 100, char_dim: int = 25, char_hidden: int = 25, hidden: int = 100,
-                 extra_dim: int = 16, extra: bool = True, dropout: float = 0.5, torchcrf: bool = False):
+    def __init__(self, n_words: int, n_shapes: int, n_prefixes: int, n_suffixes: int, n_chars: int, n_pos: int,
+                 n_tags: int, word_dim: int = 100, char_dim: int = 25, char_hidden: int = 25, hidden: int = 100,
+                 extra_dim: int = 16, extra: bool = True, pos: bool = True, dropout: float = 0.5,
+                 torchcrf: bool = False):
         super().__init__()
         from structopt.torch import ChainCRF
 
         self.extra = bool(extra)
+        self.use_pos = bool(pos)
         self.n_tags = int(n_tags)
         self.word = nn.Embedding(n_words, word_dim, padding_idx=0)
         self.char = nn.Embedding(n_chars, char_dim, padding_idx=0)
@@ -273,6 +300,9 @@ class BiLSTMTagger(nn.Module):
             self.prefix = nn.Embedding(n_prefixes, extra_dim, padding_idx=0)
             self.suffix = nn.Embedding(n_suffixes, extra_dim, padding_idx=0)
             size += 3 * extra_dim
+        if self.use_pos:
+            self.pos = nn.Embedding(n_pos, extra_dim, padding_idx=0)
+            size += extra_dim
         self.drop = nn.Dropout(dropout)
         self.lstm = nn.LSTM(size, hidden, batch_first=True, bidirectional=True)
         self.out = nn.Linear(2 * hidden, n_tags)
@@ -310,6 +340,8 @@ class BiLSTMTagger(nn.Module):
         parts = [self.word(tokens[..., 0]), self._char_vectors(flat[:, N_TOKEN_COLUMNS:]).reshape(B, T, -1)]
         if self.extra:
             parts += [self.shape(tokens[..., 1]), self.prefix(tokens[..., 2]), self.suffix(tokens[..., 3])]
+        if self.use_pos:
+            parts.append(self.pos(tokens[..., 4]))
         x = self.drop(torch.cat(parts, dim=-1))
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         h, _ = self.lstm(packed)
@@ -330,7 +362,7 @@ class BiLSTMTagger(nn.Module):
         return [ChainPotentials(unary[b, :int(n)], transitions) for b, n in enumerate(lengths.tolist())]
 
     def forward(self, x: torch.Tensor) -> Any:
-        """The chain potentials of one sentence ``x`` (T, 4 + max_chars): ``ChainPotentials(unary, transitions)``."""
+        """The chain potentials of one sentence ``x`` (T, 5 + max_chars): ``ChainPotentials(unary, transitions)``."""
         (theta,) = self.forward_batch([x])
         return theta
 
@@ -404,6 +436,8 @@ class NetOptions:
         Probability that a training singleton word is read as ``<unk>``.
     extra : bool
         Shape, prefix and suffix embeddings on (see the module docstring).
+    pos : bool
+        POS embedding on (the training file must have POS tags).
     hidden, word_dim : int
         Word BiLSTM hidden size per direction, word embedding size.
     dropout : float
@@ -415,12 +449,13 @@ class NetOptions:
     """
 
     loss: str = "crf"
-    epochs: int = 12
+    epochs: int = 10
     batch_size: int = 32
     lr: float = 2e-3
     clip: float = 5.0
     unk_rate: float = 0.5
     extra: bool = True
+    pos: bool = True
     hidden: int = 100
     word_dim: int = 100
     dropout: float = 0.5
@@ -445,6 +480,7 @@ class NetOptions:
     def network_args(self, vocab: Vocabulary) -> dict[str, Any]:
         """The JSON constructor arguments of :class:`BiLSTMTagger`."""
         return {**vocab.sizes(), "word_dim": self.word_dim, "hidden": self.hidden, "extra": self.extra,
+                "pos": vocab.uses_pos,
                 "dropout": self.dropout, "torchcrf": self.loss == "torchcrf"}
 
 
@@ -621,7 +657,7 @@ def train_tagger(options: NetOptions, data: str | os.PathLike | None = None, n_t
         if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
             raise InvalidInputError(f"n_train must be an integer >= 1, got {n_train!r}")
         train = subset(train, n_train)
-    vocab = Vocabulary.build(train)
+    vocab = Vocabulary.build(train, use_pos=options.pos)
     X, Y = encode(train, vocab), encode_tags(train, vocab)
     dev = (encode(corpora["dev"], vocab), encode_tags(corpora["dev"], vocab))
     test = (encode(corpora["test"], vocab), encode_tags(corpora["test"], vocab))

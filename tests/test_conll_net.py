@@ -64,20 +64,37 @@ def test_vocabulary_encoding_and_json_round_trip():
     # "madrid" occurs twice (lowercased), the others once
     assert sorted(vocab.words[i] for i in vocab.singletons) == ["0000", "la", "otorrinolaringología"]
     X = cn.encode(train, vocab)
-    assert [x.shape for x in X] == [(3, 4 + 8), (2, 4 + 8)]
+    assert [x.shape for x in X] == [(3, 5 + 8), (2, 5 + 8)]
+    assert (np.concatenate(X)[:, 4] == 1).all()  # no POS table: the POS column is <unk>
     assert X[0][0, 0] == X[0][1, 0] == vocab.words.index("madrid")
     assert X[0][0, 1] == vocab.shapes.index("Xxx") and X[0][1, 1] == vocab.shapes.index("xx")
     chars = vocab.lookup("chars")
     # a long word keeps its first and last max_chars / 2 characters
-    assert X[1][0, 4:].tolist() == [chars[c] for c in "Otorgía"[:4] + "ogía"]
-    assert X[0][0, 4:].tolist() == [chars[c] for c in "Madrid"] + [0, 0]
+    assert X[1][0, 5:].tolist() == [chars[c] for c in "Otorgía"[:4] + "ogía"]
+    assert X[0][0, 5:].tolist() == [chars[c] for c in "Madrid"] + [0, 0]
     test = Corpus(["Zaragoza", "1993"], None, ["B-LOC", "O"], np.array([2]), "u")
     (x,) = cn.encode(test, vocab)
     assert x[0, 0] == 1 and x[1, 0] == vocab.words.index("0000")  # unseen word → <unk>; digits → 0
-    assert x[0, 4] == chars["Z"] if "Z" in chars else x[0, 4] == 1
+    assert x[0, 5] == 1  # an unseen character
     again = cn.Vocabulary.from_json(vocab.to_json())
     assert again.to_json() == vocab.to_json()
     assert all(np.array_equal(a, b) for a, b in zip(cn.encode(train, again), X))
+
+
+def test_pos_inputs():
+    train = Corpus(["Juan", "vive", "en", "Madrid"], ["NP", "VM", "SP", "NP"], ["B-PER", "O", "O", "B-LOC"],
+                   np.array([4]), "t")
+    vocab = cn.Vocabulary.build(train, use_pos=True)
+    assert vocab.uses_pos and vocab.pos == ["<pad>", "<unk>", "NP", "SP", "VM"]
+    (x,) = cn.encode(Corpus(["Ana", "en"], ["NP", "Fc"], [], np.array([2]), "u"), vocab)
+    assert x[:, 4].tolist() == [vocab.pos.index("NP"), 1]
+    net = small_net(vocab)
+    assert net.use_pos and net.pos.num_embeddings == 5
+    with pytest.raises(InvalidInputError, match="u: the model reads POS tags"):
+        cn.encode(Corpus(["Ana"], None, [], np.array([1]), "u"), vocab)
+    with pytest.raises(InvalidInputError, match="no POS column"):
+        cn.Vocabulary.build(Corpus(["Ana"], None, ["O"], np.array([1]), "v"), use_pos=True)
+    assert not cn.Vocabulary.build(train).uses_pos
 
 
 @pytest.mark.parametrize("change, match", [
