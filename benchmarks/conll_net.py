@@ -4,7 +4,7 @@ and SparseMAP losses, and the same encoder with pytorch-crf's CRF.
 Usage::
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/conll_net.py [--losses crf hinge sparsemap torchcrf]
-        [--epochs 12] [--epochs-sparsemap 3] [--n-train N] [--no-extra] [--threads 1]
+        [--epochs 10] [--epochs-sparsemap 3] [--n-train N] [--no-extra] [--threads 1]
         [--records benchmarks/records/conll_net] [--out benchmarks/conll_net_results.md] [--report]
 
 Each loss is one run of :func:`structopt.tasks.conll_net.train_tagger` (seed 0, the module's defaults: Adam,
@@ -47,7 +47,7 @@ def run(loss: str, epochs: int, n_train: int | None, extra: bool, records: Path)
 
     from structopt.tasks.conll_net import NetOptions, train_tagger
 
-    options = NetOptions(loss=loss, epochs=epochs, extra=extra)
+    options = NetOptions(loss=loss, epochs=epochs, extra=extra, pos=extra)
     t0 = time.perf_counter()
     out = train_tagger(options, n_train=n_train, progress=True)
     info = out["info"]
@@ -79,22 +79,26 @@ def report(records: Path, out: Path) -> None:
              "`esp.train` (8,323 sentences), the epoch with the best `esp.testa` F1 kept, conlleval entity F1 on "
              "`esp.testb`. Encoder (trained from scratch, no pretrained vectors): word embeddings 100 (lowercased, "
              "digits → 0, training singletons read as `<unk>` with probability 0.5), character BiLSTM 2×25 over "
-             "25-dim character embeddings, and, where *extra* is yes, 16-dim embeddings of the linear task's word "
-             "shape and lowercase 3-character prefix and suffix; word BiLSTM 2×100, dropout 0.5, Adam (2e-3), "
+             "25-dim character embeddings, and, as the extra inputs column says, 16-dim embeddings of inputs the "
+             "linear task's features also use: the word shape, the lowercase 3-character prefix and suffix, and the "
+             "corpus's POS tag; word BiLSTM 2×100, dropout 0.5, Adam (2e-3), "
              "batch 32, clipping 5, seed 0. One torch thread. s/epoch: training time of an epoch (mean over the "
              "run's epochs; the development evaluation excluded); chain share: the time inside the chain's loss "
              "(forward and backward to the emissions and transition scores) over the epoch.",
              "",
              "| model | extra inputs | epochs (best) | testb F1 | best testa F1 | s/epoch | chain share | load |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {name} | shape, affixes (hashed, window 2) | — | {f1:.3f} | — | — | — | — |" for name, f1 in LINEAR]
+    lines += [f"| {name} | words, shape, affixes, POS (window ±2) | — | {f1:.3f} | — | — | — | — |"
+              for name, f1 in LINEAR]
     for r in rows:
         seconds = sum(r["epoch_seconds"]) / len(r["epoch_seconds"])
         label = NAMES.get(r["loss"], r["loss"])
         if r["n_train"] is not None:
             label += f", first {r['n_train']} sentences"
         load = "/".join(f"{x:.1f}" for x in r["load_average"])
-        lines.append(f"| {label} | {'shape, affixes' if r['options']['extra'] else 'no'} | {r['epochs']} "
+        extra = [name for name, on in (("shape, affixes", r["options"]["extra"]), ("POS", r["options"].get("pos")))
+                 if on]
+        lines.append(f"| {label} | {', '.join(extra) or 'none'} | {r['epochs']} "
                      f"({r['best_epoch']}) | {r['test_f1']:.3f} | {max(r['dev_f1']):.3f} | {seconds:.1f} | "
                      f"{100 * r['structured_share']:.1f}% | {load} |")
     lines.append("")
@@ -106,10 +110,10 @@ def report(records: Path, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--losses", nargs="+", default=["crf", "hinge", "sparsemap", "torchcrf"])
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--epochs-sparsemap", type=int, default=3, help="SparseMAP's epochs (its oracle is slow)")
     parser.add_argument("--n-train", type=int, default=None)
-    parser.add_argument("--no-extra", action="store_true", help="no shape/affix inputs")
+    parser.add_argument("--no-extra", action="store_true", help="no shape/affix/POS inputs")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--records", type=Path, default=ROOT / "benchmarks" / "records" / "conll_net")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "conll_net_results.md")
