@@ -52,7 +52,7 @@ from torch import nn
 from structopt.errors import InvalidInputError
 from structopt.progress import Progress, as_progress, count
 from structopt.tasks.conll import Corpus, _data_file, chunk_f1, read_conll, resolve_data_dir, word_shape
-from structopt.torch import register_network
+from structopt.torch import ChainCRF, register_network
 
 __all__ = [
     "LOSSES",
@@ -286,8 +286,6 @@ class BiLSTMTagger(nn.Module):
                  extra_dim: int = 16, extra: bool = True, pos: bool = True, dropout: float = 0.5,
                  torchcrf: bool = False):
         super().__init__()
-        from structopt.torch import ChainCRF
-
         self.extra = bool(extra)
         self.use_pos = bool(pos)
         self.n_tags = int(n_tags)
@@ -369,7 +367,21 @@ class BiLSTMTagger(nn.Module):
     def forward_batch(self, X: Sequence[Any]) -> list[Any]:
         """The chain potentials of each sentence of ``X`` (one padded pass)."""
         tokens, lengths = pad([np.asarray(x) for x in X])
+        self.check_tokens(tokens)
         return self.potentials(self.emissions(tokens, lengths), lengths)
+
+    def check_tokens(self, tokens: torch.Tensor) -> None:
+        """Refuse ids outside the embedding tables (an input encoded with another vocabulary), naming the column."""
+        tables = [("word", self.word), ("shape", getattr(self, "shape", None)),
+                  ("prefix", getattr(self, "prefix", None)), ("suffix", getattr(self, "suffix", None)),
+                  ("POS", getattr(self, "pos", None))]
+        columns = [(name, tokens[..., k], table) for k, (name, table) in enumerate(tables) if table is not None]
+        columns.append(("character", tokens[..., N_TOKEN_COLUMNS:], self.char))
+        for name, ids, table in columns:
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= table.num_embeddings):
+                raise InvalidInputError(f"{name} ids must be in [0, {table.num_embeddings}), got "
+                                        f"[{int(ids.min())}, {int(ids.max())}]: the input was not encoded with this "
+                                        "network's vocabulary")
 
     @torch.no_grad()
     def decode(self, emissions: torch.Tensor, lengths: torch.Tensor) -> list[np.ndarray]:
@@ -385,10 +397,14 @@ def pad(X: Sequence[np.ndarray], Y: Sequence[np.ndarray] | None = None):
     """A padded batch: tokens (B, T, K) int64 and lengths (B,), and tags (B, T) (0 past each length) if ``Y``."""
     if not X:
         raise InvalidInputError("an empty batch of sentences")
+    K = X[0].shape[1] if X[0].ndim == 2 else -1
+    for b, x in enumerate(X):
+        if x.ndim != 2 or x.shape[1] != K or x.dtype.kind not in "iu" or K <= N_TOKEN_COLUMNS:
+            raise InvalidInputError(f"sentence {b} of the batch must be an integer array (T, {N_TOKEN_COLUMNS} + "
+                                    f"characters) like the others (encode's), got {x.dtype} {x.shape}")
     lengths = np.array([len(x) for x in X], dtype=np.int64)
     if lengths.min() < 1:
         raise InvalidInputError(f"sentence {int(np.argmin(lengths))} of the batch is empty")
-    K = X[0].shape[1]
     tokens = np.zeros((len(X), int(lengths.max()), K), dtype=np.int64)
     for b, x in enumerate(X):
         tokens[b, :len(x)] = x

@@ -234,8 +234,19 @@ def test_bad_options_and_inputs_are_refused():
     with pytest.raises(InvalidInputError, match="empty batch"):
         cn.pad([])
     with pytest.raises(InvalidInputError, match="sentence 1 of the batch is empty"):
-        cn.pad([np.zeros((2, 6), np.int64), np.zeros((0, 6), np.int64)])
+        cn.pad([np.zeros((2, 7), np.int64), np.zeros((0, 7), np.int64)])
+    with pytest.raises(InvalidInputError, match="sentence 1 of the batch must be an integer array"):
+        cn.pad([np.zeros((2, 7), np.int64), np.zeros((2, 7))])
+    with pytest.raises(InvalidInputError, match="sentence 0 of the batch must be an integer array"):
+        cn.pad([np.zeros(7, np.int64)])
     vocab = cn.Vocabulary.build(corpus(5, 0))
+    x = cn.encode(corpus(1, 0), vocab)[0]
+    net = small_net(vocab)
+    for column, name in ((0, "word"), (2, "prefix"), (6, "character")):
+        bad = x.copy()
+        bad[0, column] = 10**5
+        with pytest.raises(InvalidInputError, match=f"{name} ids must be in"):
+            net(bad)
     with pytest.raises(InvalidInputError, match="as many tag sequences"):
         cn.fit(small_net(vocab), vocab, [np.zeros((2, 24), np.int64)], [], cn.NetOptions())
 
