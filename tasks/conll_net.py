@@ -575,10 +575,11 @@ def _step(net: BiLSTMTagger, optimiser: torch.optim.Optimizer, X, Y, options: Ne
     chain_params = [p for p in net.crf.parameters() if p.requires_grad]
     t0 = time.perf_counter()
     loss = _structured_loss(net, leaf, lengths, tags, Y, options)
-    grads = torch.autograd.grad(loss, [leaf, *chain_params])
+    # allow_unused: a batch of one-token sentences never reads pytorch-crf's transition matrix
+    grads = torch.autograd.grad(loss, [leaf, *chain_params], allow_unused=True)
     clock.structured += time.perf_counter() - t0
     for p, g in zip(chain_params, grads[1:]):
-        p.grad = g / len(X)
+        p.grad = torch.zeros_like(p) if g is None else g / len(X)
     emissions.backward(grads[0] / len(X))
     nn.utils.clip_grad_norm_(net.parameters(), options.clip)
     optimiser.step()

@@ -183,6 +183,20 @@ def test_timed_step_gives_the_gradients_of_one_backward(loss):
         assert float(whole.detach()) >= 0  # hinge and Fenchel-Young losses are non-negative
 
 
+@pytest.mark.parametrize("loss", ["crf", "hinge", "sparsemap", "torchcrf"])
+def test_a_batch_of_one_token_sentences_trains(loss):
+    """No transition is scored in such a batch (pytorch-crf's transitions are then outside the graph)."""
+    train = Corpus(["Juan", "vive", "Madrid"], None, ["B-PER", "O", "B-LOC"], np.array([1, 1, 1]), "t")
+    vocab = cn.Vocabulary.build(train)
+    X, Y = cn.encode(train, vocab), cn.encode_tags(train, vocab)
+    net = small_net(vocab, loss)
+    options = cn.NetOptions(loss=loss, hidden=8, word_dim=8)
+    optimiser = torch.optim.Adam(net.parameters())
+    before = net.chain_scores()[0].detach().clone()
+    cn._step(net, optimiser, X, Y, options, torch.zeros(0, dtype=torch.int64), torch.Generator(), cn._Clock())
+    assert torch.equal(net.chain_scores()[0].detach(), before)  # transitions: zero gradient, Adam leaves them
+
+
 def test_fit_is_seeded_and_learns_the_synthetic_names():
     train, dev = corpus(80, 3), corpus(30, 4)
     vocab = cn.Vocabulary.build(train)
