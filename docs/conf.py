@@ -122,6 +122,7 @@ API_MODULES: list[tuple[str, str]] = [
     ("structopt.solvers.base", "Solver machinery: options, results, the run loop, checkpoints"),
     ("structopt.estimator", "scikit-learn estimator"),
     ("structopt.saved_model", "Saved models: trained weights and preprocessing on disk"),
+    ("structopt.codecs", "Codecs: how each model, loss and structure type is saved"),
     ("structopt.marginals", "Marginal inference and MAP for UAI models"),
     ("structopt.validate", "Validation of structures and models"),
     ("structopt.parallel", "Executors: processes and dask"),

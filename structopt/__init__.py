@@ -33,6 +33,7 @@ _LAZY: dict[str, str] = {
     "LatentChain": "structopt.structures",  # hidden sub-states per label (solvers.latent_ssvm)
     "StructuredSVM": "structopt.estimator",
     **dict.fromkeys(("SavedModel", "load_model", "save_model"), "structopt.saved_model"),  # trained models on disk
+    "register_codec": "structopt.codecs",  # how a model type is saved
     **dict.fromkeys(("map_inference", "MAPResult"), "structopt.marginals.map"),  # MAP for UAI models
 }
 
@@ -109,5 +110,6 @@ __all__ = [
     "get_solver",
     "load_model",
     "map_inference",
+    "register_codec",
     "save_model",
 ]

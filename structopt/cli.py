@@ -177,6 +177,8 @@ def _train(args: argparse.Namespace) -> int:
         if getattr(args, dest) is not None and args.task not in tasks:  # refused, never silently ignored
             raise InvalidInputError(f"{flag} applies to {', '.join(tasks)} only, not to {args.task}")
     out = Path(args.out or f"runs/{args.task}")
+    if args.net is not None or args.epochs is not None:
+        return _train_net(args, out)
     _check_writable_dir(out, "--out")
     if args.checkpoint:
         _check_checkpoint_path(Path(args.checkpoint))
@@ -249,6 +251,60 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the linear path's flags that a network's own training loop does not take, and their defaults
+_LINEAR_ONLY = {"--solver": ("solver", "bcfw"), "--passes": ("passes", 20), "--lam": ("lam", None),
+                "--checkpoint": ("checkpoint", None), "--checkpoint-every": ("checkpoint_every", None),
+                "--workers": ("workers", None), "--scheduler": ("scheduler", None)}
+
+
+def _train_net(args: argparse.Namespace, out: Path) -> int:
+    """``structopt train TASK --net NAME``: the task's network trained by its own loop (:mod:`structopt.cli_net`),
+    evaluated with the linear path's metrics and saved to ``OUT/model.npz`` with the task's preprocessing."""
+    from structopt.progress import Progress
+    from structopt.saved_model import save_model
+
+    spec = TASKS[args.task]
+    nets = tuple(getattr(spec, "nets", ()))
+    if args.net is None:
+        raise InvalidInputError("--epochs applies to network training: give --net NAME")
+    if not nets:
+        having = [f"{name} ({', '.join(s.nets)})" for name, s in TASKS.items() if getattr(s, "nets", ())]
+        raise InvalidInputError(f"--net: task {args.task} has no networks (tasks with networks: "
+                                f"{', '.join(having) or 'none'})")
+    if args.net not in nets:
+        raise InvalidInputError(f"--net {args.net!r}: task {args.task} declares the networks {', '.join(nets)}")
+    for flag, (dest, default) in _LINEAR_ONLY.items():
+        if getattr(args, dest, default) != default:  # refused, never silently ignored
+            raise InvalidInputError(f"{flag} applies to the linear model's solvers; --net trains {args.task}'s "
+                                    "network with the task's own loop (--epochs, --seed, --n-train)")
+    _check_writable_dir(out, "--out")
+    net = spec.net(args)
+    _make_dir(out, "--out")
+    progress = Progress(lines=True, bars=not args.no_progress)
+    print(f"training {net.title}, n={net.n_train}", file=sys.stderr, flush=True)
+    started = time.time()
+    info = net.fit(progress)
+    w = net.model.get_weights()
+    metrics = net.evaluate(w)
+    summary = {"task": args.task, "net": args.net, "n_train": net.n_train, **info, **metrics}
+    shown = " | ".join(f"{name.replace('_', ' ')} {value:.4f}" for name, value in metrics.items())
+    final = info.get("final_loss")
+    line = (f"{args.task} --net {args.net}: {_count(info.get('epochs', 0), 'epoch', 'epochs')}, "
+            f"{info.get('seconds', 0.0):.1f}s training" + (f" | final loss {final:.5f}" if final is not None else "")
+            + f" | {shown}")
+    saved_info = {"net": args.net, "n_train": int(net.n_train), "metrics": metrics, "split": args.split,
+                  **{key: info[key] for key in ("epochs", "seconds", "final_loss", "kind") if key in info}}
+    try:
+        _write_text_atomic(out / "trace.json", json.dumps(summary, indent=1))
+        save_model(out / MODEL_FILE, net.model, w, task=args.task, preprocessing=net.preprocessing, info=saved_info)
+    except OSError as error:
+        print(line)
+        raise OutputError(f"--out {out}: could not write the results ({error.strerror or error})") from error
+    written = sorted(path.name for path in out.iterdir() if path.is_file() and path.stat().st_mtime >= started)
+    print(f"{line} | wrote {', '.join(f'{out}/{name}' for name in written)}")
+    return 0
+
+
 def _count(number: float, one: str, many: str) -> str:
     """``number`` and the noun in agreement: "1 pass", "2 passes", "0.5 passes"."""
     return f"{number:g} {one if number == 1 else many}"
@@ -308,8 +364,11 @@ def _save_trained(path: Path, args: argparse.Namespace, task: Task, result: Any,
 
 # --------------------------------------------------------------------------- predict
 def _predict(args: argparse.Namespace) -> int:
-    from structopt.saved_model import load_model
+    from structopt.saved_model import OPTIONAL_MODEL_MODULES, load_model, read_header
 
+    task, kind = read_header(args.model)
+    if kind in OPTIONAL_MODEL_MODULES and getattr(TASKS.get(task), "nets", ()):
+        TASKS[task].load_networks()  # a saved network is rebuilt only from the declarations its task imports
     saved = load_model(args.model)
     from structopt.cli_tasks import TaskSpec
 
@@ -668,6 +727,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--data", default=None, help="data path instead of the default (see the task's loader)")
     train.add_argument("--no-progress", action="store_true",
                        help="no progress bars (the one-line stage names on stderr stay)")
+    with_nets = [f"{name}: {', '.join(spec.nets)}" for name, spec in TASKS.items() if getattr(spec, "nets", ())]
+    train.add_argument("--net", default=None, metavar="NAME",
+                       help="train the task's network NAME instead of its linear model, by the task's own loop "
+                            f"(needs the [torch] extra; {'; '.join(with_nets) or 'no task has networks'})")
+    train.add_argument("--epochs", type=number_argument(int, 1), default=None, metavar="N",
+                       help="with --net: epochs over the training examples (default: the task's)")
     from structopt.tasks.own_data import add_flat_arguments
 
     own = train.add_argument_group("your own data (structopt train sequence|segmentation|boxes|bitext)")

@@ -134,10 +134,20 @@ class TaskSpec:
     split_help = ""
     default_output = ""
     output_is_folder = False
+    #: the networks ``structopt train TASK --net NAME`` trains (:mod:`structopt.cli_net`); none by default
+    nets: tuple[str, ...] = ()
 
     def __call__(self, args: argparse.Namespace) -> Task:
         """Build the training task from the parsed ``structopt train`` arguments."""
         raise NotImplementedError
+
+    def net(self, args: argparse.Namespace) -> Any:
+        """The :class:`~structopt.cli_net.NetTask` of network ``args.net`` (one of :attr:`nets`)."""
+        raise NotImplementedError(f"{self.name} has no networks")
+
+    def load_networks(self) -> None:
+        """Import the module that declares this task's networks (before a saved network is rebuilt)."""
+        import structopt.torch  # noqa: F401  (the built-in declarations)
 
     def check_preprocessing(self, saved: Any) -> None:
         """Refuse, naming the model file, preprocessing that lacks a key of :attr:`preprocessing_types` or
@@ -222,6 +232,32 @@ class OCRTask(TaskSpec):
         record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", problem.n, len(test["X"]), split=name)
         return Task(problem, lambda w: {"test_letter_error": letter_error(test["y"], problem.predict(test["X"], w))},
                     f"OCR ({name} split)", {"letters": LETTERS, "split": name, "data_split": record})
+
+    # ----- networks (structopt.cli_net): "mlp" is the built-in chain_mlp over the 128 pixels of each letter
+    nets = ("mlp",)
+
+    def net(self, args: argparse.Namespace) -> Any:
+        import torch
+
+        from structopt.cli_net import NetTask, train_network
+        from structopt.losses import Hamming
+        from structopt.structures.chain import Chain
+        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error, load_ocr, split
+        from structopt.torch import TorchModel
+
+        name = args.split or "bcfw"
+        train, test = split(load_ocr(args.data), name)
+        X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
+        model = TorchModel(Chain(len(LETTERS)), "chain_mlp", {"n_features": 128, "n_hidden": 64,
+                                                              "n_states": len(LETTERS)}, seed=args.seed)
+        torch.manual_seed(args.seed)
+        record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", len(X), len(test["X"]), split=name)
+        return NetTask(model, lambda progress: train_network(model, X, Y, epochs=args.epochs or 10, kind="hinge",
+                                                             loss=Hamming(normalize=True), lr=3e-3, seed=args.seed,
+                                                             progress=progress),
+                       lambda w: {"test_letter_error": letter_error(test["y"], model.predict_batch(test["X"], w))},
+                       f"OCR ({name} split), network mlp", {"letters": LETTERS, "split": name, "data_split": record},
+                       len(X))
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.ocr import load_ocr

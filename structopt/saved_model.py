@@ -40,172 +40,107 @@ Examples
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from structopt.archive import decode, encode, read_archive, write_archive
+from structopt.codecs import build, codecs, describe, register_codec
 from structopt.errors import InvalidInputError, StructoptError
+from structopt.losses import BoxLoss, Hamming, MatchingHamming, WeightedHamming
 
 #: ``meta["format"]`` of a saved model, and the newest layout this code reads
 FORMAT = "structopt saved model"
 FORMAT_VERSION = 1
 
 
-@dataclass(frozen=True)
-class _Codec:
-    """How one class is described (``describe(obj) -> kwargs``) and rebuilt (``cls(**kwargs)``).
-
-    ``keys`` are the keywords ``describe`` writes: a description read back must hold exactly
-    these (a missing one would silently take the constructor's default, an unknown one would be a
-    file that is not ours); their values are checked by the constructor itself.
-    """
-
-    cls: type
-    describe: Callable[[Any], dict[str, Any]]
-    keys: tuple[str, ...]
+#: optional model types whose codec registers when their module is imported: a file naming one imports it
+#: (``TorchModel``'s module imports torch, which ``import structopt`` never does)
+OPTIONAL_MODEL_MODULES: dict[str, str] = {"TorchModel": "structopt.torch.model"}
 
 
-def _plain(obj: Any, cls: type, what: str) -> None:
-    # a subclass may override anything: rebuilding it as the base class would change the predictions
-    if type(obj) is not cls:
-        raise InvalidInputError(f"cannot save {what} of type {type(obj).__qualname__}: only the built-in "
-                                f"{cls.__qualname__} itself can be described (subclasses are not rebuilt)")
+def _builtin_codecs() -> None:
+    """Import the modules whose import registers the built-in codecs (models register theirs beside them)."""
+    import structopt.models
+    import structopt.models.nonlinear  # noqa: F401
 
 
-def _chain(model: Any) -> dict[str, Any]:
-    from structopt.structures.chain import Chain
-
-    _plain(model.structure, Chain, "a ChainModel whose structure is")
-    s = model.structure
-    return {"n_features": model.n_features, "n_states": model.n_states, "start_end": model.start_end,
-            "bias": model.bias, "allowed": s.allowed, "allowed_start": s.allowed_start, "allowed_end": s.allowed_end}
+def _model_codecs() -> dict[str, Any]:
+    _builtin_codecs()
+    return codecs("model")
 
 
-def _grid(model: Any) -> dict[str, Any]:
-    from structopt.structures.grid import BinaryGrid
+def _optional_model(description: Any) -> None:
+    """Import the module of an optional model type a description names (its codec registers on import)."""
+    name = description.get("type") if isinstance(description, dict) else None
+    module = OPTIONAL_MODEL_MODULES.get(name) if isinstance(name, str) else None
+    if module is not None and name not in codecs("model"):
+        import importlib
 
-    _plain(model.structure, BinaryGrid, "a GridModel whose structure is")
-    return {"n_features": model.n_features, "n_edge_features": model.n_edge_features, "pairwise": model.pairwise}
-
-
-def _box(model: Any) -> dict[str, Any]:
-    from structopt.structures.box import BoundingBox
-
-    _plain(model.structure, BoundingBox, "a BoxModel whose structure is")
-    return {"n_features": model.n_features, "search": model.structure.search}
-
-
-def _matching(model: Any) -> dict[str, Any]:
-    from structopt.structures.matching import BipartiteMatching
-
-    _plain(model.structure, BipartiteMatching, "a MatchingModel whose structure is")
-    return {"n_features": model.n_features, "allow_unmatched": model.allow_unmatched}
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise InvalidInputError(f"a {name} needs {module}, which cannot be imported ({error})") from None
 
 
-def _multiclass(model: Any) -> dict[str, Any]:
-    from structopt.structures.multiclass import MultiClass
-
-    _plain(model.structure, MultiClass, "a MultiClassModel whose structure is")
-    return {"n_features": model.n_features, "n_classes": model.n_classes}
-
-
-def _dependency(model: Any) -> dict[str, Any]:
-    from structopt.structures.dependency import DependencyTree
-
-    _plain(model.structure, DependencyTree, "a DependencyModel whose structure is")
-    s = model.structure
-    return {"n_features": model.n_features, "projective": s.projective, "single_root": s.single_root,
-            "n_labels": s.n_labels}
+# the losses' codecs
+register_codec("Hamming", Hamming, lambda loss: {"normalize": loss.normalize}, ("normalize",), kind="loss")
+register_codec("WeightedHamming", WeightedHamming, lambda loss: {"cost": loss.cost, "normalize": loss.normalize},
+               ("cost", "normalize"), kind="loss")
+register_codec("MatchingHamming", MatchingHamming, lambda loss: {"fp_cost": loss.fp_cost, "fn_cost": loss.fn_cost},
+               ("fp_cost", "fn_cost"), kind="loss")
+register_codec("BoxLoss", BoxLoss, lambda loss: {}, (), kind="loss")
 
 
-def _graph(model: Any) -> dict[str, Any]:
-    from structopt.models.graph import GraphStructure
+class _RegisteredNames(SequenceABC):
+    """The names of the registered codecs of one kind, read when used (a type registered later is in it)."""
 
-    _plain(model.structure, GraphStructure, "a GraphModel whose structure is")
-    s = model.structure
-    # the whole configuration: the oracle options change what training and SSVMProblem.predict compute
-    return {"n_node_features": model.n_node_features, "n_edge_features": model.n_edge_features,
-            "n_states": model.n_states, "symmetric": model.symmetric, "exact": s.exact,
-            "time_limit": s.time_limit, "warm_start": s.warm_start}
+    def __init__(self, kind: str):
+        self._kind = kind
 
+    def _names(self) -> tuple[str, ...]:
+        if self._kind != "model":
+            return tuple(codecs(self._kind))
+        _builtin_codecs()  # the optional types are named without importing their dependency
+        return tuple(dict.fromkeys([*codecs("model"), *OPTIONAL_MODEL_MODULES]))
 
-def _model_types() -> dict[str, _Codec]:
-    from structopt.models import BoxModel, ChainModel, DependencyModel, GridModel, MatchingModel, MultiClassModel
-    from structopt.models.graph import GraphModel
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._names()[index]
 
-    return {"ChainModel": _Codec(ChainModel, _chain, ("n_features", "n_states", "start_end", "bias", "allowed",
-                                                      "allowed_start", "allowed_end")),
-            "GridModel": _Codec(GridModel, _grid, ("n_features", "n_edge_features", "pairwise")),
-            "BoxModel": _Codec(BoxModel, _box, ("n_features", "search")),
-            "MatchingModel": _Codec(MatchingModel, _matching, ("n_features", "allow_unmatched")),
-            "MultiClassModel": _Codec(MultiClassModel, _multiclass, ("n_features", "n_classes")),
-            "GraphModel": _Codec(GraphModel, _graph, ("n_node_features", "n_edge_features", "n_states", "symmetric",
-                                                      "exact", "time_limit", "warm_start")),
-            "DependencyModel": _Codec(DependencyModel, _dependency, ("n_features", "projective", "single_root",
-                                                                     "n_labels"))}
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __repr__(self) -> str:
+        return repr(self._names())
 
 
-def _loss_types() -> dict[str, _Codec]:
-    from structopt.losses import BoxLoss, Hamming, MatchingHamming, WeightedHamming
-
-    return {"Hamming": _Codec(Hamming, lambda loss: {"normalize": loss.normalize}, ("normalize",)),
-            "WeightedHamming": _Codec(WeightedHamming, lambda loss: {"cost": loss.cost, "normalize": loss.normalize},
-                                      ("cost", "normalize")),
-            "MatchingHamming": _Codec(MatchingHamming,
-                                      lambda loss: {"fp_cost": loss.fp_cost, "fn_cost": loss.fn_cost},
-                                      ("fp_cost", "fn_cost")),
-            "BoxLoss": _Codec(BoxLoss, lambda loss: {}, ())}
-
-
-#: model classes a saved model may name (the only ones :func:`load_model` rebuilds)
-MODEL_TYPES: tuple[str, ...] = ("ChainModel", "GridModel", "BoxModel", "MatchingModel", "MultiClassModel",
-                                "GraphModel", "DependencyModel")
-#: loss classes a saved model may name
-LOSS_TYPES: tuple[str, ...] = ("Hamming", "WeightedHamming", "MatchingHamming", "BoxLoss")
-
-
-def _describe(obj: Any, registry: dict[str, _Codec], kind: str) -> dict[str, Any]:
-    for name, codec in registry.items():
-        if type(obj) is codec.cls:
-            return {"type": name, "args": codec.describe(obj)}
-    raise InvalidInputError(f"cannot save a {kind} of type {type(obj).__qualname__}: saved models hold only "
-                            f"{', '.join(registry)} (and not their subclasses)")
+#: model types a saved model may name (the only ones :func:`load_model` rebuilds): the registered model codecs
+MODEL_TYPES = _RegisteredNames("model")
+#: loss types a saved model may name: the registered loss codecs
+LOSS_TYPES = _RegisteredNames("loss")
 
 
 def describe_model(model: Any) -> dict[str, Any]:
-    """``{"type": name, "args": constructor keywords}`` of a model of a type in :data:`MODEL_TYPES`.
+    """``{"type": name, "args": constructor keywords}`` of a model whose type has a registered codec
+    (:data:`MODEL_TYPES`; :func:`~structopt.codecs.register_codec` for a model of your own).
 
     Raises
     ------
     InvalidInputError
-        Another model type, a subclass, or a built-in model on a custom structure subclass.
+        A type without a codec, a subclass, or a built-in model on a custom structure subclass.
     """
-    return _describe(model, _model_types(), "model")
+    _builtin_codecs()
+    return describe(model, "model")
 
 
 def build_model(description: dict[str, Any]) -> Any:
-    """The model :func:`describe_model` described (only types in :data:`MODEL_TYPES`)."""
-    return _build(description, _model_types(), "model")
-
-
-def _build(description: Any, registry: dict[str, _Codec], kind: str) -> Any:
-    if not isinstance(description, dict) or not isinstance(description.get("args"), dict):
-        raise InvalidInputError(f"the {kind} description is not a {{type, args}} object")
-    name = description.get("type")
-    if not isinstance(name, str) or name not in registry:
-        raise InvalidInputError(f"unknown {kind} type {name!r} (known: {', '.join(registry)})")
-    codec, args = registry[name], description["args"]
-    missing = [key for key in codec.keys if key not in args]
-    if missing:
-        raise InvalidInputError(f"the {name} description lacks {', '.join(map(repr, missing))}")
-    unknown = [repr(key) for key in args if key not in codec.keys]
-    if unknown:
-        raise InvalidInputError(f"the {name} description has unknown argument(s) {', '.join(unknown)} "
-                                f"(a {name} is described by {', '.join(codec.keys)})")
-    return codec.cls(**args)
+    """The model :func:`describe_model` described (only registered types)."""
+    _builtin_codecs()
+    _optional_model(description)
+    return build(description, "model")
 
 
 @dataclass
@@ -289,12 +224,41 @@ def save_model(path: str | os.PathLike, model: Any, w: np.ndarray, *, loss: Any 
         raise InvalidInputError(f"save_model: the model has {model.n_params} weights but w has shape {w.shape}")
     if not np.all(np.isfinite(w)):
         raise InvalidInputError("save_model: the weights are not all finite")
-    body = {"model": description, "loss": None if loss is None else _describe(loss, _loss_types(), "loss"),
+    body = {"model": description, "loss": None if loss is None else describe(loss, "loss"),
             "task": task, "preprocessing": preprocessing or {}, "info": info or {}}
     data, arrays = encode(body)
     arrays["w"] = w
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "structopt_version": __version__, "body": data}
     return write_archive(path, meta, arrays, "model", compress=True)
+
+
+def _read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The sealed archive of a saved model (its metadata and arrays), checked to be one this code reads."""
+    meta, arrays = read_archive(path, "model")
+    kind = meta.get("format")
+    if kind != FORMAT:
+        what = f"a {kind}" if isinstance(kind, str) else "another kind of structopt archive"
+        raise InvalidInputError(f"model {path} is not a saved model ({what})")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise InvalidInputError(f"model {path} has format version {version!r}; this structopt reads up to "
+                                f"{FORMAT_VERSION} (upgrade structopt)")
+    return meta, arrays
+
+
+def read_header(path: str | os.PathLike) -> tuple[str | None, str | None]:
+    """``(task, model type)`` of a saved model, read without building anything (``structopt predict`` imports
+    the task's networks before :func:`load_model` rebuilds a network). Refused like :func:`load_model` when
+    the file is not an intact saved model; a field of the wrong kind reads as None."""
+    meta, _ = _read(path)
+    body = meta.get("body")
+    fields = body.get("$dict") if isinstance(body, dict) else None
+    if not isinstance(fields, dict):
+        return None, None
+    task, model = fields.get("task"), fields.get("model")
+    model = model.get("$dict") if isinstance(model, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    return (task if isinstance(task, str) else None), (kind if isinstance(kind, str) else None)
 
 
 def load_model(path: str | os.PathLike) -> SavedModel:
@@ -310,19 +274,11 @@ def load_model(path: str | os.PathLike) -> SavedModel:
         unknown model or loss type, a description with a missing or unknown argument or a value
         its constructor refuses, or weights that do not fit the model.
     """
-    meta, arrays = read_archive(path, "model")
-    kind = meta.get("format")
-    if kind != FORMAT:
-        what = f"a {kind}" if isinstance(kind, str) else "another kind of structopt archive"
-        raise InvalidInputError(f"model {path} is not a saved model ({what})")
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise InvalidInputError(f"model {path} has format version {version!r}; this structopt reads up to "
-                                f"{FORMAT_VERSION} (upgrade structopt)")
+    meta, arrays = _read(path)
     try:
         body = decode(meta["body"], arrays)
         model = build_model(body["model"])
-        loss = None if body["loss"] is None else _build(body["loss"], _loss_types(), "loss")
+        loss = None if body["loss"] is None else build(body["loss"], "loss")
         w = arrays["w"]
         task, preprocessing, info = body["task"], body["preprocessing"], body["info"]
     except StructoptError as error:
@@ -332,10 +288,13 @@ def load_model(path: str | os.PathLike) -> SavedModel:
     if w.dtype != np.float64 or w.shape != (model.n_params,) or not np.all(np.isfinite(w)):
         raise InvalidInputError(f"model {path}: its weights (shape {w.shape}, dtype {w.dtype}) do not fit the model "
                                 f"({model.n_params} finite float64 weights)")
+    if callable(getattr(model, "set_weights", None)):
+        model.set_weights(w)  # a network's module holds the saved weights, as it did when saved
     if (task is not None and not isinstance(task, str)) or not isinstance(preprocessing, dict):
         raise InvalidInputError(f"model {path} is malformed (task or preprocessing of the wrong kind)")
     return SavedModel(model, w, loss, task, preprocessing, info if isinstance(info, dict) else {},
                       str(meta.get("structopt_version", "")), str(path))
 
 
-__all__ = ["LOSS_TYPES", "MODEL_TYPES", "SavedModel", "build_model", "describe_model", "load_model", "save_model"]
+__all__ = ["LOSS_TYPES", "MODEL_TYPES", "SavedModel", "build_model", "describe_model", "load_model", "read_header",
+           "register_codec", "save_model"]

@@ -1,5 +1,6 @@
-"""Saved models (structopt.saved_model): every registered model and loss round-trips, and a file that
-was tampered with, truncated, of another kind or naming an unknown type is refused on one line."""
+"""Saved models (structopt.saved_model): every registered model and loss round-trips (the list comes from the
+codec registry), and a file that was tampered with, truncated, of another kind or naming an unknown type is
+refused on one line."""
 
 from __future__ import annotations
 
@@ -10,12 +11,32 @@ import numpy as np
 import pytest
 
 from structopt.archive import write_archive
+from structopt.codecs import codecs, register_codec
 from structopt.errors import DataNotFoundError, InvalidInputError
 from structopt.losses import BoxLoss, Hamming, MatchingHamming, WeightedHamming
-from structopt.models import BoxModel, ChainModel, FeatureModel, GridInput, GridModel, MatchingModel, MultiClassModel
+from structopt.models import (
+    BoxModel,
+    ChainModel,
+    FeatureModel,
+    GridInput,
+    GridModel,
+    MatchingModel,
+    Model,
+    MultiClassModel,
+    TreeModel,
+)
 from structopt.models.graph import GraphModel
-from structopt.saved_model import FORMAT, LOSS_TYPES, MODEL_TYPES, describe_model, load_model, save_model
-from structopt.structures import Chain, MultiClass
+from structopt.models.nonlinear import NonlinearBoxModel, NonlinearChainModel, NonlinearMatchingModel
+from structopt.saved_model import (
+    FORMAT,
+    LOSS_TYPES,
+    MODEL_TYPES,
+    OPTIONAL_MODEL_MODULES,
+    describe_model,
+    load_model,
+    save_model,
+)
+from structopt.structures import Chain, DependencyTree, MultiClass, MultiClassPotentials, TreeStructure
 
 
 def _chain_case(rng):
@@ -61,21 +82,65 @@ def _dependency_case(rng):
     return DependencyModel(5, projective=True, n_labels=2), X, Hamming()
 
 
+def _tree_case(rng):
+    tree = TreeStructure([(0, 1), (0, 2), (2, 3)], n_states=3, n_nodes=5)  # a forest: node 4 alone
+    return TreeModel(tree, n_features=3), [rng.normal(size=3) for _ in range(3)], Hamming()
+
+
+def _feature_case(rng):
+    return FeatureModel(MultiClass(4), n_features=3, n_labels=4), [rng.normal(size=3) for _ in range(3)], None
+
+
+def _feature_dependency_case(rng):
+    X = [rng.normal(size=((n + 1) ** 2, 2)) for n in (2, 3)]
+    return FeatureModel(DependencyTree(projective=True), n_features=2), X, None
+
+
+def _nonlinear_chain_case(rng):
+    return NonlinearChainModel(3, 4, 3, activation="elu"), [rng.normal(size=(4, 3)) for _ in range(3)], Hamming()
+
+
+def _nonlinear_matching_case(rng):
+    return NonlinearMatchingModel(2, 3), [rng.normal(size=(3, 3, 2)) for _ in range(3)], MatchingHamming()
+
+
+def _nonlinear_box_case(rng):
+    return NonlinearBoxModel(2, 3, search="exhaustive"), [rng.normal(size=(3, 4, 2)) for _ in range(2)], BoxLoss()
+
+
 CASES = {"ChainModel": _chain_case, "GridModel": _grid_case, "BoxModel": _box_case,
          "MatchingModel": _matching_case, "MultiClassModel": _multiclass_case, "GraphModel": _graph_case,
-         "DependencyModel": _dependency_case}
+         "DependencyModel": _dependency_case, "TreeModel": _tree_case, "FeatureModel": _feature_case,
+         "FeatureModel/dependency": _feature_dependency_case, "NonlinearChainModel": _nonlinear_chain_case,
+         "NonlinearMatchingModel": _nonlinear_matching_case, "NonlinearBoxModel": _nonlinear_box_case}
+
+
+def _case(name, rng):
+    """The test's case of a type, or the example its codec registered (optional types: their module first)."""
+    if name in CASES:
+        return CASES[name](rng)
+    if name in OPTIONAL_MODEL_MODULES:
+        pytest.importorskip(OPTIONAL_MODEL_MODULES[name])
+    codec = codecs("model")[name]
+    assert codec.example is not None, f"model type {name} has neither a case here nor a codec example"
+    return (*codec.example(rng), None)
 
 
 def test_every_registered_type_has_a_case():
-    assert set(CASES) == set(MODEL_TYPES)
-    losses = {type(CASES[name](np.random.default_rng(0))[2]).__name__ for name in CASES}
+    for name in MODEL_TYPES:
+        assert name in CASES or name in OPTIONAL_MODEL_MODULES or codecs("model")[name].example is not None, name
+    losses = {type(CASES[name](np.random.default_rng(0))[2]).__name__ for name in CASES} - {"NoneType"}
     assert losses == set(LOSS_TYPES)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+def _registered_and_variants():
+    return sorted({*MODEL_TYPES, *CASES})
+
+
+@pytest.mark.parametrize("name", _registered_and_variants())
 def test_round_trip_rebuilds_the_model_and_predicts_the_same(tmp_path, name):
     rng = np.random.default_rng(1)
-    model, X, loss = CASES[name](rng)
+    model, X, loss = _case(name, rng)
     w = np.abs(rng.normal(size=model.n_params))  # non-negative: a grid's pairwise weights must be
     preprocessing = {"tags": ["O", "B-NP"], "mean": np.arange(3.0), "nested": {"k": (1, 2)}}
     size = save_model(tmp_path / "m.npz", model, w, loss=loss, task="demo", preprocessing=preprocessing,
@@ -84,6 +149,9 @@ def test_round_trip_rebuilds_the_model_and_predicts_the_same(tmp_path, name):
     saved = load_model(tmp_path / "m.npz")
     assert type(saved.model) is type(model) and describe_model(saved.model).keys() == describe_model(model).keys()
     assert repr(saved.model) == repr(model) and repr(saved.loss) == repr(loss)
+    if hasattr(model, "set_weights"):  # a network's module takes the saved weights on loading
+        model.set_weights(w)
+    assert _same_description(describe_model(saved.model), describe_model(model))
     np.testing.assert_array_equal(saved.w, w)
     assert saved.task == "demo" and saved.info == {"lam": 0.1} and saved.preprocessing["tags"] == ["O", "B-NP"]
     np.testing.assert_array_equal(saved.preprocessing["mean"], np.arange(3.0))
@@ -91,12 +159,19 @@ def test_round_trip_rebuilds_the_model_and_predicts_the_same(tmp_path, name):
     import structopt
 
     assert saved.version == structopt.__version__
-    structure = model.structure
-    expected = [structure.argmax(model.potentials(model.validate_input(x, i), w)) for i, x in enumerate(X)]
+    expected = [model.predict_output(model.potentials(model.validate_input(x, i), w)) for i, x in enumerate(X)]
     for got, want in zip(saved.predict(X), expected, strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     if name == "ChainModel":  # the transition mask came back as an array, not a list
         np.testing.assert_array_equal(saved.model.structure.allowed, model.structure.allowed)
+
+
+def _same_description(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_description(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b) and np.asarray(a).dtype == np.asarray(b).dtype
+    return a == b and type(a) is type(b)
 
 
 def test_the_file_is_plain_npz_and_json_without_pickle(tmp_path):
@@ -189,15 +264,68 @@ def test_unknown_types_and_misfit_weights_are_refused_without_importing_anything
     _one_line(error, path)
 
 
+class MyMultiClass(MultiClass):
+    pass
+
+
+class _UnsavedModel(Model):
+    """A user's model: ``theta = x * w`` over three classes."""
+
+    def __init__(self, scale: float = 1.0):
+        self.structure = MultiClass(3)
+        self.scale = scale
+
+    @property
+    def blocks(self):
+        return [("w", (3,))]
+
+    def validate_input(self, x, index=None):
+        return np.asarray(x, dtype=float)
+
+    def potentials(self, x, w):
+        return MultiClassPotentials(self.scale * x * w)
+
+    def add_features(self, x, mu, out, scale=1.0):
+        out += scale * self.scale * x * mu.scores
+
+
+class _SavedUserModel(_UnsavedModel):
+    pass
+
+
+register_codec("test_saved_model.UserModel", _SavedUserModel, lambda m: {"scale": m.scale}, ("scale",),
+               example=lambda rng: (_SavedUserModel(2.0), [rng.normal(size=3) for _ in range(3)]))
+
+
+def test_a_users_model_registers_its_codec(tmp_path):
+    assert "test_saved_model.UserModel" in MODEL_TYPES  # registered after import: the list is derived
+    model = _SavedUserModel(scale=-1.5)
+    w = np.array([1.0, -2.0, 0.5])
+    save_model(tmp_path / "u.npz", model, w)
+    saved = load_model(tmp_path / "u.npz")
+    assert type(saved.model) is _SavedUserModel and saved.model.scale == -1.5
+    x = np.array([1.0, 1.0, 1.0])
+    assert saved.predict([x]) == model.predict_batch([x], w)
+    with pytest.raises(InvalidInputError, match="already registered"):
+        register_codec("test_saved_model.UserModel", _UnsavedModel, lambda m: {}, ())
+    with pytest.raises(InvalidInputError, match="already has the model codec"):
+        register_codec("another name", _SavedUserModel, lambda m: {}, ())
+    with pytest.raises(InvalidInputError, match="kind must be one of"):
+        register_codec("x", _UnsavedModel, lambda m: {}, (), kind="solver")
+
+
 def test_models_that_cannot_be_described_are_refused_when_saving(tmp_path):
     class MyChain(Chain):
         pass
 
     with pytest.raises(InvalidInputError, match="subclasses are not rebuilt"):
         save_model(tmp_path / "m.npz", ChainModel(2, 2, structure=MyChain(2)), np.zeros(8))
-    other = FeatureModel(MultiClass(3), 2)
-    with pytest.raises(InvalidInputError, match="saved models hold only"):
+    other = FeatureModel(MyMultiClass(3), 2)
+    with pytest.raises(InvalidInputError, match="saved models hold only the structure types with a registered codec"):
         save_model(tmp_path / "m.npz", other, np.zeros(other.n_params))
+    mine = _UnsavedModel()
+    with pytest.raises(InvalidInputError, match=r"saved models hold only the model types .*register_codec"):
+        save_model(tmp_path / "m.npz", mine, np.zeros(mine.n_params))
     model = MultiClassModel(2, 3)
     with pytest.raises(InvalidInputError, match="weights"):
         save_model(tmp_path / "m.npz", model, np.zeros(4))
@@ -207,15 +335,14 @@ def test_models_that_cannot_be_described_are_refused_when_saving(tmp_path):
 
 
 def test_the_codec_keys_are_what_describe_writes():
-    from structopt import saved_model
-
-    codecs = saved_model._model_types()
-    for name, case in CASES.items():
-        model = case(np.random.default_rng(0))[0]
-        assert tuple(describe_model(model)["args"]) == codecs[name].keys
-        loss = case(np.random.default_rng(0))[2]
-        codec = saved_model._loss_types()[type(loss).__name__]
-        assert tuple(codec.describe(loss)) == codec.keys
+    registry = codecs("model")
+    for case in CASES.values():
+        model, _, loss = case(np.random.default_rng(0))
+        description = describe_model(model)
+        assert tuple(description["args"]) == registry[description["type"]].keys
+        if loss is not None:
+            codec = codecs("loss")[type(loss).__name__]
+            assert tuple(codec.describe(loss)) == codec.keys
 
 
 def test_missing_and_unknown_constructor_arguments_are_refused(tmp_path):
@@ -240,7 +367,6 @@ def test_missing_and_unknown_constructor_arguments_are_refused(tmp_path):
 
 
 def test_the_declared_type_lists_are_the_codecs():
-    from structopt import saved_model
-
-    assert set(saved_model.MODEL_TYPES) == set(saved_model._model_types())
-    assert set(saved_model.LOSS_TYPES) == set(saved_model._loss_types())
+    assert set(MODEL_TYPES) == set(codecs("model")) | set(OPTIONAL_MODEL_MODULES)
+    assert set(LOSS_TYPES) == set(codecs("loss"))
+    assert {"TreeModel", "FeatureModel", "NonlinearChainModel", "TorchModel"} <= set(MODEL_TYPES)

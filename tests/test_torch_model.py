@@ -305,3 +305,126 @@ def test_bad_arguments():
     with pytest.raises(InvalidInputError, match="must be numeric"):
         model.validate_input(np.array([["a", "b"]]), 0)
     assert get_network("chain_mlp") is not None and "test_grid" in network_names()
+
+
+class _Normalised(nn.Module):
+    """chain_mlp after a fixed standardisation held in buffers (saved with the state_dict, not trained)."""
+
+    def __init__(self, n_features: int, n_states: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(n_features))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+        self.lin = nn.Linear(n_features, n_states)
+        self.pairwise = nn.Parameter(torch.zeros(n_states, n_states))
+
+    def forward(self, x):
+        return ChainPotentials(self.lin(x - self.mean), self.pairwise)
+
+
+register_network("test_normalised")(_Normalised)
+
+
+def _rewrite(path, edit):
+    from structopt.archive import read_archive, write_archive
+
+    meta, arrays = read_archive(path, "model")
+    edit(meta["body"]["$dict"]["model"]["$dict"]["args"]["$dict"])
+    write_archive(path, meta, arrays, "model")
+
+
+def test_saved_network_round_trips_with_its_buffers_and_refuses_what_does_not_match(tmp_path):
+    from structopt.saved_model import load_model, save_model
+
+    rng = np.random.default_rng(6)
+    model = TorchModel(Chain(3), "test_normalised", {"n_features": 2, "n_states": 3}, dtype=torch.float64)
+    with torch.no_grad():
+        model.module.mean.copy_(torch.tensor([3.0, -1.0]))
+        model.module.steps.fill_(7)
+    w = rng.normal(size=model.n_params)
+    X = [rng.normal(size=(4, 2)) + 3 for _ in range(3)]
+    path = tmp_path / "net.npz"
+    save_model(path, model, w, loss=Hamming(), task="demo")
+    saved = load_model(path)
+    assert saved.model.network == "test_normalised" and saved.model.dtype == torch.float64
+    assert torch.equal(saved.model.module.mean, model.module.mean) and int(saved.model.module.steps) == 7
+    assert np.array_equal(saved.model.get_weights(), w)  # the module holds the saved weights
+    for got, want in zip(saved.predict(X), model.predict_batch(X, w), strict=True):
+        assert np.array_equal(got, want)
+
+    def one_line(error) -> str:
+        message = str(error.value)
+        assert "\n" not in message and str(path) in message
+        return message
+
+    _rewrite(path, lambda args: args.update(network="os.system"))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "unknown network 'os.system'" in one_line(error)
+    save_model(path, model, w)
+    _rewrite(path, lambda args: args["network_args"]["$dict"].update(n_features=5))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "state_dict does not match" in one_line(error) and "mean has shape (2,)" in one_line(error)
+    save_model(path, model, w)
+    _rewrite(path, lambda args: args["state"]["$dict"].pop("steps"))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "missing steps" in one_line(error)
+    save_model(path, model, w)
+    _rewrite(path, lambda args: args.update(dtype="float16"))
+    with pytest.raises(InvalidInputError) as error:
+        load_model(path)
+    assert "dtype" in one_line(error)
+
+
+def test_cli_trains_saves_and_predicts_a_network_with_the_same_metric(tmp_path, capsys):
+    import json
+
+    from structopt.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "ocr", "--net", "mlp", "--n-train", "30", "--epochs", "1", "--out", str(out),
+                 "--no-progress"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("ocr --net mlp: 1 epoch") and f"{out}/model.npz" in line
+    trained = json.loads((out / "trace.json").read_text())
+    assert trained["n_train"] == 30 and trained["epochs"] == 1 and len(trained["losses"]) == 1
+    assert main(["predict", str(out / "model.npz"), "--out", str(tmp_path / "p.txt"), "--json",
+                 str(tmp_path / "p.json")]) == 0
+    predicted = json.loads((tmp_path / "p.json").read_text())
+    assert predicted["n"] == 626 and predicted["test_letter_error"] == trained["test_letter_error"]
+    assert len((tmp_path / "p.txt").read_text().splitlines()) == 626
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["conll", "--net", "mlp"], r"--net: task conll has no networks \(tasks with networks: ocr \(mlp"),
+    (["ocr", "--net", "resnet"], "--net 'resnet': task ocr declares the networks mlp"),
+    (["ocr", "--epochs", "3"], "--epochs applies to network training"),
+    (["ocr", "--net", "mlp", "--solver", "sgd"], "--solver applies to the linear model's solvers"),
+    (["ocr", "--net", "mlp", "--passes", "3"], "--passes applies to the linear model's solvers"),
+])
+def test_cli_network_flags_are_refused_where_they_do_not_apply(tmp_path, capsys, argv, message):
+    import re
+
+    from structopt.cli import main
+
+    assert main(["train", *argv, "--out", str(tmp_path / "run"), "--no-progress"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(message, err), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpointed_prox_linear_run_on_a_network_resumes_to_the_uninterrupted_result(tmp_path):
+    rng = np.random.default_rng(8)
+    X, Y = _chain_data(rng, n=8)
+    model = TorchModel(Chain(3), "chain_mlp", {"n_features": 4, "n_hidden": 3, "n_states": 3}, dtype=torch.float64)
+    problem = NonconvexProblem(model, X, Y, Hamming(), 0.05)
+    w0 = model.initial_weights(2)
+    straight = prox_linear(problem, max_passes=30, w0=w0, random_state=1, inner_passes=5.0)
+    path = tmp_path / "pl.npz"
+    prox_linear(problem, max_passes=15, w0=w0, random_state=1, inner_passes=5.0, checkpoint=path)
+    again = TorchModel(Chain(3), "chain_mlp", {"n_features": 4, "n_hidden": 3, "n_states": 3}, dtype=torch.float64)
+    resumed = prox_linear(NonconvexProblem(again, X, Y, Hamming(), 0.05), max_passes=30, w0=w0, random_state=1,
+                          inner_passes=5.0, resume=path)
+    assert np.array_equal(resumed.w, straight.w)
+    assert [r["primal"] for r in resumed.trace] == [r["primal"] for r in straight.trace]

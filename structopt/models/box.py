@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from structopt.codecs import exact_type, register_codec
 from structopt.errors import InvalidInputError, check_count
 from structopt.models.base import Model, cell_features, model_structure
 from structopt.structures.box import BoundingBox, BoxPotentials
@@ -61,3 +62,14 @@ class BoxModel(Model):
         H, W, F = x.shape
         g = cells.reshape(H * W) @ x.reshape(H * W, F)
         return float(g @ g)
+
+
+
+# ----- saving (structopt.saved_model): the codecs of BoxModel and of its structure
+def _describe_box_model(model: BoxModel) -> dict:
+    exact_type(model.structure, BoundingBox, "a BoxModel whose structure is")
+    return {"n_features": model.n_features, "search": model.structure.search}
+
+
+register_codec("BoxModel", BoxModel, _describe_box_model, ("n_features", "search"))
+register_codec("BoundingBox", BoundingBox, lambda s: {"search": s.search}, ("search",), kind="structure")

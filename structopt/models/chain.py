@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from structopt.codecs import exact_type, register_codec
 from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error
 from structopt.models._kernels import csr_add_outer
 from structopt.models.base import Model, feature_matrix, model_structure
@@ -131,3 +132,19 @@ class ChainModel(Model):
             blocks["end"] += scale * node[-1]
         if self.bias:
             blocks["bias"] += scale * node.sum(axis=0)
+
+
+
+# ----- saving (structopt.saved_model): the codecs of ChainModel and of its structure
+def _describe_chain_model(model: ChainModel) -> dict:
+    exact_type(model.structure, Chain, "a ChainModel whose structure is")
+    s = model.structure
+    return {"n_features": model.n_features, "n_states": model.n_states, "start_end": model.start_end,
+            "bias": model.bias, "allowed": s.allowed, "allowed_start": s.allowed_start, "allowed_end": s.allowed_end}
+
+
+register_codec("ChainModel", ChainModel, _describe_chain_model,
+               ("n_features", "n_states", "start_end", "bias", "allowed", "allowed_start", "allowed_end"))
+register_codec("Chain", Chain, lambda s: {"n_states": s.n_states, "allowed": s.allowed,
+                                          "allowed_start": s.allowed_start, "allowed_end": s.allowed_end},
+               ("n_states", "allowed", "allowed_start", "allowed_end"), kind="structure")

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from structopt.codecs import exact_type, register_codec
 from structopt.errors import InvalidInputError, check_count, example_error
 from structopt.models.base import Model, feature_matrix, model_structure
 from structopt.models.feature import FeatureInput
@@ -176,3 +177,19 @@ def arc_features(words: Sequence[int], tags: Sequence[int], n_features: int = 2 
     x.sum_duplicates()
     x.data[:] = np.minimum(x.data, 1.0)  # binary: two templates hashing to one column count once
     return x
+
+
+
+# ----- saving (structopt.saved_model): the codecs of DependencyModel and of its structure
+def _describe_dependency_model(model: DependencyModel) -> dict:
+    exact_type(model.structure, DependencyTree, "a DependencyModel whose structure is")
+    s = model.structure
+    return {"n_features": model.n_features, "projective": s.projective, "single_root": s.single_root,
+            "n_labels": s.n_labels}
+
+
+register_codec("DependencyModel", DependencyModel, _describe_dependency_model,
+               ("n_features", "projective", "single_root", "n_labels"))
+register_codec("DependencyTree", DependencyTree,
+               lambda s: {"projective": s.projective, "single_root": s.single_root, "n_labels": s.n_labels},
+               ("projective", "single_root", "n_labels"), kind="structure")

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from structopt.codecs import build_structure, describe_structure, register_codec
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error
 from structopt.models.base import Model, feature_matrix
 from structopt.structures.base import Potentials, Structure
@@ -165,3 +166,13 @@ class FeatureModel(Model):
 
     def joint_feature(self, x: FeatureInput, y: Any) -> np.ndarray:
         return self.features(x, self.structure.stats(y, self.potentials(x, self.zeros())))
+
+
+
+# ----- saving (structopt.saved_model): any structure that has a codec (describe_structure refuses the others)
+register_codec("FeatureModel", FeatureModel,
+               lambda model: {"structure": describe_structure(model.structure), "n_features": model.n_features,
+                              "n_labels": model.n_labels},
+               ("structure", "n_features", "n_labels"),
+               build=lambda args: FeatureModel(build_structure(args["structure"]), args["n_features"],
+                                               n_labels=args["n_labels"]))

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from structopt.codecs import exact_type, register_codec
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, refuse_nonfinite
 from structopt.models.base import Model
 from structopt.structures.base import Polytope, Structure, check_flag, unsupported
@@ -401,3 +402,18 @@ class GraphModel(Model):
         """``||A_x^T mu||^2`` from the blocks alone."""
         unary, pairwise = self._blocks_of(x, mu)
         return float(np.sum(unary * unary)) + (float(np.sum(pairwise * pairwise)) if pairwise is not None else 0.0)
+
+
+
+# ----- saving (structopt.saved_model)
+def _describe_graph_model(model: GraphModel) -> dict:
+    exact_type(model.structure, GraphStructure, "a GraphModel whose structure is")
+    s = model.structure
+    # the whole configuration: the oracle options change what training and SSVMProblem.predict compute
+    return {"n_node_features": model.n_node_features, "n_edge_features": model.n_edge_features,
+            "n_states": model.n_states, "symmetric": model.symmetric, "exact": s.exact,
+            "time_limit": s.time_limit, "warm_start": s.warm_start}
+
+
+register_codec("GraphModel", GraphModel, _describe_graph_model,
+               ("n_node_features", "n_edge_features", "n_states", "symmetric", "exact", "time_limit", "warm_start"))

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from structopt.codecs import exact_type, register_codec
 from structopt.errors import InvalidInputError, check_count, example_error
 from structopt.models.base import Model, model_structure
 from structopt.structures.base import check_flag
@@ -150,3 +151,14 @@ class GridModel(Model):
         unary, pairwise = self._blocks_of(x, mu)
         value = float(np.sum(unary * unary))
         return value + (float(pairwise @ pairwise) if pairwise is not None else 0.0)
+
+
+
+# ----- saving (structopt.saved_model): the codecs of GridModel and of its structure
+def _describe_grid_model(model: GridModel) -> dict:
+    exact_type(model.structure, BinaryGrid, "a GridModel whose structure is")
+    return {"n_features": model.n_features, "n_edge_features": model.n_edge_features, "pairwise": model.pairwise}
+
+
+register_codec("GridModel", GridModel, _describe_grid_model, ("n_features", "n_edge_features", "pairwise"))
+register_codec("BinaryGrid", BinaryGrid, lambda s: {"backend": s.backend}, ("backend",), kind="structure")

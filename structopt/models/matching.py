@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from structopt.codecs import exact_type, register_codec
 from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
 from structopt.models.base import Model, model_structure
 from structopt.structures.base import check_flag
@@ -86,3 +87,16 @@ class MatchingModel(Model):
         if self.allow_unmatched and isinstance(mu, MatchingPotentials):
             blocks["unmatched"][0] += scale * float(np.sum(mu.unmatched_left))
             blocks["unmatched"][1] += scale * float(np.sum(mu.unmatched_right))
+
+
+
+# ----- saving (structopt.saved_model): the codecs of MatchingModel and of its structure
+def _describe_matching_model(model: MatchingModel) -> dict:
+    exact_type(model.structure, BipartiteMatching, "a MatchingModel whose structure is")
+    return {"n_features": model.n_features, "allow_unmatched": model.allow_unmatched}
+
+
+register_codec("MatchingModel", MatchingModel, _describe_matching_model, ("n_features", "allow_unmatched"))
+register_codec("BipartiteMatching", BipartiteMatching,
+               lambda s: {"n_left": s.n_left, "n_right": s.n_right, "allow_unmatched": s.allow_unmatched},
+               ("n_left", "n_right", "allow_unmatched"), kind="structure")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from structopt.codecs import exact_type, register_codec
 from structopt.errors import MAX_ABS_FEATURE, InvalidInputError, check_count, example_error, numeric_array
 from structopt.models.base import Model, model_structure
 from structopt.structures.multiclass import MultiClass, MultiClassPotentials
@@ -55,3 +56,14 @@ class MultiClassModel(Model):
         if scores.shape != (self.n_classes,):
             raise InvalidInputError(f"statistics of shape {scores.shape} do not match {self.n_classes} classes")
         self.unpack(out)["weights"] += scale * np.outer(x, scores)
+
+
+
+# ----- saving (structopt.saved_model): the codecs of MultiClassModel and of its structure
+def _describe_multiclass_model(model: MultiClassModel) -> dict:
+    exact_type(model.structure, MultiClass, "a MultiClassModel whose structure is")
+    return {"n_features": model.n_features, "n_classes": model.n_classes}
+
+
+register_codec("MultiClassModel", MultiClassModel, _describe_multiclass_model, ("n_features", "n_classes"))
+register_codec("MultiClass", MultiClass, lambda s: {"n_classes": s.n_classes}, ("n_classes",), kind="structure")

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from structopt.codecs import register_codec
 from structopt.errors import InvalidInputError, NotSupportedError, example_error
 from structopt.models import _mlp
 from structopt.models.base import Model, cell_features, feature_matrix
@@ -333,6 +334,19 @@ class NonlinearBoxModel(CellNetworkModel):
 
     def _cells(self, mu: BoxPotentials) -> np.ndarray:
         return mu.cells
+
+
+
+# ----- saving (structopt.saved_model): each builds its own structure
+register_codec("NonlinearChainModel", NonlinearChainModel,
+               lambda m: {"n_features": m.n_features, "n_hidden": m.n_hidden, "n_states": m.n_states,
+                          "activation": m.activation}, ("n_features", "n_hidden", "n_states", "activation"))
+register_codec("NonlinearMatchingModel", NonlinearMatchingModel,
+               lambda m: {"n_features": m.n_features, "n_hidden": m.n_hidden, "activation": m.activation},
+               ("n_features", "n_hidden", "activation"))
+register_codec("NonlinearBoxModel", NonlinearBoxModel,
+               lambda m: {"n_features": m.n_features, "n_hidden": m.n_hidden, "activation": m.activation,
+                          "search": m.structure.search}, ("n_features", "n_hidden", "activation", "search"))
 
 
 __all__ = ["CellNetworkModel", "ChainTangent", "GridTangent", "NonlinearBoxModel",

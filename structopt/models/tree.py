@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from structopt.codecs import build_structure, describe_structure, exact_type, register_codec
 from structopt.errors import InvalidInputError, check_count, example_error
 from structopt.models.base import Model
 from structopt.structures.tree import TreePotentials, TreeStructure
@@ -73,3 +74,17 @@ class TreeModel(Model):
     def features_sqnorm(self, x: np.ndarray, mu: TreePotentials) -> float:
         node, edge = np.asarray(mu.unary, dtype=float), np.asarray(mu.pairwise, dtype=float)
         return float(x @ x) * float(np.sum(node * node)) + float(np.sum(edge * edge))
+
+
+
+# ----- saving (structopt.saved_model): the codecs of TreeModel and of its structure
+def _describe_tree_model(model: TreeModel) -> dict:
+    exact_type(model.structure, TreeStructure, "a TreeModel whose structure is")
+    return {"structure": describe_structure(model.structure), "n_features": model.n_features}
+
+
+register_codec("TreeModel", TreeModel, _describe_tree_model, ("structure", "n_features"),
+               build=lambda args: TreeModel(build_structure(args["structure"]), args["n_features"]))
+register_codec("TreeStructure", TreeStructure,
+               lambda s: {"edges": s.edges, "n_states": s.n_states, "n_nodes": s.n_nodes},
+               ("edges", "n_states", "n_nodes"), kind="structure")

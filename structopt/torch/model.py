@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from structopt.codecs import register_codec
 from structopt.errors import InvalidInputError, NotSupportedError, example_error, refuse_nonfinite
 from structopt.hooks import has_hook
 from structopt.models.nonlinear import NonlinearModel
@@ -373,4 +374,67 @@ class TorchModel(NonlinearModel):
         out += scale * flat
 
 
-__all__ = ["TorchInput", "TorchModel", "TorchTangent"]
+
+
+# ----- saving (structopt.saved_model): the network's name, its JSON arguments and its state_dict as arrays
+def _describe(model: TorchModel) -> dict[str, Any]:
+    from structopt.codecs import describe_structure
+
+    state = {name: value.detach().cpu().numpy().copy() for name, value in model.module.state_dict().items()}
+    return {"structure": describe_structure(model.structure), "network": model.network,
+            "network_args": model.network_args, "dtype": DTYPES[model.dtype], "seed": model.seed, "state": state}
+
+
+def _build(args: dict[str, Any]) -> TorchModel:
+    from structopt.codecs import build_structure
+
+    dtypes = {text: dtype for dtype, text in DTYPES.items()}
+    if args["dtype"] not in dtypes:
+        raise InvalidInputError(f"TorchModel dtype must be one of {', '.join(dtypes)}, got {args['dtype']!r}")
+    state = args["state"]
+    if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
+        raise InvalidInputError("the TorchModel state_dict is not a mapping of names to arrays")
+    model = TorchModel(build_structure(args["structure"]), args["network"], args["network_args"],
+                       dtype=dtypes[args["dtype"]], seed=args["seed"])
+    load_state(model, state)
+    return model
+
+
+def load_state(model: TorchModel, state: dict[str, np.ndarray]) -> None:
+    """Copy ``state`` (a state_dict of arrays) into ``model.module``, refusing one that does not match its
+    names, shapes or dtypes with one line naming the differences."""
+    own = model.module.state_dict()
+    problems = []
+    missing, unknown = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if missing:
+        problems.append(f"missing {', '.join(missing)}")
+    if unknown:
+        problems.append(f"unexpected {', '.join(unknown)}")
+    for name in sorted(set(own) & set(state)):
+        want, got = own[name], state[name]
+        if tuple(want.shape) != got.shape:
+            problems.append(f"{name} has shape {got.shape}, the network's is {tuple(want.shape)}")
+        elif (want.is_floating_point() and got.dtype.kind != "f") or (not want.is_floating_point()
+                                                                       and got.dtype.kind not in "biu"):
+            problems.append(f"{name} has dtype {got.dtype}, the network's is {want.dtype}")
+        elif got.dtype.kind == "f" and not np.all(np.isfinite(got)):
+            problems.append(f"{name} holds NaN or infinite values")
+    if problems:
+        raise InvalidInputError(f"the state_dict does not match network {model.network!r} "
+                                f"({model.network_args}): {'; '.join(problems)}")
+    model.module.load_state_dict({name: torch.from_numpy(np.ascontiguousarray(state[name])).to(own[name].dtype)
+                                  for name in own})
+
+
+def _example(rng: np.random.Generator) -> tuple[TorchModel, list[Any]]:
+    from structopt.structures.chain import Chain
+
+    model = TorchModel(Chain(3), "chain_mlp", {"n_features": 4, "n_hidden": 5, "n_states": 3}, seed=1)
+    return model, [rng.normal(size=(int(rng.integers(1, 6)), 4)) for _ in range(3)]
+
+
+register_codec("TorchModel", TorchModel, _describe, ("structure", "network", "network_args", "dtype", "seed", "state"),
+               build=_build, example=_example)
+
+
+__all__ = ["TorchInput", "TorchModel", "TorchTangent", "load_state"]
