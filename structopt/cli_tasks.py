@@ -286,17 +286,88 @@ class OCRTask(TaskSpec):
 
 # --------------------------------------------------------------------------- conll
 class CoNLLTask(TaskSpec):
-    """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names."""
+    """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names.
+
+    ``--net bilstm``: CoNLL-2002 Spanish NER with a BiLSTM over word and character embeddings + a linear chain
+    (:mod:`structopt.tasks.conll_net`); preprocessing: the vocabularies (JSON lists) and the tag names."""
 
     name = "conll"
     preprocessing_types = (("tags", list), ("n_features", int), ("window", int), ("affix_lengths", list),
                            ("use_pos", bool))
-    summary = "CoNLL-2000 chunking"
+    #: the preprocessing of a ``--net bilstm`` model
+    net_preprocessing_types = (("tags", list), ("vocabulary", dict))
+    #: ``structopt train conll --net``'s choices
+    nets = ("bilstm",)
+    summary = "CoNLL-2000 chunking; --net bilstm: CoNLL-2002 Spanish NER with a BiLSTM + chain"
     input_help = ("conll: a CoNLL column file, 'word POS' per line (the model uses POS features), optionally a "
                   "gold tag column last, blank lines between sentences")
     output_help = "conll: the input columns and a predicted tag column (conlleval's input when the gold is there)"
-    split_help = "conll: the files: train.txt trains (8,936 sentences), test.txt tests (2,012)"
+    split_help = ("conll: the files: train.txt trains (8,936 sentences), test.txt tests (2,012); --net bilstm: "
+                  "esp.train trains (8,323), esp.testa chooses the epoch, esp.testb tests (1,517)")
     default_output = "predictions.conll"
+
+    def net(self, args: argparse.Namespace) -> Any:
+        """``--net bilstm``: the BiLSTM + chain tagger on CoNLL-2002 Spanish (``--data``: the folder of ``esp.*``),
+        trained with the CRF loss for ``--epochs`` (default 10), the epoch of the best ``esp.testa`` F1 kept."""
+        import torch
+
+        from structopt.cli_net import NetTask
+        from structopt.tasks import conll_net as cn
+
+        torch.set_num_threads(1)  # the batches are small: on a shared 2-core machine more threads cost more
+        epochs = args.epochs
+        options = cn.NetOptions(seed=args.seed, **({} if epochs is None else {"epochs": int(epochs)}))
+        progress = _progress(args)
+        split = cn.load_split(args.data, progress)
+        corpora = split["corpora"]
+        train = corpora["train"] if args.n_train is None else cn.subset(corpora["train"], args.n_train)
+        vocab = cn.Vocabulary.build(train, use_pos=options.pos)
+        X, Y = cn.encode(train, vocab), cn.encode_tags(train, vocab)
+        dev = (cn.encode(corpora["dev"], vocab), cn.encode_tags(corpora["dev"], vocab))
+        test = corpora["test"]
+        X_test, gold = cn.encode(test, vocab), _sentences(test.tags, test.lengths)
+        model = cn.build_model(vocab, options)
+
+        def fit(bars: Any) -> dict[str, Any]:
+            return cn.fit(model.module, vocab, X, Y, options, dev=dev, progress=bars)
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            from structopt.tasks.conll import chunk_f1
+
+            return {"test_chunk_f1": chunk_f1(gold, model.predict_batch(X_test, w), vocab.tags)["f1"]}
+
+        files = split["files"]
+        record = data_split(Path(files["train"]).parent, f"train on {Path(files['train']).name} (the epoch chosen on "
+                            f"{Path(files['dev']).name}), test on {Path(files['test']).name}", len(X), len(X_test),
+                            files={name: str(Path(file).resolve()) for name, file in files.items()})
+        preprocessing = {"tags": list(vocab.tags), "vocabulary": vocab.to_json(), "data_split": record}
+        return NetTask(model, fit, evaluate, "CoNLL-2002 Spanish NER, BiLSTM + chain (CRF loss)", preprocessing,
+                       len(X))
+
+    def load_networks(self) -> None:
+        import structopt.tasks.conll_net  # noqa: F401  (declares the "conll_bilstm" network)
+
+    def check_preprocessing(self, saved: Any) -> None:
+        if "vocabulary" not in saved.preprocessing:
+            return super().check_preprocessing(saved)
+        for key, kind in self.net_preprocessing_types:
+            if not isinstance(saved.preprocessing.get(key), kind):
+                raise InvalidInputError(f"model {saved.path}: its {self.name} preprocessing lacks {key!r} or holds "
+                                        f"a {type(saved.preprocessing.get(key)).__name__} there")
+        self._vocabulary(saved)
+        return None
+
+    @staticmethod
+    def _vocabulary(saved: Any) -> Any:
+        from structopt.tasks.conll_net import Vocabulary
+
+        try:
+            vocab = Vocabulary.from_json(saved.preprocessing["vocabulary"])
+        except InvalidInputError as error:
+            raise InvalidInputError(f"model {saved.path}: {error}") from None
+        if vocab.tags != saved.preprocessing["tags"]:
+            raise InvalidInputError(f"model {saved.path}: its vocabulary's tags differ from its tag names")
+        return vocab
 
     def __call__(self, args: argparse.Namespace) -> Task:
         from structopt.losses import Hamming
@@ -329,12 +400,16 @@ class CoNLLTask(TaskSpec):
         from structopt.tasks.conll import featurize, read_tokens
 
         p = saved.preprocessing
-        corpus, rows, has_gold = read_tokens(path, bool(p["use_pos"]), known_tags=p["tags"])
-        (X,) = featurize([corpus], p["n_features"], p["window"], p["affix_lengths"], p["use_pos"])
-        gold = None
-        if has_gold:
-            bounds = np.cumsum(corpus.lengths)[:-1]
-            gold = [list(s) for s in np.split(np.array(corpus.tags, dtype=object), bounds)]
+        if "vocabulary" in p:  # a --net bilstm model
+            from structopt.tasks.conll_net import encode
+
+            vocab = self._vocabulary(saved)
+            corpus, rows, has_gold = read_tokens(path, vocab.uses_pos, known_tags=p["tags"])
+            X = encode(corpus, vocab)
+        else:
+            corpus, rows, has_gold = read_tokens(path, bool(p["use_pos"]), known_tags=p["tags"])
+            (X,) = featurize([corpus], p["n_features"], p["window"], p["affix_lengths"], p["use_pos"])
+        gold = _sentences(corpus.tags, corpus.lengths) if has_gold else None
         return Inputs(X, gold, {"rows": rows, "lengths": corpus.lengths})
 
     def _tags(self, saved: Any, predictions: list[Any]) -> list[list[str]]:
@@ -351,6 +426,11 @@ class CoNLLTask(TaskSpec):
         from structopt.tasks.conll import chunk_f1
 
         return {"test_chunk_f1": chunk_f1(inputs.gold, self._tags(saved, predictions))["f1"]}
+
+
+def _sentences(tags: list[str], lengths: np.ndarray) -> list[list[str]]:
+    """The tags of each sentence."""
+    return [list(s) for s in np.split(np.array(tags, dtype=object), np.cumsum(lengths)[:-1])]
 
 
 # --------------------------------------------------------------------------- alignment

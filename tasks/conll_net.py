@@ -594,7 +594,8 @@ def fit(net: BiLSTMTagger, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequen
     Returns
     -------
     dict
-        ``epochs`` run, ``seconds`` (training, dev evaluation excluded), ``seconds_per_epoch``,
+        ``epochs`` run, ``seconds`` (training, dev evaluation excluded), ``seconds_per_epoch``, ``final_loss`` (the
+        mean loss of the last epoch),
         ``structured_share`` (the fraction of the training time inside the chain's loss, forward and backward),
         ``losses`` and ``dev_f1`` per epoch, ``best_epoch``.
     """
@@ -612,6 +613,7 @@ def fit(net: BiLSTMTagger, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequen
     net.eval()  # a TorchModel's module is a deterministic function of its weights
     seconds = float(np.sum(info["epoch_seconds"]))
     info.update(epochs=len(info["losses"]), seconds=seconds, seconds_per_epoch=seconds / len(info["losses"]),
+                final_loss=info["losses"][-1],
                 structured_share=float(np.sum(info["structured_seconds"])) / seconds)
     info.setdefault("best_epoch", len(info["losses"]))
     return info

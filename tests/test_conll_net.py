@@ -238,6 +238,23 @@ def test_torch_model_predicts_the_networks_viterbi_tags():
         np.testing.assert_array_equal(a, b)
 
 
+def test_saved_model_round_trip_predicts_the_same_tags(tmp_path):
+    """so.save_model / so.load_model keep the network (declared name, JSON args, state_dict arrays) and the
+    vocabulary (JSON): the reloaded model reads a corpus and predicts the trained network's tags."""
+    train, new = corpus(30, 6), corpus(15, 7)
+    vocab = cn.Vocabulary.build(train)
+    options = cn.NetOptions(epochs=1, batch_size=8, hidden=8, word_dim=8)
+    model = cn.build_model(vocab, options)
+    cn.fit(model.module, vocab, cn.encode(train, vocab), cn.encode_tags(train, vocab), options)
+    w = model.get_weights()
+    so.save_model(tmp_path / "model.npz", model, w, task="conll", preprocessing={"vocabulary": vocab.to_json()})
+    saved = so.load_model(tmp_path / "model.npz")
+    again = cn.Vocabulary.from_json(saved.preprocessing["vocabulary"])
+    X = cn.encode(new, again)
+    for a, b in zip(saved.predict(X), cn.predict_tags(model.module, cn.encode(new, vocab))):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_bad_options_and_inputs_are_refused():
     with pytest.raises(InvalidInputError, match="loss must be one of"):
         cn.NetOptions(loss="svm")
@@ -263,6 +280,27 @@ def test_bad_options_and_inputs_are_refused():
             net(bad)
     with pytest.raises(InvalidInputError, match="as many tag sequences"):
         cn.fit(small_net(vocab), vocab, [np.zeros((2, 24), np.int64)], [], cn.NetOptions())
+
+
+@pytest.mark.slow
+@needs_data("conll2002")
+def test_cli_train_net_then_predict_gives_the_same_f1(tmp_path, capsys):
+    from structopt.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "conll", "--net", "bilstm", "--n-train", "40", "--epochs", "1", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    trained = capsys.readouterr().out
+    f1 = trained.split("test chunk f1 ")[1].split()[0]
+    assert main(["predict", str(out / "model.npz"), "--out", str(tmp_path / "testb.conll")]) == 0
+    assert capsys.readouterr().out.split("test chunk f1 ")[1].split()[0] == f1
+    lines = (tmp_path / "testb.conll").read_text(encoding="utf-8").splitlines()
+    assert lines[0].split()[:2] == ["La", "DA"] and len(lines[0].split()) == 4  # word POS gold predicted
+    # a file without its POS column: the model reads POS tags
+    bad = tmp_path / "nopos.txt"
+    bad.write_text("Juan\nvive\n", encoding="utf-8")
+    assert main(["predict", str(out / "model.npz"), str(bad), "--out", str(tmp_path / "x.conll")]) == 2
+    assert "word POS [tag]" in capsys.readouterr().err  # read_tokens: the model uses POS inputs
 
 
 @pytest.mark.slow
