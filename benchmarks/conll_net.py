@@ -55,7 +55,8 @@ def run(loss: str, epochs: int, n_train: int | None, extra: bool, records: Path)
               "n_train": n_train, "test_f1": info["test_f1"],
               "dev_f1": info["dev_f1"], "best_epoch": info["best_epoch"], "epochs": info["epochs"],
               "epoch_seconds": info["epoch_seconds"], "structured_seconds": info["structured_seconds"],
-              "structured_share": info["structured_share"], "wall_seconds": time.perf_counter() - t0,
+              "structured_share": info["structured_share"],
+              "sparsemap_truncated": info["sparsemap_truncated"], "wall_seconds": time.perf_counter() - t0,
               "torch_threads": torch.get_num_threads(), "load_average": os.getloadavg(),
               "machine": platform.machine(), "torch": torch.__version__}
     records.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -462,6 +463,10 @@ class NetOptions:
     seed : int
     sparsemap_tol : float
         SparseMAP's active-set tolerance.
+    sparsemap_max_iter : int
+        SparseMAP's active-set iterations per sentence. Near-zero potentials (an untrained network) have a dense
+        SparseMAP solution that takes hundreds of iterations; a sentence stopped here gets the approximate
+        gradient of its last active set, and :func:`fit` counts them (``sparsemap_truncated``).
     """
 
     loss: str = "crf"
@@ -478,11 +483,12 @@ class NetOptions:
     patience: int = 0
     seed: int = 0
     sparsemap_tol: float = 1e-6
+    sparsemap_max_iter: int = 50
 
     def __post_init__(self):
         if self.loss not in LOSSES:
             raise InvalidInputError(f"loss must be one of {LOSSES}, got {self.loss!r}")
-        for name in ("epochs", "batch_size", "hidden", "word_dim"):
+        for name in ("epochs", "batch_size", "hidden", "word_dim", "sparsemap_max_iter"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"{name} must be an integer >= 1, got {value!r}")
@@ -501,7 +507,7 @@ class NetOptions:
 
 
 def _structured_loss(net: BiLSTMTagger, emissions: torch.Tensor, lengths: torch.Tensor, tags: torch.Tensor,
-                     Y: Sequence[np.ndarray], options: NetOptions) -> torch.Tensor:
+                     Y: Sequence[np.ndarray], options: NetOptions, clock: _Clock | None = None) -> torch.Tensor:
     """The chain's loss of a batch, summed over its sentences."""
     if options.loss == "crf":
         return net.crf(emissions, tags, lengths=lengths, reduction="sum")
@@ -511,9 +517,19 @@ def _structured_loss(net: BiLSTMTagger, emissions: torch.Tensor, lengths: torch.
     from structopt.structures.chain import Chain
     from structopt.torch import structured_loss
 
-    extra = {"tol": options.sparsemap_tol} if options.loss == "sparsemap" else {}
     theta = net.potentials(emissions, lengths)
-    return structured_loss(Chain(net.n_tags), theta, list(Y), kind=options.loss, **extra).sum()
+    if options.loss != "sparsemap":
+        return structured_loss(Chain(net.n_tags), theta, list(Y), kind=options.loss).sum()
+    with warnings.catch_warnings(record=True) as caught:  # counted (fit's sparsemap_truncated), not repeated
+        warnings.filterwarnings("always", message="SparseMAP", category=RuntimeWarning)
+        value = structured_loss(Chain(net.n_tags), theta, list(Y), kind="sparsemap", tol=options.sparsemap_tol,
+                                max_iter=options.sparsemap_max_iter).sum()
+    if clock is not None:
+        clock.truncated += sum(1 for w in caught if "stopped at max_iter" in str(w.message))
+    for w in caught:
+        if "stopped at max_iter" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return value
 
 
 def _batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -557,6 +573,7 @@ class _Clock:
 
     structured: float = 0.0
     total: float = 0.0
+    truncated: int = 0
 
 
 def _step(net: BiLSTMTagger, optimiser: torch.optim.Optimizer, X, Y, options: NetOptions,
@@ -574,7 +591,7 @@ def _step(net: BiLSTMTagger, optimiser: torch.optim.Optimizer, X, Y, options: Ne
     leaf = emissions.detach().requires_grad_(True)
     chain_params = [p for p in net.crf.parameters() if p.requires_grad]
     t0 = time.perf_counter()
-    loss = _structured_loss(net, leaf, lengths, tags, Y, options)
+    loss = _structured_loss(net, leaf, lengths, tags, Y, options, clock)
     # allow_unused: a batch of one-token sentences never reads pytorch-crf's transition matrix
     grads = torch.autograd.grad(loss, [leaf, *chain_params], allow_unused=True)
     clock.structured += time.perf_counter() - t0
@@ -597,12 +614,14 @@ def fit(net: BiLSTMTagger, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequen
         ``epochs`` run, ``seconds`` (training, dev evaluation excluded), ``seconds_per_epoch``, ``final_loss`` (the
         mean loss of the last epoch),
         ``structured_share`` (the fraction of the training time inside the chain's loss, forward and backward),
-        ``losses`` and ``dev_f1`` per epoch, ``best_epoch``.
+        ``losses``, ``dev_f1`` and ``sparsemap_truncated`` (sentences whose SparseMAP stopped at its
+        ``max_iter``) per epoch, ``best_epoch``.
     """
     if len(X) != len(Y) or not X:
         raise InvalidInputError(f"fit needs as many tag sequences as sentences (>= 1), got {len(X)} and {len(Y)}")
     rep = as_progress(progress)
-    info: dict[str, Any] = {"losses": [], "dev_f1": [], "epoch_seconds": [], "structured_seconds": []}
+    info: dict[str, Any] = {"losses": [], "dev_f1": [], "epoch_seconds": [], "structured_seconds": [],
+                            "sparsemap_truncated": []}
     net.train()
     # dropout draws from torch's global generator: seeded here, the caller's state restored after
     with torch.random.fork_rng(devices=[]):
@@ -641,6 +660,7 @@ def _epochs(net: BiLSTMTagger, vocab: Vocabulary, X, Y, options: NetOptions, dev
         info["losses"].append(total / len(X))
         info["epoch_seconds"].append(clock.total)
         info["structured_seconds"].append(clock.structured)
+        info["sparsemap_truncated"].append(clock.truncated)
         line = (f"epoch {epoch + 1}: loss {total / len(X):.4f}, {clock.total:.1f} s "
                 f"(chain loss {100 * clock.structured / clock.total:.1f}%)")
         if dev is not None:

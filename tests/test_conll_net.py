@@ -183,6 +183,24 @@ def test_timed_step_gives_the_gradients_of_one_backward(loss):
         assert float(whole.detach()) >= 0  # hinge and Fenchel-Young losses are non-negative
 
 
+def test_sparsemap_stopped_at_max_iter_is_counted_not_warned_per_sentence(recwarn):
+    train = corpus(8, 8)
+    vocab = cn.Vocabulary.build(train)
+    X, Y = cn.encode(train, vocab), cn.encode_tags(train, vocab)
+    net = small_net(vocab, "sparsemap")
+    optimiser = torch.optim.Adam(net.parameters())
+    clock = cn._Clock()
+    few = cn.NetOptions(loss="sparsemap", sparsemap_max_iter=1, hidden=8, word_dim=8)
+    cn._step(net, optimiser, X, Y, few, torch.zeros(0, dtype=torch.int64), torch.Generator(), clock)
+    long = sum(len(x) > 1 for x in X)
+    assert 0 < clock.truncated <= len(X) and long > 0
+    assert not [w for w in recwarn if "SparseMAP" in str(w.message)]
+    clock = cn._Clock()
+    enough = cn.NetOptions(loss="sparsemap", sparsemap_max_iter=1000, hidden=8, word_dim=8)
+    cn._step(net, optimiser, X, Y, enough, torch.zeros(0, dtype=torch.int64), torch.Generator(), clock)
+    assert clock.truncated == 0
+
+
 @pytest.mark.parametrize("loss", ["crf", "hinge", "sparsemap", "torchcrf"])
 def test_a_batch_of_one_token_sentences_trains(loss):
     """No transition is scored in such a batch (pytorch-crf's transitions are then outside the graph)."""
