@@ -98,7 +98,7 @@ def report(records: Path, out: Path) -> None:
         if r["n_train"] is not None:
             label += f", first {r['n_train']} sentences"
         if r["epochs"] < most:
-            label += f" — **{r['epochs']} epochs only** (time budget)"
+            label += f" — **{r['epochs']} epoch{'s' if r['epochs'] > 1 else ''} only** (time budget)"
         load = "/".join(f"{x:.1f}" for x in r["load_average"])
         extra = [name for name, on in (("shape, affixes", r["options"]["extra"]), ("POS", r["options"].get("pos")))
                  if on]
@@ -107,6 +107,20 @@ def report(records: Path, out: Path) -> None:
                      f"{100 * r['structured_share']:.1f}% | {load} |")
     lines.append("")
     lines.append("load: the machine's 1/5/15-minute load averages when the run ended (2 cores, shared).")
+    lines += ["", "## Development F1 (esp.testa) after each epoch", "",
+              "| model | " + " | ".join(str(e) for e in range(1, most + 1)) + " |",
+              "| --- |" + " --- |" * most]
+    for r in rows:
+        cells = [f"{f:.3f}" for f in r["dev_f1"]] + [""] * (most - len(r["dev_f1"]))
+        lines.append(f"| {NAMES.get(r['loss'], r['loss'])} | " + " | ".join(cells) + " |")
+    lines += ["", "Chain seconds per epoch (the chain share times the epoch) and, for SparseMAP, the training "
+              "sentences whose active set stopped at its 50 iterations:", ""]
+    for r in rows:
+        chain = r["structured_seconds"]
+        note = ""
+        if any(r.get("sparsemap_truncated", [])):
+            note = f"; stopped at max_iter: {', '.join(f'{t:,}' for t in r['sparsemap_truncated'])} sentences"
+        lines.append(f"- {NAMES.get(r['loss'], r['loss'])}: {', '.join(f'{c:.1f}' for c in chain)} s{note}")
     lines.append("")
     write_keeping_findings(out, "\n".join(lines) + "\n")
 
