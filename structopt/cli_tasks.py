@@ -401,8 +401,13 @@ class CoNLLTask(TaskSpec):
 
         p = saved.preprocessing
         if "vocabulary" in p:  # a --net bilstm model
+            import torch
+
             from structopt.tasks.conll_net import encode
 
+            # the network then runs sentence by sentence: with torch's thread pool on a busy 2-core machine
+            # predict took 278 s for esp.testb, with one thread it takes seconds
+            torch.set_num_threads(1)
             vocab = self._vocabulary(saved)
             corpus, rows, has_gold = read_tokens(path, vocab.uses_pos, known_tags=p["tags"])
             X = encode(corpus, vocab)

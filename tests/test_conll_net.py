@@ -273,6 +273,26 @@ def test_saved_model_round_trip_predicts_the_same_tags(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def test_predict_inputs_of_a_network_model_run_on_one_torch_thread(tmp_path):
+    """The CLI's predict reads inputs with CoNLLTask.read_inputs, then runs the network sentence by sentence: one
+    torch thread (with the pool, esp.testb took 278 s on a busy machine, 9 s on one thread)."""
+    from structopt.cli_tasks import CoNLLTask
+
+    train = corpus(10, 9)
+    vocab = cn.Vocabulary.build(train)
+    model = cn.build_model(vocab, cn.NetOptions(hidden=8, word_dim=8))
+    so.save_model(tmp_path / "model.npz", model, model.get_weights(), task="conll",
+                  preprocessing={"tags": vocab.tags, "vocabulary": vocab.to_json()})
+    saved = so.load_model(tmp_path / "model.npz")
+    CoNLLTask().check_preprocessing(saved)
+    (tmp_path / "in.txt").write_text("Juan B-PER\nvive O\n\nMadrid B-LOC\n", encoding="utf-8")
+    torch.set_num_threads(2)
+    inputs = CoNLLTask().read_inputs(saved, tmp_path / "in.txt")
+    assert torch.get_num_threads() == 1
+    assert [x.shape[0] for x in inputs.X] == [2, 1] and inputs.gold == [["B-PER", "O"], ["B-LOC"]]
+    assert len(saved.predict(inputs.X)) == 2
+
+
 def test_bad_options_and_inputs_are_refused():
     with pytest.raises(InvalidInputError, match="loss must be one of"):
         cn.NetOptions(loss="svm")
