@@ -6,7 +6,7 @@ Usage::
 
 Compared on the same random arc scores (uniform in [-20, 20], float64), one sentence per call:
 
-- non-projective argmax: structopt's Chu-Liu/Edmonds kernel (``DependencyTree.argmax``, multi- and
+- non-projective argmax: structopt's Chu-Liu/Edmonds kernel (Tarjan's O(n²) form; ``DependencyTree.argmax``, multi- and
   single-root) against ``ufal.chu_liu_edmonds`` (Cython; benchmark-only dependency, ``pip install
   ufal.chu_liu_edmonds``) and networkx's ``maximum_spanning_arborescence``; agreement = the same
   tree score (and heads);

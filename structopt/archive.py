@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from structopt.errors import InvalidInputError, OutputError
+from structopt.registry import Registry
 
 #: the zip comment: this prefix and 64 hex digits of the SHA-256 of all bytes before them
 SEAL_PREFIX = b"structopt-sha256:"
@@ -38,8 +39,9 @@ MAX_META_DEPTH = 100
 
 T = TypeVar("T", bound=type)
 
-#: classes whose instances may travel in an archive, by the name written into it
-_STATE_TYPES: dict[str, type] = {}
+#: classes whose instances may travel in an archive, by the name written into it (their qualified name)
+_STATE_TYPES: Registry[type] = Registry("state type", error=KeyError,  # a KeyError: a file naming another class
+                                        unknown="{name!r} is not a registered {kind}")  # is refused as corrupt
 #: numpy bit generators a random Generator may be rebuilt with
 _BIT_GENERATORS: dict[str, Callable[[], np.random.BitGenerator]] = {
     "PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "MT19937": np.random.MT19937,
@@ -53,8 +55,7 @@ def state_type(cls: T) -> T:
     stored as references and re-attached on loading) and restored with ``__setstate__`` or by
     updating ``__dict__`` of an instance made without calling ``__init__``.
     """
-    _STATE_TYPES[cls.__qualname__] = cls
-    return cls
+    return _STATE_TYPES.register(cls.__qualname__)(cls)
 
 
 # --------------------------------------------------------------------------- encoding

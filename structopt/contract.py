@@ -57,7 +57,8 @@
   ``flatten(potentials(x, w))``;
 - optional hooks: ``features_sqnorm(x, mu)`` (speed; BCFW's line search and the smoothing
   solvers' curvature), ``nonnegative_blocks`` (weight constraints; :func:`nonnegative_indices`,
-  the problem's ``project_weights``).
+  the problem's ``project_weights``), ``set_weights(w)`` (a model that keeps weights of its own, as a
+  network's module: a saved model's weights are handed to it on loading).
 
 **Loss** (subclass :class:`~structopt.losses.Loss`): ``__call__``; either ``decomposable = True``
 with ``linear_terms``, or the ``augmented_argmax`` (and for smoothing ``augmented_topk`` /

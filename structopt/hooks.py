@@ -6,8 +6,8 @@ signature and its callers; :func:`has_hook` is the one lookup (it refuses an und
 :func:`check_hooks` checks the hooks an object declares. The contract as a whole (required methods, losses)
 is :mod:`structopt.contract`.
 
-This module is on the ground floor: it imports only numpy and :mod:`structopt.errors`, so any layer (losses,
-structures, models, the problem) may import it.
+This module is on the ground floor: it imports only numpy, :mod:`structopt.errors` and
+:mod:`structopt.registry`, so any layer (losses, structures, models, the problem) may import it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError
+from structopt.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,18 @@ class Hook:
         return "(" in self.signature
 
 
-#: every hook structopt looks up by name; a ``hasattr`` on a structure or model elsewhere names one of these
-HOOKS: tuple[Hook, ...] = (
+#: every hook structopt looks up by name, keyed ``(owner, name)``; a ``hasattr`` on a structure or model elsewhere
+#: names one of these
+HOOKS: Registry[Hook] = Registry("hook", error=KeyError, label=lambda key: f"{key[0]}.{key[1]}")
+
+
+def declare_hooks(*hooks: Hook) -> None:
+    """Add ``hooks`` to :data:`HOOKS` (a name taken by another hook of the same owner is refused)."""
+    for h in hooks:
+        HOOKS.add((h.owner, h.name), h)
+
+
+declare_hooks(
     Hook("structure", "Potentials", "Potentials: a NamedTuple type", "FeatureModel, validate.check_model"),
     Hook("structure", "states_per_node", "states_per_node: int >= 1; or, where it depends on the instance's size, "
          "a method taking the potentials `like` and returning it, as a dependency tree's n + 1 heads; read with "
@@ -73,23 +84,22 @@ HOOKS: tuple[Hook, ...] = (
     Hook("model", "features_sqnorm", "features_sqnorm(x, mu) -> float", "BCFW line search, smoothing solvers"),
     Hook("model", "nonnegative_blocks", "nonnegative_blocks: tuple of block names",
          "SSVMProblem.project_weights, every solver"),
+    Hook("model", "set_weights", "set_weights(w) -> None: the model keeps weights of its own (a network's module) "
+         "and takes the saved ones", "saved_model.load_model (TorchModel)"),
 )
-
-
-_DOCUMENTED = frozenset((h.owner, h.name) for h in HOOKS)
 
 
 def hook(name: str, owner: str = "structure") -> Hook:
     """The documented hook ``name`` of ``owner`` (KeyError for an undocumented one)."""
-    for h in HOOKS:
-        if h.owner == owner and h.name == name:
-            return h
+    found = HOOKS.get((owner, name))
+    if found is not None:
+        return found
     raise KeyError(f"{name!r} is not a documented {owner} hook (see structopt.hooks.HOOKS)")
 
 
 def has_hook(obj: Any, name: str, owner: str = "structure") -> bool:
     """Whether ``obj`` declares the documented hook ``name`` (the lookup losses and tools use)."""
-    if (owner, name) not in _DOCUMENTED:  # a set lookup: this runs per oracle call
+    if (owner, name) not in HOOKS:  # a dict lookup: this runs per oracle call
         hook(name, owner)  # raises, naming the undocumented hook
     return hasattr(obj, name)
 
@@ -100,7 +110,7 @@ def check_hooks(obj: Any, owner: str) -> None:
     Methods must be callable, ``states_per_node`` a positive integer, ``Potentials`` a NamedTuple type.
     """
     kind = type(obj).__name__
-    for h in HOOKS:
+    for h in HOOKS.values():
         if h.owner != owner or not hasattr(obj, h.name):
             continue
         value = getattr(obj, h.name)

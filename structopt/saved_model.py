@@ -50,6 +50,7 @@ import numpy as np
 from structopt.archive import decode, encode, read_archive, write_archive
 from structopt.codecs import build, codecs, describe, register_codec
 from structopt.errors import InvalidInputError, StructoptError
+from structopt.hooks import has_hook
 from structopt.losses import BoxLoss, Hamming, MatchingHamming, WeightedHamming
 
 #: ``meta["format"]`` of a saved model, and the newest layout this code reads
@@ -288,7 +289,7 @@ def load_model(path: str | os.PathLike) -> SavedModel:
     if w.dtype != np.float64 or w.shape != (model.n_params,) or not np.all(np.isfinite(w)):
         raise InvalidInputError(f"model {path}: its weights (shape {w.shape}, dtype {w.dtype}) do not fit the model "
                                 f"({model.n_params} finite float64 weights)")
-    if callable(getattr(model, "set_weights", None)):
+    if has_hook(model, "set_weights", "model"):
         model.set_weights(w)  # a network's module holds the saved weights, as it did when saved
     if (task is not None and not isinstance(task, str)) or not isinstance(preprocessing, dict):
         raise InvalidInputError(f"model {path} is malformed (task or preprocessing of the wrong kind)")

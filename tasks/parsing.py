@@ -9,11 +9,13 @@ test set when ``i % 10 == 9``, in the development set when ``i % 10 == 8`` (not 
 training set otherwise; the training and test sets of the two files are concatenated, web first.
 
 **Reading CoNLL-U.** Ten tab-separated columns per token line, comment lines (``#``) and blank lines
-between sentences. Multi-word token lines (ids ``a-b``) and empty nodes (ids ``a.b``) are skipped (they
-are not syntactic words: heads refer to word ids). Any other malformed line is one
-:class:`~structopt.errors.InvalidInputError` naming the file and the line: a wrong column count, a
-non-integer id, ids not 1..n in order, a head outside 0..n, a gold tree with a cycle or other than one
-root, a sentence without words. A file without heads (HEAD ``_`` in every line) reads without gold.
+between sentences (several blank lines in a row are one separator: no empty sentence is made). Multi-word
+token lines (ids ``a-b``) and empty nodes (ids ``a.b``) are skipped (they are not syntactic words: heads
+refer to word ids). Any other malformed line is one :class:`~structopt.errors.InvalidInputError` naming the
+file and the line: a wrong column count, a non-integer id, ids not 1..n in order, a head outside 0..n, a
+gold tree with a cycle or other than one root, a sentence without words (e.g. only multi-word token lines);
+and, for the projective structure (``outputs(..., projective=True)``), a gold tree whose arcs cross. A file
+without heads (HEAD ``_`` in every line) reads without gold.
 
 **Evaluation.** UAS (correct heads) and LAS (correct heads and labels) over the words whose UPOS is not
 ``PUNCT`` (punctuation excluded, the usual convention), pooled over the test sentences.
@@ -55,6 +57,12 @@ class Sentence:
     labels: list[str] | None  # gold relations
     first_line: int
     comments: tuple[str, ...] = ()  # the comment lines before the sentence (written back as they are)
+    path: str = ""  # the file it was read from (named in errors)
+
+    @property
+    def where(self) -> str:
+        """``"FILE, line N"`` of the sentence's first line, for messages."""
+        return f"{self.path}, line {self.first_line}" if self.path else f"sentence at line {self.first_line}"
 
     @property
     def forms(self) -> list[str]:
@@ -120,7 +128,7 @@ def _sentence(path: Path, block: list[tuple[int, list[str]]], comments: tuple[st
         raise InvalidInputError(f"{path}, line {first}: a sentence without words")
     n = len(words)
     if all(h == "_" for h in heads):
-        return Sentence([cols for _, cols in block], words, None, None, first, comments)
+        return Sentence([cols for _, cols in block], words, None, None, first, comments, str(path))
     for h, position in zip(heads, words, strict=True):
         if not h.isdigit() or int(h) > n:
             raise InvalidInputError(f"{path}, line {block[position][0]}: head {h!r} is not a word id in 0..{n}")
@@ -131,7 +139,7 @@ def _sentence(path: Path, block: list[tuple[int, list[str]]], comments: tuple[st
     if problem:
         raise InvalidInputError(f"{path}, line {first}: the gold tree of the sentence starting here is not a "
                                 f"single-root tree: {problem}")
-    return Sentence([cols for _, cols in block], words, head_array, labels, first, comments)
+    return Sentence([cols for _, cols in block], words, head_array, labels, first, comments, str(path))
 
 
 def word_id(token: str) -> int:
@@ -147,15 +155,23 @@ def featurize(sentences: list[Sentence], n_features: int = N_FEATURES) -> list[A
             for s in sentences]
 
 
-def outputs(sentences: list[Sentence], labels: list[str]) -> list[np.ndarray]:
-    """The gold (2, n) outputs (heads, label indices); a label outside ``labels`` is an error naming the line."""
+def outputs(sentences: list[Sentence], labels: list[str], projective: bool = False) -> list[np.ndarray]:
+    """The gold (2, n) outputs (heads, label indices). A label outside ``labels`` is an error naming the file and
+    line; with ``projective=True`` (gold for the projective structure) so is a gold tree whose arcs cross, which
+    that structure cannot represent."""
+    from structopt.structures.dependency import tree_problem
+
     index = {label: i for i, label in enumerate(labels)}
     out = []
     for s in sentences:
         unknown = [label for label in s.labels if label not in index]
         if unknown:
-            raise InvalidInputError(f"sentence at line {s.first_line}: relation {unknown[0]!r} is not one of the "
-                                    f"model's {len(labels)} relations")
+            raise InvalidInputError(f"{s.where}: relation {unknown[0]!r} is not one of the model's {len(labels)} "
+                                    "relations")
+        if projective and tree_problem(s.heads, projective=True, single_root=True):
+            raise InvalidInputError(f"{s.where}: the gold tree of the sentence starting here is not projective (two "
+                                    "arcs cross), so projective trees cannot represent it: train non-projective "
+                                    "trees or leave the non-projective sentences out")
         out.append(np.stack([s.heads, np.array([index[label] for label in s.labels], dtype=np.int64)]))
     return out
 

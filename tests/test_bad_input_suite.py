@@ -373,7 +373,7 @@ def _solver_functions():
 
 #: (solver, option) pairs whose accepted values differ from ``ACCEPTED``
 ACCEPTED_BY_SOLVER: dict[tuple[str, str], tuple[str, ...]] = {
-    ("extragradient", "centre_potential"): ("none", "zero", "frac")}
+    ("dual_extragradient", "centre_potential"): ("none", "zero", "frac")}
 
 
 def _option_bad_values(option: str, default, solver: str = "") -> dict:

@@ -22,7 +22,7 @@ NOT_HOOKS = {"structure", "name", *_MODEL_REQUIRED, *_STRUCTURE_REQUIRED}  # req
 
 
 def test_every_lookup_by_name_is_a_documented_hook():
-    documented = {h.name for h in HOOKS}
+    documented = {h.name for h in HOOKS.values()}
     found = {}
     for path in Path(structopt.__file__).parent.rglob("*.py"):
         for match in LOOKUP.finditer(path.read_text()):
@@ -30,7 +30,7 @@ def test_every_lookup_by_name_is_a_documented_hook():
     assert {"edge_potentials", "topk_iou", "node_constant", "states_per_node", "Potentials"} <= set(found)
     undocumented = {name: where for name, where in found.items() if name not in documented | NOT_HOOKS}
     assert not undocumented, f"document these hooks in structopt.contract.HOOKS: {undocumented}"
-    for h in HOOKS:
+    for h in HOOKS.values():
         assert f"``{h.name}" in structopt.contract.__doc__, h.name
 
 

@@ -5,6 +5,7 @@ arc_features, bad input, and a BCFW training smoke test."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -159,6 +160,80 @@ def test_check_structure_passes(projective, single_root):
 def test_registered_and_checked_by_the_suite():
     report = so.validate.check_builtin_structures(["dependency"], n_instances=1)
     assert report.ok, report.table()
+
+
+@functools.cache
+def _all_trees(n: int, single_root: bool) -> np.ndarray:
+    heads = np.array(list(itertools.product(range(n + 1), repeat=n)), dtype=np.int64).reshape(-1, n)
+    return heads[tree_mask(heads, False, single_root)]
+
+
+@pytest.mark.parametrize("single_root", [False, True])
+def test_tarjan_chu_liu_edmonds_against_enumeration(single_root):
+    # 1,200 random sentences of 1-6 words: heavy ties (scores in {-1, 0, 1}), continuous scores, -inf arcs,
+    # and root arcs far larger than the rest; the kernel's tree is a tree of the best score, and it reports
+    # infeasibility exactly when no tree has a finite score
+    rng = np.random.default_rng(40 + single_root)
+    columns = {n: np.arange(1, n + 1) for n in range(1, 7)}
+    infeasible = 0
+    for trial in range(1200):
+        n = 1 + trial % 6
+        kind = trial % 4
+        s = rng.integers(-1, 2, (n + 1, n + 1)).astype(float) if kind < 2 else rng.normal(size=(n + 1, n + 1))
+        if kind % 2:
+            s[rng.random(s.shape) < 0.35] = -np.inf
+        if trial % 7 == 0:
+            s[0] += 50.0
+        trees = _all_trees(n, single_root)
+        scores = s[trees, columns[n]].sum(axis=1)
+        heads, ok = kern.best_tree(s, single_root)
+        if not np.isfinite(scores.max()):
+            assert not ok
+            infeasible += 1
+            continue
+        assert ok
+        assert tree_mask(heads[None, 1:], False, single_root)[0]
+        assert kern.tree_score(s, heads) == pytest.approx(scores.max(), abs=1e-12)
+    assert 10 <= infeasible <= 300
+
+
+def test_tarjan_chu_liu_edmonds_against_networkx():
+    # longer sentences: multi-root against networkx's Edmonds; single root against the best of n multi-root
+    # problems, each with one root arc allowed
+    nx = pytest.importorskip("networkx")
+    rng = np.random.default_rng(11)
+    for trial in range(5):
+        n = 6 + 2 * trial
+        s = rng.integers(-3, 4, (n + 1, n + 1)).astype(float) if trial % 2 else rng.normal(size=(n + 1, n + 1))
+
+        def reference(arcs: np.ndarray) -> float:
+            N = arcs.shape[0]
+            graph = nx.DiGraph()
+            graph.add_weighted_edges_from((h, m, arcs[h, m]) for h in range(N) for m in range(1, N)
+                                          if h != m and arcs[h, m] > -np.inf)
+            tree = nx.maximum_spanning_arborescence(graph)
+            return sum(arcs[h, m] for h, m in tree.edges())
+
+        heads, ok = kern.best_tree(s, False)
+        assert ok and kern.tree_score(s, heads) == pytest.approx(reference(s), abs=1e-9)
+        best = -np.inf
+        for r in range(1, n + 1):
+            one = s.copy()
+            one[0, 1:][np.arange(1, n + 1) != r] = -np.inf
+            best = max(best, reference(one))
+        heads, ok = kern.best_tree(s, True)
+        assert ok and np.sum(heads[1:] == 0) == 1
+        assert kern.tree_score(s, heads) == pytest.approx(best, abs=1e-9)
+
+
+def test_single_root_is_exact_with_large_root_scores():
+    # the earlier kernel penalised root arcs by a constant ~4e15 here, which rounded 4e15 + 1 to 4e15's
+    # neighbour and chose the worse root arc; the lexicographic order needs no constant
+    s = np.zeros((3, 3))
+    s[0, 1], s[0, 2] = 4e15, 4e15 + 1
+    heads, ok = kern.best_tree(s, True)
+    assert ok
+    np.testing.assert_array_equal(heads[1:], [2, 0])
 
 
 def _longdouble_laplacian_logdet(s: np.ndarray, single_root: bool) -> float:

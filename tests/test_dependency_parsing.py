@@ -133,3 +133,26 @@ def test_data_folder_refusals(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "turkish_treebanks", None)  # as if not installed
     with pytest.raises(DataNotFoundError, match=r"pip install turkish-treebanks"):
         data_folder(None)
+
+
+NON_PROJECTIVE = """1\ta\ta\tNOUN\tNN\t_\t3\tdep\t_\t_
+2\tb\tb\tNOUN\tNN\t_\t4\tdep\t_\t_
+3\tc\tc\tVERB\tVB\t_\t0\troot\t_\t_
+4\td\td\tNOUN\tNN\t_\t3\tdep\t_\t_
+"""
+
+
+def test_projective_gold_refuses_crossing_trees_naming_file_and_line(tmp_path):
+    # 1 <- 3 and 2 <- 4 cross: the non-projective outputs read; the projective ones are refused, naming file and line
+    from structopt.tasks.parsing import outputs
+
+    path = _write(tmp_path, SENTENCE + "\n\n\n" + NON_PROJECTIVE)  # blank lines in a row: one separator
+    sentences = read_conllu(path)
+    assert len(sentences) == 2 and sentences[1].first_line == 12
+    labels = sorted({label for s in sentences for label in s.labels})
+    assert len(outputs(sentences, labels)) == 2
+    assert len(outputs(sentences[:1], labels, projective=True)) == 1
+    with pytest.raises(so.InvalidInputError, match=f"{path.name}, line 12: the gold tree .* not projective"):
+        outputs(sentences, labels, projective=True)
+    with pytest.raises(so.InvalidInputError, match=f"{path.name}, line 3: relation 'det' is not one of"):
+        outputs(sentences, ["dep", "root"])

@@ -98,6 +98,29 @@ def test_bad_potentials_and_labelings():
         FactorGraph([2], time_limit=-1)
 
 
+def test_map_checks_its_options_before_any_work():
+    # FactorGraph.map used to pass its options on unchecked: a raw TypeError for an unknown one, a bad value
+    # reaching the method; now every method's options are checked against the one table map_inference uses
+    fg = small_graph()
+    theta = fg.potentials()
+    with pytest.raises(InvalidInputError, match=r"FactorGraph.map: method 'ad3' does not take option\(s\) bogus; "
+                                                r"it takes time_limit, max_iter"):
+        fg.map(theta, "ad3", bogus=1)
+    with pytest.raises(InvalidInputError, match=r"method 'lp' does not take option\(s\) tol; it takes time_limit$"):
+        fg.map(theta, "lp", tol=1e-3)
+    bad = {"ad3": {"max_iter": 0, "tol_gap": -1.0, "tau": 2.0, "adapt_eta": 1, "state": "warm", "stop_upper": np.nan},
+           "bnb": {"node_iter": 0, "max_nodes": True, "tol": np.inf, "state": 3},
+           "auto": {"tol": -1.0, "num_workers": 0},
+           "cpsat": {"resolution_bits": 53, "relative_gap": -0.1, "hint": np.zeros(4)}}
+    for method, options in bad.items():
+        for key, value in options.items():
+            with pytest.raises(InvalidInputError, match=f"FactorGraph.map: {key} must be"):
+                fg.map(theta, method, **{key: value})
+    # the options an earlier call hands on (an AD3 iterate, a target bound) are accepted
+    sol = fg.map(theta, "ad3", max_iter=200, state=fg.new_state(theta), stop_upper=-np.inf)
+    assert sol.labels is not None
+
+
 def test_one_time_limit_check_refuses_booleans_everywhere():
     import structopt as so
     from structopt.marginals import PairwiseMRF, map_inference

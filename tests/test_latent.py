@@ -283,3 +283,36 @@ def test_a_structure_without_completion_and_bad_sizes_are_refused():
         structure.lift(np.array([0, 1]), np.array([0, 2]))
     with pytest.raises(InvalidInputError, match="labels"):
         structure.lift(np.array([0, 2]))
+
+
+def _without_time(trace):
+    return [{key: value for key, value in t.items() if key != "time"} for t in trace]
+
+
+@pytest.mark.parametrize("start", ["w0", "outputs"])
+def test_checkpoint_and_resume_give_the_uninterrupted_trace(tmp_path, start):
+    problem, rng = _tiny_problem(7, n=8)
+    w0 = rng.normal(size=problem.n_params) if start == "w0" else None
+    options = {"tol": 0.0, "inner_passes": 20, "inner_eps": 0.01, "w0": w0, "random_state": 3}
+    whole = latent_ssvm(problem, max_outer=5, **options)
+    path = tmp_path / "cccp.ckpt"
+    first = latent_ssvm(problem, max_outer=2, checkpoint=path, **options)
+    assert _without_time(first.trace) == _without_time(whole.trace[:len(first.trace)])
+    resumed = latent_ssvm(problem, max_outer=5, resume=path, checkpoint=path, **options)
+    assert _without_time(resumed.trace) == _without_time(whole.trace)
+    np.testing.assert_array_equal(resumed.w, whole.w)
+    assert resumed.info["stop_reason"] == whole.info["stop_reason"]
+    again = latent_ssvm(problem, max_outer=5, resume=path, **options)  # a finished run comes back as it was
+    assert again.info.get("resumed_finished") or _without_time(again.trace) == _without_time(whole.trace)
+    np.testing.assert_array_equal(again.w, whole.w)
+    # another problem or other path options are refused, naming what differs; a damaged file is refused
+    other, _ = _tiny_problem(8, n=8)
+    with pytest.raises(InvalidInputError, match="belongs to another run: its inputs"):
+        latent_ssvm(other, max_outer=5, resume=path, **options)
+    with pytest.raises(InvalidInputError, match="solver options differs"):
+        latent_ssvm(problem, max_outer=5, resume=path, **{**options, "inner_passes": 21})
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(InvalidInputError, match="checkpoint"):
+        latent_ssvm(problem, max_outer=5, resume=path, **options)

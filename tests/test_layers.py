@@ -61,6 +61,59 @@ def test_no_import_runs_up_the_layers():
     assert not upward, f"models/structures import solvers or fused: {upward}"
 
 
+#: the floors of docs/ARCHITECTURE.md ("Layers"), lowest first: a module imports (lazily too) only modules on its
+#: floor or below. Modules on no floor (validation, the CLI, the estimator, saved models, marginal inference, the
+#: structured layers, torch, tasks) sit on top and may import any floor.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("structopt.errors", "structopt.registry", "structopt.potentials", "structopt.options", "structopt.hooks",
+     "structopt.progress", "structopt.interrupt", "structopt._numba_cache", "structopt.smoothing",
+     "structopt.archive", "structopt.fingerprint", "structopt.codecs"),  # 0: the ground floor and the shared services
+    ("structopt.structures",),  # 1
+    ("structopt.models",),  # 2
+    ("structopt.losses",),  # 3
+    ("structopt.contract", "structopt.problem", "structopt.nonconvex", "structopt.fused"),  # 4: the problem, its
+    # contract and, beside it, the fused kernel families (the problem's fused() builds their view)
+    ("structopt.batch", "structopt.parallel"),  # 5: the executors and their passes
+    ("structopt.solvers",),  # 6
+)
+#: imports that run up a floor, each with its reason (keep it short)
+UPWARD_EXCEPTIONS = {
+    # a convenience factory of the latent chain's label loss (a public API: README, tests, benchmarks), lazy
+    ("structopt.structures.latent_chain", "structopt.losses"),
+    ("structopt.models.latent_graph", "structopt.losses"),  # the same for the latent graph model, lazy
+}
+
+
+def _floor(module: str) -> int | None:
+    found = None
+    for level, prefixes in enumerate(FLOORS):
+        if _allowed(module, prefixes):
+            found = level
+    return found
+
+
+def test_no_import_runs_up_any_floor():
+    """Every import (lazy ones included) goes to the importer's floor or below, across all the floors."""
+    upward = set()
+    for module, targets in _import_graph().items():
+        own = _floor(module)
+        if own is None:
+            continue
+        for target in targets:
+            theirs = _floor(target)
+            if theirs is None or theirs > own:
+                upward.add((module, target))
+    assert upward <= UPWARD_EXCEPTIONS, f"imports that run up the floors: {sorted(upward - UPWARD_EXCEPTIONS)}"
+
+
+def test_registry_is_a_ground_floor():
+    """structopt.registry serves every layer's registry, so it imports only the errors."""
+    bad = sorted(name for module, _, name in _imports()
+                 if module == "structopt.registry" and name.startswith("structopt.")
+                 and not _allowed(name, ("structopt.errors",)))
+    assert not bad, f"structopt.registry imports {bad}"
+
+
 def test_private_modules_stay_in_their_package():
     crossing = set()
     for module, package, name in _imports():
@@ -80,7 +133,8 @@ def test_private_modules_stay_in_their_package():
 #: passes, errors, option checks, checkpoints (archive, fingerprint), Ctrl-C handling, smoothing, and each other
 SOLVER_IMPORTS = ("structopt.problem", "structopt.nonconvex", "structopt.potentials", "structopt.fused",
                   "structopt.parallel", "structopt.batch", "structopt.errors", "structopt.options", "structopt.archive",
-                  "structopt.fingerprint", "structopt.interrupt", "structopt.smoothing", "structopt.solvers")
+                  "structopt.fingerprint", "structopt.interrupt", "structopt.smoothing", "structopt.solvers",
+                  "structopt.registry")
 #: the executors' passes (batch.py) and the executors (parallel.py): the same, minus the solvers
 PASS_IMPORTS = tuple(name for name in SOLVER_IMPORTS if name != "structopt.solvers")
 #: solver-side modules that read a problem's model, inputs, outputs or structure directly, and why
@@ -134,7 +188,7 @@ def test_hook_table_is_a_ground_floor():
     """structopt.hooks is looked up by losses, structures and the problem, so it imports none of them."""
     bad = sorted(name for module, _, name in _imports()
                  if module == "structopt.hooks" and name.startswith("structopt.")
-                 and not _allowed(name, ("structopt.errors",)))
+                 and not _allowed(name, ("structopt.errors", "structopt.registry")))
     assert not bad, f"structopt.hooks imports {bad}"
 
 

@@ -428,3 +428,44 @@ def test_a_checkpointed_prox_linear_run_on_a_network_resumes_to_the_uninterrupte
                           inner_passes=5.0, resume=path)
     assert np.array_equal(resumed.w, straight.w)
     assert [r["primal"] for r in resumed.trace] == [r["primal"] for r in straight.trace]
+
+
+class _BatchedChain(nn.Module):
+    """chain_mlp's function with a forward_batch over every word at once (one matrix product for all tokens)."""
+
+    def __init__(self, broken: bool = False):
+        super().__init__()
+        self.hidden = nn.Linear(4, 5)
+        self.output = nn.Linear(5, 3)
+        self.pairwise = nn.Parameter(0.3 * torch.randn(3, 3))
+        self.broken = broken
+        self.batches = 0
+
+    def forward(self, x):
+        return ChainPotentials(self.output(torch.tanh(self.hidden(x))), self.pairwise)
+
+    def forward_batch(self, xs):
+        self.batches += 1
+        unary = self.output(torch.tanh(self.hidden(torch.cat(xs)))).split([len(x) for x in xs])
+        out = [ChainPotentials(u, self.pairwise) for u in unary]
+        return out[:-1] if self.broken else out
+
+
+register_network("test_batched_chain")(_BatchedChain)
+
+
+def test_forward_batch_predicts_as_the_per_example_forward():
+    rng = np.random.default_rng(9)
+    model = TorchModel(Chain(3), "test_batched_chain", {}, dtype=torch.float64)
+    X = [rng.normal(size=(int(rng.integers(1, 6)), 4)) for _ in range(7)]
+    w = model.get_weights() + rng.normal(size=model.n_params)
+    per_example = [model.predict_output(model.potentials(x, w)) for x in X]
+    got = model.predict_batch(X, w)
+    assert model.module.batches == 1 and all(np.array_equal(a, b) for a, b in zip(got, per_example, strict=True))
+    assert model.predict_batch([], w) == []
+    with pytest.raises(InvalidInputError, match="example 2: input contains NaN"):
+        model.predict_batch([X[0], X[1], np.full((2, 4), np.nan)], w)
+    broken = TorchModel(Chain(3), "test_batched_chain", {"broken": True}, dtype=torch.float64)
+    with pytest.raises(InvalidInputError, match=r"forward_batch must return a list with one potentials NamedTuple "
+                                                r"per input \(7\), got list of 6"):
+        broken.predict_batch(X, w)

@@ -24,6 +24,7 @@ import numpy as np
 
 from structopt.errors import NotSupportedError
 from structopt.potentials import narrowest_exact  # re-exported: the packs store exact data narrow
+from structopt.registry import Registry
 
 
 class FusedInputs(NamedTuple):
@@ -85,24 +86,27 @@ class KernelFamily:
         raise NotSupportedError(self.zpass_refusal(view.problem.structure, geometry))
 
 
-_families: dict[type, KernelFamily] = {}
-_builtins_loaded = False
+def _load_families() -> None:
+    # the built-in families register themselves on import
+    import structopt.fused.chain
+    import structopt.fused.graph  # noqa: F401
+
+
+#: model type -> its kernel family (exact types: a subclass of a registered model is not served)
+FAMILIES: Registry[KernelFamily] = Registry("kernel family", load=_load_families, label=lambda key: key.__name__,
+                                            unknown="no {kind} is registered for {name!r}; registered: {names}")
 
 
 def register_family(model_type: type, family: KernelFamily) -> None:
     """Serve problems whose model is exactly of ``model_type`` with ``family`` (subclasses: register them)."""
     if not isinstance(model_type, type) or not isinstance(family, KernelFamily):
         raise TypeError("register_family(model_type, family) takes a class and a KernelFamily")
-    _families[model_type] = family
+    FAMILIES.add(model_type, family, replace=True)
 
 
 def family_of(model: Any) -> KernelFamily | None:
     """The family registered for ``type(model)`` exactly, or None."""
-    global _builtins_loaded
-    if not _builtins_loaded:  # the built-in families register themselves on import
-        _builtins_loaded = True
-        import structopt.fused.chain  # noqa: F401
-    return _families.get(type(model))
+    return FAMILIES.get(type(model))
 
 
 _announced: set[str] = set()
@@ -299,5 +303,5 @@ def select(problem: Any, requested: bool | None = None, *, zpass: str | None = N
     return view
 
 
-__all__ = ["FusedInputs", "FusedProblem", "KernelFamily", "build", "family_of", "narrowest_exact", "register_family",
-           "select"]
+__all__ = ["FAMILIES", "FusedInputs", "FusedProblem", "KernelFamily", "build", "family_of", "narrowest_exact",
+           "register_family", "select"]

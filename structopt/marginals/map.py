@@ -25,52 +25,29 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError
-from structopt.marginals._options import Check, in_interval, non_negative, optional, positive, positive_int
+from structopt.marginals._options import Check
 from structopt.marginals.mrf import PairwiseMRF
-from structopt.options import boolean, non_negative_int
 from structopt.structures.factor_graph import (
     FactorGraph,
     FactorGraphPotentials,
     MAPInterrupted,
     MAPSolution,
+    accepted_options,
     check_time_limit,
 )
+from structopt.structures.factor_graph import check_map_options as check_options
 
 METHODS = ("auto", "ad3", "bnb", "lp", "cpsat")
 
 
-def _bits(name: str, value: Any) -> None:
-    """An integer in [1, 52] (a float's mantissa holds the scaled scores exactly)."""
-    positive_int(name, value)
-    if value > 52:
-        raise InvalidInputError(f"{name} must be an integer in [1, 52], got {value!r}")
-
-
-#: the options each method takes (beside ``time_limit``) and their checks, applied before any work
-OPTIONS: dict[str, dict[str, Check]] = {
-    "auto": {"tol": non_negative, "num_workers": positive_int},
-    "ad3": {"max_iter": positive_int, "tol_gap": non_negative, "tol_lp": non_negative,
-            "tol_res": optional(non_negative), "bound_every": positive_int, "max_inner": positive_int,
-            "tau": in_interval(0.0, (1.0 + 5 ** 0.5) / 2, False, False), "adapt_eta": boolean,
-            "eta_iters": non_negative_int, "chunk_seconds": positive},
-    "bnb": {"node_iter": positive_int, "max_nodes": positive_int, "tol": non_negative},
-    "lp": {},
-    "cpsat": {"resolution_bits": _bits, "num_workers": positive_int, "tol": non_negative,
-              "relative_gap": optional(non_negative)},
-}
+#: the options each method takes (beside ``time_limit``) and their checks, applied before any work: the factor
+#: graph's own table (``FactorGraph.map`` checks the same), without the options that carry an earlier call's objects
+OPTIONS: dict[str, dict[str, Check]] = {method: accepted_options(method, carried=False) for method in METHODS}
 
 
 def check_map_options(method: Any, options: dict[str, Any], where: str = "map_inference") -> None:
     """Refuse an unknown method, an option ``method`` does not take (naming the ones it takes) or a bad value."""
-    if not isinstance(method, str) or method not in METHODS:
-        raise InvalidInputError(f"unknown MAP method {method!r}; use one of {', '.join(METHODS)}")
-    accepted = OPTIONS[method]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise InvalidInputError(f"{where}: method {method!r} does not take option(s) {', '.join(unknown)}; it takes "
-                                f"{', '.join(['time_limit', *accepted])}")
-    for key, value in options.items():
-        accepted[key](f"{where}: {key}", value)
+    check_options(method, options, where, methods=METHODS, carried=False)
 
 
 @dataclass

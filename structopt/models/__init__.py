@@ -1,17 +1,31 @@
-"""Linear joint feature maps, each paired with one structure."""
+"""Linear joint feature maps, each paired with one structure.
 
-from structopt.models.base import Model
-from structopt.models.box import BoxModel
-from structopt.models.chain import ChainModel
-from structopt.models.dependency import DependencyModel
-from structopt.models.feature import FeatureModel
-from structopt.models.graph import GraphInput, GraphModel, GraphPotentials, GraphStructure
-from structopt.models.grid import GridInput, GridModel
-from structopt.models.matching import MatchingModel
-from structopt.models.multiclass import MultiClassModel
-from structopt.models.tree import TreeModel
+This package imports every public model module and exports the public classes each one defines (a module
+that declares its own ``__all__``, such as :mod:`structopt.models.nonlinear`, is its own namespace): a new
+built-in model joins the package and ``import structopt`` by existing, with no list to edit.
+"""
 
-__all__ = [
-    "BoxModel", "ChainModel", "DependencyModel", "FeatureModel", "GraphInput", "GraphModel", "GraphPotentials",
-    "GraphStructure", "GridInput", "GridModel", "MatchingModel", "Model", "MultiClassModel", "TreeModel",
-]
+from __future__ import annotations
+
+import importlib
+import inspect
+
+from structopt.registry import import_public_modules
+
+
+def _defined_classes() -> dict[str, type]:
+    """The public classes defined by each public module without an ``__all__``, by name, in module order."""
+    names: dict[str, type] = {}
+    for module_name in import_public_modules(__name__, __path__):
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        if hasattr(module, "__all__"):
+            continue
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) and obj.__module__ == module.__name__ and not name.startswith("_"):
+                names[name] = obj
+    return names
+
+
+globals().update(_defined_classes())
+
+__all__ = sorted(_defined_classes())

@@ -57,6 +57,13 @@ class Model(ABC):
     #: (``SSVMProblem.project_weights``); every solver keeps its iterates feasible or refuses the model.
     nonnegative_blocks: tuple[str, ...] = ()
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[Model, list[Any]]:
+        """A random small model of this class and a few inputs for it, ``(model, X)``: the instances the generic
+        checks run on (``tests/test_predict_api.py``: prediction against enumeration, the saved-model round trip),
+        so a new model needs no entry in a test's table. Each built-in model defines it."""
+        raise NotImplementedError(f"{cls.__name__} defines no example(rng) (a random small model and inputs)")
+
     @property
     @abstractmethod
     def blocks(self) -> list[tuple[str, tuple[int, ...]]]:
@@ -129,14 +136,14 @@ class Model(ABC):
             raise InvalidInputError(f"weights w must have shape ({self.n_params},), got {w.shape}")
         return w
 
-    def predict(self, x: Any, w: np.ndarray, exact: bool = True) -> Any:
+    def predict(self, x: Any, w: np.ndarray, exact: bool | None = None) -> Any:
         """The best output of one input: ``argmax_y <A_x w, stats(y)>``, always an output, never a
         relaxed point.
 
         It is :meth:`predict_output` of the potentials ``A_x w``: the structure's ``argmax`` (exact
         for chains, trees, grids, boxes, matchings, ``LPStructure``, dynamic programs, ...), or, for a
         structure whose ``argmax`` is a relaxation (a factor graph's AD3 oracle,
-        :class:`~structopt.models.GraphModel`'s), its ``map_labels`` hook: the exact MAP labeling.
+        :class:`~structopt.models.GraphModel`'s), its ``map_labels`` hook.
         The output is the structure's own type (a chain's labels, a bounding box's 4-tuple of
         cell indices, a dynamic program's output as its ``decode`` makes it, ...).
 
@@ -146,10 +153,12 @@ class Model(ABC):
             One input, as :meth:`validate_input` takes it.
         w : ndarray
             The weights (:attr:`n_params` finite numbers).
-        exact : bool, default True
-            For structures with a relaxed ``argmax`` only: False takes their fast labeling instead of
-            the exact MAP (a factor graph's: AD3's best rounded labeling, optimal when AD3 certifies it).
-            The other structures' ``argmax`` is exact and ignores it.
+        exact : bool, optional
+            For structures with a relaxed ``argmax`` only (their ``map_labels`` hook): True the exact MAP,
+            False their fast labeling (a factor graph's: AD3's best rounded labeling, optimal when AD3
+            certifies it), None (default) the hook's own default (a factor graph's: AD3 with its certificate,
+            then branch-and-bound while a gap remains, within a budget). The other structures' ``argmax`` is
+            exact and ignores it.
 
         Raises
         ------
@@ -158,7 +167,7 @@ class Model(ABC):
         """
         return self._predict([x], w, exact, single=True)[0]
 
-    def predict_batch(self, X: Sequence[Any], w: np.ndarray, exact: bool = True) -> list[Any]:
+    def predict_batch(self, X: Sequence[Any], w: np.ndarray, exact: bool | None = None) -> list[Any]:
         """:meth:`predict` of every input of ``X``, in order (every input is checked first, an error naming
         the example).
 
@@ -168,26 +177,27 @@ class Model(ABC):
             Inputs (a list, a tuple, or an array indexed by example).
         w : ndarray
             The weights.
-        exact : bool, default True
+        exact : bool, optional
             As in :meth:`predict`.
         """
         if isinstance(X, (str, bytes)) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
             raise InvalidInputError(f"X must be a sequence of inputs, got {type(X).__name__}")
         return self._predict(X, w, exact, single=False)
 
-    def _predict(self, X: Sequence[Any], w: np.ndarray, exact: bool, single: bool) -> list[Any]:
-        exact = check_flag(exact, "exact", f"{type(self).__name__}.predict")
+    def _predict(self, X: Sequence[Any], w: np.ndarray, exact: bool | None, single: bool) -> list[Any]:
+        exact = None if exact is None else check_flag(exact, "exact", f"{type(self).__name__}.predict")
         w = self.check_weights(w)
         inputs = [self.validate_input(X[i], None if single else i) for i in range(len(X))]
         return [self.predict_output(self.potentials(x, w), exact) for x in inputs]
 
-    def predict_output(self, theta: Potentials, exact: bool = True) -> Any:
+    def predict_output(self, theta: Potentials, exact: bool | None = None) -> Any:
         """The output :meth:`predict` returns for potentials ``theta``: ``structure.map_labels(theta,
-        exact=exact)`` when the structure has that hook (its ``argmax`` is a relaxation), else
-        ``structure.argmax(theta)``, refused if it is a relaxed point (statistics rather than an output)."""
+        exact=exact)`` when the structure has that hook (its ``argmax`` is a relaxation; ``exact=None``: the
+        hook's own default), else ``structure.argmax(theta)``, refused if it is a relaxed point (statistics
+        rather than an output)."""
         structure = self.structure
         if has_hook(structure, "map_labels"):
-            return structure.map_labels(theta, exact=exact)
+            return structure.map_labels(theta) if exact is None else structure.map_labels(theta, exact=exact)
         y = structure.argmax(theta)
         if isinstance(y, type(theta)) and hasattr(y, "_fields"):
             raise NotSupportedError(f"{structure!r}.argmax returned a relaxed point ({type(y).__name__}), not an "

@@ -28,6 +28,11 @@ class BoxModel(Model):
         The structure to run on (a subclass or a configured instance); default ``BoundingBox(search)``.
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[BoxModel, list[np.ndarray]]:
+        """Three random 3 x 4 images of 3 features (see :meth:`Model.example`)."""
+        return cls(3), [rng.normal(size=(3, 4, 3)) for _ in range(3)]
+
     def __init__(self, n_features: int, search: str = "bnb", *, structure: BoundingBox | None = None):
         self.n_features = check_count(n_features, "n_features", "BoxModel")
         self.structure = model_structure("BoxModel", BoundingBox, structure, lambda: BoundingBox(search),

@@ -42,6 +42,15 @@ class ChainModel(Model):
     Fused passes over a whole problem are the chain kernel family's (:mod:`structopt.fused.chain`).
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[ChainModel, list[np.ndarray]]:
+        """A 3-state chain with a forbidden transition, start/end and bias weights, and four sequences of 1-4
+        tokens (see :meth:`Model.example`)."""
+        allowed = np.ones((3, 3), dtype=bool)
+        allowed[0, 2] = False
+        return cls(4, 3, start_end=True, bias=True, allowed=allowed), \
+            [rng.normal(size=(int(rng.integers(1, 5)), 4)) for _ in range(4)]
+
     def __init__(self, n_features: int, n_states: int, start_end: bool = False, bias: bool = False,
                  allowed: np.ndarray | None = None, allowed_start: np.ndarray | None = None,
                  allowed_end: np.ndarray | None = None, structure: Chain | None = None):

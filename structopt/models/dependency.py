@@ -44,6 +44,11 @@ class DependencyModel(Model):
     structure : DependencyTree, optional
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[DependencyModel, list[sp.csr_matrix]]:
+        """Sentences of 2, 5 and 3 words with random sparse arc features (see :meth:`Model.example`)."""
+        return cls(5), [sp.random((n + 1) ** 2, 5, density=0.5, format="csr", random_state=rng) for n in (2, 5, 3)]
+
     def __init__(self, n_features: int, projective: bool = False, single_root: bool = True,
                  n_labels: int | None = None, *, structure: DependencyTree | None = None):
         self.structure = model_structure("DependencyModel", DependencyTree, structure,

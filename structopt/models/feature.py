@@ -62,6 +62,18 @@ class FeatureModel(Model):
     (5, 3)
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[FeatureModel, list[np.ndarray]]:
+        """An LP structure of 6 binary variables (a budget and an exclusion) with 3 features per variable (see
+        :meth:`Model.example`)."""
+        import cvxpy as cp
+
+        from structopt.structures.lp import LPStructure
+
+        z = cp.Variable(6, boolean=True)
+        return cls(LPStructure(z, [cp.sum(z) <= 3, z[0] + z[1] <= 1]), n_features=3), \
+            [rng.normal(size=(6, 3)) for _ in range(3)]
+
     def __init__(self, structure: Structure, n_features: int, *, n_labels: int | None = None):
         if not isinstance(structure, Structure):  # e.g. the class instead of an instance
             raise InvalidInputError(f"FeatureModel needs a structure instance (e.g. MultiClass(3)), got {structure!r}")

@@ -17,7 +17,7 @@ import numpy as np
 from structopt.codecs import exact_type, register_codec
 from structopt.errors import InvalidInputError, NotSupportedError, check_count, example_error, refuse_nonfinite
 from structopt.models.base import Model
-from structopt.structures.base import Polytope, Structure, check_flag, unsupported
+from structopt.structures.base import Polytope, Structure, check_flag, unchanged_methods, unsupported
 from structopt.structures.factor_graph import FactorGraph, FactorGraphPotentials, check_time_limit
 
 
@@ -73,9 +73,8 @@ def _graph_type(n_nodes: int, n_states: int, edges: np.ndarray) -> type:
 def _factor_graph(theta: GraphPotentials) -> FactorGraph:
     cls = type(theta)
     if cls._fg is None:
-        fg = FactorGraph([cls.n_states] * cls.n_nodes)
-        for u, v in cls.edges:
-            fg.add_table([int(u), int(v)])
+        fg = FactorGraph(np.full(cls.n_nodes, cls.n_states, dtype=np.int64))
+        fg.add_pairwise_tables(cls.edges)  # one array operation, not a Python loop over edges
         cls._fg = fg
     return cls._fg
 
@@ -129,6 +128,14 @@ class GraphStructure(Structure):
     def __repr__(self) -> str:
         return f"GraphStructure(n_states={self.n_states}, exact={self.exact})"
 
+    def kernel_oracles(self) -> frozenset[str]:
+        """Oracles the fused graph kernels reproduce (:mod:`structopt.fused.graph`): the relaxed oracle from a
+        fresh AD3 iterate, its statistics and scores; none with ``exact`` (branch-and-bound), a ``time_limit``
+        (the kernels run to AD3's tolerances) or ``warm_start`` (iterates kept per graph in Python)."""
+        if self.exact or self.time_limit is not None or self.warm_start:
+            return frozenset()
+        return unchanged_methods(self, GraphStructure, ("argmax", "stats", "score", "expand"))
+
     @staticmethod
     def _flat(theta: GraphPotentials) -> FactorGraphPotentials:
         return FactorGraphPotentials(np.ravel(theta.unary), np.ravel(theta.pairwise))
@@ -148,8 +155,10 @@ class GraphStructure(Structure):
             return type(theta)(out.unary.reshape(theta.unary.shape), out.factors.reshape(theta.pairwise.shape))
         return out
 
-    def map_labels(self, theta: GraphPotentials, exact: bool = True) -> np.ndarray:
-        """A labeling: exact MAP (branch-and-bound) or AD3's best rounded labeling (``exact=False``)."""
+    def map_labels(self, theta: GraphPotentials, exact: bool | None = None) -> np.ndarray:
+        """A labeling (:meth:`FactorGraph.map_labels`): by default (``None``) AD3 with its certificate, then
+        branch-and-bound while a gap remains within a budget; ``True`` the exact MAP (branch-and-bound to the
+        end); ``False`` AD3's best rounded labeling alone."""
         theta = self.expand(theta)
         return _graph_of(theta).labels_checked(self._flat(theta), exact=exact, time_limit=self.time_limit)
 
@@ -270,9 +279,11 @@ class GraphModel(Model):
 
     **Prediction** (:meth:`~structopt.models.Model.predict`, and ``SSVMProblem.predict``,
     ``StructuredSVM.predict`` and ``SavedModel.predict``, which call it) returns labels, never the
-    relaxed point: the exact MAP by branch-and-bound over AD3 (:meth:`GraphStructure.map_labels`;
-    AD3's labeling itself when AD3 certifies it), whatever ``exact`` the model was trained with;
-    ``predict(x, w, exact=False)`` takes AD3's rounded labeling instead.
+    relaxed point, whatever ``exact`` the model was trained with (:meth:`GraphStructure.map_labels`): by
+    default AD3's labeling with its certificate (optimal when AD3's bound meets its score), then
+    branch-and-bound over AD3 only while a gap remains, within a budget (``FactorGraph.map(method=
+    "ad3_bnb")``); ``predict(x, w, exact=True)`` runs branch-and-bound to the exact MAP, ``exact=False``
+    takes AD3's rounded labeling alone.
 
     Examples
     --------
@@ -281,6 +292,13 @@ class GraphModel(Model):
     >>> model.predict(x, model.zeros()).shape
     (4,)
     """
+
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[GraphModel, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+        """A triangle with a pendant node (a frustrated cycle under repulsive weights, where the LP-MAP point is
+        fractional), 2 states, random node and edge features (see :meth:`Model.example`)."""
+        edges = np.array([[0, 1], [1, 2], [2, 0], [2, 3]])
+        return cls(2, 1, 2), [(rng.normal(size=(4, 2)), edges, rng.random((4, 1))) for _ in range(3)]
 
     def __init__(self, n_node_features: int, n_edge_features: int, n_states: int, symmetric: bool = False, *,
                  exact: bool = False, time_limit: float | None = None, warm_start: bool = False):

@@ -58,6 +58,12 @@ class GridModel(Model):
 
     nonnegative_blocks = ("pairwise",)
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[GridModel, list[GridInput]]:
+        """Three 3 x 3 grids with 3 node and 2 edge features (see :meth:`Model.example`)."""
+        return cls(3, 2), [GridInput(rng.normal(size=(2, 3, 3)), rng.random((2, 2, 2)), rng.random((1, 3, 2)))
+                           for _ in range(3)]
+
     def __init__(self, n_features: int, n_edge_features: int, pairwise: bool = True, *,
                  structure: BinaryGrid | None = None):
         self.n_features = check_count(n_features, "n_features", "GridModel")

@@ -35,6 +35,11 @@ class MatchingModel(Model):
     Inputs are dense float arrays; sentences of any size share one model.
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[MatchingModel, list[np.ndarray]]:
+        """Three 3 x 3 matchings with 2 features per pair, unmatched allowed (see :meth:`Model.example`)."""
+        return cls(2, allow_unmatched=True), [rng.normal(size=(3, 3, 2)) for _ in range(3)]
+
     def __init__(self, n_features: int, allow_unmatched: bool = False, *,
                  structure: BipartiteMatching | None = None):
         self.n_features = check_count(n_features, "n_features", "MatchingModel")

@@ -23,6 +23,11 @@ class MultiClassModel(Model):
         The structure to run on (a subclass or a configured instance); default ``MultiClass(n_classes)``.
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[MultiClassModel, list[np.ndarray]]:
+        """Four inputs of 3 features, 4 classes (see :meth:`Model.example`)."""
+        return cls(3, 4), [rng.normal(size=3) for _ in range(4)]
+
     def __init__(self, n_features: int, n_classes: int | None = None, *, structure: MultiClass | None = None):
         self.n_features = check_count(n_features, "n_features", "MultiClassModel")
         if n_classes is None and structure is None:

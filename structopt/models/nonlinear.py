@@ -152,6 +152,11 @@ class NonlinearChainModel(NonlinearModel):
         Hidden activation (both smooth enough for the prox-linear theory: C^1, Lipschitz slope).
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[NonlinearChainModel, list[np.ndarray]]:
+        """A 3-state chain scored by a one-hidden-layer network of 4 units, 3 features (see :meth:`Model.example`)."""
+        return cls(3, 4, 3), [rng.normal(size=(4, 3)) for _ in range(3)]
+
     def __init__(self, n_features: int, n_hidden: int, n_states: int, activation: str = "tanh"):
         self.n_features = _check_int("NonlinearChainModel", "n_features", n_features)
         self.n_hidden = _check_int("NonlinearChainModel", "n_hidden", n_hidden)
@@ -286,6 +291,11 @@ class NonlinearMatchingModel(CellNetworkModel):
     activation : {"tanh", "elu"}
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[NonlinearMatchingModel, list[np.ndarray]]:
+        """Three 3 x 3 matchings with 2 features per pair and 3 hidden units (see :meth:`Model.example`)."""
+        return cls(2, 3), [rng.normal(size=(3, 3, 2)) for _ in range(3)]
+
     def __init__(self, n_features: int, n_hidden: int, activation: str = "tanh"):
         super().__init__(n_features, n_hidden, activation)
         self.structure = BipartiteMatching()
@@ -321,6 +331,11 @@ class NonlinearBoxModel(CellNetworkModel):
     search : {"bnb", "exhaustive"}
         Search of the :class:`~structopt.structures.box.BoundingBox` structure.
     """
+
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[NonlinearBoxModel, list[np.ndarray]]:
+        """Three 3 x 3 images with 2 features and 3 hidden units (see :meth:`Model.example`)."""
+        return cls(2, 3), [rng.normal(size=(3, 3, 2)) for _ in range(3)]
 
     def __init__(self, n_features: int, n_hidden: int, activation: str = "tanh", search: str = "bnb"):
         super().__init__(n_features, n_hidden, activation)

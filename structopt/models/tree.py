@@ -30,6 +30,12 @@ class TreeModel(Model):
     >>> model = TreeModel(tree, n_features=10)                    # y: 0/1 vector of length 3
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[TreeModel, list[np.ndarray]]:
+        """A 4-node tree of binary labels with 3 features (see :meth:`Model.example`)."""
+        return cls(TreeStructure([(0, 1), (0, 2), (1, 3)], n_states=2), n_features=3), \
+            [rng.normal(size=3) for _ in range(4)]
+
     def __init__(self, structure: TreeStructure, n_features: int):
         if not isinstance(structure, TreeStructure):
             raise InvalidInputError(f"TreeModel needs a TreeStructure, got {structure!r}")

@@ -1,32 +1,27 @@
 """Solvers: ``solver(problem, **options) -> Result(w, trace)``, one vocabulary of options for all
 (see :mod:`structopt.solvers.base`).
 
-:func:`get_solver` maps a name (short or the function's own) to its function.
+Every solver is declared once, by its ``@solver`` decorator, which registers it in :data:`SOLVERS` (a
+:class:`~structopt.registry.Registry`: its declared name, its function's name and its aliases); this package
+imports every public solver module, so a new solver joins by existing. :func:`get_solver` maps a name to its
+function.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from structopt.errors import InvalidInputError
-from structopt.solvers.base import COMMON_OPTIONS, Result
-from structopt.solvers.bcfw import bcfw, frank_wolfe, ssg
-from structopt.solvers.casimir import casimir_svrg
-from structopt.solvers.extragradient import dual_extragradient
+# isort: off
+# declaration order is the order of the generated option tables (README): these modules first, the others by name
+from structopt.solvers.base import COMMON_OPTIONS, SOLVERS, Result
+from structopt.solvers import bcfw as _bcfw, sgd as _sgd, svrg as _svrg, casimir as _casimir  # noqa: F401
+from structopt.solvers import extragradient as _extragradient, prox_linear as _prox_linear  # noqa: F401
 from structopt.solvers.latent import latent_ssvm
-from structopt.solvers.prox_linear import prox_linear
 from structopt.solvers.reg_path import PathPoint, regularization_path
-from structopt.solvers.sgd import sgd
-from structopt.solvers.sgd_nonconvex import sgd_nonconvex
-from structopt.solvers.svrg import svrg
+from structopt.registry import import_public_modules
+# isort: on
 
-#: solver name -> function (short names and the functions' own names)
-SOLVERS: dict[str, Callable[..., Result]] = {
-    "bcfw": bcfw, "fw": frank_wolfe, "frank_wolfe": frank_wolfe, "ssg": ssg, "sgd": sgd, "svrg": svrg,
-    "casimir": casimir_svrg, "casimir_svrg": casimir_svrg, "extragradient": dual_extragradient,
-    "dual_extragradient": dual_extragradient,
-    "prox_linear": prox_linear, "sgd_nonconvex": sgd_nonconvex,
-}
+import_public_modules(__name__, __path__)
 
 
 def get_solver(name: str) -> Callable[..., Result]:
@@ -35,20 +30,22 @@ def get_solver(name: str) -> Callable[..., Result]:
     Its ``options`` attribute maps each option name to its :class:`~structopt.solvers.base.Option`
     (default, check, ``description``), and ``needs`` lists the oracles it needs from the problem.
     """
-    if not isinstance(name, str) or name not in SOLVERS:
-        raise InvalidInputError(f"unknown solver {name!r}; choose from {', '.join(sorted(SOLVERS))}")
     return SOLVERS[name]
 
 
 def option_table() -> str:
     """The README's table of each solver's own options (beyond :data:`COMMON_OPTIONS`), from the declarations."""
     rows = ["| solver | its own options (default) |", "| --- | --- |"]
-    for function in dict.fromkeys(SOLVERS.values()):
+    for function in SOLVERS.unique():
         own = [f"`{o.name}={o.default!r}`" for o in function.options.values() if not o.common]
         rows.append(f"| `{function.solver_name}` | {', '.join(own)} |")
     return "\n".join(rows)
 
 
-__all__ = ["COMMON_OPTIONS", "SOLVERS", "PathPoint", "Result", "bcfw", "casimir_svrg", "dual_extragradient",
-           "frank_wolfe", "get_solver", "latent_ssvm", "option_table", "prox_linear", "regularization_path", "sgd",
-           "sgd_nonconvex", "ssg", "svrg"]
+#: each declared solver under its function's own name (``structopt.solvers.bcfw``, ...), as the modules define them
+_FUNCTIONS = {function.__name__: function for function in SOLVERS.unique()}
+globals().update(_FUNCTIONS)
+
+__all__ = ["COMMON_OPTIONS", "SOLVERS", "PathPoint", "Result", "get_solver", "latent_ssvm", "option_table",
+           "regularization_path"]
+__all__ += sorted(_FUNCTIONS)  # each declared solver (bcfw, frank_wolfe, ...)

@@ -44,6 +44,7 @@ from structopt.options import (  # noqa: F401  (re-exported: each solver module 
     random_state_option,
 )
 from structopt.parallel import executor_scope
+from structopt.registry import Registry
 from structopt.solvers._checkpoints import (  # noqa: F401  (re-exported)
     CHECKPOINT_FORMAT,
     Checkpoints,
@@ -65,6 +66,17 @@ from structopt.solvers._options import (  # noqa: F401  (re-exported)
 
 #: the options every solver takes (the fields of :class:`RunOptions`), with their checks
 COMMON_OPTIONS: dict[str, Check] = {name: option.check for name, option in COMMON.items()}
+
+
+def _load_solvers() -> None:
+    import structopt.solvers  # noqa: F401  (its modules' @solver declarations fill SOLVERS)
+
+
+#: every solver by name: the name of its ``@solver`` declaration, its function's own name and its aliases, in
+#: declaration order (the order of the imports in :mod:`structopt.solvers`, then module names)
+SOLVERS: Registry[Callable[..., Any]] = Registry("solver", load=_load_solvers,
+                                                 unknown="unknown {kind} {name!r}; choose from {names}",
+                                                 sort_names=True)
 
 
 @dataclass(frozen=True)
@@ -95,7 +107,7 @@ def _has_oracle(problem, oracle: str) -> bool | None:
 
 
 def solver(name: str, options: type[Options] | None = None, *, without: tuple[str, ...] = (),
-           needs: tuple[Need, ...] = ()) -> Callable:
+           needs: tuple[Need, ...] = (), aliases: tuple[str, ...] = ()) -> Callable:
     """Declare a solver: its options are ``options`` (the method's own dataclass) and :class:`RunOptions`.
 
     The decorated function is ``function(problem, options, run_options, executor) -> Result``: ``options``
@@ -114,7 +126,8 @@ def solver(name: str, options: type[Options] | None = None, *, without: tuple[st
 
     At import, an option without a check or a default, or missing from its class's docstring, is a
     ``TypeError``. ``solver.options`` maps each name to its :class:`Option`, ``solver.needs`` lists the
-    needs, ``solver.options_type`` is the method's class.
+    needs, ``solver.options_type`` is the method's class. The solver joins :data:`SOLVERS` as ``name``,
+    its function's own name and ``aliases`` (short names, ``"fw"`` for ``"frank_wolfe"``).
     """
     unknown = sorted(set(without) - set(COMMON))
     if unknown or "max_passes" in without:
@@ -164,6 +177,9 @@ def solver(name: str, options: type[Options] | None = None, *, without: tuple[st
         call.options = declared
         call.options_type = options
         call.needs = needs
+        call.aliases = aliases
+        for each in dict.fromkeys((name, function.__name__, *aliases)):
+            SOLVERS.add(each, call)
         return call
     return wrap
 
@@ -483,6 +499,7 @@ def initial_weights(problem, w0: np.ndarray | None) -> np.ndarray:
     return problem.project_weights(w)
 
 
-__all__ = ["COMMON_OPTIONS", "Checkpoints", "FinishedRun", "Method", "Monitor", "Need", "Option", "Options", "Result",
+__all__ = ["COMMON_OPTIONS", "SOLVERS", "Checkpoints", "FinishedRun", "Method", "Monitor", "Need", "Option", "Options",
+           "Result",
            "RunOptions", "StoppingRule", "initial_weights", "load_checkpoint", "make_rng", "refuse_tol", "run",
            "save_checkpoint", "smoothing_needs", "solver"]

@@ -342,7 +342,7 @@ class FrankWolfeOptions(Options):
     fused: FUSED = None
 
 
-@solver("frank_wolfe", FrankWolfeOptions, without=("eval_every", "w0"), needs=MAX_ORACLE)
+@solver("frank_wolfe", FrankWolfeOptions, without=("eval_every", "w0"), needs=MAX_ORACLE, aliases=("fw",))
 def frank_wolfe(problem: SSVMProblem, options: FrankWolfeOptions, run_options: RunOptions, executor) -> Result:
     """Batch Frank-Wolfe on the structural SVM dual (paper Alg. 2), one oracle pass per iteration.
 

@@ -220,7 +220,7 @@ class CasimirOptions(Options):
     fused: FUSED = None
 
 
-@solver("casimir_svrg", CasimirOptions, without=("eval_every",), needs=smoothing_needs())
+@solver("casimir_svrg", CasimirOptions, without=("eval_every",), needs=smoothing_needs(), aliases=("casimir",))
 def casimir_svrg(problem: SSVMProblem, options: CasimirOptions, run_options: RunOptions, executor) -> Result:
     """Casimir-SVRG (Algo 4) with the constant (Prop. 29) or adaptive (Prop. 30) schedule.
 

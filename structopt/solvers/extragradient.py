@@ -196,7 +196,7 @@ class ExtragradientOptions(Options):
     w_block: Annotated[str, one_of("saddle", "exact")] = "saddle"
 
 
-@solver("dual_extragradient", ExtragradientOptions, without=("w0",),
+@solver("dual_extragradient", ExtragradientOptions, without=("w0",), aliases=("extragradient",),
         needs=(Need("marginals", "geometry='entropic'", lambda o: o["geometry"] == "entropic"),))
 def dual_extragradient(problem: SSVMProblem, options: ExtragradientOptions, run_options: RunOptions,
                        executor) -> Result:

@@ -26,13 +26,20 @@ convex step stops at a certified relative duality gap (``gap <= inner_eps * prim
 ``inner_passes``. The other convex solvers start from the previous ``w`` (``w0``) where they take one
 and run ``inner_passes`` passes; their trace's gap is reported where they have one.
 
-Checkpoints and resume are not offered (each convex step is short; a run is restarted whole).
+Checkpoints. ``checkpoint=PATH`` writes a sealed archive (:mod:`structopt.archive`, no pickle) after every
+CCCP step: the accepted weights and objective, the current completions, BCFW's carried dual, the shared
+random generator, the trace and the stop reason if any, with a fingerprint of the problem (the initial
+completions included) and of the options that shape the path (inner solver and its own options,
+``inner_passes``, ``inner_eps``). ``resume=PATH`` continues from it: the same problem and options give the
+same trace as an uninterrupted run (times aside); ``max_outer`` and ``tol`` may change; another problem or
+other path options are refused naming what differs.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import os
 import sys
 import time
 from typing import Any
@@ -40,12 +47,22 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.fingerprint import digest
 from structopt.nonconvex import NonconvexProblem
-from structopt.options import array_option, non_negative, open_unit, positive, positive_int, random_state_option
+from structopt.options import (
+    array_option,
+    non_negative,
+    open_unit,
+    path_option,
+    positive,
+    positive_int,
+    random_state_option,
+)
 from structopt.parallel import SerialExecutor
 from structopt.potentials import unflatten
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
+from structopt.solvers._checkpoints import load_checkpoint, save_checkpoint
 from structopt.solvers.base import Result, RunOptions, check_values, initial_weights, make_rng, run
 from structopt.solvers.bcfw import BCFWMethod, BCFWOptions
 
@@ -82,6 +99,7 @@ def _check_inner(inner: Any, inner_options: dict[str, Any]):
 def latent_ssvm(problem: SSVMProblem, inner: str = "bcfw", *, max_outer: int = 20, tol: float = 1e-4,
                 inner_passes: float = 50, inner_eps: float = 0.01, w0: np.ndarray | None = None,
                 random_state: int | np.random.Generator | None = None, progress: bool = False,
+                checkpoint: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
                 **inner_options: Any) -> Result:
     """Train a latent structural SVM by CCCP, a convex solver inside (module docstring).
 
@@ -111,6 +129,11 @@ def latent_ssvm(problem: SSVMProblem, inner: str = "bcfw", *, max_outer: int = 2
         Seed of the inner solvers' sampling (one generator for the whole run).
     progress : bool
         One line on stderr per CCCP step.
+    checkpoint : str or PathLike, optional
+        Write a sealed checkpoint there after every CCCP step (module docstring).
+    resume : str or PathLike, optional
+        Continue the run saved in this checkpoint (the same problem and path options; a finished run is
+        returned as it was, ``info["resumed_finished"]``).
     **inner_options
         Further options of the inner solver (checked by its own declarations; ``max_passes``, ``tol``,
         ``w0``, ``random_state`` and the checkpoint options are set per step and refused here).
@@ -149,6 +172,8 @@ def latent_ssvm(problem: SSVMProblem, inner: str = "bcfw", *, max_outer: int = 2
     random_state_option("latent_ssvm: random_state", random_state)
     if not isinstance(progress, (bool, np.bool_)):
         raise InvalidInputError(f"latent_ssvm: progress must be True or False, got {progress!r}")
+    path_option("latent_ssvm: checkpoint", checkpoint)
+    path_option("latent_ssvm: resume", resume)
     function = _check_inner(inner, inner_options)
     is_bcfw = function.solver_name == "bcfw"
     bcfw_options = None
@@ -157,8 +182,9 @@ def latent_ssvm(problem: SSVMProblem, inner: str = "bcfw", *, max_outer: int = 2
         bcfw_options = BCFWOptions(**own)
         bcfw_options.gap_options()  # refuses the combinations that cannot work, before any work
     w = None if w0 is None else initial_weights(problem, w0)
-    return _CCCP(problem, function, bcfw_options, dict(inner_options), max_outer, float(tol), float(inner_passes),
-                 float(inner_eps), make_rng(random_state), bool(progress)).run(w)
+    cccp = _CCCP(problem, function, bcfw_options, dict(inner_options), max_outer, float(tol), float(inner_passes),
+                 float(inner_eps), make_rng(random_state), bool(progress), checkpoint)
+    return cccp.run(w) if resume is None else cccp.resume(resume)
 
 
 def _completed(problem: SSVMProblem, w: np.ndarray) -> tuple[SSVMProblem, int]:
@@ -194,12 +220,53 @@ class _CCCP:
 
     def __init__(self, problem: SSVMProblem, function, bcfw_options: BCFWOptions | None, inner_options: dict,
                  max_outer: int, tol: float, inner_passes: float, inner_eps: float, rng: np.random.Generator,
-                 progress: bool):
+                 progress: bool, checkpoint: str | os.PathLike | None = None):
         self.problem, self.function, self.bcfw_options = problem, function, bcfw_options
         self.inner_options, self.max_outer, self.tol = inner_options, max_outer, tol
         self.inner_passes, self.inner_eps, self.rng, self.progress = inner_passes, inner_eps, rng, progress
+        self.checkpoint = checkpoint
         self.trace: list[dict[str, Any]] = []
         self.passes, self.oracle_calls, self.elapsed = 0.0, 0, 0.0
+
+    def fingerprint(self) -> dict[str, str]:
+        """The problem's digests and those of the options that shape the CCCP path (run control excluded)."""
+        own = {key: value for key, value in self.inner_options.items() if not self.function.options[key].common}
+        return {**self.problem.fingerprint(),
+                "solver options": digest({"solver": "latent_ssvm", "inner": self.function.solver_name, "own": own,
+                                          "inner_passes": self.inner_passes, "inner_eps": self.inner_eps})}
+
+    def save(self, outer: int, w, objective, eps: float, blocks, sub: SSVMProblem, stop_reason: str | None) -> None:
+        """The checkpoint after step ``outer`` (when one was asked for)."""
+        if self.checkpoint is None:
+            return
+        state = {"outer": outer, "w": None if w is None else np.asarray(w, dtype=float), "objective": objective,
+                 "eps": eps, "blocks": blocks, "rng": self.rng, "passes": self.passes,
+                 "oracle_calls": self.oracle_calls, "elapsed": self.elapsed, "stop_reason": stop_reason,
+                 "outputs": None if sub is self.problem else list(sub.Y)}
+        save_checkpoint(self.checkpoint, {"solver": "latent_ssvm", "fingerprint": self.fingerprint(), "state": state,
+                                          "trace": self.trace, "w": state["w"] if w is not None else np.zeros(0)})
+
+    def resume(self, path: str | os.PathLike) -> Result:
+        """Continue the run saved at ``path`` (checked against this problem and these options)."""
+        saved = load_checkpoint(path, "latent_ssvm", self.fingerprint())
+        state = saved["state"]
+        try:
+            self.trace = list(saved["trace"])
+            self.rng = state["rng"]
+            self.passes, self.oracle_calls, self.elapsed = state["passes"], state["oracle_calls"], state["elapsed"]
+            sub = self.problem if state["outputs"] is None else self.problem.with_outputs(state["outputs"])
+            args = (state["w"], state["objective"], state["eps"], state["blocks"], sub, int(state["outer"]))
+            stop_reason = state["stop_reason"]
+        except (KeyError, TypeError, ValueError) as error:
+            raise InvalidInputError(f"checkpoint {path} is malformed ({type(error).__name__}: {error})") from None
+        if stop_reason is not None:
+            return self.result(args[0], sub, stop_reason, resumed_finished=True)
+        return self.loop(*args)
+
+    def result(self, w, sub: SSVMProblem, stop_reason: str, **info: Any) -> Result:
+        return Result(np.array(w, dtype=float), self.trace,
+                      {"stop_reason": stop_reason, "outputs": [sub.complete(i, sub.theta(i, w)) for i in range(sub.n)],
+                       "problem": sub, "inner": self.function.solver_name, **info})
 
     def say(self, text: str) -> None:
         if self.progress:
@@ -237,10 +304,15 @@ class _CCCP:
             self.record(outer=0, objective=objective, surrogate=None, inner_gap=None, inner_dual=None,
                         inner_passes=0.0, changed=None, warm=None, accepted=True)
             self.say(f"start: objective {objective:.6g}")
-        blocks: BlockState | None = None
-        eps = self.inner_eps  # BCFW's relative gap, tightened where a step cannot certify a decrease
+            self.save(0, w, objective, self.inner_eps, None, sub, None)
+        return self.loop(w, objective, self.inner_eps, None, sub, 0)
+
+    def loop(self, w: np.ndarray | None, objective: float | None, eps: float, blocks: BlockState | None,
+             sub: SSVMProblem, done: int) -> Result:
+        """CCCP steps ``done + 1 ..`` from the given state (``eps``: BCFW's relative gap, tightened where a step
+        cannot certify a decrease)."""
         stop_reason = f"reached max_outer={self.max_outer}"
-        for outer in range(1, self.max_outer + 1):
+        for outer in range(done + 1, self.max_outer + 1):
             clock = time.perf_counter()
             result, warm = self.solve(sub, w, blocks, eps)
             last = result.trace[-1]
@@ -263,10 +335,13 @@ class _CCCP:
                                    f"{surrogate:.6g} > F(w_t) {objective:.6g}) and "
                                    + ("the inner solver has no dual bound" if possible is None else
                                       f"at most {max(possible, 0.0):.3g} could be gained: converged"))
+                    self.save(outer, w, objective, eps, blocks, sub, stop_reason)
                     break
                 eps = max(eps / 10.0, MIN_INNER_EPS)
-                blocks = result.info["state"]
-                blocks.rescale_restart(1.0)  # the same problem: the dual as it is, averaging afresh
+                blocks = result.info.get("state")
+                if blocks is not None:
+                    blocks.rescale_restart(1.0)  # the same problem: the dual as it is, averaging afresh
+                self.save(outer, w, objective, eps, blocks, sub, None)
                 self.say(f"step {outer}: no decrease at inner gap {inner['inner_gap']:.3g}; solving the convex "
                          f"problem again to relative gap {eps:g}")
                 continue
@@ -283,12 +358,12 @@ class _CCCP:
                      f"{changed} completions changed")
             decrease = math.inf if objective is None else objective - new_objective
             w, objective, sub = candidate, new_objective, new_sub
-            if decrease < self.tol:
-                stop_reason = f"objective decrease {decrease:.3g} < tol {self.tol:g}"
+            stopped = f"objective decrease {decrease:.3g} < tol {self.tol:g}" if decrease < self.tol else None
+            self.save(outer, w, objective, eps, blocks, sub, stopped)
+            if stopped:
+                stop_reason = stopped
                 break
-        return Result(np.array(w, dtype=float), self.trace,
-                      {"stop_reason": stop_reason, "outputs": [sub.complete(i, sub.theta(i, w)) for i in range(sub.n)],
-                       "problem": sub, "inner": self.function.solver_name})
+        return self.result(w, sub, stop_reason)
 
 
 __all__ = ["INNER_SOLVERS", "latent_ssvm"]

@@ -3,9 +3,8 @@
 Arc scores are an (n + 1, n + 1) matrix ``s[h, m]`` (head h, modifier m; node 0 is the root, column 0
 and the diagonal are unused). -inf forbids an arc.
 
-- :func:`chu_liu_edmonds`: the best arborescence rooted at 0 by Chu-Liu/Edmonds with explicit
-  contractions on a dense matrix (the simple form: O(n²) work per contraction, O(n³) in the worst
-  case, not Tarjan's O(n²) with mergeable heaps);
+- :func:`best_tree`: the best arborescence rooted at 0 (single- or multi-root) by Tarjan's O(n²) form of
+  Chu-Liu/Edmonds on the dense matrix;
 - :func:`matrix_tree`: log Z and the arc marginals by the matrix-tree theorem (Koo et al., 2007), with
   each column scaled by its largest entry so that no exponential overflows (long sentences).
 """
@@ -18,173 +17,173 @@ from numba import njit
 NEG_INF = -np.inf
 
 
-@njit(cache=True)
-def chu_liu_edmonds(s):
-    """Best arborescence rooted at node 0 of the arcs ``s[h, m]`` (multi-root: any number of root arcs).
-
-    Returns ``(heads, ok)``: ``heads[m]`` the head of m (``heads[0] = -1``); ``ok`` False when some node
-    has no finite incoming arc from a node that can reach it (no tree has a finite score).
-    """
-    N = s.shape[0]
-    cap = 2 * N
-    W = np.full((cap, cap), NEG_INF)
-    oh = np.zeros((cap, cap), dtype=np.int64)  # the original arc behind each arc of the contracted graph
-    om = np.zeros((cap, cap), dtype=np.int64)
-    for h in range(N):
-        for m in range(1, N):
-            if h != m:
-                W[h, m] = s[h, m]
-                oh[h, m] = h
-                om[h, m] = m
-    active = np.zeros(cap, dtype=np.bool_)
-    active[:N] = True
-    rep = np.full(cap, -1, dtype=np.int64)  # the contracted node that swallowed each node
-    parent = np.full(cap, -1, dtype=np.int64)
-    heads = np.full(N, -1, dtype=np.int64)
-    # contraction records: the node, and its cycle's members with their cycle arcs (original ids)
-    c_node = np.empty(N, dtype=np.int64)
-    c_ptr = np.zeros(N + 1, dtype=np.int64)
-    c_member = np.empty(cap, dtype=np.int64)
-    c_arc_h = np.empty(cap, dtype=np.int64)
-    c_arc_m = np.empty(cap, dtype=np.int64)
-    n_contract = 0
-    n_nodes = N
-    for v in range(1, N):
-        best, arg = NEG_INF, -1
-        for u in range(N):
-            if u != v and W[u, v] > best:
-                best, arg = W[u, v], u
-        if arg < 0:
-            return heads, False
-        parent[v] = arg
-    stamp = np.full(cap, -1, dtype=np.int64)
-    in_cycle = np.zeros(cap, dtype=np.bool_)
-    while True:
-        # one cycle of the parent graph, if any
-        for v in range(n_nodes):
-            stamp[v] = -1
-        start = -1
-        for v0 in range(1, n_nodes):
-            if not active[v0] or stamp[v0] >= 0:
-                continue
-            v = v0
-            while v != 0 and stamp[v] < 0:
-                stamp[v] = v0
-                v = parent[v]
-            if v != 0 and stamp[v] == v0:
-                start = v
-                break
-        if start < 0:
-            break
-        c = n_nodes
-        n_nodes += 1
-        lo = c_ptr[n_contract]
-        k = lo
-        v = start
-        while True:
-            in_cycle[v] = True
-            c_member[k] = v
-            c_arc_h[k] = oh[parent[v], v]
-            c_arc_m[k] = om[parent[v], v]
-            k += 1
-            v = parent[v]
-            if v == start:
-                break
-        hi = k
-        for u in range(c):
-            if not active[u] or in_cycle[u]:
-                continue
-            best_in, best_out = NEG_INF, NEG_INF
-            for q in range(lo, hi):
-                x = c_member[q]
-                if W[u, x] > NEG_INF:
-                    val = W[u, x] - W[parent[x], x]
-                    if val > best_in:
-                        best_in = val
-                        oh[u, c] = oh[u, x]
-                        om[u, c] = om[u, x]
-                if u != 0 and W[x, u] > best_out:
-                    best_out = W[x, u]
-                    oh[c, u] = oh[x, u]
-                    om[c, u] = om[x, u]
-            W[u, c] = best_in
-            if u != 0:
-                W[c, u] = best_out
-                if in_cycle[parent[u]]:
-                    parent[u] = c  # its best incoming arc now leaves the contracted node
-        for q in range(lo, hi):
-            x = c_member[q]
-            active[x] = False
-            in_cycle[x] = False
-            rep[x] = c
-        active[c] = True
-        c_node[n_contract] = c
-        n_contract += 1
-        c_ptr[n_contract] = hi
-        best, arg = NEG_INF, -1
-        for u in range(c):
-            if active[u] and W[u, c] > best:
-                best, arg = W[u, c], u
-        if arg < 0:
-            return heads, False
-        parent[c] = arg
-    # expansion: the arc entering each node of the final graph, then each cycle unfolded, latest first
-    in_h = np.full(cap, -1, dtype=np.int64)
-    in_m = np.full(cap, -1, dtype=np.int64)
-    for v in range(1, n_nodes):
-        if active[v]:
-            in_h[v] = oh[parent[v], v]
-            in_m[v] = om[parent[v], v]
-    for t in range(n_contract - 1, -1, -1):
-        c = c_node[t]
-        x = in_m[c]
-        while rep[x] != c:  # the member of the cycle that contains the entering arc's modifier
-            x = rep[x]
-        for q in range(c_ptr[t], c_ptr[t + 1]):
-            v = c_member[q]
-            if v == x:
-                in_h[v], in_m[v] = in_h[c], in_m[c]
-            else:
-                in_h[v], in_m[v] = c_arc_h[q], c_arc_m[q]
-    for m in range(1, N):
-        heads[m] = in_h[m]
-    return heads, True
-
-
-@njit(cache=True)
-def root_penalty(s):
-    """A penalty on every root arc larger than any difference between two trees' other arcs: with it,
-    the best tree has as few root arcs as any tree with a finite score can have (one when possible)."""
-    N = s.shape[0]
-    lo, hi = np.inf, NEG_INF
-    for h in range(N):
-        for m in range(1, N):
-            if h != m and s[h, m] > NEG_INF:
-                lo = min(lo, s[h, m])
-                hi = max(hi, s[h, m])
-    if hi == NEG_INF:
-        return 0.0
-    return (N + 1) * (hi - lo) + 1.0
+@njit(cache=True, inline="always")
+def _better(k, w, bk, bw):
+    # (k, w) > (bk, bw) in the lexicographic order (root-arc count first, then score)
+    return k > bk or (k == bk and w > bw)
 
 
 @njit(cache=True)
 def best_tree(s, single_root):
-    """``(heads, ok)``: the best tree (single root: exactly one root arc, by penalising root arcs)."""
+    """``(heads, ok)``: the best arborescence rooted at node 0 of the arcs ``s[h, m]``, by Tarjan's form of
+    Chu-Liu/Edmonds (O(n²) on a dense graph).
+
+    ``heads[m]`` is the head of m (``heads[0] = -1``); ``ok`` is False when no tree has a finite score
+    (single root: when no tree with exactly one root arc has one).
+
+    **Tarjan's form** (Tarjan 1977, with the expansion of Camerini, Fratta and Maffioli 1979): a path of
+    super-nodes grows backwards along each one's best entering arc; it ends when that arc leaves the root
+    or an already finished super-node (the path then hangs from the root), and when it leaves a super-node
+    on the path the cycle so closed is contracted at once into a new super-node, which continues the
+    path. Each super-node keeps one row ``W[v, u]``: the best *reduced* score of an arc from original node
+    u into v (an arc's score minus the score of the arc it would replace inside v), combined from its
+    members' rows when it is made, so a contraction costs O(n · cycle length) and the best entering arc
+    O(n): O(n²) in all (at most n - 1 contractions, 2n super-nodes). The expansion keeps each outermost
+    super-node's entering arc and, inside every super-node, every member's cycle arc except the one
+    member the kept arc enters through (super-nodes taken from the newest down).
+
+    **Single root, exactly**: scores are pairs (minus the number of root arcs, score) in the lexicographic
+    order, an ordered group in which Chu-Liu/Edmonds is as correct as in the reals; the best pair has as
+    few root arcs as any finite tree can have (one, when a single-root tree exists) and the best score
+    among those trees. No penalty constant, so no rounding of large scores.
+    """
     N = s.shape[0]
-    if not single_root:
-        return chu_liu_edmonds(s)
-    penalised = s.copy()
-    p = root_penalty(s)
-    for m in range(1, N):
-        penalised[0, m] = s[0, m] - p
-    heads, ok = chu_liu_edmonds(penalised)
-    if not ok:
-        return heads, False
-    roots = 0
-    for m in range(1, N):
-        if heads[m] == 0:
-            roots += 1
-    return heads, roots == 1
+    heads = np.full(N, -1, dtype=np.int64)
+    cap = 2 * N
+    # rows of contracted super-nodes (c - N), grown by doubling: a leaf's row is its column of s (no copy)
+    Wc = np.empty((min(N, 8), N))
+    Kc = np.empty((min(N, 8), N), dtype=np.int64)  # minus the root arcs behind W (single root; else 0)
+    Mc = np.empty((min(N, 8), N), dtype=np.int64)  # the original modifier of the arc behind W
+    rep = np.arange(N)  # the outermost super-node holding each original node
+    fpar = np.full(cap, -1, dtype=np.int64)  # the super-node each one was contracted into
+    status = np.zeros(cap, dtype=np.int8)  # 0 untouched, 1 on the path, 2 finished (hangs from the root)
+    status[0] = 2
+    enter_u = np.empty(cap, dtype=np.int64)
+    enter_m = np.empty(cap, dtype=np.int64)
+    enter_w = np.zeros(cap)
+    enter_k = np.zeros(cap, dtype=np.int64)
+    path = np.empty(cap, dtype=np.int64)
+    root_k = -1 if single_root else 0
+    nxt = N
+    for start in range(1, N):
+        if status[rep[start]] != 0:
+            continue
+        a = start
+        top = 0
+        path[0] = a
+        status[a] = 1
+        while True:
+            bu, bk, bw = -1, 0, NEG_INF
+            if a < N:  # a leaf: its column of s
+                for u in range(N):
+                    w = s[u, a]
+                    if w == NEG_INF or rep[u] == a:
+                        continue
+                    k = root_k if u == 0 else 0
+                    if bu < 0 or _better(k, w, bk, bw):
+                        bu, bk, bw = u, k, w
+                bm = a
+            else:
+                r = a - N
+                for u in range(N):
+                    w = Wc[r, u]
+                    if w == NEG_INF or rep[u] == a:
+                        continue
+                    k = Kc[r, u]
+                    if bu < 0 or _better(k, w, bk, bw):
+                        bu, bk, bw = u, k, w
+                bm = Mc[r, bu] if bu >= 0 else -1
+            if bu < 0:
+                return heads, False
+            enter_u[a], enter_m[a], enter_w[a], enter_k[a] = bu, bm, bw, bk
+            b = rep[bu]
+            if status[b] == 2:  # the path hangs from the root now
+                for i in range(top + 1):
+                    status[path[i]] = 2
+                break
+            if status[b] == 0:
+                top += 1
+                path[top] = b
+                status[b] = 1
+                a = b
+                continue
+            # b is on the path: contract path[j..top] into c
+            c = nxt
+            nxt += 1
+            r = c - N
+            if r >= Wc.shape[0]:
+                rows = min(2 * Wc.shape[0], N)
+                Wc2, Kc2, Mc2 = np.empty((rows, N)), np.empty((rows, N), np.int64), np.empty((rows, N), np.int64)
+                Wc2[:r], Kc2[:r], Mc2[:r] = Wc[:r], Kc[:r], Mc[:r]
+                Wc, Kc, Mc = Wc2, Kc2, Mc2
+            j = top
+            while path[j] != b:
+                j -= 1
+            for u in range(N):
+                Wc[r, u] = NEG_INF
+                Kc[r, u] = 0
+                Mc[r, u] = -1
+            for i in range(j, top + 1):
+                x = path[i]
+                fpar[x] = c
+                ew, ek = enter_w[x], enter_k[x]
+                if x < N:
+                    for u in range(N):
+                        w = s[u, x]
+                        if w == NEG_INF:
+                            continue
+                        w -= ew
+                        k = (root_k if u == 0 else 0) - ek
+                        if Wc[r, u] == NEG_INF or _better(k, w, Kc[r, u], Wc[r, u]):
+                            Wc[r, u], Kc[r, u], Mc[r, u] = w, k, x
+                else:
+                    q = x - N
+                    for u in range(N):
+                        w = Wc[q, u]
+                        if w == NEG_INF:
+                            continue
+                        w -= ew
+                        k = Kc[q, u] - ek
+                        if Wc[r, u] == NEG_INF or _better(k, w, Kc[r, u], Wc[r, u]):
+                            Wc[r, u], Kc[r, u], Mc[r, u] = w, k, Mc[q, u]
+            for u in range(N):
+                if fpar[rep[u]] == c:
+                    rep[u] = c
+                    Wc[r, u] = NEG_INF  # arcs inside c
+            status[c] = 1
+            top = j
+            path[top] = c
+            a = c
+    # expansion, newest super-node first (a super-node is newer than its members)
+    dropped = np.zeros(cap, dtype=np.bool_)
+    for v in range(nxt - 1, 0, -1):
+        if dropped[v]:
+            continue
+        m = enter_m[v]
+        heads[m] = enter_u[v]
+        x = m
+        while x != v:  # the super-nodes this arc enters through lose their own entering arcs
+            dropped[x] = True
+            x = fpar[x]
+    if single_root:
+        roots = 0
+        for m in range(1, N):
+            if heads[m] == 0:
+                roots += 1
+        if roots != 1:
+            return heads, False
+    return heads, True
+
+
+@njit(cache=True)
+def below_inf(a):
+    """Whether every entry of the contiguous array ``a`` is < +inf (False on NaN or +inf): the check of
+    potentials in one pass, without numpy's reduction overhead on small sentences."""
+    flat = a.ravel()
+    for i in range(flat.size):
+        if not flat[i] < np.inf:
+            return False
+    return True
 
 
 @njit(cache=True)

@@ -15,9 +15,9 @@ word hangs from the root.
 
 **Oracles.**
 
-- non-projective: argmax by Chu-Liu/Edmonds (dense contractions, O(n³) worst case), single root by
-  penalising every root arc by more than any difference of the other arcs' totals (so the best tree
-  has one root arc whenever one exists); log Z and marginals by the matrix-tree theorem (Koo et al.,
+- non-projective: argmax by Tarjan's O(n²) form of Chu-Liu/Edmonds, single root exactly (scores
+  compared as pairs (minus the root arcs, score) in lexicographic order, so the best tree has one root
+  arc whenever one exists, with no penalty constant); log Z and marginals by the matrix-tree theorem (Koo et al.,
   2007) with per-column scaling; top-K by Lawler's partition search over the heads (forbidding and
   forcing arcs); max-marginals by one forced-arc argmax per arc; the polytope is the multi-commodity
   flow formulation (Martins et al., 2009; one commodity per word, n³ auxiliary columns), exact.
@@ -192,6 +192,12 @@ class DependencyTree(Structure):
 
     # ----- layout
     def _arcs(self, theta: DependencyPotentials | np.ndarray, index: int | None = None) -> np.ndarray:
+        raw = getattr(theta, "arcs", None)
+        if type(raw) is np.ndarray and raw.dtype == np.float64 and raw.flags.c_contiguous \
+                and isinstance(theta, DependencyPotentials) and raw.ndim == (2 if self.n_labels is None else 3) \
+                and raw.shape[0] == raw.shape[1] >= 2 and (self.n_labels is None or raw.shape[2] == self.n_labels) \
+                and kern.below_inf(raw):  # the common case in one pass (NaN and +inf fail it)
+            return raw
         if isinstance(theta, tuple) and not isinstance(theta, DependencyPotentials):
             raise example_error(index, f"{self.name} potentials must be DependencyPotentials(arcs), got "
                                        f"{type(theta).__name__}")

@@ -39,6 +39,8 @@ MAP (:meth:`FactorGraph.map`):
 - ``"cpsat"``: exact, OR-Tools CP-SAT on the same model with integer-scaled scores (stated
   resolution), the answer re-scored exactly.
 - ``"lp"``: HiGHS on the local polytope; the LP value is the upper bound, rounding gives labels.
+- ``"ad3_bnb"`` (prediction's default, :meth:`FactorGraph.map_labels`): AD3 at its default tolerance with
+  its certificate, then branch-and-bound only while a gap remains, within a budget (seconds and nodes).
 
 As a :class:`~structopt.structures.base.Structure`, ``argmax`` is the *relaxed* oracle by default:
 it returns the statistics of the LP-MAP point found by AD3 (a fractional vertex of the local
@@ -50,28 +52,50 @@ state count) and ``node_potentials(costs)`` serve Hamming losses (see ``structop
 
 Duplicate tables over the same set of variables are refused (add the tables yourself); logic
 factors may repeat.
+
+This module holds the class (building, layout, validation, scoring, the Structure interface); the
+methods live one per module beside it, behind the class's public methods: ``_fg_ad3`` (AD3's
+drivers), ``_fg_bnb``, ``_fg_cpsat``, ``_fg_lp`` (the local polytope and HiGHS), ``_fg_search``
+(rounding, the feasibility repair, ``"auto"``), ``_fg_topk``; their shared types are in
+``_fg_types`` and the MAP options' checks in ``_fg_options``.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import numbers
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from structopt.errors import InvalidInputError, NotSupportedError, example_error, refuse_nonfinite
-from structopt.options import optional, positive
 from structopt.potentials import flatten
 from structopt.structures import _ad3_kernels as K
-from structopt.structures._ad3_structured import ActiveSet, StructuredFactor, penalised, solve_qp
-from structopt.structures._partition_topk import partition_topk
+from structopt.structures import _fg_ad3, _fg_bnb, _fg_cpsat, _fg_lp, _fg_search, _fg_topk
+from structopt.structures._ad3_structured import StructuredFactor
+from structopt.structures._fg_options import MAP_METHODS, MAP_OPTIONS, accepted_options, check_map_options  # noqa: F401
+from structopt.structures._fg_types import (  # noqa: F401  (re-exported: the factor-graph modules' shared names)
+    AD3_TIGHT,
+    AD3_TOL,
+    AUTO_AD3_SHARE,
+    LP_AD3_ITERATIONS,
+    LP_AD3_SECONDS,
+    PREDICT_NODES,
+    PREDICT_SECONDS,
+    REPAIR_SECONDS,
+    ROUNDING_SWEEPS,
+    TOPK_MAX_SUBPROBLEMS,
+    AD3State,
+    FactorGraphPotentials,
+    MAPInterrupted,
+    MAPSolution,
+    _Flat,
+    check_time_limit,
+)
 from structopt.structures.base import Polytope, Structure, random_like, unsupported
 from structopt.structures.registry import register_structure
 
@@ -79,150 +103,6 @@ _LOGIC_KINDS = {"xor": K.XOR, "atmost1": K.ATMOST1, "or": K.OR}
 _KIND_NAMES = {K.DENSE: "table", K.XOR: "xor", K.ATMOST1: "atmost1", K.OR: "or", K.BUDGET: "budget",
                K.STRUCT: "structure"}
 MAX_TABLE_ARITY = 3
-#: the one time-limit check of factor graphs, GraphModel and the MAP / marginal inference entry points:
-#: None or a finite number of seconds > 0 (booleans refused)
-check_time_limit = optional(positive)
-#: the kernel's status codes (_ad3_kernels) as MAPSolution statuses
-_STATUS_NAMES = {K.INFEASIBLE: "infeasible", K.GAP_CLOSED: "optimal", K.LP_CONVERGED: "lp_converged",
-                 K.BELOW_TARGET: "below_target"}
-#: top-K solves up to k·n_vars + 1 exact branch-and-bound subproblems; beyond this many it refuses
-TOPK_MAX_SUBPROBLEMS = 2000
-#: ICM sweeps after rounding a relaxed point (LP) or a feasible labeling (the repair)
-ROUNDING_SWEEPS = 100
-#: the AD3 run whose rounded labelings ``method="lp"`` also tries when its own rounding misses the LP value
-LP_AD3_ITERATIONS, LP_AD3_SECONDS = 2000, 1.0
-#: the least time the repair of an empty rounding gets, even when the time limit is spent
-REPAIR_SECONDS = 0.5
-#: MAP methods of :meth:`FactorGraph.map`
-MAP_METHODS = ("auto", "ad3", "bnb", "cpsat", "lp")
-#: the part of the time limit that ``method="auto"`` gives AD3 before the exact search
-AUTO_AD3_SHARE = 0.25
-#: AD3's default relative tolerances (labeling gap and LP convergence, :meth:`FactorGraph.ad3`)
-AD3_TOL = 1e-6
-#: the tight tolerances (the earlier default): the relaxed oracle of training, whose answer certifies SSVM gaps
-AD3_TIGHT = 1e-9
-
-
-class FactorGraphPotentials(NamedTuple):
-    """Scores (or statistics) of a factor graph: per-variable states, then dense tables' entries."""
-
-    unary: np.ndarray
-    factors: np.ndarray
-
-
-@dataclass(frozen=True)
-class _Flat:
-    """The factor graph as flat arrays for the kernels (built once per graph)."""
-
-    vstates: np.ndarray
-    voff: np.ndarray
-    deg: np.ndarray
-    vptr: np.ndarray
-    vedge: np.ndarray
-    fkind: np.ndarray
-    fparam: np.ndarray
-    fptr: np.ndarray
-    evar: np.ndarray
-    eoff: np.ndarray
-    toff: np.ndarray
-    aoff: np.ndarray
-    efac: np.ndarray
-    order: np.ndarray
-
-    @property
-    def n_vars(self) -> int:
-        return int(self.vstates.size)
-
-
-@dataclass
-class AD3State:
-    """AD3's iterate (warm start for a later run): marginals, multipliers, factor copies, active sets, η."""
-
-    p: np.ndarray
-    lam: np.ndarray
-    qe: np.ndarray
-    qt: np.ndarray
-    acfg: np.ndarray
-    aw: np.ndarray
-    acount: np.ndarray
-    scal: np.ndarray
-    #: structured factors' active sets, by factor index (empty without structured factors)
-    struct: dict[int, ActiveSet] = field(default_factory=dict)
-
-    def copy(self) -> AD3State:
-        """An independent copy (the warm start of a branch-and-bound child)."""
-        return AD3State(self.p.copy(), self.lam.copy(), self.qe.copy(), self.qt.copy(), self.acfg.copy(),
-                        self.aw.copy(), self.acount.copy(), self.scal.copy(),
-                        {f: a.copy() for f, a in self.struct.items()})
-
-
-@dataclass
-class MAPSolution:
-    """The answer of a MAP method on a factor graph.
-
-    Attributes
-    ----------
-    labels : ndarray of int64 or None
-        Best labeling found (None when none satisfying the hard factors was found).
-    score : float
-        Its exact score (``-inf`` when ``labels`` is None); a lower bound on the MAP value.
-    upper_bound : float
-        Certified upper bound on the MAP value (AD3: the best dual value; bnb: the largest open
-        bound; cpsat: CP-SAT's bound plus the rounding slack; lp: the LP value).
-    optimal : bool
-        ``score >= upper_bound - tol``: the labeling is proven optimal (cpsat: optimal for the
-        integer-scaled scores, see ``resolution``).
-    status : str
-        ``"optimal"``, ``"lp_converged"``, ``"infeasible"``, ``"max_iter"``, ``"time_limit"``,
-        ``"node_limit"`` (bnb) or the solver's own status.
-    method : str
-    time : float
-        Wall seconds.
-    iterations : int
-        AD3 iterations (summed over nodes for bnb), or 0.
-    lp_value : float or None
-        AD3's primal objective at the end (the LP-MAP value at convergence), or the HiGHS LP value.
-    marginals : FactorGraphPotentials or None
-        The relaxed point (AD3 / lp).
-    nodes : int
-        Branch-and-bound nodes solved.
-    resolution : float or None
-        CP-SAT: the score unit of the integer scaling (each coefficient is rounded to a multiple).
-    """
-
-    labels: np.ndarray | None
-    score: float
-    upper_bound: float
-    optimal: bool
-    status: str
-    method: str
-    time: float = 0.0
-    iterations: int = 0
-    lp_value: float | None = None
-    marginals: FactorGraphPotentials | None = None
-    nodes: int = 0
-    resolution: float | None = None
-    trace: list[dict] = field(default_factory=list)
-    #: bnb: the root node's final AD3 iterate (a warm start for the next call on similar potentials)
-    root_state: AD3State | None = None
-
-
-class MAPInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a MAP method; ``solution`` holds what it had (status ``"interrupted"``): the best
-    labeling found so far (None if none yet) and a bound that still holds (``inf`` when none was proven).
-
-    A subclass of KeyboardInterrupt, so code that does not look for the partial answer stops as usual.
-    """
-
-    def __init__(self, solution: MAPSolution) -> None:
-        super().__init__(f"{solution.method} interrupted")
-        self.solution = solution
-
-
-def _better(a: MAPSolution, b: MAPSolution) -> MAPSolution:
-    """The one of two answers on the same potentials with the better labeling (``a`` on ties)."""
-    return b if b.labels is not None and (a.labels is None or b.score > a.score) else a
-
 
 def _as_index(value: Any, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
@@ -706,25 +586,7 @@ class FactorGraph(Structure):
     # ------------------------------------------------------------------ AD3
     def new_state(self, theta: FactorGraphPotentials, eta: float | None = None) -> AD3State:
         """A fresh AD3 iterate: uniform marginals over allowed states, λ = 0, empty active sets."""
-        fl = self.flat
-        allowed = np.isfinite(theta.unary)
-        counts = np.add.reduceat(allowed.astype(float), fl.voff[:-1])
-        p = np.where(allowed, 1.0 / np.maximum(np.repeat(counts, fl.vstates), 1.0), 0.0)
-        n_e = int(fl.eoff[-1])
-        if eta is None:
-            # η has the units of a score: start near the scores' spread (residual balancing adapts it).
-            # 0.3 × the mean absolute deviation: fewer iterations than 0.1 on the UAI segmentations and
-            # the 100-node Delaunay graphs of benchmarks/ad3_graph_calls.py, about as many on the grids
-            vals = np.concatenate([theta.unary[allowed], theta.factors[np.isfinite(theta.factors)]])
-            spread = float(np.mean(np.abs(vals - vals.mean()))) if vals.size else 1.0
-            eta = 0.3 * spread if spread > 0 else 0.1
-        scal = np.zeros(K.N_SCAL)
-        scal[K.S_ETA] = eta
-        scal[K.S_UPPER] = np.inf
-        scal[K.S_LOWER] = -np.inf
-        return AD3State(p, np.zeros(n_e), np.zeros(n_e), np.zeros(int(fl.toff[-1])),
-                        np.zeros(int(fl.aoff[-1]), dtype=np.int64), np.zeros(int(fl.aoff[-1])),
-                        np.zeros(fl.fkind.size, dtype=np.int64), scal)
+        return _fg_ad3.new_state(self, theta, eta)
 
     def ad3(self, theta: FactorGraphPotentials, *, max_iter: int = 100_000, time_limit: float | None = None,
             tol_gap: float = AD3_TOL, tol_lp: float = AD3_TOL, tol_res: float | None = None, bound_every: int = 10,
@@ -781,218 +643,24 @@ class FactorGraph(Structure):
                          adapt_eta=adapt_eta, eta_iters=eta_iters, state=state, chunk_seconds=chunk_seconds,
                          stop_upper=stop_upper)
 
-    def _ad3(self, theta: FactorGraphPotentials, *, max_iter: int = 100_000, time_limit: float | None = None,
-             tol_gap: float = AD3_TOL, tol_lp: float = AD3_TOL, tol_res: float | None = None, bound_every: int = 10,
-             max_inner: int = 50, tau: float = 1.0, adapt_eta: bool = True, eta_iters: int = 500,
-             state: AD3State | None = None,
-             chunk_seconds: float = 0.1, stop_upper: float = -np.inf) -> tuple[MAPSolution, AD3State]:
+    def _ad3(self, theta: FactorGraphPotentials, **options: Any) -> tuple[MAPSolution, AD3State]:
         # AD3 on checked potentials: the internal entry point (branch-and-bound nodes, argmax, map)
-        t0 = time.perf_counter()
-        fl = self.flat
-        if state is None:
-            state = self.new_state(theta)
-        else:
-            state.scal[K.S_UPPER], state.scal[K.S_LOWER], state.scal[K.S_ITER] = np.inf, -np.inf, 0.0
-        n_entries = max(int(fl.eoff[-1]), 1)
-        tol_res = n_entries * max(float(tol_lp), 1e-7) ** 2 if tol_res is None else float(tol_res)
-        if self._structs:
-            return self._ad3_structured(theta, state, t0, max_iter=max_iter, time_limit=time_limit, tol_gap=tol_gap,
-                                        tol_lp=tol_lp, tol_res=tol_res, bound_every=bound_every, max_inner=max_inner,
-                                        tau=tau, adapt_eta=adapt_eta and eta_iters > 0, eta_iters=eta_iters,
-                                        stop_upper=stop_upper)
-        best_y = np.zeros(fl.n_vars, dtype=np.int64)
-        y_work = np.zeros(fl.n_vars, dtype=np.int64)
-        pair_fast = self._pair_fast(theta)
-        # the first chunk: about chunk_seconds by a pessimistic estimate of an iteration's cost (a closed-form
-        # pair ~100 ns, measured 25 ns; another factor ~5 µs, a 3-state table's active set, or ~100 ns per
-        # table entry for large tables, measured ~35 ns), 1 to 500 iterations, so that a time limit and
-        # Ctrl-C are honoured on large tables too; later chunks are sized by the measured time. A run that
-        # fits in one chunk pays one kernel call and one end-of-chunk evaluation (bound, roundings) instead
-        # of two.
-        n_pair = int(pair_fast.sum())
-        entries = np.diff(fl.toff)[~pair_fast.astype(bool)]
-        estimate = 1e-7 * n_pair + float(np.maximum(5e-6, 1e-7 * entries).sum()) + 1e-8 * fl.n_vars
-        chunk = int(min(max(chunk_seconds / max(estimate, 1e-9), 1), 500))
-        done = 0
-        status = K.RUNNING
-        trace = []
-        try:
-            status, done = self._ad3_loop(theta, state, t0, pair_fast, best_y, y_work, trace, chunk, max_iter=max_iter,
-                                          time_limit=time_limit, tol_gap=tol_gap, tol_lp=tol_lp, tol_res=tol_res,
-                                          bound_every=bound_every, max_inner=max_inner, tau=tau, adapt_eta=adapt_eta,
-                                          eta_iters=eta_iters, chunk_seconds=chunk_seconds, stop_upper=stop_upper)
-        except KeyboardInterrupt as interrupt:  # between chunks: the bound and best labeling are the last chunk's
-            raise MAPInterrupted(self._ad3_solution(state, best_y, "interrupted", int(state.scal[K.S_ITER]), tol_gap,
-                                                    t0, trace, theta)) from interrupt
-        if status != K.RUNNING:
-            name = _STATUS_NAMES[status]
-        elif done >= max_iter:
-            name = "max_iter"
-        else:
-            name = "time_limit"
-        return self._ad3_solution(state, best_y, name, done, tol_gap, t0, trace), state
+        return _fg_ad3.ad3(self, theta, **options)
 
     def _ad3_solution(self, state: AD3State, best_y: np.ndarray, status: str, done: int, tol_gap: float, t0: float,
                       trace: list[dict], theta: FactorGraphPotentials | None = None) -> MAPSolution:
-        # AD3's answer from its iterate; ``theta`` re-scores the labeling (after an interrupt, which may fall
-        # between the update of the best score and that of the labeling)
-        upper = float(state.scal[K.S_UPPER])
-        lower = float(state.scal[K.S_LOWER])
-        if theta is not None and np.isfinite(lower):
-            lower = self._score(theta, best_y)
-        labels = best_y.copy() if np.isfinite(lower) else None
-        optimal = bool(np.isfinite(lower) and lower >= upper - tol_gap * (1.0 + abs(upper)))
-        marg = FactorGraphPotentials(state.p.copy(), state.qt.copy())
-        return MAPSolution(labels, lower, upper, optimal, status, "ad3", time.perf_counter() - t0, done,
-                           float(state.scal[K.S_PRIMAL]), marg, trace=trace)
+        return _fg_ad3.ad3_solution(self, state, best_y, status, done, tol_gap, t0, trace, theta)
 
-    def _ad3_loop(self, theta: FactorGraphPotentials, state: AD3State, t0: float, pair_fast: np.ndarray,
-                  best_y: np.ndarray, y_work: np.ndarray, trace: list[dict], chunk: int, *, max_iter: int,
-                  time_limit: float | None, tol_gap: float, tol_lp: float, tol_res: float, bound_every: int,
-                  max_inner: int, tau: float, adapt_eta: bool, eta_iters: int, chunk_seconds: float,
-                  stop_upper: float) -> tuple[int, int]:
-        # the compiled chunks until a stopping test, the budget or the time limit: (kernel status, iterations)
-        fl = self.flat
-        done = 0
-        status = K.RUNNING
-        while True:
-            n_iter = int(min(chunk, max_iter - done))
-            if n_iter <= 0:
-                break
-            c0 = time.perf_counter()
-            status = K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam,
-                                 fl.fptr, fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac,
-                                 theta.unary, theta.factors, pair_fast,
-                                 state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
-                                 state.scal, best_y, y_work, n_iter, int(bound_every), float(tau), tol_res,
-                                 float(tol_gap), float(tol_lp), int(max_inner), int(eta_iters) if adapt_eta else 0,
-                                 float(stop_upper))
-            spent = time.perf_counter() - c0
-            done = int(state.scal[K.S_ITER])
-            trace.append({"iteration": done, "time": time.perf_counter() - t0, "upper": float(state.scal[K.S_UPPER]),
-                          "lower": float(state.scal[K.S_LOWER]), "primal": float(state.scal[K.S_PRIMAL]),
-                          "eta": float(state.scal[K.S_ETA])})
-            if status != K.RUNNING:
-                break
-            if time_limit is not None and time.perf_counter() - t0 >= time_limit:
-                break
-            # size the next chunk to about chunk_seconds, or what is left of the time limit (bounded growth)
-            per_iter = spent / max(n_iter, 1)
-            seconds = chunk_seconds if time_limit is None else min(chunk_seconds,
-                                                                   time_limit - (time.perf_counter() - t0))
-            chunk = int(min(max(seconds / max(per_iter, 1e-9), 1), 4 * chunk + 10))
-        return status, done
+    def _ad3_loop(self, *args: Any, **options: Any) -> tuple[int, int]:
+        return _fg_ad3.ad3_loop(self, *args, **options)
 
     def _pair_fast(self, theta: FactorGraphPotentials) -> np.ndarray:
-        # the tables whose local QP has the closed form (they depend on θ's -inf entries only)
-        fl = self.flat
-        return K.binary_pairs(fl.fkind, fl.fptr, fl.evar, fl.voff, fl.vstates, np.isfinite(theta.unary),
-                              theta.factors, fl.toff)
+        return _fg_ad3.pair_fast(self, theta)
 
-    def _ad3_structured(self, theta: FactorGraphPotentials, state: AD3State, t0: float, *, max_iter: int,
-                        time_limit: float | None, tol_gap: float, tol_lp: float, tol_res: float, bound_every: int,
-                        max_inner: int, tau: float, adapt_eta: bool, eta_iters: int, stop_upper: float
+    def _ad3_structured(self, theta: FactorGraphPotentials, state: AD3State, t0: float, **options: Any
                         ) -> tuple[MAPSolution, AD3State]:
-        """AD3 on a graph with structured factors: one compiled iteration at a time.
-
-        Before each iteration the structured factors' local QPs run here (active set on the
-        structure's ``argmax``, or its ``project``) and write their copies; the kernel then solves
-        the other factors, the consensus and the multipliers. Every ``bound_every`` iterations the
-        bound g(λ) (the kernel's part plus one ``argmax`` per structured factor at the re-centred
-        multipliers) and the roundings run here; the primal objective, the stopping tests and η's
-        residual balancing are the kernel's own functions (``primal_value``, ``bound_status``,
-        ``lp_status``, ``rebalance_eta``), so both paths share one definition.
-        """
-        fl = self.flat
-        vallow = np.isfinite(theta.unary)
-        uz = np.where(vallow, theta.unary, 0.0)
-        deg = np.maximum(fl.deg, 1)
-        share = uz / np.repeat(deg, fl.vstates)
-        # per structured factor: its edges' entries in λ / qe and its variables' entries in p
-        parts = []
-        for f, sf in self._structs.items():
-            e_ent = np.concatenate([np.arange(fl.eoff[e], fl.eoff[e + 1]) for e in range(fl.fptr[f], fl.fptr[f + 1])])
-            p_ent = np.concatenate([np.arange(fl.voff[v], fl.voff[v + 1]) for v in sf.scope])
-            parts.append((f, sf, e_ent, p_ent, theta.factors[fl.toff[f]:fl.toff[f + 1]]))
-        pair_fast = self._pair_fast(theta)
-        work = np.zeros(int(fl.eoff[-1]))
-        best_y = np.zeros(fl.n_vars, dtype=np.int64)
-        y_work = np.zeros(fl.n_vars, dtype=np.int64)
-        scal = state.scal
-        status = "running"
-        trace = []
-        done = 0
-        try:
-            while done < max_iter:
-                eta = float(scal[K.S_ETA])
-                for f, sf, e_ent, p_ent, block in parts:
-                    a = state.p[p_ent] + (share[p_ent] + state.lam[e_ent]) / eta
-                    act = state.struct.get(f) or sf.new_active_set()
-                    mu, z, state.struct[f] = solve_qp(sf, block, a, vallow[p_ent], eta, act, max_inner)
-                    state.qe[e_ent] = mu
-                    state.qt[fl.toff[f]:fl.toff[f + 1]] = z
-                K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
-                            fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors,
-                            pair_fast, state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
-                            scal, best_y, y_work, 1, 0, float(tau), tol_res, float(tol_gap), float(tol_lp),
-                            int(max_inner), 0, float(stop_upper))
-                done = int(scal[K.S_ITER])
-                if done % bound_every and done < max_iter and not (time_limit is not None and
-                                                                   time.perf_counter() - t0 >= time_limit):
-                    continue
-                # ---- bound: the kernel's factors, then each structured factor's max at the re-centred λ
-                g = float(K.dual_bound(fl.n_vars, fl.deg, fl.vptr, fl.vedge, fl.voff, vallow, uz, fl.fkind, fl.fparam,
-                                       fl.fptr, fl.evar, fl.eoff, fl.vstates, theta.factors, fl.toff, state.lam, work,
-                                       pair_fast))
-                dual_labels = []
-                for _f, sf, e_ent, p_ent, block in parts:
-                    lab, _, _, val = sf.argmax(block, penalised(work[e_ent], vallow[p_ent], block))
-                    g += val
-                    dual_labels.append(lab)
-                scal[K.S_UPPER] = min(scal[K.S_UPPER], g)
-                # ---- roundings: per variable + repair, each structured factor's nearest output to p
-                K.round_and_repair(state.p, fl.n_vars, fl.voff, vallow, fl.fkind, fl.fparam, fl.fptr, fl.evar, y_work)
-                candidates = [y_work.copy(), y_work.copy()]
-                for (_f, sf, _e, p_ent, block), lab in zip(parts, dual_labels, strict=True):
-                    w = 1e3 * (1.0 + np.abs(block).sum())
-                    near, *_ = sf.argmax(block, penalised(w * state.p[p_ent], vallow[p_ent], block))
-                    candidates[0][list(sf.scope)] = near
-                    candidates[1][list(sf.scope)] = lab
-                for y in candidates:
-                    K.local_search(y, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, fl.efac, theta.unary, fl.fkind,
-                                   fl.fparam, fl.fptr, fl.evar, theta.factors, fl.toff, 20)
-                    val = self._score(theta, y)
-                    if val > scal[K.S_LOWER]:
-                        scal[K.S_LOWER] = val
-                        best_y[:] = y
-                # ---- primal objective of the factor copies: the kernel's factors, then the structured blocks
-                prim = float(K.primal_value(fl.n_vars, fl.deg, fl.voff, fl.vstates, fl.evar, fl.eoff, uz, fl.fkind,
-                                            theta.factors, fl.toff, state.p, state.qe, state.qt))
-                for f, _sf, _e, _p, block in parts:
-                    prim += float(block @ state.qt[fl.toff[f]:fl.toff[f + 1]])
-                scal[K.S_PRIMAL] = prim
-                upper, lower = float(scal[K.S_UPPER]), float(scal[K.S_LOWER])
-                r_p, r_d = float(scal[K.S_RP]), float(scal[K.S_RD])
-                trace.append({"iteration": done, "time": time.perf_counter() - t0, "upper": upper, "lower": lower,
-                              "primal": prim, "eta": eta})
-                # the kernel's stopping tests and η schedule (one definition, _ad3_kernels)
-                code = K.bound_status(upper, lower, float(tol_gap), float(stop_upper))
-                if code == K.RUNNING:
-                    code = K.lp_status(upper, lower, prim, r_p, r_d, float(tol_res), float(tol_lp))
-                if code != K.RUNNING:
-                    status = _STATUS_NAMES[code]
-                elif time_limit is not None and time.perf_counter() - t0 >= time_limit:
-                    status = "time_limit"
-                if status != "running":
-                    break
-                if adapt_eta and done < eta_iters:
-                    scal[K.S_ETA] = K.rebalance_eta(eta, r_p, r_d)
-        except KeyboardInterrupt as interrupt:  # between iterations: the last evaluation's bound and labeling
-            raise MAPInterrupted(self._ad3_solution(state, best_y, "interrupted", done, tol_gap, t0, trace,
-                                                    theta)) from interrupt
-        if status == "running":
-            status = "max_iter"
-        return self._ad3_solution(state, best_y, status, done, tol_gap, t0, trace), state
+        # AD3 on a graph with structured factors (one compiled iteration at a time, see _fg_ad3)
+        return _fg_ad3.ad3_structured(self, theta, state, t0, **options)
 
     # ------------------------------------------------------------------ branch and bound
     def bnb(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, node_iter: int = 3000,
@@ -1012,107 +680,9 @@ class FactorGraph(Structure):
         return self._bnb(self.check_theta(theta), time_limit=time_limit, node_iter=node_iter, max_nodes=max_nodes,
                          tol=tol, state=state)
 
-    def _bnb(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, node_iter: int = 3000,
-             max_nodes: int = 100_000, tol: float = 1e-9, state: AD3State | None = None) -> MAPSolution:
+    def _bnb(self, theta: FactorGraphPotentials, **options: Any) -> MAPSolution:
         # branch-and-bound on checked potentials (each node runs the unchecked AD3 entry point)
-        t0 = time.perf_counter()
-        fl = self.flat
-        counter = itertools.count()
-        best_y: np.ndarray | None = None
-        best = -np.inf
-        iterations = 0
-        nodes = 0
-
-        def remaining() -> float | None:
-            return None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 0.0)
-
-        def run(unary: np.ndarray, parent: AD3State | None, cap: float):
-            nonlocal best, best_y, iterations, nodes
-            th = FactorGraphPotentials(unary, theta.factors)
-            warm = None
-            if parent is not None:
-                warm = parent.copy()
-                warm.acount[:] = 0
-            # the node ends as soon as its bound cannot beat the incumbent
-            prune = best + tol * (1.0 + abs(best)) if np.isfinite(best) else -np.inf
-            sol, st = self._ad3(th, max_iter=node_iter, time_limit=remaining(), tol_gap=tol, tol_lp=1e-7, state=warm,
-                               stop_upper=prune)
-            iterations += sol.iterations
-            nodes += 1
-            if sol.labels is not None and sol.score > best:
-                best, best_y = sol.score, sol.labels
-            return min(sol.upper_bound, cap), sol, st
-
-        open_nodes: list = []
-        root_state = None
-        # the bound of the node whose children are being solved (out of open_nodes meanwhile): inf until the
-        # root is solved, so that an interrupt never reports a bound that was not proven
-        expanding = np.inf
-        try:
-            bound, sol, st = run(theta.unary.copy(), state, np.inf)
-            root_state = st.copy()
-            expanding = -np.inf
-            heapq.heappush(open_nodes, (-bound, next(counter), theta.unary.copy(), st, sol))
-            status = "optimal"
-            while open_nodes:
-                neg_bound, _, unary, st, sol = open_nodes[0]
-                bound = -neg_bound
-                if bound <= best + tol * (1.0 + abs(bound)):
-                    open_nodes.clear()  # best-bound order: every open node is pruned
-                    break
-                expanding = bound  # before the pop: an interrupt in between must not lose the node's bound
-                heapq.heappop(open_nodes)
-                if time_limit is not None and time.perf_counter() - t0 >= time_limit:
-                    heapq.heappush(open_nodes, (neg_bound, next(counter), unary, st, sol))
-                    status = "time_limit"
-                    break
-                if nodes >= max_nodes:
-                    heapq.heappush(open_nodes, (neg_bound, next(counter), unary, st, sol))
-                    status = "node_limit"
-                    break
-                p = st.p
-                allowed = np.isfinite(unary)
-                pm = np.where(allowed, p, -1.0)
-                top = np.maximum.reduceat(pm, fl.voff[:-1])
-                n_allowed = np.add.reduceat(allowed.astype(np.int64), fl.voff[:-1])
-                frac = np.where(n_allowed > 1, 1.0 - top, -1.0)
-                i = int(np.argmax(frac))
-                if frac[i] < 0:
-                    expanding = -np.inf
-                    continue  # every variable is clamped: the node's bound is its only labeling's score
-                block = pm[fl.voff[i]:fl.voff[i + 1]]
-                s = int(np.argmax(block))
-                fix = unary.copy()
-                keep = fix[fl.voff[i] + s]
-                fix[fl.voff[i]:fl.voff[i + 1]] = -np.inf
-                fix[fl.voff[i] + s] = keep
-                drop = unary.copy()
-                drop[fl.voff[i] + s] = -np.inf
-                for child in (fix, drop):
-                    c_bound, c_sol, c_st = run(child, st, bound)
-                    if c_bound == -np.inf or c_bound <= best + tol * (1.0 + abs(c_bound)):
-                        continue
-                    if c_sol.labels is not None and c_sol.score >= c_bound - tol * (1.0 + abs(c_bound)):
-                        continue
-                    heapq.heappush(open_nodes, (-c_bound, next(counter), child, c_st, c_sol))
-                expanding = -np.inf
-        except KeyboardInterrupt as interrupt:  # the incumbent, and the largest bound of the open nodes
-            if isinstance(interrupt, MAPInterrupted):  # inside a node's AD3: its labeling may beat the incumbent
-                partial = interrupt.solution
-                if partial.labels is not None and partial.score > best:
-                    best, best_y = partial.score, partial.labels
-            upper = max([best, expanding] + [-n[0] for n in open_nodes])
-            raise MAPInterrupted(MAPSolution(best_y, best, float(upper), False, "interrupted", "bnb",
-                                             time.perf_counter() - t0, iterations, nodes=nodes,
-                                             root_state=root_state)) from interrupt
-        upper = max([best] + [-n[0] for n in open_nodes]) if open_nodes else best
-        if not open_nodes and status == "optimal" and best_y is None:
-            status, upper = "infeasible", -np.inf
-        optimal = status == "optimal" and best_y is not None
-        if optimal:
-            upper = max(upper, best)
-        return MAPSolution(best_y, best, float(upper), optimal, status, "bnb", time.perf_counter() - t0,
-                           iterations, nodes=nodes, root_state=root_state)
+        return _fg_bnb.bnb(self, theta, **options)
 
     # ------------------------------------------------------------------ CP-SAT
     def cpsat(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, resolution_bits: int = 30,
@@ -1130,151 +700,11 @@ class FactorGraph(Structure):
         Ctrl-C stops the search and raises :class:`MAPInterrupted` carrying the best labeling found so far
         and CP-SAT's bound at the stop.
         """
-        from ortools.sat.python import cp_model
+        return _fg_cpsat.cpsat(self, theta, time_limit=time_limit, resolution_bits=resolution_bits,
+                               num_workers=num_workers, tol=tol, relative_gap=relative_gap, hint=hint)
 
-        from structopt.interrupt import interruptible
-
-        t0 = time.perf_counter()
-        check_time_limit("time_limit", time_limit)
-        theta = self.check_theta(theta)
-        if self._structs:
-            raise NotSupportedError("CP-SAT has no model of structured factors (a Structure's own constraints); "
-                                    "use method='bnb' (branch-and-bound over AD3) for exact MAP")
-        fl = self.flat
-        n = fl.n_vars
-        model = cp_model.CpModel()
-        # literals: binary variables get one Boolean x (state 1 = x); others one Boolean per state
-        lits: list[list[Any]] = []
-        for i in range(n):
-            S = int(fl.vstates[i])
-            if S == 2:
-                x = model.new_bool_var(f"x{i}")
-                lits.append([x.Not(), x])
-            else:
-                bs = [model.new_bool_var(f"x{i}_{s}") for s in range(S)]
-                model.add_exactly_one(bs)
-                lits.append(bs)
-        terms: list[tuple[float, Any]] = []  # (coefficient, literal or Boolean)
-        const = 0.0
-        u = theta.unary
-        for i in range(n):
-            block = u[fl.voff[i]:fl.voff[i + 1]]
-            if not np.isfinite(block).any():
-                return MAPSolution(None, -np.inf, -np.inf, False, "infeasible", "cpsat", time.perf_counter() - t0)
-            top = float(block[np.isfinite(block)].max())
-            const += top
-            for s, val in enumerate(block):
-                if not np.isfinite(val):
-                    model.add_bool_and([lits[i][s].Not()])
-                elif val != top:
-                    terms.append((val - top, lits[i][s]))
-        for f in range(fl.fkind.size):
-            scope = fl.evar[fl.fptr[f]:fl.fptr[f + 1]]
-            kind = int(fl.fkind[f])
-            if kind != K.DENSE:
-                lo, hi = map(int, K.logic_bounds(kind, int(fl.fparam[f]), scope.size))
-                model.add_linear_constraint(sum(lits[int(v)][1] for v in scope), lo, hi)
-                continue
-            table = theta.factors[fl.toff[f]:fl.toff[f + 1]]
-            finite = np.isfinite(table)
-            if not finite.any():
-                return MAPSolution(None, -np.inf, -np.inf, False, "infeasible", "cpsat", time.perf_counter() - t0)
-            top = float(table[finite].max())
-            const += top
-            shape = tuple(int(fl.vstates[v]) for v in scope)
-            if shape == (2, 2) and finite.all():
-                # θ(y) - top = a + b·x1 + c·x2 + d·x1x2 with one product Boolean
-                t00, t01, t10, t11 = (table - top).tolist()
-                x1, x2 = lits[int(scope[0])][1], lits[int(scope[1])][1]
-                if t00:
-                    const += t00
-                if t10 - t00:
-                    terms.append((t10 - t00, x1))
-                if t01 - t00:
-                    terms.append((t01 - t00, x2))
-                d = t00 - t01 - t10 + t11
-                if d:
-                    prod = model.new_bool_var(f"p{f}")
-                    if d > 0:  # maximisation pushes the product up: prod <= x1, prod <= x2 suffice
-                        model.add_implication(prod, x1)
-                        model.add_implication(prod, x2)
-                    else:  # prod >= x1 + x2 - 1
-                        model.add_bool_or([x1.Not(), x2.Not(), prod])
-                    terms.append((d, prod))
-                continue
-            zs = []
-            for c, states in enumerate(itertools.product(*(range(S) for S in shape))):
-                z = model.new_bool_var(f"z{f}_{c}")
-                if not finite[c]:
-                    model.add_bool_and([z.Not()])
-                else:
-                    if table[c] != top:
-                        terms.append((float(table[c]) - top, z))
-                zs.append((z, states))
-            model.add_exactly_one([z for z, _ in zs])
-            for j, v in enumerate(scope):
-                for s in range(shape[j]):
-                    model.add(sum(z for z, st in zs if st[j] == s) == lits[int(v)][s])
-        if hint is not None:
-            for i in range(n):
-                if int(fl.vstates[i]) == 2:  # one Boolean: state 1
-                    model.add_hint(lits[i][1], int(hint[i]) == 1)
-                else:
-                    for state, lit in enumerate(lits[i]):
-                        model.add_hint(lit, int(hint[i]) == state)
-        coefs = np.array([c for c, _ in terms])
-        top = float(np.abs(coefs).max()) if coefs.size else 0.0
-        scale = float(2.0 ** resolution_bits / top) if top > 0 else 1.0
-        icoef = np.rint(coefs * scale).astype(np.int64)
-        model.maximize(sum(int(c) * v for c, (_, v) in zip(icoef, terms) if c != 0))
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = int(num_workers)
-        solver.parameters.catch_sigint_signal = False
-        # the LP relaxation inside the search is what makes frustrated grids and Potts models tractable
-        solver.parameters.linearization_level = 2
-        if time_limit is not None:
-            solver.parameters.max_time_in_seconds = float(time_limit)
-        if relative_gap is not None:
-            solver.parameters.relative_gap_limit = float(relative_gap)
-        code = None
-        try:
-            with interruptible(solver.stop_search):
-                code = solver.solve(model)
-        except KeyboardInterrupt as interrupt:  # stopped by Ctrl-C: keep what the search had
-            sol = self._cpsat_answer(theta, solver, code, lits, const, scale, len(terms), tol, relative_gap,
-                                     time.perf_counter() - t0)
-            sol.status, sol.optimal = "interrupted", False
-            raise MAPInterrupted(sol) from interrupt
-        return self._cpsat_answer(theta, solver, code, lits, const, scale, len(terms), tol, relative_gap,
-                                  time.perf_counter() - t0)
-
-    def _cpsat_answer(self, theta: FactorGraphPotentials, solver: Any, code: Any, lits: list, const: float,
-                      scale: float, n_terms: int, tol: float, relative_gap: float | None, elapsed: float
-                      ) -> MAPSolution:
-        # CP-SAT's answer re-scored exactly, its bound widened by the rounding slack (``code`` None: no answer)
-        from ortools.sat.python import cp_model
-
-        n = self.flat.n_vars
-        slack = 0.5 * n_terms / scale
-        if code is None:
-            return MAPSolution(None, -np.inf, np.inf, False, "unknown", "cpsat", elapsed, resolution=1.0 / scale)
-        if code == cp_model.INFEASIBLE:
-            return MAPSolution(None, -np.inf, -np.inf, True, "infeasible", "cpsat", elapsed, resolution=1.0 / scale)
-        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return MAPSolution(None, -np.inf, np.inf, False, solver.status_name(code).lower(), "cpsat", elapsed,
-                               resolution=1.0 / scale)
-        y = np.empty(n, dtype=np.int64)
-        for i in range(n):
-            y[i] = int(np.argmax([solver.boolean_value(lit) for lit in lits[i]]))
-        score = self.score_labels(theta, y)
-        upper = const + solver.best_objective_bound / scale + slack
-        optimal = code == cp_model.OPTIMAL and score >= upper - 2 * slack - tol * (1.0 + abs(upper))
-        if code == cp_model.OPTIMAL:
-            status = "gap_limit" if relative_gap and score < upper - 2 * slack - tol * (1.0 + abs(upper)) else "optimal"
-        else:
-            status = "time_limit"
-        return MAPSolution(y, score, float(max(upper, score)), bool(optimal), status, "cpsat", elapsed,
-                           resolution=1.0 / scale)
+    def _cpsat_answer(self, theta: FactorGraphPotentials, *args: Any) -> MAPSolution:
+        return _fg_cpsat.cpsat_answer(self, theta, *args)
 
     # ------------------------------------------------------------------ LP (HiGHS)
     def local_polytope(self, theta: FactorGraphPotentials | None = None
@@ -1288,117 +718,12 @@ class FactorGraph(Structure):
         of -inf entries at 0. The fourth value is the (n_aux, 2) bounds of u (the statistics lie in
         [0, 1]).
         """
-        fl = self.flat
-        nu, nt = int(fl.voff[-1]), int(fl.toff[-1])
-        rows, cols, vals, lower, upper = [], [], [], [], []
-        aux_bounds = [np.zeros((0, 2))]
-        n_aux = 0
-        r = 0
-        # simplex per variable
-        for i in range(fl.n_vars):
-            idx = np.arange(fl.voff[i], fl.voff[i + 1])
-            rows.append(np.full(idx.size, r))
-            cols.append(idx)
-            vals.append(np.ones(idx.size))
-            lower.append(1.0)
-            upper.append(1.0)
-            r += 1
-        for f in range(fl.fkind.size):
-            scope = fl.evar[fl.fptr[f]:fl.fptr[f + 1]]
-            kind = int(fl.fkind[f])
-            if kind == K.STRUCT:
-                sf = self._structs[f]
-                base = nu + int(fl.toff[f])
-                poly = sf.structure.polytope(sf.like)
-                aux0 = nu + nt + n_aux
-                for Am, bm, eq in ((poly.A_eq, poly.b_eq, True), (poly.A_ub, poly.b_ub, False)):
-                    if Am is None or Am.shape[0] == 0:
-                        continue
-                    Am = sp.coo_matrix(Am)
-                    stat = Am.col < sf.n_stats
-                    rows.append(r + Am.row)
-                    cols.append(np.where(stat, base + Am.col, aux0 + Am.col - sf.n_stats))
-                    vals.append(Am.data)
-                    bm = np.asarray(bm, dtype=float)
-                    lower += (bm if eq else np.full(bm.size, -np.inf)).tolist()
-                    upper += bm.tolist()
-                    r += Am.shape[0]
-                if poly.n_aux:
-                    aux_bounds.append(poly.bounds()[poly.n_stats:])
-                    n_aux += poly.n_aux
-                # agreement: Aᵀ z_α + b - z_i = 0, one row per (variable, state)
-                Am = sp.coo_matrix(sf.A.T)
-                rows.append(r + Am.row)
-                cols.append(base + Am.col)
-                vals.append(Am.data)
-                ent = np.concatenate([np.arange(fl.voff[v], fl.voff[v + 1]) for v in scope])
-                rows.append(r + np.arange(ent.size))
-                cols.append(ent)
-                vals.append(-np.ones(ent.size))
-                lower += (-sf.b).tolist()
-                upper += (-sf.b).tolist()
-                r += ent.size
-                continue
-            if kind != K.DENSE:
-                lo, hi = map(int, K.logic_bounds(kind, int(fl.fparam[f]), scope.size))
-                rows.append(np.full(scope.size, r))
-                cols.append(fl.voff[scope] + 1)
-                vals.append(np.ones(scope.size))
-                lower.append(float(lo))
-                upper.append(float(hi))
-                r += 1
-                continue
-            shape = tuple(int(fl.vstates[v]) for v in scope)
-            grid = np.indices(shape).reshape(len(shape), -1)
-            base = nu + int(fl.toff[f])
-            for j, v in enumerate(scope):
-                # Σ_{c: y_j = s} z_α(c) - z_v(s) = 0
-                rr = r + grid[j]
-                rows += [rr, r + np.arange(shape[j])]
-                cols += [base + np.arange(grid.shape[1]), fl.voff[v] + np.arange(shape[j])]
-                vals += [np.ones(grid.shape[1]), -np.ones(shape[j])]
-                lower += [0.0] * shape[j]
-                upper += [0.0] * shape[j]
-                r += shape[j]
-        if theta is not None:
-            forbidden = np.flatnonzero(~np.isfinite(np.concatenate([theta.unary, theta.factors])))
-            rows.append(r + np.arange(forbidden.size))
-            cols.append(forbidden)
-            vals.append(np.ones(forbidden.size))
-            lower += [0.0] * forbidden.size
-            upper += [0.0] * forbidden.size
-            r += forbidden.size
-        A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                          shape=(r, nu + nt + n_aux))
-        return A, np.array(lower), np.array(upper), np.vstack(aux_bounds)
+        return _fg_lp.local_polytope(self, theta)
 
     @staticmethod
     def _with_aux_bounds(A: Any, lo: np.ndarray, hi: np.ndarray, c: np.ndarray, aux_bounds: np.ndarray
                          ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
-        # highs_solve keeps every column >= 0: a free auxiliary column becomes u = u⁺ - u⁻, and finite
-        # bounds other than [0, inf) become rows
-        n_aux = aux_bounds.shape[0]
-        n_main = A.shape[1] - n_aux
-        A = sp.csr_matrix(A)
-        aux = A[:, n_main:]
-        neg = np.flatnonzero(aux_bounds[:, 0] < 0)
-        A = sp.hstack([A, -aux[:, neg]]).tocsr()
-        c = np.concatenate([c, np.zeros(neg.size)])
-        rows = []
-        for j in range(n_aux):
-            l, u = aux_bounds[j]
-            if l == 0.0 and u == np.inf:
-                continue
-            row = np.zeros(A.shape[1])
-            row[n_main + j] = 1.0
-            if j in neg:
-                row[A.shape[1] - neg.size + int(np.searchsorted(neg, j))] = -1.0
-            rows.append((row, l, u))
-        if rows:
-            A = sp.vstack([A, sp.csr_matrix(np.array([r for r, _, _ in rows]))]).tocsr()
-            lo = np.concatenate([lo, [r[1] for r in rows]])
-            hi = np.concatenate([hi, [r[2] for r in rows]])
-        return A, lo, hi, c
+        return _fg_lp.with_aux_bounds(A, lo, hi, c, aux_bounds)
 
     def lp(self, theta: FactorGraphPotentials) -> MAPSolution:
         """The local-polytope LP with HiGHS (interruptible); rounding of its optimum gives the labels.
@@ -1408,91 +733,13 @@ class FactorGraph(Structure):
         The LP value is an upper bound on the MAP value (to HiGHS' feasibility/optimality tolerances,
         about 1e-7); ``optimal`` when the rounded labeling's exact score meets it.
         """
-        from structopt.structures._ilp import highs_solve
-
-        t0 = time.perf_counter()
-        theta = self.check_theta(theta)
-        A, lo, hi, aux_bounds = self.local_polytope(theta)
-        c = -np.where(np.isfinite(np.concatenate([theta.unary, theta.factors])),
-                      np.concatenate([theta.unary, theta.factors]), 0.0)
-        if aux_bounds.shape[0]:
-            A, lo, hi, c = self._with_aux_bounds(A, lo, hi, c, aux_bounds)
-        status, x, obj = highs_solve(c, A, lo, hi, False, {})
-        if status == "infeasible":
-            return MAPSolution(None, -np.inf, -np.inf, True, "infeasible", "lp", time.perf_counter() - t0)
-        if status != "optimal":
-            raise RuntimeError(f"HiGHS failed on the local polytope: {status}")
-        value = -float(obj)
-        fl = self.flat
-        nu = int(fl.voff[-1])
-        p = np.clip(x[:nu], 0.0, 1.0)
-        qt = np.clip(x[nu:nu + int(fl.toff[-1])], 0.0, 1.0)
-        y, score = self._round(theta, p, qt)
-        if not score >= value - 1e-7 * (1.0 + abs(value)):
-            # a loose LP (on the frustrated grids its optimum is 1/2 almost everywhere): AD3's roundings of
-            # its many iterates, improved by ICM, find far better labelings in milliseconds
-            rival = self._ad3(theta, max_iter=LP_AD3_ITERATIONS, time_limit=LP_AD3_SECONDS)[0]
-            if rival.labels is not None and rival.score > score:
-                y, score = rival.labels, rival.score
-        labels = y if np.isfinite(score) else None
-        optimal = bool(np.isfinite(score) and score >= value - 1e-7 * (1.0 + abs(value)))
-        sol = MAPSolution(labels, score, value, optimal, "optimal" if optimal else "lp_solved", "lp",
-                          time.perf_counter() - t0, lp_value=value,
-                          marginals=FactorGraphPotentials(x[:nu], x[nu:nu + int(fl.toff[-1])]))
-        return self._repair(theta, sol, None)
+        return _fg_lp.lp(self, theta)
 
     def _round(self, theta: FactorGraphPotentials, p: np.ndarray, qt: np.ndarray) -> tuple[np.ndarray, float]:
-        """The best of AD3's two roundings of a relaxed point (per variable; sequential along the tables'
-        support), each improved by a local search (ICM): the labeling and its exact score.
-
-        On the frustrated UAI grids the LP optimum is 1/2 almost everywhere, where per-variable
-        rounding alone is close to a coin toss (benchmarks/map_default_results.md)."""
-        fl = self.flat
-        vallow = np.isfinite(theta.unary)
-        best_y, best = np.zeros(fl.n_vars, dtype=np.int64), -np.inf
-        for sequential in (False, True):
-            y = np.zeros(fl.n_vars, dtype=np.int64)
-            if sequential:
-                K.round_sequential(p, qt, fl.order, fl.efac, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, vallow,
-                                   fl.fkind, fl.fparam, fl.fptr, fl.evar, fl.toff, y)
-            else:
-                K.round_and_repair(p, fl.n_vars, fl.voff, vallow, fl.fkind, fl.fparam, fl.fptr, fl.evar, y)
-            K.local_search(y, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, fl.efac, theta.unary, fl.fkind,
-                           fl.fparam, fl.fptr, fl.evar, theta.factors, fl.toff, ROUNDING_SWEEPS)
-            score = self._score(theta, y)
-            if score > best:
-                best_y, best = y, score
-        return best_y, best
+        return _fg_search.round_relaxed(self, theta, p, qt)
 
     def _repair(self, theta: FactorGraphPotentials, sol: MAPSolution, time_limit: float | None) -> MAPSolution:
-        """``sol`` with a labeling whenever the hard factors allow one: when the rounding found none (and
-        infeasibility is not proven), an exact search for a labeling that satisfies the hard factors
-        (-inf entries and logic factors; scores ignored: CP-SAT, or branch-and-bound with structured
-        factors), improved by ICM. Proven infeasible: status ``"infeasible"`` and bound ``-inf``."""
-        if sol.labels is not None or sol.status == "infeasible":
-            return sol
-        t0 = time.perf_counter()
-        hard = FactorGraphPotentials(np.where(np.isfinite(theta.unary), 0.0, -np.inf),
-                                     np.where(np.isfinite(theta.factors), 0.0, -np.inf))
-        # a search cut to nothing would leave the answer empty: at least REPAIR_SECONDS
-        limit = None if time_limit is None else max(time_limit, REPAIR_SECONDS)
-        found = self._bnb(hard, time_limit=limit) if self._structs else self.cpsat(hard, time_limit=limit)
-        sol.time += time.perf_counter() - t0
-        if found.status == "infeasible":
-            sol.status, sol.upper_bound, sol.optimal, sol.score = "infeasible", -np.inf, True, -np.inf
-            return sol
-        if found.labels is None:
-            return sol
-        fl = self.flat
-        y = found.labels.copy()
-        K.local_search(y, fl.n_vars, fl.vstates, fl.voff, fl.vptr, fl.vedge, fl.efac, theta.unary, fl.fkind,
-                       fl.fparam, fl.fptr, fl.evar, theta.factors, fl.toff, ROUNDING_SWEEPS)
-        score = self._score(theta, y)
-        if np.isfinite(score):
-            sol.labels, sol.score = y, score
-            sol.upper_bound = max(sol.upper_bound, score)
-            sol.optimal = bool(score >= sol.upper_bound - 1e-9 * (1.0 + abs(sol.upper_bound)))
-        return sol
+        return _fg_search.repair(self, theta, sol, time_limit)
 
     # ------------------------------------------------------------------ AD3, then an exact search
     def auto(self, theta: FactorGraphPotentials, *, time_limit: float | None = None, tol: float = 1e-9,
@@ -1507,64 +754,27 @@ class FactorGraph(Structure):
         second, while branch-and-bound leaves 7-11% after 20 s (benchmarks/map_default_results.md).
         Ctrl-C raises :class:`MAPInterrupted` with the better labeling so far and the smaller bound.
         """
-        t0 = time.perf_counter()
-        check_time_limit("time_limit", time_limit)
-        theta = self.check_theta(theta)
-        share = None if time_limit is None else AUTO_AD3_SHARE * time_limit
-        try:
-            first, state = self._ad3(theta, time_limit=share, tol_gap=tol)
-        except MAPInterrupted as interrupt:
-            interrupt.solution.method = "auto"
-            raise
-        if first.optimal or first.status == "infeasible":
-            first.method, first.time = "auto", time.perf_counter() - t0
-            return first
-        left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
-        if left is not None and left <= 0:
-            first = self._repair(theta, first, left)
-            first.method, first.time = "auto", time.perf_counter() - t0
-            return first
-        try:
-            if self._structs:
-                second = self._bnb(theta, time_limit=left, tol=tol, state=state)
-            else:
-                second = self.cpsat(theta, time_limit=left, tol=tol, num_workers=num_workers, hint=first.labels)
-        except KeyboardInterrupt as interrupt:  # also while CP-SAT's model is being built: AD3's answer stands
-            partial = interrupt.solution if isinstance(interrupt, MAPInterrupted) else MAPSolution(
-                None, -np.inf, np.inf, False, "interrupted", "cpsat")
-            combined = self._combine(first, partial, t0, tol)
-            combined.status, combined.optimal = "interrupted", False
-            raise MAPInterrupted(combined) from interrupt
-        # neither found a labeling in time (and none is proven impossible): the feasibility search's, if any
-        return self._repair(theta, self._combine(first, second, t0, tol), 0.0)
+        return _fg_search.auto(self, theta, time_limit=time_limit, tol=tol, num_workers=num_workers)
 
     @staticmethod
     def _combine(first: MAPSolution, second: MAPSolution, t0: float, tol: float) -> MAPSolution:
-        # two answers on the same potentials: the better labeling, the smaller of two certified bounds
-        best = _better(first, second)
-        if second.status == "infeasible":
-            return MAPSolution(None, -np.inf, -np.inf, True, "infeasible", "auto", time.perf_counter() - t0,
-                               first.iterations + second.iterations, nodes=second.nodes)
-        upper = min(first.upper_bound, second.upper_bound)
-        if best.labels is not None:
-            upper = max(upper, best.score)  # AD3's bound is exact to its tolerance only
-        optimal = second.optimal or bool(best.labels is not None and best.score >= upper - tol * (1.0 + abs(upper)))
-        status = "optimal" if optimal else second.status
-        return MAPSolution(best.labels, best.score, float(upper), optimal, status, "auto", time.perf_counter() - t0,
-                           first.iterations + second.iterations, first.lp_value, first.marginals, second.nodes,
-                           second.resolution, first.trace)
+        return _fg_search.combine(first, second, t0, tol)
 
     # ------------------------------------------------------------------ one entry point
     def map(self, theta: FactorGraphPotentials | None = None, method: str = "ad3", time_limit: float | None = None,
             **options: Any) -> MAPSolution:
-        """MAP of the factor graph by ``method`` in {"auto", "ad3", "bnb", "cpsat", "lp"} (see the module docstring).
+        """MAP of the factor graph by ``method`` in {"auto", "ad3", "bnb", "cpsat", "lp", "ad3_bnb"} (see the module
+        docstring).
 
         ``theta`` defaults to :meth:`potentials`; ``options`` go to the method (:meth:`auto`, :meth:`ad3`,
-        :meth:`bnb`, :meth:`cpsat`). ``"ad3"`` and ``"lp"`` return a labeling whenever the hard factors allow
-        one (an exact feasibility search repairs an empty rounding) and say ``"infeasible"`` only when proven.
+        :meth:`bnb`, :meth:`cpsat`), each checked before any work against the one table of the methods'
+        options (``structures._fg_options.MAP_OPTIONS``, which ``map_inference`` checks too). ``"ad3"`` and
+        ``"lp"`` return a labeling whenever the hard factors allow one (an exact feasibility search repairs an
+        empty rounding) and say ``"infeasible"`` only when proven.
         """
-        theta = self.potentials() if theta is None else theta
+        check_map_options(method, options, "FactorGraph.map")
         check_time_limit("time_limit", time_limit)
+        theta = self.potentials() if theta is None else theta
         if method == "auto":
             return self.auto(theta, time_limit=time_limit, **options)
         if method == "ad3":
@@ -1576,11 +786,9 @@ class FactorGraph(Structure):
             return self.bnb(theta, time_limit=time_limit, **options)
         if method == "cpsat":
             return self.cpsat(theta, time_limit=time_limit, **options)
-        if method == "lp":
-            if options:
-                raise InvalidInputError(f"method 'lp' takes no options, got {sorted(options)}")
-            return self.lp(theta)
-        raise InvalidInputError(f"unknown MAP method {method!r}; use one of {', '.join(map(repr, MAP_METHODS))}")
+        if method == "ad3_bnb":
+            return _fg_search.ad3_bnb(self, self.check_theta(theta), time_limit=time_limit, **options)
+        return self.lp(theta)
 
     # ------------------------------------------------------------------ Structure interface
     def argmax(self, theta: FactorGraphPotentials) -> Any:
@@ -1619,11 +827,15 @@ class FactorGraph(Structure):
             return sol.labels, state
         return sol.marginals, state
 
-    def map_labels(self, theta: FactorGraphPotentials, exact: bool = True, time_limit: float | None = None
+    def map_labels(self, theta: FactorGraphPotentials, exact: bool | None = None, time_limit: float | None = None
                    ) -> np.ndarray:
-        """A labeling for prediction, whatever :attr:`exact` says: the exact MAP labeling
-        (branch-and-bound) when ``exact``, else AD3's best rounded labeling (optimal when AD3 certifies
-        it, a heuristic otherwise). ``time_limit`` defaults to the graph's own.
+        """A labeling for prediction, whatever :attr:`exact` says.
+
+        ``exact=None`` (the default): AD3 at its default tolerance, then branch-and-bound only while a gap
+        remains, within :data:`PREDICT_SECONDS` and :data:`PREDICT_NODES` (``map(method="ad3_bnb")``, whose
+        answer carries the certificate: optimal when the bound meets the labeling's score). ``True``: the
+        exact MAP labeling (branch-and-bound to the end). ``False``: AD3's best rounded labeling alone
+        (optimal when AD3 certifies it, a heuristic otherwise). ``time_limit`` defaults to the graph's own.
 
         Raises
         ------
@@ -1633,11 +845,15 @@ class FactorGraph(Structure):
         check_time_limit("time_limit", time_limit)
         return self.labels_checked(self.check_theta(theta), exact, time_limit)
 
-    def labels_checked(self, theta: FactorGraphPotentials, exact: bool = True, time_limit: float | None = None
+    def labels_checked(self, theta: FactorGraphPotentials, exact: bool | None = None, time_limit: float | None = None
                        ) -> np.ndarray:
         """:meth:`map_labels` on potentials that already passed :meth:`check_theta` (or an equivalent check)."""
+        if exact is not None and not isinstance(exact, (bool, np.bool_)):
+            raise InvalidInputError(f"exact must be True, False or None, got {exact!r}")
         limit = self.time_limit if time_limit is None else time_limit
-        if exact:
+        if exact is None:
+            sol = _fg_search.ad3_bnb(self, theta, time_limit=limit)
+        elif exact:
             sol = self._bnb(theta, time_limit=limit)
         else:
             sol = self._repair(theta, self._ad3(theta, time_limit=limit)[0], limit)
@@ -1745,41 +961,7 @@ class FactorGraph(Structure):
         RuntimeError
             A subproblem not proven optimal within ``time_limit`` (the list would not be exact).
         """
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral) or k < 1:
-            raise InvalidInputError(f"top-K needs a positive integer k, got {k!r}")
-        k = int(k)
-        if k * self.n_vars + 1 > TOPK_MAX_SUBPROBLEMS:
-            raise NotSupportedError(f"FactorGraph top-K by branch-and-bound solves up to k·n_vars + 1 = "
-                                    f"{k * self.n_vars + 1} exact MAP subproblems, beyond the limit of "
-                                    f"{TOPK_MAX_SUBPROBLEMS} (MAP on a general factor graph is NP-hard); "
-                                    f"ask for a smaller k")
-        theta = self.check_theta(theta)
-        fl = self.flat
-        t0 = time.perf_counter()
-
-        def solve(unary: np.ndarray) -> tuple[float, np.ndarray] | None:
-            limit = None if self.time_limit is None else max(self.time_limit - (time.perf_counter() - t0), 1e-3)
-            sol = self._bnb(FactorGraphPotentials(unary, theta.factors), time_limit=limit)
-            if sol.status not in ("optimal", "infeasible"):
-                raise RuntimeError(f"FactorGraph top-K: a branch-and-bound subproblem ended with status "
-                                   f"{sol.status!r}, not proven optimal (raise time_limit)")
-            return None if sol.labels is None else (sol.score, sol.labels)
-
-        def forbid(unary: np.ndarray, i: int, state: int) -> bool:
-            lo, hi = int(fl.voff[i]), int(fl.voff[i + 1])
-            unary[lo + state] = -np.inf
-            return bool(np.isfinite(unary[lo:hi]).any())
-
-        def force(unary: np.ndarray, i: int, state: int) -> None:
-            lo, hi = int(fl.voff[i]), int(fl.voff[i + 1])
-            keep = unary[lo + state]
-            unary[lo:hi] = -np.inf
-            unary[lo + state] = keep
-
-        outputs, scores = partition_topk(k, theta.unary, fl.n_vars, solve, forbid, force)
-        if not outputs:
-            raise InvalidInputError("FactorGraph potentials forbid every labeling (no feasible output)")
-        return outputs, scores
+        return _fg_topk.topk(self, theta, k)
 
     @unsupported
     def marginals(self, theta: FactorGraphPotentials) -> tuple[float, FactorGraphPotentials]:

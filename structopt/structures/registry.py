@@ -14,10 +14,21 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from structopt.errors import InvalidInputError
-
-_REGISTRY: dict[str, type] = {}
+from structopt.registry import Registry, import_public_modules
 
 T = TypeVar("T", bound=type)
+
+
+def _load_builtins() -> None:
+    # import every public module of structopt.structures: a new built-in registers by existing, with no
+    # list to edit (those structopt.structures imports come first, in its order; others follow by name)
+    import structopt.structures as package
+
+    import_public_modules(package.__name__, package.__path__)
+
+
+#: name -> structure class, in registration order (filled by the decorators of the modules it imports)
+_REGISTRY: Registry[type] = Registry("structure", load=_load_builtins, normalize=lambda name: str(name).lower())
 
 
 def register_structure(name: str) -> Callable[[T], T]:
@@ -34,54 +45,24 @@ def register_structure(name: str) -> Callable[[T], T]:
     """
     from structopt.structures.base import Structure
 
-    key = str(name).lower()
-
     def decorate(cls: T) -> T:
         if not (isinstance(cls, type) and issubclass(cls, Structure)):
             raise InvalidInputError(f"register_structure({name!r}) needs a Structure subclass, got {cls!r}")
         if cls.example.__func__ is Structure.example.__func__:  # type: ignore[attr-defined]
             raise InvalidInputError(f"{cls.__name__} must define the classmethod example(rng, *, integer, **size) "
                                     "to be registered (a random small instance for validation)")
-        taken = _REGISTRY.get(key)
-        if taken is not None and taken.__qualname__ != cls.__qualname__:  # re-registering (a reload) is fine
-            raise InvalidInputError(f"structure name {key!r} is already registered to {taken.__name__}")
-        _REGISTRY[key] = cls
-        cls.registry_name = key  # type: ignore[attr-defined]
+        _REGISTRY.add(name, cls)
+        cls.registry_name = _REGISTRY.key(name)  # type: ignore[attr-defined]
         return cls
 
     return decorate
 
 
-_builtins_loaded = False
-
-
-def _load_builtins() -> None:
-    # import every public module of structopt.structures: a new built-in registers by existing, with no
-    # list to edit (those structopt.structures imports come first, in its order; others follow by name)
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    import importlib
-    import pkgutil
-
-    import structopt.structures as package
-
-    for info in pkgutil.iter_modules(package.__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{package.__name__}.{info.name}")
-    _builtins_loaded = True
-
-
 def registered_structures() -> dict[str, type]:
     """Name → class of every registered structure, in registration order (built-ins first)."""
-    _load_builtins()
-    return dict(_REGISTRY)
+    return _REGISTRY.as_dict()
 
 
 def structure_class(name: str) -> type:
     """The registered class of ``name`` (case-insensitive), or an error listing the valid names."""
-    registry = registered_structures()
-    key = str(name).lower()
-    if key not in registry:
-        raise InvalidInputError(f"unknown structure {name!r}; valid names: {', '.join(registry)}")
-    return registry[key]
+    return _REGISTRY[name]

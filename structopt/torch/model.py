@@ -33,7 +33,7 @@ from structopt.errors import InvalidInputError, NotSupportedError, example_error
 from structopt.hooks import has_hook
 from structopt.models.nonlinear import NonlinearModel
 from structopt.potentials import Potentials
-from structopt.structures.base import Structure
+from structopt.structures.base import Structure, check_flag
 from structopt.torch.networks import get_network
 
 DTYPES = {torch.float32: "float32", torch.float64: "float64"}
@@ -108,6 +108,18 @@ def _convert(value: Any, dtype: torch.dtype, where: str, index: int | None) -> A
     if tensor.is_complex():
         raise example_error(index, f"{where} must be real, got {tensor.dtype}")
     return tensor.to(torch.int64)
+
+
+class _Batched(nn.Module):
+    """``forward`` is the wrapped module's ``forward_batch``, so that ``functional_call`` can run it at given
+    parameters (named ``inner.<name>``)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, xs: list[Any]) -> Any:
+        return self.inner.forward_batch(xs)
 
 
 def _numpy(out: Potentials) -> Potentials:
@@ -313,6 +325,34 @@ class TorchModel(NonlinearModel):
             arr = np.asarray(field)
             fields.append(arr.sum(axis=tuple(range(arr.ndim - ndim))) if arr.ndim > ndim else field)
         return type(mu)(*fields)
+
+    # ------------------------------------------------------------------ prediction of many inputs at once
+    def predict_batch(self, X: Any, w: np.ndarray, exact: bool = True) -> list[Any]:
+        """:meth:`~structopt.models.Model.predict_batch`; a module with ``forward_batch(xs) -> list of potentials``
+        (one per input, in order) computes every input's potentials in one call, each checked as ``forward``'s
+        are (the per-example contract, and the solvers, use ``forward``)."""
+        if not callable(getattr(self.module, "forward_batch", None)):
+            return super().predict_batch(X, w, exact)
+        if isinstance(X, (str, bytes)) or not hasattr(X, "__len__") or not hasattr(X, "__getitem__"):
+            raise InvalidInputError(f"X must be a sequence of inputs, got {type(X).__name__}")
+        exact = check_flag(exact, "exact", "TorchModel.predict")
+        w = self.check_weights(w)
+        inputs = [_convert(X[i], self.dtype, "input", i) for i in range(len(X))]
+        if not inputs:
+            return []
+        params = {f"inner.{name}": value for name, value in self._params(w, 1.0).items()}
+        with torch.no_grad():
+            try:
+                outs = torch.func.functional_call(_Batched(self.module), params, (inputs,))
+            except (RuntimeError, ValueError, TypeError, IndexError) as error:
+                raise InvalidInputError(f"network {self.network!r}: forward_batch failed on {len(inputs)} inputs: "
+                                        f"{type(error).__name__}: {error}") from None
+        if not isinstance(outs, (list, tuple)) or len(outs) != len(inputs) or (
+                isinstance(outs, tuple) and hasattr(outs, "_fields")):
+            raise InvalidInputError(f"network {self.network!r}: forward_batch must return a list with one potentials "
+                                    f"NamedTuple per input ({len(inputs)}), got {type(outs).__name__}"
+                                    f"{f' of {len(outs)}' if isinstance(outs, (list, tuple)) else ''}")
+        return [self.predict_output(self._check_output(out, i, full=True), exact) for i, out in enumerate(outs)]
 
     # ------------------------------------------------------------------ the non-linear model contract
     def tangent(self, x: Any, w: np.ndarray, scale: float = 1.0) -> TorchTangent:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from structopt.errors import InvalidInputError, NotSupportedError
+from structopt.registry import Registry
 from structopt.smoothing import logsumexp
 from structopt.structures.backends import project_hull
 from structopt.structures.base import Potentials, Structure, flatten, inner, random_like, unflatten
@@ -102,7 +103,37 @@ class Case:
         return self.structure.polytope(self.theta).violation(z)
 
 
+@dataclass(frozen=True)
+class OracleCheck:
+    """A row of :func:`check_structure`: the oracle's name and its check.
+
+    ``on_theta``: the check calls the oracle on the instance's own potentials, so it must refuse
+    (raise :class:`InvalidInputError`) when they forbid every output.
+    """
+
+    oracle: str
+    run: Callable[[Case], Outcome]
+    on_theta: bool = True
+
+
+#: the rows of :func:`check_structure`, in declaration order (``lp_relaxation`` first: later rows compare with
+#: it), each declared by :func:`oracle_check` on its function below
+ORACLE_CHECKS: Registry[OracleCheck] = Registry("oracle check")
+
+
+CheckFunction = Callable[[Case], Outcome]
+
+
+def oracle_check(oracle: str, *, on_theta: bool = True) -> Callable[[CheckFunction], CheckFunction]:
+    """Decorator declaring the check of ``oracle`` (a row of :func:`check_structure`, after those declared before)."""
+    def declare(run: CheckFunction) -> CheckFunction:
+        ORACLE_CHECKS.add(oracle, OracleCheck(oracle, run, on_theta))
+        return run
+    return declare
+
+
 # --------------------------------------------------------------------------- the checks
+@oracle_check("lp_relaxation")
 def check_lp_relaxation(case: Case) -> Outcome:
     """Its value equals the max score; its solution is the statistics of the best output when unique."""
     ref = case.ref
@@ -122,6 +153,7 @@ def check_lp_relaxation(case: Case) -> Outcome:
     return enum_ok, None, seconds, detail
 
 
+@oracle_check("argmax")
 def check_argmax(case: Case) -> Outcome:
     """Its score equals the brute-force max and the LP optimum."""
     structure, theta = case.structure, case.theta
@@ -132,6 +164,7 @@ def check_argmax(case: Case) -> Outcome:
     return diff <= case.atol, case.lp_agrees(value), seconds, f"score {value:g} vs max {case.ref.best:g}"
 
 
+@oracle_check("topk")
 def check_topk(case: Case) -> Outcome:
     """Scores equal the sorted brute-force scores, each output scores as reported, outputs are distinct;
     the first equals the LP optimum."""
@@ -157,6 +190,7 @@ def check_topk(case: Case) -> Outcome:
     return not problems, lp_ok, seconds, detail
 
 
+@oracle_check("marginals")
 def check_marginals(case: Case) -> Outcome:
     """log Z and the marginals equal the Gibbs sums; the marginals satisfy the polytope's constraints."""
     ref, rtol = case.ref, case.rtol
@@ -174,6 +208,7 @@ def check_marginals(case: Case) -> Outcome:
     return enum_ok, infeasible <= max(rtol, 1e-9), seconds, detail + f", infeasibility {infeasible:.1e}"
 
 
+@oracle_check("max_marginals")
 def check_max_marginals(case: Case) -> Outcome:
     """Equal the best score among outputs having each node indicator (the first statistics field);
     the best entry never exceeds the LP optimum and equals it when a maximiser sets a node indicator."""
@@ -209,6 +244,7 @@ def check_max_marginals(case: Case) -> Outcome:
     return diff <= atol, lp_ok, seconds, detail
 
 
+@oracle_check("project", on_theta=False)
 def check_project(case: Case) -> Outcome:
     """The projection p of a random point v equals the projection onto the hull of the enumerated
     vertices and satisfies the variational inequality against each; LP column: p equals the
@@ -243,6 +279,7 @@ def check_project(case: Case) -> Outcome:
     return enum_ok, lp_ok, seconds, detail
 
 
+@oracle_check("prox_entropy", on_theta=False)
 def check_prox_entropy(case: Case) -> Outcome:
     """With ``mu`` the marginals of random potentials ``theta0``, equals the marginals of the Gibbs
     distribution of ``theta0 + eta * step`` by enumeration."""
@@ -256,28 +293,3 @@ def check_prox_entropy(case: Case) -> Outcome:
     bf = np.exp(logits - logsumexp(logits)) @ ref.flat
     diff = gap(flatten(out), bf)
     return diff <= max(case.rtol, 1e-9) * 10, None, seconds, f"|prox - bf| = {diff:.1e} (eta={eta:.2f})"
-
-
-@dataclass(frozen=True)
-class OracleCheck:
-    """A row of :func:`check_structure`: the oracle's name and its check.
-
-    ``on_theta``: the check calls the oracle on the instance's own potentials, so it must refuse
-    (raise :class:`InvalidInputError`) when they forbid every output.
-    """
-
-    oracle: str
-    run: Callable[[Case], Outcome]
-    on_theta: bool = True
-
-
-#: the rows of :func:`check_structure`, in order (``lp_relaxation`` first: later rows compare with it)
-ORACLE_CHECKS: tuple[OracleCheck, ...] = (
-    OracleCheck("lp_relaxation", check_lp_relaxation),
-    OracleCheck("argmax", check_argmax),
-    OracleCheck("topk", check_topk),
-    OracleCheck("marginals", check_marginals),
-    OracleCheck("max_marginals", check_max_marginals),
-    OracleCheck("project", check_project, on_theta=False),
-    OracleCheck("prox_entropy", check_prox_entropy, on_theta=False),
-)

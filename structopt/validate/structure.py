@@ -58,7 +58,7 @@ def check_structure(structure: Structure, theta: Potentials, k: int = 5, rtol: f
     rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
     case = Case(structure, theta, Reference(structure, theta, max_outputs), k, rtol, qp_atol, rng)
     report = CheckReport(getattr(structure, "name", type(structure).__name__), len(case.ref.outputs))
-    report.rows = [_run(check, case) for check in ORACLE_CHECKS]
+    report.rows = [_run(check, case) for check in ORACLE_CHECKS.values()]
     return report
 
 
