@@ -24,9 +24,11 @@ from structopt.tasks.own_common import BuiltTask, data_split, resolve_lam
 
 #: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization and
 #: superpixels, the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py
-#: --select``, ``benchmarks/horses_superpixels.py``)
-DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001, "horses superpixels": 0.001,
-               "localization horses": 0.1, "localization raccoon": 0.001, "parsing": 0.001}
+#: --select``, ``benchmarks/horses_superpixels.py``); ner: 1.2e-4, about 1/n (c = lam n = 1.0) on the 8,323 Spanish
+#: sentences, where ``benchmarks/conll_casimir_results.md`` found the test F1 flat (0.77-0.79 for c from 0.01 to 10)
+#: and BCFW's dual well conditioned (c >= 1); 0.01 would be c = 83, far beyond the grid it measured
+DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "ner": 1.2e-4, "alignment": 0.01, "horses": 0.001,
+               "horses superpixels": 0.001, "localization horses": 0.1, "localization raccoon": 0.001, "parsing": 0.001}
 
 #: localization's dataset when ``--dataset`` is not given
 DEFAULT_DATASET = "horses"
@@ -337,28 +339,114 @@ class OCRTask(TaskSpec):
         return {"test_letter_error": letter_error(inputs.gold, predictions)}
 
 
-# --------------------------------------------------------------------------- conll
-@builtin_task
-class CoNLLTask(TaskSpec):
-    """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names.
+# --------------------------------------------------------------------------- conll, ner
+class _TaggingTask(TaskSpec):
+    """A sparse chain over CoNLL column files (the hashed features of :func:`structopt.tasks.conll.featurize`),
+    scored by conlleval's F1 under :attr:`metric`. Preprocessing: the feature-hashing options and the tag names."""
 
-    ``--net bilstm``: CoNLL-2002 Spanish NER with a BiLSTM over word and character embeddings + a linear chain
-    (:mod:`structopt.tasks.conll_net`); preprocessing: the vocabularies (JSON lists) and the tag names."""
-
-    name = "conll"
     preprocessing_types = (("tags", list), ("n_features", int), ("window", int), ("affix_lengths", list),
                            ("use_pos", bool))
-    #: the preprocessing of a ``--net bilstm`` model
-    net_preprocessing_types = (("tags", list), ("vocabulary", dict))
-    #: ``structopt train conll --net``'s choices
-    nets = ("bilstm",)
-    summary = "CoNLL-2000 chunking; --net bilstm: CoNLL-2002 Spanish NER with a BiLSTM + chain"
+    default_output = "predictions.conll"
+    #: the name ``train`` and ``predict`` print the conlleval F1 under
+    metric = ""
+
+    def _linear(self, data: dict, args: argparse.Namespace, description: str) -> Task:
+        """The task of a loaded :func:`~structopt.tasks.conll.load_conll2000` / ``load_conll2002`` corpus."""
+        from structopt.losses import Hamming
+        from structopt.tasks.conll import chunk_f1
+
+        train, test, info = data["train"], data["test"], data["info"]
+        problem = _problem(data["model"], train["X"], train["y"], Hamming(), args, self.name)
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            return {self.metric: chunk_f1(test["y"], problem.predict(test["X"], w), data["tags"])["f1"]}
+
+        files = info["files"]
+        record = data_split(Path(files["train"]).parent, f"train on {Path(files['train']).name}, test on "
+                            f"{Path(files['test']).name}", problem.n, len(test["X"]),
+                            files={name: str(Path(files[name]).resolve()) for name in ("train", "test")})
+        preprocessing = {"tags": list(data["tags"]), "n_features": info["n_features"], "window": info["window"],
+                         "affix_lengths": info["affix_lengths"], "use_pos": info["use_pos"], "data_split": record}
+        return Task(problem, evaluate, description, preprocessing)
+
+    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
+        files = record["files"]
+        if split == "test":
+            return self.read_inputs(saved, Path(files["test"]))
+        train = self.read_inputs(saved, Path(files["train"]))
+        used = train.subset(range(min(int(record["n_train"]), len(train.X))))
+        return used if split == "train" else train.join(self.read_inputs(saved, Path(files["test"])))
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        from structopt.tasks.conll import featurize, read_tokens
+
+        p = saved.preprocessing
+        corpus, rows, has_gold = read_tokens(path, bool(p["use_pos"]), known_tags=p["tags"])
+        (X,) = featurize([corpus], p["n_features"], p["window"], p["affix_lengths"], p["use_pos"])
+        gold = _sentences(corpus.tags, corpus.lengths) if has_gold else None
+        return Inputs(X, gold, {"rows": rows, "lengths": corpus.lengths})
+
+    def _tags(self, saved: Any, predictions: list[Any]) -> list[list[str]]:
+        tags = np.array(saved.preprocessing["tags"], dtype=object)
+        return [list(tags[np.asarray(y, dtype=np.int64)]) for y in predictions]
+
+    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
+        from structopt.tasks.conll import write_tagged
+
+        flat = [tag for sentence in self._tags(saved, predictions) for tag in sentence]
+        write_tagged(out, inputs.extra["rows"], inputs.extra["lengths"], flat)
+
+    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
+        from structopt.tasks.conll import chunk_f1
+
+        return {self.metric: chunk_f1(inputs.gold, self._tags(saved, predictions))["f1"]}
+
+
+@builtin_task
+class CoNLLTask(_TaggingTask):
+    """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names."""
+
+    name = "conll"
+    metric = "test_chunk_f1"
+    summary = "CoNLL-2000 chunking"
     input_help = ("conll: a CoNLL column file, 'word POS' per line (the model uses POS features), optionally a "
                   "gold tag column last, blank lines between sentences")
     output_help = "conll: the input columns and a predicted tag column (conlleval's input when the gold is there)"
-    split_help = ("conll: the files: train.txt trains (8,936 sentences), test.txt tests (2,012); --net bilstm: "
-                  "esp.train trains (8,323), esp.testa chooses the epoch, esp.testb tests (1,517)")
-    default_output = "predictions.conll"
+    split_help = "conll: the files: train.txt trains (8,936 sentences), test.txt tests (2,012)"
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.tasks.conll import load_conll2000
+
+        return self._linear(load_conll2000(args.data, progress=_progress(args)), args, "CoNLL-2000 chunking")
+
+
+@builtin_task
+class NERTask(_TaggingTask):
+    """CoNLL-2002 Spanish named entities: the sparse chain of :func:`structopt.tasks.conll.load_conll2002` (the
+    chunker's hashed features; preprocessing as ``conll``'s) or, with ``--net bilstm``, a BiLSTM over word and
+    character embeddings + a linear chain (:mod:`structopt.tasks.conll_net`; preprocessing: the vocabularies as
+    JSON lists and the tag names). Both print conlleval's entity F1 on ``esp.testb`` as ``test_entity_f1``."""
+
+    name = "ner"
+    metric = "test_entity_f1"
+    #: the preprocessing of a ``--net bilstm`` model
+    net_preprocessing_types = (("tags", list), ("vocabulary", dict))
+    #: ``structopt train ner --net``'s choices
+    nets = ("bilstm",)
+    summary = "CoNLL-2002 Spanish named entities, entity F1, default --lam 1.2e-4; --net bilstm: a BiLSTM + chain"
+    input_help = ("ner: a CoNLL-2002 column file, 'word POS' per line (both models use the POS column), "
+                  "optionally a gold entity tag column last, blank lines between sentences")
+    output_help = "ner: the input columns and a predicted tag column (conlleval's input when the gold is there)"
+    split_help = ("ner: the files of CoNLL-2002 Spanish: esp.train trains (8,323 sentences), esp.testb tests "
+                  "(1,517); --net bilstm also reads esp.testa to choose the epoch")
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.tasks.conll import load_conll2002
+
+        _progress(args).stage("reading CoNLL-2002 Spanish (esp.train, esp.testa, esp.testb) and computing hashed "
+                              "features")
+        data = load_conll2002(args.data, language="esp")
+        return self._linear(data, args, "CoNLL-2002 Spanish NER")
 
     def net(self, args: argparse.Namespace) -> Any:
         """``--net bilstm``: the BiLSTM + chain tagger on CoNLL-2002 Spanish (``--data``: the folder of ``esp.*``),
@@ -388,7 +476,7 @@ class CoNLLTask(TaskSpec):
         def evaluate(w: np.ndarray) -> dict[str, float]:
             from structopt.tasks.conll import chunk_f1
 
-            return {"test_chunk_f1": chunk_f1(gold, model.predict_batch(X_test, w), vocab.tags)["f1"]}
+            return {self.metric: chunk_f1(gold, model.predict_batch(X_test, w), vocab.tags)["f1"]}
 
         files = split["files"]
         record = data_split(Path(files["train"]).parent, f"train on {Path(files['train']).name} (the epoch chosen on "
@@ -402,7 +490,7 @@ class CoNLLTask(TaskSpec):
         import structopt.tasks.conll_net  # noqa: F401  (declares the "conll_bilstm" network)
 
     def check_preprocessing(self, saved: Any) -> None:
-        if "vocabulary" not in saved.preprocessing:
+        if "vocabulary" not in saved.preprocessing:  # a linear model
             return super().check_preprocessing(saved)
         for key, kind in self.net_preprocessing_types:
             if not isinstance(saved.preprocessing.get(key), kind):
@@ -423,68 +511,21 @@ class CoNLLTask(TaskSpec):
             raise InvalidInputError(f"model {saved.path}: its vocabulary's tags differ from its tag names")
         return vocab
 
-    def __call__(self, args: argparse.Namespace) -> Task:
-        from structopt.losses import Hamming
-        from structopt.tasks.conll import chunk_f1, load_conll2000
-
-        data = load_conll2000(args.data, progress=_progress(args))
-        train, test, info = data["train"], data["test"], data["info"]
-        problem = _problem(data["model"], train["X"], train["y"], Hamming(), args, "conll")
-
-        def evaluate(w: np.ndarray) -> dict[str, float]:
-            return {"test_chunk_f1": chunk_f1(test["y"], problem.predict(test["X"], w), data["tags"])["f1"]}
-
-        files = info["files"]
-        record = data_split(Path(files["train"]).parent, f"train on {Path(files['train']).name}, test on "
-                            f"{Path(files['test']).name}", problem.n, len(test["X"]),
-                            files={name: str(Path(file).resolve()) for name, file in files.items()})
-        preprocessing = {"tags": list(data["tags"]), "n_features": info["n_features"], "window": info["window"],
-                         "affix_lengths": info["affix_lengths"], "use_pos": info["use_pos"], "data_split": record}
-        return Task(problem, evaluate, "CoNLL-2000 chunking", preprocessing)
-
-    def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
-        files = record["files"]
-        if split == "test":
-            return self.read_inputs(saved, Path(files["test"]))
-        train = self.read_inputs(saved, Path(files["train"]))
-        used = train.subset(range(min(int(record["n_train"]), len(train.X))))
-        return used if split == "train" else train.join(self.read_inputs(saved, Path(files["test"])))
-
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
-        from structopt.tasks.conll import featurize, read_tokens
+        if "vocabulary" not in saved.preprocessing:  # a linear model
+            return super().read_inputs(saved, path)
+        import torch
 
-        p = saved.preprocessing
-        if "vocabulary" in p:  # a --net bilstm model
-            import torch
+        from structopt.tasks.conll import read_tokens
+        from structopt.tasks.conll_net import encode
 
-            from structopt.tasks.conll_net import encode
-
-            # the network then runs sentence by sentence: with torch's thread pool on a busy 2-core machine
-            # predict took 278 s for esp.testb, with one thread it takes seconds
-            torch.set_num_threads(1)
-            vocab = self._vocabulary(saved)
-            corpus, rows, has_gold = read_tokens(path, vocab.uses_pos, known_tags=p["tags"])
-            X = encode(corpus, vocab)
-        else:
-            corpus, rows, has_gold = read_tokens(path, bool(p["use_pos"]), known_tags=p["tags"])
-            (X,) = featurize([corpus], p["n_features"], p["window"], p["affix_lengths"], p["use_pos"])
+        # the network then runs sentence by sentence: with torch's thread pool on a busy 2-core machine
+        # predict took 278 s for esp.testb, with one thread it takes seconds
+        torch.set_num_threads(1)
+        vocab = self._vocabulary(saved)
+        corpus, rows, has_gold = read_tokens(path, vocab.uses_pos, known_tags=saved.preprocessing["tags"])
         gold = _sentences(corpus.tags, corpus.lengths) if has_gold else None
-        return Inputs(X, gold, {"rows": rows, "lengths": corpus.lengths})
-
-    def _tags(self, saved: Any, predictions: list[Any]) -> list[list[str]]:
-        tags = np.array(saved.preprocessing["tags"], dtype=object)
-        return [list(tags[np.asarray(y, dtype=np.int64)]) for y in predictions]
-
-    def write(self, saved: Any, inputs: Inputs, predictions: list[Any], out: Path) -> None:
-        from structopt.tasks.conll import write_tagged
-
-        flat = [tag for sentence in self._tags(saved, predictions) for tag in sentence]
-        write_tagged(out, inputs.extra["rows"], inputs.extra["lengths"], flat)
-
-    def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
-        from structopt.tasks.conll import chunk_f1
-
-        return {"test_chunk_f1": chunk_f1(inputs.gold, self._tags(saved, predictions))["f1"]}
+        return Inputs(encode(corpus, vocab), gold, {"rows": rows, "lengths": corpus.lengths})
 
 
 def _sentences(tags: list[str], lengths: np.ndarray) -> list[list[str]]:

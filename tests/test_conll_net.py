@@ -265,7 +265,7 @@ def test_saved_model_round_trip_predicts_the_same_tags(tmp_path):
     model = cn.build_model(vocab, options)
     cn.fit(model.module, vocab, cn.encode(train, vocab), cn.encode_tags(train, vocab), options)
     w = model.get_weights()
-    so.save_model(tmp_path / "model.npz", model, w, task="conll", preprocessing={"vocabulary": vocab.to_json()})
+    so.save_model(tmp_path / "model.npz", model, w, task="ner", preprocessing={"vocabulary": vocab.to_json()})
     saved = so.load_model(tmp_path / "model.npz")
     again = cn.Vocabulary.from_json(saved.preprocessing["vocabulary"])
     X = cn.encode(new, again)
@@ -274,20 +274,20 @@ def test_saved_model_round_trip_predicts_the_same_tags(tmp_path):
 
 
 def test_predict_inputs_of_a_network_model_run_on_one_torch_thread(tmp_path):
-    """The CLI's predict reads inputs with CoNLLTask.read_inputs, then runs the network sentence by sentence: one
+    """The CLI's predict reads inputs with NERTask.read_inputs, then runs the network sentence by sentence: one
     torch thread (with the pool, esp.testb took 278 s on a busy machine, 9 s on one thread)."""
-    from structopt.cli_tasks import CoNLLTask
+    from structopt.cli_tasks import NERTask
 
     train = corpus(10, 9)
     vocab = cn.Vocabulary.build(train)
     model = cn.build_model(vocab, cn.NetOptions(hidden=8, word_dim=8))
-    so.save_model(tmp_path / "model.npz", model, model.get_weights(), task="conll",
+    so.save_model(tmp_path / "model.npz", model, model.get_weights(), task="ner",
                   preprocessing={"tags": vocab.tags, "vocabulary": vocab.to_json()})
     saved = so.load_model(tmp_path / "model.npz")
-    CoNLLTask().check_preprocessing(saved)
+    NERTask().check_preprocessing(saved)
     (tmp_path / "in.txt").write_text("Juan B-PER\nvive O\n\nMadrid B-LOC\n", encoding="utf-8")
     torch.set_num_threads(2)
-    inputs = CoNLLTask().read_inputs(saved, tmp_path / "in.txt")
+    inputs = NERTask().read_inputs(saved, tmp_path / "in.txt")
     assert torch.get_num_threads() == 1
     assert [x.shape[0] for x in inputs.X] == [2, 1] and inputs.gold == [["B-PER", "O"], ["B-LOC"]]
     assert len(saved.predict(inputs.X)) == 2
@@ -326,12 +326,13 @@ def test_cli_train_net_then_predict_gives_the_same_f1(tmp_path, capsys):
     from structopt.cli import main
 
     out = tmp_path / "run"
-    args = ["train", "conll", "--net", "bilstm", "--n-train", "40", "--epochs", "1", "--out", str(out), "--no-progress"]
+    args = ["train", "ner", "--net", "bilstm", "--n-train", "40", "--epochs", "1", "--out", str(out), "--no-progress"]
     assert main(args) == 0
     trained = capsys.readouterr().out
-    f1 = trained.split("test chunk f1 ")[1].split()[0]
+    assert "chunk" not in trained
+    f1 = trained.split("test entity f1 ")[1].split()[0]
     assert main(["predict", str(out / "model.npz"), "--out", str(tmp_path / "testb.conll")]) == 0
-    assert capsys.readouterr().out.split("test chunk f1 ")[1].split()[0] == f1
+    assert capsys.readouterr().out.split("test entity f1 ")[1].split()[0] == f1
     lines = (tmp_path / "testb.conll").read_text(encoding="utf-8").splitlines()
     assert lines[0].split()[:2] == ["La", "DA"] and len(lines[0].split()) == 4  # word POS gold predicted
     # a file without its POS column: the model reads POS tags
