@@ -715,6 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--graph", default=None, choices=["grid", "superpixels"],
                        help="horses only (default grid): the 4-connected pixel grid, or SLIC superpixels with their "
                             "region adjacency graph (a GraphModel trained with AD3; λ 0.01 by default)")
+    train.add_argument("--language", default=None, choices=["esp", "ned"],
+                       help="ner only (default esp): CoNLL-2002 Spanish (esp.*) or Dutch (ned.*); --net bilstm "
+                            "reads Spanish only")
     train.add_argument("--out", default=None,
                        help="directory for trace.json, convergence.png and the saved model model.npz (default "
                             "runs/TASK); checked before training")

@@ -340,6 +340,10 @@ class OCRTask(TaskSpec):
 
 
 # --------------------------------------------------------------------------- conll, ner
+#: ``structopt train ner --language``: the CoNLL-2002 file prefix and the language's name
+NER_LANGUAGES = {"esp": "Spanish", "ned": "Dutch"}
+
+
 class _TaggingTask(TaskSpec):
     """A sparse chain over CoNLL column files (the hashed features of :func:`structopt.tasks.conll.featurize`),
     scored by conlleval's F1 under :attr:`metric`. Preprocessing: the feature-hashing options and the tag names."""
@@ -438,19 +442,24 @@ class NERTask(_TaggingTask):
                   "optionally a gold entity tag column last, blank lines between sentences")
     output_help = "ner: the input columns and a predicted tag column (conlleval's input when the gold is there)"
     split_help = ("ner: the files of CoNLL-2002 Spanish: esp.train trains (8,323 sentences), esp.testb tests "
-                  "(1,517); --net bilstm also reads esp.testa to choose the epoch")
-
+                  "(1,517); --language ned: ned.train trains (15,806), ned.testb tests (5,195); --net bilstm also "
+                  "reads esp.testa to choose the epoch")
     def __call__(self, args: argparse.Namespace) -> Task:
         from structopt.tasks.conll import load_conll2002
 
-        _progress(args).stage("reading CoNLL-2002 Spanish (esp.train, esp.testa, esp.testb) and computing hashed "
-                              "features")
-        data = load_conll2002(args.data, language="esp")
-        return self._linear(data, args, "CoNLL-2002 Spanish NER")
+        prefix = getattr(args, "language", None) or "esp"
+        name = NER_LANGUAGES[prefix]
+        _progress(args).stage(f"reading CoNLL-2002 {name} ({prefix}.train, {prefix}.testa, {prefix}.testb) and "
+                              "computing hashed features")
+        data = load_conll2002(args.data, language=prefix)
+        return self._linear(data, args, f"CoNLL-2002 {name} NER")
 
     def net(self, args: argparse.Namespace) -> Any:
         """``--net bilstm``: the BiLSTM + chain tagger on CoNLL-2002 Spanish (``--data``: the folder of ``esp.*``),
         trained with the CRF loss for ``--epochs`` (default 10), the epoch of the best ``esp.testa`` F1 kept."""
+        if getattr(args, "language", None) not in (None, "esp"):
+            raise InvalidInputError(f"--language {args.language}: ner --net bilstm reads CoNLL-2002 Spanish only "
+                                    "(esp.*); without --net, ner trains the linear chain on either language")
         import torch
 
         from structopt.cli_net import NetTask
@@ -1030,5 +1039,5 @@ SPLIT_TASKS = ("ocr",)
 
 #: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
 TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",)),
-                "--graph": ("graph", ("horses",)),
+                "--graph": ("graph", ("horses",)), "--language": ("language", ("ner",)),
                 "--data": ("data", tuple(BUILTIN_TASKS))}

@@ -1,5 +1,6 @@
-"""``structopt train ner``: CoNLL-2002 Spanish NER as its own task (the linear chain by default, ``--net bilstm``
-in tests/test_conll_net.py), its default lam, and ``--net`` refused on the tasks without networks."""
+"""``structopt train ner``: CoNLL-2002 NER as its own task (the linear chain by default, on Spanish or, with
+``--language ned``, Dutch; ``--net bilstm`` in tests/test_conll_net.py), its default lam, and ``--net`` and
+``--language`` refused where they do not apply. Short runs on the first sentences of the real files."""
 
 from __future__ import annotations
 
@@ -55,6 +56,37 @@ def test_train_ner_linear_then_predict_scores_the_same_entities(tmp_path, capsys
         assert main(["predict", str(out / "model.npz"), "--split", split, "--out", str(tmp_path / f"{split}.conll"),
                      "--json", str(tmp_path / "s.json")]) == 0
         assert json.loads((tmp_path / "s.json").read_text())["n"] == n
+
+
+@needs_data("conll2002")
+def test_train_ner_on_dutch_drops_the_document_markers(tmp_path, capsys):
+    data = _slice(tmp_path / "ned", {"ned.train": 50, "ned.testa": 3, "ned.testb": 20})
+    assert (data / "ned.train").read_text(encoding="utf-8").startswith("-DOCSTART- -DOCSTART- O\n")
+    out = tmp_path / "run"
+    assert main(["train", "ner", "--language", "ned", "--data", str(data), "--passes", "1", "--out", str(out),
+                 "--no-progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("reading CoNLL-2002 Dutch (ned.train, ned.testa, ned.testb)")
+    assert err[-1] == "training CoNLL-2002 Dutch NER with bcfw, λ=0.00012, n=50"
+    trace = json.loads((out / "trace.json").read_text())
+    assert main(["predict", str(out / "model.npz"), "--out", str(tmp_path / "p.conll"), "--json",
+                 str(tmp_path / "p.json")]) == 0
+    predicted = json.loads((tmp_path / "p.json").read_text())
+    assert predicted["n"] == 20 and predicted["test_entity_f1"] == trace["test_entity_f1"]
+    assert "DOCSTART" not in (tmp_path / "p.conll").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["conll", "--language", "ned"], "--language applies to ner only, not to conll"),
+    (["ner", "--net", "bilstm", "--language", "ned"], "--language ned: ner --net bilstm reads CoNLL-2002 Spanish only"),
+])
+def test_language_is_refused_where_it_does_not_apply(tmp_path, capsys, argv, message):
+    if "--net" in argv:
+        pytest.importorskip("torch")
+    assert main(["train", *argv, "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "run").exists()
 
 
 def test_ner_defaults_and_conll_is_chunking_only():
