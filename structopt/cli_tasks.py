@@ -24,9 +24,11 @@ from structopt.tasks.own_common import BuiltTask, data_split, resolve_lam
 
 #: each task's default ``--lam``: 0.01, 0.001 for segmentation (``benchmarks/horses.py``) and, for localization and
 #: superpixels, the value 3-fold cross-validation on the training images chose (``benchmarks/localization.py
-#: --select``, ``benchmarks/horses_superpixels.py``)
-DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "alignment": 0.01, "horses": 0.001, "horses superpixels": 0.001,
-               "localization horses": 0.1, "localization raccoon": 0.001, "parsing": 0.001}
+#: --select``, ``benchmarks/horses_superpixels.py``); ner: 1.2e-4, about 1/n (c = lam n = 1.0) on the 8,323 Spanish
+#: sentences, where ``benchmarks/conll_casimir_results.md`` found the test F1 flat (0.77-0.79 for c from 0.01 to 10)
+#: and BCFW's dual well conditioned (c >= 1); 0.01 would be c = 83, far beyond the grid it measured
+DEFAULT_LAM = {"ocr": 0.01, "conll": 0.01, "ner": 1.2e-4, "alignment": 0.01, "horses": 0.001,
+               "horses superpixels": 0.001, "localization horses": 0.1, "localization raccoon": 0.001, "parsing": 0.001}
 
 #: localization's dataset when ``--dataset`` is not given
 DEFAULT_DATASET = "horses"
@@ -337,39 +339,39 @@ class OCRTask(TaskSpec):
         return {"test_letter_error": letter_error(inputs.gold, predictions)}
 
 
-# --------------------------------------------------------------------------- conll
-@builtin_task
-class CoNLLTask(TaskSpec):
-    """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names."""
+# --------------------------------------------------------------------------- conll, ner
+#: ``structopt train ner --language``: the CoNLL-2002 file prefix and the language's name
+NER_LANGUAGES = {"esp": "Spanish", "ned": "Dutch"}
 
-    name = "conll"
+
+class _TaggingTask(TaskSpec):
+    """A sparse chain over CoNLL column files (the hashed features of :func:`structopt.tasks.conll.featurize`),
+    scored by conlleval's F1 under :attr:`metric`. Preprocessing: the feature-hashing options and the tag names."""
+
     preprocessing_types = (("tags", list), ("n_features", int), ("window", int), ("affix_lengths", list),
                            ("use_pos", bool))
-    summary = "CoNLL-2000 chunking"
-    input_help = ("conll: a CoNLL column file, 'word POS' per line (the model uses POS features), optionally a "
-                  "gold tag column last, blank lines between sentences")
-    output_help = "conll: the input columns and a predicted tag column (conlleval's input when the gold is there)"
-    split_help = "conll: the files: train.txt trains (8,936 sentences), test.txt tests (2,012)"
     default_output = "predictions.conll"
+    #: the name ``train`` and ``predict`` print the conlleval F1 under
+    metric = ""
 
-    def __call__(self, args: argparse.Namespace) -> Task:
+    def _linear(self, data: dict, args: argparse.Namespace, description: str) -> Task:
+        """The task of a loaded :func:`~structopt.tasks.conll.load_conll2000` / ``load_conll2002`` corpus."""
         from structopt.losses import Hamming
-        from structopt.tasks.conll import chunk_f1, load_conll2000
+        from structopt.tasks.conll import chunk_f1
 
-        data = load_conll2000(args.data, progress=_progress(args))
         train, test, info = data["train"], data["test"], data["info"]
-        problem = _problem(data["model"], train["X"], train["y"], Hamming(), args, "conll")
+        problem = _problem(data["model"], train["X"], train["y"], Hamming(), args, self.name)
 
         def evaluate(w: np.ndarray) -> dict[str, float]:
-            return {"test_chunk_f1": chunk_f1(test["y"], problem.predict(test["X"], w), data["tags"])["f1"]}
+            return {self.metric: chunk_f1(test["y"], problem.predict(test["X"], w), data["tags"])["f1"]}
 
         files = info["files"]
         record = data_split(Path(files["train"]).parent, f"train on {Path(files['train']).name}, test on "
                             f"{Path(files['test']).name}", problem.n, len(test["X"]),
-                            files={name: str(Path(file).resolve()) for name, file in files.items()})
+                            files={name: str(Path(files[name]).resolve()) for name in ("train", "test")})
         preprocessing = {"tags": list(data["tags"]), "n_features": info["n_features"], "window": info["window"],
                          "affix_lengths": info["affix_lengths"], "use_pos": info["use_pos"], "data_split": record}
-        return Task(problem, evaluate, "CoNLL-2000 chunking", preprocessing)
+        return Task(problem, evaluate, description, preprocessing)
 
     def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
         files = record["files"]
@@ -385,10 +387,7 @@ class CoNLLTask(TaskSpec):
         p = saved.preprocessing
         corpus, rows, has_gold = read_tokens(path, bool(p["use_pos"]), known_tags=p["tags"])
         (X,) = featurize([corpus], p["n_features"], p["window"], p["affix_lengths"], p["use_pos"])
-        gold = None
-        if has_gold:
-            bounds = np.cumsum(corpus.lengths)[:-1]
-            gold = [list(s) for s in np.split(np.array(corpus.tags, dtype=object), bounds)]
+        gold = _sentences(corpus.tags, corpus.lengths) if has_gold else None
         return Inputs(X, gold, {"rows": rows, "lengths": corpus.lengths})
 
     def _tags(self, saved: Any, predictions: list[Any]) -> list[list[str]]:
@@ -404,7 +403,143 @@ class CoNLLTask(TaskSpec):
     def scores(self, saved: Any, inputs: Inputs, predictions: list[Any]) -> dict[str, float]:
         from structopt.tasks.conll import chunk_f1
 
-        return {"test_chunk_f1": chunk_f1(inputs.gold, self._tags(saved, predictions))["f1"]}
+        return {self.metric: chunk_f1(inputs.gold, self._tags(saved, predictions))["f1"]}
+
+
+@builtin_task
+class CoNLLTask(_TaggingTask):
+    """CoNLL-2000 chunking (sparse chain). Preprocessing: the feature-hashing options and the tag names."""
+
+    name = "conll"
+    metric = "test_chunk_f1"
+    summary = "CoNLL-2000 chunking"
+    input_help = ("conll: a CoNLL column file, 'word POS' per line (the model uses POS features), optionally a "
+                  "gold tag column last, blank lines between sentences")
+    output_help = "conll: the input columns and a predicted tag column (conlleval's input when the gold is there)"
+    split_help = "conll: the files: train.txt trains (8,936 sentences), test.txt tests (2,012)"
+
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.tasks.conll import load_conll2000
+
+        return self._linear(load_conll2000(args.data, progress=_progress(args)), args, "CoNLL-2000 chunking")
+
+
+@builtin_task
+class NERTask(_TaggingTask):
+    """CoNLL-2002 Spanish named entities: the sparse chain of :func:`structopt.tasks.conll.load_conll2002` (the
+    chunker's hashed features; preprocessing as ``conll``'s) or, with ``--net bilstm``, a BiLSTM over word and
+    character embeddings + a linear chain (:mod:`structopt.tasks.conll_net`; preprocessing: the vocabularies as
+    JSON lists and the tag names). Both print conlleval's entity F1 on ``esp.testb`` as ``test_entity_f1``."""
+
+    name = "ner"
+    metric = "test_entity_f1"
+    #: the preprocessing of a ``--net bilstm`` model
+    net_preprocessing_types = (("tags", list), ("vocabulary", dict))
+    #: ``structopt train ner --net``'s choices
+    nets = ("bilstm",)
+    summary = "CoNLL-2002 Spanish named entities, entity F1, default --lam 1.2e-4; --net bilstm: a BiLSTM + chain"
+    input_help = ("ner: a CoNLL-2002 column file, 'word POS' per line (both models use the POS column), "
+                  "optionally a gold entity tag column last, blank lines between sentences")
+    output_help = "ner: the input columns and a predicted tag column (conlleval's input when the gold is there)"
+    split_help = ("ner: the files of CoNLL-2002 Spanish: esp.train trains (8,323 sentences), esp.testb tests "
+                  "(1,517); --language ned: ned.train trains (15,806), ned.testb tests (5,195); --net bilstm also "
+                  "reads esp.testa to choose the epoch")
+    def __call__(self, args: argparse.Namespace) -> Task:
+        from structopt.tasks.conll import load_conll2002
+
+        prefix = getattr(args, "language", None) or "esp"
+        name = NER_LANGUAGES[prefix]
+        _progress(args).stage(f"reading CoNLL-2002 {name} ({prefix}.train, {prefix}.testa, {prefix}.testb) and "
+                              "computing hashed features")
+        data = load_conll2002(args.data, language=prefix)
+        return self._linear(data, args, f"CoNLL-2002 {name} NER")
+
+    def net(self, args: argparse.Namespace) -> Any:
+        """``--net bilstm``: the BiLSTM + chain tagger on CoNLL-2002 Spanish (``--data``: the folder of ``esp.*``),
+        trained with the CRF loss for ``--epochs`` (default 10), the epoch of the best ``esp.testa`` F1 kept."""
+        if getattr(args, "language", None) not in (None, "esp"):
+            raise InvalidInputError(f"--language {args.language}: ner --net bilstm reads CoNLL-2002 Spanish only "
+                                    "(esp.*); without --net, ner trains the linear chain on either language")
+        import torch
+
+        from structopt.cli_net import NetTask
+        from structopt.tasks import conll_net as cn
+
+        torch.set_num_threads(1)  # the batches are small: on a shared 2-core machine more threads cost more
+        epochs = args.epochs
+        options = cn.NetOptions(seed=args.seed, **({} if epochs is None else {"epochs": int(epochs)}))
+        progress = _progress(args)
+        split = cn.load_split(args.data, progress)
+        corpora = split["corpora"]
+        train = corpora["train"] if args.n_train is None else cn.subset(corpora["train"], args.n_train)
+        vocab = cn.Vocabulary.build(train, use_pos=options.pos)
+        X, Y = cn.encode(train, vocab), cn.encode_tags(train, vocab)
+        dev = (cn.encode(corpora["dev"], vocab), cn.encode_tags(corpora["dev"], vocab))
+        test = corpora["test"]
+        X_test, gold = cn.encode(test, vocab), _sentences(test.tags, test.lengths)
+        model = cn.build_model(vocab, options)
+
+        def fit(bars: Any) -> dict[str, Any]:
+            return cn.fit(model.module, vocab, X, Y, options, dev=dev, progress=bars)
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            from structopt.tasks.conll import chunk_f1
+
+            return {self.metric: chunk_f1(gold, model.predict_batch(X_test, w), vocab.tags)["f1"]}
+
+        files = split["files"]
+        record = data_split(Path(files["train"]).parent, f"train on {Path(files['train']).name} (the epoch chosen on "
+                            f"{Path(files['dev']).name}), test on {Path(files['test']).name}", len(X), len(X_test),
+                            files={name: str(Path(file).resolve()) for name, file in files.items()})
+        preprocessing = {"tags": list(vocab.tags), "vocabulary": vocab.to_json(), "data_split": record}
+        return NetTask(model, fit, evaluate, "CoNLL-2002 Spanish NER, BiLSTM + chain (CRF loss)", preprocessing,
+                       len(X))
+
+    def load_networks(self) -> None:
+        import structopt.tasks.conll_net  # noqa: F401  (declares the "conll_bilstm" network)
+
+    def check_preprocessing(self, saved: Any) -> None:
+        if "vocabulary" not in saved.preprocessing:  # a linear model
+            return super().check_preprocessing(saved)
+        for key, kind in self.net_preprocessing_types:
+            if not isinstance(saved.preprocessing.get(key), kind):
+                raise InvalidInputError(f"model {saved.path}: its {self.name} preprocessing lacks {key!r} or holds "
+                                        f"a {type(saved.preprocessing.get(key)).__name__} there")
+        self._vocabulary(saved)
+        return None
+
+    @staticmethod
+    def _vocabulary(saved: Any) -> Any:
+        from structopt.tasks.conll_net import Vocabulary
+
+        try:
+            vocab = Vocabulary.from_json(saved.preprocessing["vocabulary"])
+        except InvalidInputError as error:
+            raise InvalidInputError(f"model {saved.path}: {error}") from None
+        if vocab.tags != saved.preprocessing["tags"]:
+            raise InvalidInputError(f"model {saved.path}: its vocabulary's tags differ from its tag names")
+        return vocab
+
+    def read_inputs(self, saved: Any, path: Path) -> Inputs:
+        if "vocabulary" not in saved.preprocessing:  # a linear model
+            return super().read_inputs(saved, path)
+        import torch
+
+        from structopt.tasks.conll import read_tokens
+        from structopt.tasks.conll_net import encode
+
+        # the network then runs sentence by sentence: with torch's thread pool on a busy 2-core machine
+        # predict took 278 s for esp.testb, with one thread it takes seconds
+        torch.set_num_threads(1)
+        vocab = self._vocabulary(saved)
+        corpus, rows, has_gold = read_tokens(path, vocab.uses_pos, known_tags=saved.preprocessing["tags"])
+        gold = _sentences(corpus.tags, corpus.lengths) if has_gold else None
+        return Inputs(encode(corpus, vocab), gold, {"rows": rows, "lengths": corpus.lengths})
+
+
+def _sentences(tags: list[str], lengths: np.ndarray) -> list[list[str]]:
+    """The tags of each sentence."""
+    return [list(s) for s in np.split(np.array(tags, dtype=object), np.cumsum(lengths)[:-1])]
 
 
 # --------------------------------------------------------------------------- alignment
@@ -904,5 +1039,5 @@ SPLIT_TASKS = ("ocr",)
 
 #: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
 TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",)),
-                "--graph": ("graph", ("horses",)),
+                "--graph": ("graph", ("horses",)), "--language": ("language", ("ner",)),
                 "--data": ("data", tuple(BUILTIN_TASKS))}
