@@ -1,4 +1,4 @@
-"""Command line: ``structopt train TASK ...`` (ocr, conll, alignment, horses, localization; writes a
+"""Command line: ``structopt train TASK ...`` (a task of :data:`structopt.cli_registry.TASKS`; writes a
 saved model), ``structopt predict MODEL [INPUT]``, ``structopt check [STRUCTURE ...]`` and
 ``structopt infer FILE.uai``. The tasks are declared in :mod:`structopt.cli_tasks`."""
 
@@ -22,6 +22,7 @@ from structopt.cli_plots import convergence_figure as _convergence_figure
 from structopt.cli_plots import plot_convergence as _plot_convergence
 from structopt.cli_registry import TASKS
 from structopt.cli_tasks import (
+    BUILTIN_TASKS,
     DEFAULT_DATASET,
     DEFAULT_LAM,
     SPLIT_TASKS,
@@ -37,8 +38,8 @@ from structopt.solvers import SOLVERS
 
 DESCRIPTION = """Structured prediction with combinatorial oracles.
 
-  structopt train TASK     train a structural SVM on a built-in task (ocr, conll, alignment, horses,
-                           localization)
+  structopt train TASK     train a structural SVM (or, with --net, a network) on a built-in task
+                           ({tasks})
   structopt predict MODEL [INPUT] --out OUTPUT
                            predict with a model saved by train (OUT/model.npz), writing the task's format;
                            without INPUT, the test split of the data train read (--split)
@@ -684,7 +685,11 @@ def build_parser() -> argparse.ArgumentParser:
     debug = _Parser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show the full traceback of an error")
-    parser = _Parser(prog="structopt", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    import textwrap
+
+    tasks = textwrap.fill(", ".join(BUILTIN_TASKS.names()), 75, subsequent_indent=" " * 27)
+    parser = _Parser(prog="structopt", description=DESCRIPTION.format(tasks=tasks),
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"structopt {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
