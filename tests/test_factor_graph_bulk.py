@@ -128,3 +128,19 @@ def test_bulk_tables_do_not_follow_the_callers_array():
     edges[:] = [[2, 0], [0, 1]]
     assert fg.flat.evar.tolist() == [0, 1, 1, 2]
     assert [fg.factor(f)[1] for f in range(fg.n_factors)] == [(0, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bulk_layout_equals_the_generic_one_on_larger_graphs(seed):
+    # several components, isolated variables, mixed state counts: every flat array (breadth-first order included)
+    rng = np.random.default_rng(100 + seed)
+    n = 60
+    states = rng.integers(1, 5, size=n)
+    edges = _random_edges(rng, n, 150)
+    one = FactorGraph(states.tolist())
+    for u, v in edges.tolist():
+        one.add_table([u, v])
+    bulk = FactorGraph(states)
+    bulk.add_pairwise_tables(edges)
+    for name in one.flat.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(bulk.flat, name), getattr(one.flat, name), err_msg=name)
