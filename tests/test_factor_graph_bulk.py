@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -83,3 +85,62 @@ def test_mrf_conversion_keeps_the_layout_and_the_answer():
     best = max(mrf.score(np.array(y)) for y in np.ndindex(*cards))
     res = map_inference(mrf, method="bnb")
     assert res.log_score == pytest.approx(best) and res.optimal
+
+
+def test_bulk_tables_refuse_exactly_the_rows_add_table_refuses():
+    # random rows with defects (out of range, a repeated variable, a pair twice in either order): the compiled
+    # pass refuses iff one add_table per row does; the message names the first row of the first kind of defect
+    # (range, then repeats, then duplicates), checked on the whole array
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n = int(rng.integers(2, 7))
+        edges = rng.integers(-1, n + 1, size=(int(rng.integers(1, 9)), 2))
+        one = FactorGraph([2] * n)
+        refused = False
+        for u, v in edges.tolist():
+            try:
+                one.add_table([u, v])
+            except InvalidInputError:
+                refused = True
+                break
+        bulk = FactorGraph([2] * n)
+        if not refused:
+            bulk.add_pairwise_tables(edges)
+            np.testing.assert_array_equal(bulk.flat.order, one.flat.order)
+            continue
+        out = np.flatnonzero(((edges < 0) | (edges >= n)).any(axis=1))
+        loops = np.flatnonzero(edges[:, 0] == edges[:, 1])
+        if out.size:
+            expected = f"table factor {out[0]}: a variable of {edges[out[0]].tolist()} is out of range"
+        elif loops.size:
+            expected = f"table factor {loops[0]}: variable repeated"
+        else:
+            expected = "duplicate table"
+        with pytest.raises(InvalidInputError, match=re.escape(expected)):
+            bulk.add_pairwise_tables(edges)
+        assert bulk.n_factors == 0 and bulk._flat is None
+
+
+def test_bulk_tables_do_not_follow_the_callers_array():
+    edges = np.array([[0, 1], [1, 2]], dtype=np.int64)
+    fg = FactorGraph([2, 3, 2])
+    fg.add_pairwise_tables(edges)
+    edges[:] = [[2, 0], [0, 1]]
+    assert fg.flat.evar.tolist() == [0, 1, 1, 2]
+    assert [fg.factor(f)[1] for f in range(fg.n_factors)] == [(0, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bulk_layout_equals_the_generic_one_on_larger_graphs(seed):
+    # several components, isolated variables, mixed state counts: every flat array (breadth-first order included)
+    rng = np.random.default_rng(100 + seed)
+    n = 60
+    states = rng.integers(1, 5, size=n)
+    edges = _random_edges(rng, n, 150)
+    one = FactorGraph(states.tolist())
+    for u, v in edges.tolist():
+        one.add_table([u, v])
+    bulk = FactorGraph(states)
+    bulk.add_pairwise_tables(edges)
+    for name in one.flat.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(bulk.flat, name), getattr(one.flat, name), err_msg=name)

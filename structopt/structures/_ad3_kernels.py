@@ -892,6 +892,92 @@ def bfs_order(n, fptr, evar, vptr, vedge, efac):
 
 
 @njit(cache=True)
+def pairwise_layout(vstates, edges):
+    """The flat arrays of a graph of pairwise tables (rows ``(u, v)`` of ``edges``), in one compiled pass.
+
+    Returns ``(ok, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac, order)``; ``ok`` is
+    False (the arrays then meaningless) when a variable is out of range, a scope repeats a variable or two rows
+    cover the same pair: the caller's array checks then name the first such row. The arrays equal those of
+    ``FactorGraph._build_flat`` (``vedge``: a counting sort, which is the stable argsort of ``evar``)."""
+    n = vstates.size
+    E = edges.shape[0]
+    m = 2 * E
+    voff = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        voff[i + 1] = voff[i] + vstates[i]
+    fkind = np.full(E, DENSE, dtype=np.int64)
+    fparam = np.zeros(E, dtype=np.int64)
+    fptr = np.arange(0, m + 1, 2).astype(np.int64)
+    evar = np.empty(m, dtype=np.int64)
+    deg = np.zeros(n, dtype=np.int64)
+    ok = True
+    for f in range(E):
+        a = edges[f, 0]
+        b = edges[f, 1]
+        if a < 0 or a >= n or b < 0 or b >= n or a == b:
+            ok = False
+            break
+        evar[2 * f] = a
+        evar[2 * f + 1] = b
+        deg[a] += 1
+        deg[b] += 1
+    vptr = np.zeros(n + 1, dtype=np.int64)
+    vedge = np.empty(m, dtype=np.int64)
+    eoff = np.zeros(m + 1, dtype=np.int64)
+    toff = np.zeros(E + 1, dtype=np.int64)
+    aoff = np.zeros(E + 1, dtype=np.int64)
+    efac = np.empty(m, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    if not ok:
+        return ok, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac, order
+    for i in range(n):
+        vptr[i + 1] = vptr[i] + deg[i]
+    fill = vptr[:n].copy()
+    for r in range(m):
+        v = evar[r]
+        vedge[fill[v]] = r
+        fill[v] += 1
+    # a pair covered twice: each variable stamps its neighbours
+    stamp = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        for k in range(vptr[i], vptr[i + 1]):
+            r = vedge[k]
+            other = evar[r ^ 1]
+            if stamp[other] == i:
+                ok = False
+                return ok, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac, order
+            stamp[other] = i
+    for r in range(m):
+        eoff[r + 1] = eoff[r] + vstates[evar[r]]
+        efac[r] = r >> 1
+    for f in range(E):
+        sa = vstates[evar[2 * f]]
+        sb = vstates[evar[2 * f + 1]]
+        toff[f + 1] = toff[f] + sa * sb
+        aoff[f + 1] = aoff[f] + sa + sb - 1
+    # bfs_order's order: a variable's neighbour through the table of entry r is the table's other entry r ^ 1
+    seen = np.zeros(n, dtype=np.bool_)
+    head = 0
+    tail = 0
+    for root in range(n):
+        if seen[root]:
+            continue
+        seen[root] = True
+        order[tail] = root
+        tail += 1
+        while head < tail:
+            i = order[head]
+            head += 1
+            for k in range(vptr[i], vptr[i + 1]):
+                v = evar[vedge[k] ^ 1]
+                if not seen[v]:
+                    seen[v] = True
+                    order[tail] = v
+                    tail += 1
+    return ok, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac, order
+
+
+@njit(cache=True)
 def score_labels(y, n_vars, voff, u, fkind, fparam, fptr, evar, vstates, tab, toff):
     """Exact score of labeling ``y``: -inf when it breaks a logic factor or hits a forbidden entry."""
     total = 0.0

@@ -290,7 +290,7 @@ class FactorGraph(Structure):
         The same checks as :meth:`add_table`, made on the whole array (no Python loop over edges): variables
         in range, distinct, no two tables over the same pair (either order). On a graph without factors the
         tables stay one array until a per-factor view is asked for, so building the factor graph of a pairwise
-        MRF costs a few array operations (``structopt.marginals.map_inference``).
+        MRF (``structopt.marginals.map_inference``) costs one compiled pass, which also builds the flat arrays.
         """
         arr = np.asarray(edges)
         if arr.size == 0:
@@ -300,6 +300,26 @@ class FactorGraph(Structure):
                                     f"{arr.dtype} {arr.shape}")
         arr = np.ascontiguousarray(arr, dtype=np.int64)
         first = self.n_factors
+        if first == 0 and self._bulk_edges is None:
+            # one compiled pass checks the rows and builds the flat arrays; the array checks below run only to
+            # name what is wrong
+            layout = K.pairwise_layout(self.n_states, arr)
+            if layout[0]:
+                # the kernel's own copy of the rows: the graph does not change when the caller's array does
+                self._bulk_edges = layout[8].reshape(-1, 2)
+                self._flat = _Flat(self.n_states, *layout[1:])
+                return np.arange(arr.shape[0])
+            self._check_pairwise(arr, first)
+            raise AssertionError("pairwise_layout refused edges that the array checks accept")
+        self._check_pairwise(arr, first)
+        taken = [sc for sc in map(frozenset, arr.tolist()) if sc in self._table_scopes]
+        if taken:
+            raise InvalidInputError(f"duplicate table over variables {sorted(taken[0])} (factor "
+                                    f"{self._table_scopes[taken[0]]} already covers them; add the tables into one)")
+        return np.array([self.add_table(e) for e in arr.tolist()], dtype=np.int64)
+
+    def _check_pairwise(self, arr: np.ndarray, first: int) -> None:
+        # the checks of add_pairwise_tables on an (E, 2) int64 array, by array operations: the first bad row named
         out = np.flatnonzero(((arr < 0) | (arr >= self.n_vars)).any(axis=1))
         if out.size:
             e = int(out[0])
@@ -317,15 +337,6 @@ class FactorGraph(Structure):
             raise InvalidInputError(f"table factor {first + b}: duplicate table over variables "
                                     f"{sorted(arr[b].tolist())} (factor {first + a} already covers them; add the "
                                     f"tables into one)")
-        if first == 0 and self._bulk_edges is None:
-            self._bulk_edges = arr
-            self._flat = None
-            return np.arange(arr.shape[0])
-        taken = [sc for sc in map(frozenset, arr.tolist()) if sc in self._table_scopes]
-        if taken:
-            raise InvalidInputError(f"duplicate table over variables {sorted(taken[0])} (factor "
-                                    f"{self._table_scopes[taken[0]]} already covers them; add the tables into one)")
-        return np.array([self.add_table(e) for e in arr.tolist()], dtype=np.int64)
 
     @staticmethod
     def _check_table(table: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
@@ -471,29 +482,11 @@ class FactorGraph(Structure):
                      K.bfs_order(n, fptr, evar, vptr, vedge, efac))
 
     def _build_flat_pairwise(self, edges: np.ndarray) -> _Flat:
-        # _build_flat for a graph of pairwise tables only, from its (E, 2) array: array operations throughout
-        vstates = self.n_states
-        n, E = vstates.size, edges.shape[0]
-        voff = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(vstates, out=voff[1:])
-        fkind = np.full(E, K.DENSE, dtype=np.int64)
-        fparam = np.zeros(E, dtype=np.int64)
-        fptr = np.arange(0, 2 * E + 1, 2, dtype=np.int64)
-        evar = edges.ravel()
-        es = vstates[evar]
-        eoff = np.zeros(2 * E + 1, dtype=np.int64)
-        np.cumsum(es, out=eoff[1:])
-        toff = np.zeros(E + 1, dtype=np.int64)
-        np.cumsum(es[0::2] * es[1::2], out=toff[1:])
-        aoff = np.zeros(E + 1, dtype=np.int64)
-        np.cumsum(es[0::2] + es[1::2] - 1, out=aoff[1:])
-        deg = np.bincount(evar, minlength=n).astype(np.int64)
-        vptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(deg, out=vptr[1:])
-        vedge = np.argsort(evar, kind="stable").astype(np.int64)
-        efac = np.repeat(np.arange(E, dtype=np.int64), 2)
-        return _Flat(vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac,
-                     K.bfs_order(n, fptr, evar, vptr, vedge, efac))
+        # _build_flat for a graph of pairwise tables only (checked by add_pairwise_tables), in one compiled pass
+        layout = K.pairwise_layout(self.n_states, edges)
+        if not layout[0]:
+            raise AssertionError("pairwise_layout refused edges that add_pairwise_tables accepted")
+        return _Flat(self.n_states, *layout[1:])
 
     def unary_slice(self, i: int) -> slice:
         """Entries of variable ``i`` in ``unary``."""
