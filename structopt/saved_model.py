@@ -181,8 +181,8 @@ class SavedModel:
         """The best output of each input: ``model.predict_batch(X, w)``
         (:meth:`~structopt.models.Model.predict_batch`), the code path of ``SSVMProblem.predict``
         and ``StructuredSVM.predict``. Outputs always, never relaxed points: a
-        :class:`~structopt.models.GraphModel` gives its exact MAP labels whatever its training
-        oracle (``saved.model.predict(x, saved.w, exact=False)``: AD3's rounded labeling)."""
+        :class:`~structopt.models.GraphModel` gives MAP labels whatever its training oracle (AD3 with its
+        certificate, then branch-and-bound within a budget while a gap remains; ``exact=True``: exact MAP)."""
         return self.model.predict_batch(X, self.w)
 
 
