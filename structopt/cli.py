@@ -32,7 +32,7 @@ from structopt.cli_tasks import (
     task_key,
     task_lam,
 )
-from structopt.errors import DataNotFoundError, InvalidInputError, OutputError, StructoptError
+from structopt.errors import DataNotFoundError, InvalidInputError, NotSupportedError, OutputError, StructoptError
 from structopt.options import number_argument
 from structopt.solvers import SOLVERS
 
@@ -279,6 +279,11 @@ def _train_net(args: argparse.Namespace, out: Path) -> int:
             raise InvalidInputError(f"{flag} applies to the linear model's solvers; --net trains {args.task}'s "
                                     "network with the task's own loop (--epochs, --seed, --n-train)")
     _check_writable_dir(out, "--out")
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise NotSupportedError("--net trains a torch network and PyTorch is not installed: "
+                                'pip install -e ".[torch]" (or pip install torch), then run it again')
     from structopt.cli_net import single_threaded_torch
 
     single_threaded_torch()

@@ -499,3 +499,16 @@ def test_predict_help_says_foreground_for_own_segmentation(capsys):
         main(["predict", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "segmentation: a folder of PNG masks (255 = foreground)" in text
+
+
+def test_net_without_torch_is_one_line_naming_the_install(monkeypatch, tmp_path, capsys):
+    """``train --net`` on a machine without PyTorch: one line saying how to install it (not a raw import error)."""
+    import importlib.util
+
+    from structopt.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main(["train", "ocr", "--net", "cnn", "--n-train", "5", "--epochs", "1", "--out", str(tmp_path)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "PyTorch is not installed" in err[0] and 'pip install -e ".[torch]"' in err[0]
