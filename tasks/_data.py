@@ -34,7 +34,9 @@ def find_data_dir(corpus: str, path: str | os.PathLike | None = None, required: 
         candidates = [Path(os.environ["STRUCTOPT_DATA"]) / corpus]
     else:
         root = Path(__file__).resolve().parent.parent
-        candidates = [Path.cwd() / ".." / "shared" / "data" / corpus, root / ".." / "shared" / "data" / corpus]
+        # run from the repository root, both are one place: try (and name) it once
+        candidates = list(dict.fromkeys((base / ".." / "shared" / "data" / corpus).resolve()
+                                        for base in (Path.cwd(), root)))
     missing: list[str] = []
     for candidate in candidates:
         absent = [name for name in required if not (candidate / name).exists()]

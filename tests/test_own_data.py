@@ -638,3 +638,16 @@ def test_sequence_window_out_of_range_names_the_option(conll_files, window):
     train, _ = conll_files
     with pytest.raises(InvalidInputError, match=r"^--window \(window\) must be an integer in 0\.\.100"):
         load_sequence(SequenceOptions(train=str(train), token_column=3, label_column=1, window=window))
+
+
+def test_missing_corpus_names_each_place_tried_once(tmp_path, monkeypatch):
+    """From the repository root the working directory's and the package's ``../shared/data`` are one place: the
+    error names it once."""
+    from structopt.tasks._data import find_data_dir
+
+    monkeypatch.delenv("STRUCTOPT_DATA", raising=False)
+    monkeypatch.chdir(Path(find_data_dir.__code__.co_filename).resolve().parent.parent)
+    with pytest.raises(DataNotFoundError) as raised:
+        find_data_dir("no_such_corpus_xyz", None, (), "nowhere")
+    tried = str(raised.value).split("(tried: ")[1].split("). ")[0]
+    assert tried.count("no_such_corpus_xyz") == 1, tried
