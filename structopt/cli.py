@@ -752,6 +752,9 @@ def build_parser() -> argparse.ArgumentParser:
                             f"(needs the [torch] extra; {'; '.join(with_nets) or 'no task has networks'})")
     train.add_argument("--epochs", type=number_argument(int, 1), default=None, metavar="N",
                        help="with --net: epochs over the training examples (default: the task's)")
+    train.add_argument("--loss", default=None, metavar="KIND",
+                       help="with --net: the training loss, one the task declares (parsing --net bilstm: hinge "
+                            "(default) or crf)")
     from structopt.tasks.own_data import add_flat_arguments
 
     own = train.add_argument_group("your own data (structopt train sequence|segmentation|boxes|bitext)")

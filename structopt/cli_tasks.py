@@ -958,10 +958,17 @@ class LocalizationTask(TaskSpec):
 @builtin_task
 class ParsingTask(TaskSpec):
     """Turkish dependency parsing (labelled non-projective trees). Preprocessing: the relation labels and the
-    hashed feature count; INPUT: a CoNLL-U file."""
+    hashed feature count (the linear model) or the vocabularies (``--net bilstm``); INPUT: a CoNLL-U file."""
 
     name = "parsing"
     preprocessing_types = (("labels", list), ("n_features", int))
+    #: the preprocessing of a ``--net bilstm`` model
+    net_preprocessing_types = (("labels", list), ("vocabulary", dict))
+    #: ``structopt train parsing --net``'s choices: :mod:`structopt.tasks.parsing_net`'s BiLSTM arc scorer
+    nets = ("bilstm",)
+    #: ``--loss``'s choices with ``--net bilstm`` (the first is the default): the structured hinge
+    #: (loss-augmented Chu-Liu/Edmonds) or the tree CRF (matrix-tree theorem)
+    net_losses = ("hinge", "crf")
     summary = ("the Turkish treebanks of turkish-treebanks (pip install turkish-treebanks): labelled "
                "non-projective trees, first-order arc features, UAS/LAS without punctuation")
     input_help = "parsing: a CoNLL-U file (HEAD and DEPREL are the gold when given, '_' otherwise)"
@@ -975,6 +982,9 @@ class ParsingTask(TaskSpec):
         from structopt.models.dependency import DependencyModel
         from structopt.tasks.parsing import N_FEATURES, SPLIT_RULE, attachment_scores, featurize, load_parsing, outputs
 
+        if getattr(args, "loss", None) is not None:  # refused, never silently ignored
+            raise InvalidInputError(f"--loss {args.loss} applies to network training (--net bilstm, losses "
+                                    f"{', '.join(self.net_losses)}); the linear parsing model trains on the hinge loss")
         progress = _progress(args)
         progress.stage("reading the treebanks")
         data = load_parsing(args.data)
@@ -994,11 +1004,80 @@ class ParsingTask(TaskSpec):
         return Task(problem, evaluate, "Turkish dependency parsing (web + wiki)",
                     {"labels": list(labels), "n_features": N_FEATURES, "data_split": record})
 
+    def net(self, args: argparse.Namespace) -> Any:
+        """``--net bilstm``: the BiLSTM arc scorer of :mod:`structopt.tasks.parsing_net` on the task's split, trained
+        with ``--loss`` (hinge or crf, default hinge) for ``--epochs`` (default 8), the epoch of the best
+        development UAS kept; UAS/LAS on the test sentences as the linear model prints them."""
+        loss = getattr(args, "loss", None) or self.net_losses[0]
+        if loss not in self.net_losses:
+            raise InvalidInputError(f"--loss {loss!r}: parsing --net {args.net} trains with the losses "
+                                    f"{', '.join(self.net_losses)}")
+        import torch
+
+        from structopt.cli_net import NetTask
+        from structopt.tasks import parsing_net as pn
+        from structopt.tasks.parsing import SPLIT_RULE, attachment_scores, load_parsing
+
+        torch.set_num_threads(1)  # small batches: on a shared 2-core machine more threads cost more
+        options = pn.NetOptions(loss=loss, seed=args.seed, **({} if args.epochs is None else {"epochs": args.epochs}))
+        progress = _progress(args)
+        progress.stage("reading the treebanks")
+        data = load_parsing(args.data)
+        train = data["train"][: args.n_train]
+        vocab = pn.Vocabulary.build(train, data["labels"])
+        X, Y = pn.encode(train, vocab), pn.gold_outputs(train, vocab)
+        dev = (data["dev"], pn.encode(data["dev"], vocab))
+        X_test = pn.encode(data["test"], vocab)
+        model = pn.build_model(vocab, options)
+
+        def fit(bars: Any) -> dict[str, Any]:
+            return pn.fit(model, vocab, X, Y, options, dev=dev, progress=bars)
+
+        def evaluate(w: np.ndarray) -> dict[str, float]:
+            found = attachment_scores(data["test"], model.predict_batch(X_test, w), vocab.labels)
+            return {"test_uas": found["uas"], "test_las": found["las"]}
+
+        record = data_split(data["folder"], SPLIT_RULE + " (the network's epoch chosen on the development sentences)",
+                            len(X), len(X_test))
+        preprocessing = {"labels": list(vocab.labels), "vocabulary": vocab.to_json(), "loss": loss,
+                         "data_split": record}
+        return NetTask(model, fit, evaluate, f"Turkish dependency parsing (web + wiki), BiLSTM arc scorer ({loss} "
+                       "loss)", preprocessing, len(X))
+
+    def load_networks(self) -> None:
+        import structopt.tasks.parsing_net  # noqa: F401  (declares the "parsing_bilstm" network)
+
+    def check_preprocessing(self, saved: Any) -> None:
+        if "vocabulary" not in saved.preprocessing:  # a linear model
+            return super().check_preprocessing(saved)
+        for key, kind in self.net_preprocessing_types:
+            if not isinstance(saved.preprocessing.get(key), kind):
+                raise InvalidInputError(f"model {saved.path}: its {self.name} preprocessing lacks {key!r} or holds "
+                                        f"a {type(saved.preprocessing.get(key)).__name__} there")
+        self._vocabulary(saved)
+        return None
+
+    @staticmethod
+    def _vocabulary(saved: Any) -> Any:
+        from structopt.tasks.parsing_net import Vocabulary
+
+        try:
+            vocab = Vocabulary.from_json(saved.preprocessing["vocabulary"])
+        except InvalidInputError as error:
+            raise InvalidInputError(f"model {saved.path}: {error}") from None
+        if vocab.labels != saved.preprocessing["labels"]:
+            raise InvalidInputError(f"model {saved.path}: its vocabulary's relations differ from its labels")
+        return vocab
+
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.parsing import featurize, read_conllu
 
         sentences = read_conllu(path)
         gold = None if any(s.heads is None for s in sentences) else sentences
+        if "vocabulary" in saved.preprocessing:  # a network model: its vocabularies' ids
+            from structopt.tasks.parsing_net import encode
+
+            return Inputs(encode(sentences, self._vocabulary(saved)), gold, {"sentences": sentences})
         return Inputs(featurize(sentences, int(saved.preprocessing["n_features"])), gold, {"sentences": sentences})
 
     def split_inputs(self, saved: Any, record: dict[str, Any], split: str) -> Inputs:
@@ -1040,4 +1119,4 @@ SPLIT_TASKS = ("ocr",)
 #: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
 TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",)),
                 "--graph": ("graph", ("horses",)), "--language": ("language", ("ner",)),
-                "--data": ("data", tuple(BUILTIN_TASKS))}
+                "--loss": ("loss", ("parsing",)), "--data": ("data", tuple(BUILTIN_TASKS))}

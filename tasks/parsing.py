@@ -227,11 +227,13 @@ def split(sentences: list[Sentence]) -> tuple[list[int], list[int]]:
 
 
 def load_parsing(data: str | Path | None = None) -> dict[str, Any]:
-    """Train and test sentences of both treebanks, split by :data:`SPLIT_RULE`, and the relation labels
-    (those of the training sentences, sorted)."""
+    """Train and test sentences of both treebanks, split by :data:`SPLIT_RULE`, the relation labels (those of
+    the training sentences, sorted) and the development sentences (``"dev"``: i % 10 == 8, web then wiki; the
+    linear model does not use them, the network of :mod:`structopt.tasks.parsing_net` chooses its epoch on them)."""
     folder = data_folder(data)
     train: list[Sentence] = []
     test: list[Sentence] = []
+    dev: list[Sentence] = []
     for name in FILES:
         sentences = read_conllu(folder / name)
         if any(s.heads is None for s in sentences):
@@ -239,5 +241,6 @@ def load_parsing(data: str | Path | None = None) -> dict[str, Any]:
         tr, te = split(sentences)
         train += [sentences[i] for i in tr]
         test += [sentences[i] for i in te]
+        dev += sentences[8::10]
     labels = sorted({label for s in train for label in s.labels})
-    return {"train": train, "test": test, "labels": labels, "folder": folder}
+    return {"train": train, "test": test, "labels": labels, "folder": folder, "dev": dev}
