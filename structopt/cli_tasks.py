@@ -1006,7 +1006,7 @@ class ParsingTask(TaskSpec):
 
     def net(self, args: argparse.Namespace) -> Any:
         """``--net bilstm``: the BiLSTM arc scorer of :mod:`structopt.tasks.parsing_net` on the task's split, trained
-        with ``--loss`` (hinge or crf, default hinge) for ``--epochs`` (default 8), the epoch of the best
+        with ``--loss`` (hinge or crf, default hinge) for ``--epochs`` (default 12), the epoch of the best
         development UAS kept; UAS/LAS on the test sentences as the linear model prints them."""
         loss = getattr(args, "loss", None) or self.net_losses[0]
         if loss not in self.net_losses:

@@ -341,7 +341,7 @@ class NetOptions:
     """
 
     loss: str = "hinge"
-    epochs: int = 8
+    epochs: int = 12
     batch_size: int = 32
     lr: float = 2e-3
     clip: float = 5.0
