@@ -15,7 +15,8 @@ A run's record (JSON) is written to ``--records`` when it ends, and the table is
 training sentence (no gradient) and one pass of the structure's own calls on them (``DependencyTree.argmax`` on
 the Hamming-augmented table for the hinge, ``DependencyTree.marginals`` for the CRF), so that the share of the
 structured loss (its forward and backward through ``structopt.torch``) can be split into the oracle and the rest.
-The default run (both losses, 12 epochs) takes about 6 minutes on an idle 2-core machine.
+The default run (both losses, 12 epochs) took 13.4 minutes under a load of 6-7 on 2 cores (about 30 s an epoch;
+11-14 s an epoch at a load of about 2.5).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from _bench import use_checkout, write_keeping_findings  # noqa: E402
 
 #: the linear model's test scores (benchmarks/dependency_parsing_results.md: labelled non-projective trees,
 #: McDonald's first-order templates hashed into 2^16 columns, BCFW 10 passes, λ = 1/n)
-LINEAR = ("linear arc-factored (DependencyModel), BCFW 10 passes", 0.8331, 0.7573, "86 s CPU (all 10 passes)")
+LINEAR = ("linear arc-factored (DependencyModel), BCFW 10 passes", 0.8331, 0.7573, "8.6 CPU s a pass")
 NAMES = {"hinge": "BiLSTM arc scorer, structured hinge (loss-augmented Chu–Liu/Edmonds, Hamming over heads)",
          "crf": "BiLSTM arc scorer, tree CRF (matrix-tree log Z and marginals)"}
 
