@@ -380,3 +380,32 @@ def test_bad_inputs_are_refused(tmp_path):
         pn.NetOptions(dropout=1.0)
     with pytest.raises(InvalidInputError, match="hidden must be an integer"):
         pn.BiLSTMArcScorer(10, 5, 5, 5, 3, hidden=0)
+
+
+def test_load_parsing_gives_the_development_sentences(tmp_path):
+    from structopt.tasks.parsing import load_parsing
+
+    data = load_parsing(_data(tmp_path))
+    web, wiki = read_conllu(tmp_path / "data" / "web.conllu"), read_conllu(tmp_path / "data" / "wiki.conllu")
+    assert [s.rows for s in data["dev"]] == [s.rows for s in (web[8::10] + wiki[8::10])]
+    assert len(data["train"]) == 48 and len(data["test"]) == 6 and len(data["dev"]) == 6  # 30 a file: 24 / 3 / 3
+
+
+def test_a_saved_network_with_a_bad_vocabulary_is_refused_naming_the_file(tmp_path, capsys):
+    from structopt.saved_model import save_model
+
+    train = sentences(tmp_path, 4)
+    vocab = pn.Vocabulary.build(train, ["advmod", "conj", "obj", "p", "root"])
+    model = tiny_model(vocab)
+    conllu = tmp_path / "s0.conllu"
+    for name, vocabulary in (("ok", vocab.to_json()), ("bad", {**vocab.to_json(), "counts": [1]}),
+                             ("other", {**vocab.to_json(), "labels": ["root"]})):
+        path = tmp_path / f"{name}.npz"
+        save_model(path, model, model.get_weights(), task="parsing",
+                   preprocessing={"labels": list(vocab.labels), "vocabulary": vocabulary})
+        code = main(["predict", str(path), str(conllu), "--out", str(tmp_path / f"{name}.conllu")])
+        err = capsys.readouterr().err
+        if name == "ok":
+            assert code == 0 and len(read_conllu(tmp_path / "ok.conllu")) == 4
+        else:
+            assert code == 2 and str(path) in err and ("counts" in err or "relations differ" in err), err
