@@ -320,7 +320,8 @@ def _data(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("loss", pn.LOSSES)
+@pytest.mark.parametrize("loss", [pytest.param(loss, marks=pytest.mark.slow) if loss != "hinge" else loss
+                                  for loss in pn.LOSSES])
 def test_cli_train_net_then_predict_prints_the_same_scores(tmp_path, capsys, loss):
     data = _data(tmp_path)
     out = tmp_path / "run"
