@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1023,6 +1024,9 @@ class ParsingTask(TaskSpec):
         progress = _progress(args)
         progress.stage("reading the treebanks")
         data = load_parsing(args.data)
+        if args.n_train is not None and args.n_train > len(data["train"]):  # said, never silently capped
+            print(f"structopt: warning: --n-train {args.n_train:,} exceeds the {len(data['train']):,} training "
+                  f"sentences; using all {len(data['train']):,}", file=sys.stderr)
         train = data["train"][: args.n_train]
         vocab = pn.Vocabulary.build(train, data["labels"])
         X, Y = pn.encode(train, vocab), pn.gold_outputs(train, vocab)
