@@ -238,3 +238,27 @@ def test_bad_input_is_refused_naming_the_example():
         model.structure.lift(np.array([0, 1]), np.array([2]))
     with pytest.raises(so.InvalidInputError, match="n_hidden_states"):
         LatentNodeModel(2, 0, 2)
+
+
+def test_model_passes_the_generic_checks():
+    # the adjoint, linearity, layouts and squared norms of the model, with hidden features and symmetric weights
+    from structopt.validate.model import check_model
+
+    rng = np.random.default_rng(7)
+    model = LatentNodeModel(2, 3, 2, 2, 1, symmetric=True)
+    X = [(x[0], x[1], rng.random((4, 2)), rng.normal(size=(1, 1))) for x in LatentNodeModel.example(rng)[1]]
+    assert check_model(model, X).ok
+
+
+@pytest.mark.slow
+def test_structure_passes_the_generic_checks():
+    # argmax, the LP relaxation (the local polytope with the forbidden states fixed at 0) and the projection
+    # against enumeration, with the exact and the relaxed oracle
+    from structopt.validate.structure import check_structure
+
+    rng = np.random.default_rng(8)
+    for exact in (True, False):
+        model = LatentNodeModel(2, 2, 2, exact=exact)
+        x = model.validate_input(LatentNodeModel.example(rng)[1][0])
+        theta = model.potentials(x, 2.0 * rng.normal(size=model.n_params))
+        assert check_structure(model.structure, theta).ok
