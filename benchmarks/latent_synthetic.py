@@ -28,7 +28,8 @@ state h is uniform in {0, 1} and every leaf's label is h; a leaf's features are 
 ``e = 2 y - 1`` plus Gaussian noise (sd 1.25), so one leaf alone gives its label right with probability
 Phi(1 / 1.25) ~ 0.79. The plain model is a :class:`~structopt.models.GraphModel` on the visible nodes alone (their
 graph: no edges; BCFW); the latent one :class:`~structopt.models.LatentNodeModel` with 2 hidden states, trained by
-CCCP, which can pool a group's evidence through its parent (a majority of 5: about 0.96).
+CCCP, which can pool a group's evidence through its parent (the Bayes rule, the sign of a group's summed
+evidence, is right with probability Phi(5 / (1.25 sqrt 5)) ~ 0.963).
 """
 
 from __future__ import annotations
