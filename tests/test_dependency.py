@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from numba import njit
 
 import structopt as so
 import structopt.validate
@@ -234,6 +235,182 @@ def test_single_root_is_exact_with_large_root_scores():
     heads, ok = kern.best_tree(s, True)
     assert ok
     np.testing.assert_array_equal(heads[1:], [2, 0])
+
+
+@njit(cache=True, inline="always")
+def _old_better(k, w, bk, bw):
+    # (k, w) > (bk, bw) in the lexicographic order (root-arc count first, then score)
+    return k > bk or (k == bk and w > bw)
+
+
+@njit(cache=True)
+def _old_best_tree(s, single_root):
+    # the kernel before issue 36 (Tarjan's form, single root by (minus root arcs, score) pairs compared
+    # lexicographically in every comparison): the reference the faster kernel must agree with
+    N = s.shape[0]
+    heads = np.full(N, -1, dtype=np.int64)
+    cap = 2 * N
+    # rows of contracted super-nodes (c - N), grown by doubling: a leaf's row is its column of s (no copy)
+    Wc = np.empty((min(N, 8), N))
+    Kc = np.empty((min(N, 8), N), dtype=np.int64)  # minus the root arcs behind W (single root; else 0)
+    Mc = np.empty((min(N, 8), N), dtype=np.int64)  # the original modifier of the arc behind W
+    rep = np.arange(N)  # the outermost super-node holding each original node
+    fpar = np.full(cap, -1, dtype=np.int64)  # the super-node each one was contracted into
+    status = np.zeros(cap, dtype=np.int8)  # 0 untouched, 1 on the path, 2 finished (hangs from the root)
+    status[0] = 2
+    enter_u = np.empty(cap, dtype=np.int64)
+    enter_m = np.empty(cap, dtype=np.int64)
+    enter_w = np.zeros(cap)
+    enter_k = np.zeros(cap, dtype=np.int64)
+    path = np.empty(cap, dtype=np.int64)
+    root_k = -1 if single_root else 0
+    nxt = N
+    for start in range(1, N):
+        if status[rep[start]] != 0:
+            continue
+        a = start
+        top = 0
+        path[0] = a
+        status[a] = 1
+        while True:
+            bu, bk, bw = -1, 0, -np.inf
+            if a < N:  # a leaf: its column of s
+                for u in range(N):
+                    w = s[u, a]
+                    if w == -np.inf or rep[u] == a:
+                        continue
+                    k = root_k if u == 0 else 0
+                    if bu < 0 or _old_better(k, w, bk, bw):
+                        bu, bk, bw = u, k, w
+                bm = a
+            else:
+                r = a - N
+                for u in range(N):
+                    w = Wc[r, u]
+                    if w == -np.inf or rep[u] == a:
+                        continue
+                    k = Kc[r, u]
+                    if bu < 0 or _old_better(k, w, bk, bw):
+                        bu, bk, bw = u, k, w
+                bm = Mc[r, bu] if bu >= 0 else -1
+            if bu < 0:
+                return heads, False
+            enter_u[a], enter_m[a], enter_w[a], enter_k[a] = bu, bm, bw, bk
+            b = rep[bu]
+            if status[b] == 2:  # the path hangs from the root now
+                for i in range(top + 1):
+                    status[path[i]] = 2
+                break
+            if status[b] == 0:
+                top += 1
+                path[top] = b
+                status[b] = 1
+                a = b
+                continue
+            # b is on the path: contract path[j..top] into c
+            c = nxt
+            nxt += 1
+            r = c - N
+            if r >= Wc.shape[0]:
+                rows = min(2 * Wc.shape[0], N)
+                Wc2, Kc2, Mc2 = np.empty((rows, N)), np.empty((rows, N), np.int64), np.empty((rows, N), np.int64)
+                Wc2[:r], Kc2[:r], Mc2[:r] = Wc[:r], Kc[:r], Mc[:r]
+                Wc, Kc, Mc = Wc2, Kc2, Mc2
+            j = top
+            while path[j] != b:
+                j -= 1
+            for u in range(N):
+                Wc[r, u] = -np.inf
+                Kc[r, u] = 0
+                Mc[r, u] = -1
+            for i in range(j, top + 1):
+                x = path[i]
+                fpar[x] = c
+                ew, ek = enter_w[x], enter_k[x]
+                if x < N:
+                    for u in range(N):
+                        w = s[u, x]
+                        if w == -np.inf:
+                            continue
+                        w -= ew
+                        k = (root_k if u == 0 else 0) - ek
+                        if Wc[r, u] == -np.inf or _old_better(k, w, Kc[r, u], Wc[r, u]):
+                            Wc[r, u], Kc[r, u], Mc[r, u] = w, k, x
+                else:
+                    q = x - N
+                    for u in range(N):
+                        w = Wc[q, u]
+                        if w == -np.inf:
+                            continue
+                        w -= ew
+                        k = Kc[q, u] - ek
+                        if Wc[r, u] == -np.inf or _old_better(k, w, Kc[r, u], Wc[r, u]):
+                            Wc[r, u], Kc[r, u], Mc[r, u] = w, k, Mc[q, u]
+            for u in range(N):
+                if fpar[rep[u]] == c:
+                    rep[u] = c
+                    Wc[r, u] = -np.inf  # arcs inside c
+            status[c] = 1
+            top = j
+            path[top] = c
+            a = c
+    # expansion, newest super-node first (a super-node is newer than its members)
+    dropped = np.zeros(cap, dtype=np.bool_)
+    for v in range(nxt - 1, 0, -1):
+        if dropped[v]:
+            continue
+        m = enter_m[v]
+        heads[m] = enter_u[v]
+        x = m
+        while x != v:  # the super-nodes this arc enters through lose their own entering arcs
+            dropped[x] = True
+            x = fpar[x]
+    if single_root:
+        roots = 0
+        for m in range(1, N):
+            if heads[m] == 0:
+                roots += 1
+        if roots != 1:
+            return heads, False
+    return heads, True
+
+
+def _agrees_with_the_previous_kernel(reference, single_root: bool, count: int, max_n: int, seed: int) -> None:
+    # random sentences of 1-8 and of up to max_n words (ties, -inf arcs, root arcs raised or lowered): the same
+    # feasibility and the same tree score as the previous kernel (`reference`)
+    rng = np.random.default_rng(seed)
+    several_roots = 0
+    for trial in range(count):
+        n = 1 + int(rng.integers(max_n)) if trial % 2 else 1 + trial % 8
+        kind = trial % 5
+        s = rng.integers(-2, 3, (n + 1, n + 1)).astype(float) if kind < 2 else rng.normal(size=(n + 1, n + 1))
+        if trial % 4 == 1:
+            s[rng.random(s.shape) < rng.uniform(0.2, 0.8)] = -np.inf
+        if trial % 3 == 0:
+            s[0] += rng.choice([-5.0, 3.0, 50.0])
+        several_roots += int(np.sum(kern.best_tree(s, False)[0][1:] == 0) > 1)
+        heads, ok = kern.best_tree(s, single_root)
+        ref, ref_ok = reference(s, single_root)
+        assert ok == ref_ok, trial
+        if ok:
+            assert tree_mask(heads[None, 1:], False, single_root)[0]
+            assert kern.tree_score(s, heads) == pytest.approx(kern.tree_score(s, ref), abs=1e-9)
+    assert several_roots >= count // 8  # the root-last continuation ran
+
+
+@pytest.mark.parametrize("single_root", [True, False])
+def test_kernel_agrees_with_the_previous_kernel(single_root):
+    # issue 36: single root now starts as multi-root and continues in the root-last order only when the multi-root
+    # tree has several root arcs, and contracted rows are reused; the previous kernel interpreted (no compilation)
+    # on 80 sentences of up to 20 words
+    _agrees_with_the_previous_kernel(_old_best_tree.py_func, single_root, 80, 20, 36 + single_root)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("single_root", [True, False])
+def test_kernel_agrees_with_the_previous_kernel_compiled(single_root):
+    # the same, compiled, on 400 sentences of up to 60 words
+    _agrees_with_the_previous_kernel(_old_best_tree, single_root, 400, 60, 136 + single_root)
 
 
 def _longdouble_laplacian_logdet(s: np.ndarray, single_root: bool) -> float:

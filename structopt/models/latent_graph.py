@@ -26,6 +26,14 @@ from structopt.errors import InvalidInputError, check_count, example_error
 from structopt.models.graph import GraphModel, GraphPotentials, GraphStructure
 
 
+def label_hamming(cost: np.ndarray, normalize: bool = False):
+    """A :class:`~structopt.losses.WeightedHamming` of ``cost``, the label loss of the latent graph models (this
+    module's and :mod:`structopt.models.latent_node`'s), built on demand: the loss layer sits above models."""
+    from structopt.losses import WeightedHamming
+
+    return WeightedHamming(cost, normalize=normalize)
+
+
 class LatentGraphStructure(GraphStructure):
     """Node labelings over ``n_labels * n_substates`` expanded states, with the latent completion oracle.
 
@@ -73,10 +81,7 @@ class LatentGraphStructure(GraphStructure):
     def label_loss(self, normalize: bool = False):
         """The Hamming loss on labels: a :class:`~structopt.losses.WeightedHamming` over the expanded states whose
         cost is 1 between states of different labels."""
-        from structopt.losses import WeightedHamming  # built on demand: the loss layer sits above models
-
-        cost = (self.state_label[:, None] != self.state_label[None, :]).astype(float)
-        return WeightedHamming(cost, normalize=normalize)
+        return label_hamming((self.state_label[:, None] != self.state_label[None, :]).astype(float), normalize)
 
     def complete(self, theta: GraphPotentials, y: Any) -> np.ndarray:
         """The best expanded labeling with the labels of ``y`` (exact MAP with the other labels' sub-states

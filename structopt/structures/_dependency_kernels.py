@@ -17,10 +17,113 @@ from numba import njit
 NEG_INF = -np.inf
 
 
-@njit(cache=True, inline="always")
-def _better(k, w, bk, bw):
-    # (k, w) > (bk, bw) in the lexicographic order (root-arc count first, then score)
-    return k > bk or (k == bk and w > bw)
+@njit(cache=True)
+def _scan(a, s, Wc, Mc, rowof, rep, root_last):
+    """``(u, m, w)``: the best arc entering super-node ``a`` from outside it (u = -1 when none is finite);
+    with ``root_last``, a root arc only when no other arc is finite (the single-root order)."""
+    N = s.shape[0]
+    bu, bm, bw = -1, -1, NEG_INF
+    first = 1 if root_last else 0
+    if a < N:  # a leaf: its column of s
+        for u in range(first, N):
+            w = s[u, a]
+            if w > bw and rep[u] != a:
+                bu, bw = u, w
+        if bu < 0 and root_last and s[0, a] > NEG_INF:
+            bu, bw = 0, s[0, a]
+        bm = a
+    else:
+        r = rowof[a]
+        for u in range(first, N):
+            w = Wc[r, u]
+            if w > bw and rep[u] != a:
+                bu, bw = u, w
+        if bu < 0 and root_last and Wc[r, 0] > NEG_INF:
+            bu, bw = 0, Wc[r, 0]
+        if bu >= 0:
+            bm = Mc[r, bu]
+    return bu, bm, bw
+
+
+@njit(cache=True)
+def _grow(start, nxt, s, Wc, Mc, rowof, free, rep, fpar, status, cached, root_last, enter_u, enter_m, enter_w,
+          path):
+    """Tarjan's path growth from the untouched super-node ``start`` (module docstring of :func:`best_tree`);
+    the next free super-node id, or -1 when some super-node has no finite entering arc."""
+    N = s.shape[0]
+    a = start
+    top = 0
+    path[0] = a
+    status[a] = 1
+    while True:
+        if cached[a]:  # its best entering arc is known and still best (its row has not changed)
+            cached[a] = False
+            bu = enter_u[a]
+        else:
+            bu, bm, bw = _scan(a, s, Wc, Mc, rowof, rep, root_last)
+            if bu < 0:
+                return -1
+            enter_u[a], enter_m[a], enter_w[a] = bu, bm, bw
+        b = rep[bu]
+        if status[b] == 2:  # the path hangs from the root now
+            for i in range(top + 1):
+                status[path[i]] = 2
+            return nxt
+        if status[b] == 0:
+            top += 1
+            path[top] = b
+            status[b] = 1
+            a = b
+            continue
+        # b is on the path: contract path[j..top] into c, whose row merges its members' reduced rows
+        c = nxt
+        nxt += 1
+        # a row freed by an earlier contraction (still in cache), else a new one: a member's row is never read
+        # again once it is merged, so a deep nest of contractions works in a few rows
+        if free[0] > 0:
+            r = free[free[0]]
+            free[0] -= 1
+        else:
+            r = c - N
+        rowof[c] = r
+        j = top
+        while path[j] != b:
+            j -= 1
+        for i in range(j, top + 1):
+            x = path[i]
+            fpar[x] = c
+            ew = enter_w[x]
+            if i == j:  # the first member's row, copied (no pass filling -inf first)
+                if x < N:
+                    for u in range(N):
+                        Wc[r, u], Mc[r, u] = s[u, x] - ew, x
+                else:
+                    q = rowof[x]
+                    for u in range(N):
+                        Wc[r, u], Mc[r, u] = Wc[q, u] - ew, Mc[q, u]
+            elif x < N:
+                for u in range(N):
+                    w = s[u, x] - ew
+                    if w > Wc[r, u]:
+                        Wc[r, u], Mc[r, u] = w, x
+            else:
+                q = rowof[x]
+                for u in range(N):
+                    w = Wc[q, u] - ew
+                    if w > Wc[r, u]:
+                        Wc[r, u], Mc[r, u] = w, Mc[q, u]
+        for u in range(N):
+            if fpar[rep[u]] == c:
+                rep[u] = c
+                Wc[r, u] = NEG_INF  # arcs inside c
+        for i in range(j, top + 1):
+            if path[i] >= N:
+                free[0] += 1
+                free[free[0]] = rowof[path[i]]
+        status[c] = 1
+        top = j
+        path[top] = c
+        a = c
 
 
 @njit(cache=True)
@@ -42,118 +145,69 @@ def best_tree(s, single_root):
     super-node's entering arc and, inside every super-node, every member's cycle arc except the one
     member the kept arc enters through (super-nodes taken from the newest down).
 
-    **Single root, exactly**: scores are pairs (minus the number of root arcs, score) in the lexicographic
-    order, an ordered group in which Chu-Liu/Edmonds is as correct as in the reals; the best pair has as
-    few root arcs as any finite tree can have (one, when a single-root tree exists) and the best score
-    among those trees. No penalty constant, so no rounding of large scores.
+    A member's row is never read again once merged, so its row is reused by the next contraction: a deep
+    nest of contractions (the common case on random scores) works in a few rows that stay in cache.
+
+    **Single root, exactly**: in the order that ranks every root arc below every other arc (a root arc is
+    taken only by a super-node with no other finite entering arc), Chu-Liu/Edmonds gives the tree with the
+    fewest root arcs (one, when a single-root tree exists) and the best score among those (Gabow and Tarjan
+    1984; the order is lexicographic on (minus root arcs, score), so no penalty constant and no rounding of
+    large scores). The run starts as the multi-root one: when its tree has one root arc, that tree is the
+    answer (the cost of multi-root). Else every cycle it contracted is a cycle of best entering arcs in the
+    root-last order too (each member's best arc was not a root arc), and contraction is order-free, so the
+    run continues from there in the root-last order: each outermost super-node is untouched again, those not
+    on a root arc with their entering arc kept (still the best), the root's children looking for a better
+    one; the growth contracts until only super-nodes with no other finite arc hang from the root.
     """
     N = s.shape[0]
     heads = np.full(N, -1, dtype=np.int64)
     cap = 2 * N
-    # rows of contracted super-nodes (c - N), grown by doubling: a leaf's row is its column of s (no copy)
-    Wc = np.empty((min(N, 8), N))
-    Kc = np.empty((min(N, 8), N), dtype=np.int64)  # minus the root arcs behind W (single root; else 0)
-    Mc = np.empty((min(N, 8), N), dtype=np.int64)  # the original modifier of the arc behind W
+    rows = max(N - 1, 1)
+    # rows of contracted super-nodes (rowof[c]); a leaf's row is its column of s (no copy). np.empty maps the
+    # pages lazily: only the rows in use are touched
+    Wc = np.empty((rows, N))
+    Mc = np.empty((rows, N), dtype=np.int64)  # the original modifier of the arc behind W
+    rowof = np.empty(cap, dtype=np.int64)  # the row of each super-node
+    free = np.zeros(rows + 1, dtype=np.int64)  # a stack of free rows (free[0] its size)
     rep = np.arange(N)  # the outermost super-node holding each original node
     fpar = np.full(cap, -1, dtype=np.int64)  # the super-node each one was contracted into
     status = np.zeros(cap, dtype=np.int8)  # 0 untouched, 1 on the path, 2 finished (hangs from the root)
     status[0] = 2
+    cached = np.zeros(cap, dtype=np.bool_)  # untouched, its best entering arc already known
     enter_u = np.empty(cap, dtype=np.int64)
     enter_m = np.empty(cap, dtype=np.int64)
     enter_w = np.zeros(cap)
-    enter_k = np.zeros(cap, dtype=np.int64)
     path = np.empty(cap, dtype=np.int64)
-    root_k = -1 if single_root else 0
     nxt = N
     for start in range(1, N):
         if status[rep[start]] != 0:
             continue
-        a = start
-        top = 0
-        path[0] = a
-        status[a] = 1
-        while True:
-            bu, bk, bw = -1, 0, NEG_INF
-            if a < N:  # a leaf: its column of s
-                for u in range(N):
-                    w = s[u, a]
-                    if w == NEG_INF or rep[u] == a:
-                        continue
-                    k = root_k if u == 0 else 0
-                    if bu < 0 or _better(k, w, bk, bw):
-                        bu, bk, bw = u, k, w
-                bm = a
-            else:
-                r = a - N
-                for u in range(N):
-                    w = Wc[r, u]
-                    if w == NEG_INF or rep[u] == a:
-                        continue
-                    k = Kc[r, u]
-                    if bu < 0 or _better(k, w, bk, bw):
-                        bu, bk, bw = u, k, w
-                bm = Mc[r, bu] if bu >= 0 else -1
-            if bu < 0:
-                return heads, False
-            enter_u[a], enter_m[a], enter_w[a], enter_k[a] = bu, bm, bw, bk
-            b = rep[bu]
-            if status[b] == 2:  # the path hangs from the root now
-                for i in range(top + 1):
-                    status[path[i]] = 2
-                break
-            if status[b] == 0:
-                top += 1
-                path[top] = b
-                status[b] = 1
-                a = b
-                continue
-            # b is on the path: contract path[j..top] into c
-            c = nxt
-            nxt += 1
-            r = c - N
-            if r >= Wc.shape[0]:
-                rows = min(2 * Wc.shape[0], N)
-                Wc2, Kc2, Mc2 = np.empty((rows, N)), np.empty((rows, N), np.int64), np.empty((rows, N), np.int64)
-                Wc2[:r], Kc2[:r], Mc2[:r] = Wc[:r], Kc[:r], Mc[:r]
-                Wc, Kc, Mc = Wc2, Kc2, Mc2
-            j = top
-            while path[j] != b:
-                j -= 1
-            for u in range(N):
-                Wc[r, u] = NEG_INF
-                Kc[r, u] = 0
-                Mc[r, u] = -1
-            for i in range(j, top + 1):
-                x = path[i]
-                fpar[x] = c
-                ew, ek = enter_w[x], enter_k[x]
-                if x < N:
-                    for u in range(N):
-                        w = s[u, x]
-                        if w == NEG_INF:
-                            continue
-                        w -= ew
-                        k = (root_k if u == 0 else 0) - ek
-                        if Wc[r, u] == NEG_INF or _better(k, w, Kc[r, u], Wc[r, u]):
-                            Wc[r, u], Kc[r, u], Mc[r, u] = w, k, x
-                else:
-                    q = x - N
-                    for u in range(N):
-                        w = Wc[q, u]
-                        if w == NEG_INF:
-                            continue
-                        w -= ew
-                        k = Kc[q, u] - ek
-                        if Wc[r, u] == NEG_INF or _better(k, w, Kc[r, u], Wc[r, u]):
-                            Wc[r, u], Kc[r, u], Mc[r, u] = w, k, Mc[q, u]
-            for u in range(N):
-                if fpar[rep[u]] == c:
-                    rep[u] = c
-                    Wc[r, u] = NEG_INF  # arcs inside c
-            status[c] = 1
-            top = j
-            path[top] = c
-            a = c
+        nxt = _grow(rep[start], nxt, s, Wc, Mc, rowof, free, rep, fpar, status, cached, False, enter_u, enter_m,
+                    enter_w, path)
+        if nxt < 0:
+            return heads, False
+    if single_root:
+        children = 0
+        for m in range(1, N):
+            v = rep[m]
+            if enter_u[v] == 0 and status[v] == 2:
+                children += 1
+                status[v] = 3  # counted once
+        if children > 1:
+            # continue in the root-last order (docstring): every outermost super-node is untouched again; those
+            # not on a root arc keep their entering arcs, the root's children look for a better one
+            for m in range(1, N):
+                v = rep[m]
+                if status[v] != 0:
+                    cached[v] = enter_u[v] != 0
+                    status[v] = 0
+            for start in range(1, N):
+                if status[rep[start]] != 0:
+                    continue
+                nxt = _grow(rep[start], nxt, s, Wc, Mc, rowof, free, rep, fpar, status, cached, True, enter_u,
+                            enter_m, enter_w, path)
+                if nxt < 0:
+                    return heads, False
     # expansion, newest super-node first (a super-node is newer than its members)
     dropped = np.zeros(cap, dtype=np.bool_)
     for v in range(nxt - 1, 0, -1):
