@@ -160,8 +160,9 @@ def test_the_saved_models_page_covers_saving_loading_predicting_and_untrusted_in
     for needed in ("save_model", "load_model", ".predict(", "StructuredSVM.save", "StructuredSVM.load",
                    "structopt predict", "sealed", "pickle", "SHA-256", "preprocessing", "Untrusted input"):
         assert needed in page, needed
+    names = list(MODEL_TYPES)  # reading the names imports the built-in codecs
     registry = codecs("model")  # the built-in types (a user's, e.g. the guide's own example, are not listed)
-    builtin = [name for name in MODEL_TYPES
+    builtin = [name for name in names
                if name in OPTIONAL_MODEL_MODULES or registry[name].cls.__module__.startswith("structopt.")]
     for name in (*builtin, *LOSS_TYPES):
         assert name in page or name in ("Hamming", "WeightedHamming", "MatchingHamming", "BoxLoss"), name

@@ -69,7 +69,8 @@ def _weights(model, rng):
     if model.nonnegative_blocks:  # a grid's pairwise weights stay >= 0
         w = np.abs(w)
     if isinstance(model, so.GraphModel):  # repulsive edges: make the LP relaxation loose
-        model.unpack(w)["pairwise"][:] = [[-1.0, 2.0], [2.0, -1.0]]
+        pairwise = model.unpack(w)["pairwise"]
+        pairwise[:] = np.where(np.eye(pairwise.shape[-1], dtype=bool), -1.0, 2.0)
     return w
 
 

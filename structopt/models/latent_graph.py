@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from structopt.codecs import exact_type, register_codec
 from structopt.errors import InvalidInputError, check_count, example_error
 from structopt.models.graph import GraphModel, GraphPotentials, GraphStructure
 
@@ -111,6 +112,13 @@ class LatentGraphModel(GraphModel):
         The structure's options (exact MAP by default: CCCP's decrease needs exact oracles).
     """
 
+    @classmethod
+    def example(cls, rng: np.random.Generator) -> tuple[LatentGraphModel, list[tuple[np.ndarray, ...]]]:
+        """GraphModel's example graph (a triangle with a pendant node) with 2 labels of 2 hidden sub-states each
+        (see :meth:`Model.example`)."""
+        edges = np.array([[0, 1], [1, 2], [2, 0], [2, 3]])
+        return cls(2, 1, 2, 2), [(rng.normal(size=(4, 2)), edges, rng.random((4, 1))) for _ in range(3)]
+
     def __init__(self, n_node_features: int, n_edge_features: int, n_labels: int, n_substates: int,
                  symmetric: bool = False, *, exact: bool = True, time_limit: float | None = None):
         structure = LatentGraphStructure(n_labels, n_substates, exact, time_limit)
@@ -124,4 +132,16 @@ class LatentGraphModel(GraphModel):
                 f"n_labels={self.n_labels}, n_substates={self.n_substates}, exact={self.structure.exact})")
 
 
-__all__ = ["LatentGraphModel", "LatentGraphStructure"]
+# ----- saving (structopt.saved_model)
+def _describe_latent_graph_model(model: LatentGraphModel) -> dict:
+    exact_type(model.structure, LatentGraphStructure, "a LatentGraphModel whose structure is")
+    s = model.structure
+    return {"n_node_features": model.n_node_features, "n_edge_features": model.n_edge_features,
+            "n_labels": model.n_labels, "n_substates": model.n_substates, "symmetric": model.symmetric,
+            "exact": s.exact, "time_limit": s.time_limit}
+
+
+register_codec("LatentGraphModel", LatentGraphModel, _describe_latent_graph_model,
+               ("n_node_features", "n_edge_features", "n_labels", "n_substates", "symmetric", "exact", "time_limit"),
+               example=LatentGraphModel.example)
+
