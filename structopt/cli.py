@@ -330,15 +330,18 @@ def _train_net(args: argparse.Namespace, out: Path) -> int:
         print(f"resuming from {checkpoint_path}", file=sys.stderr)
     print(f"training {net.title}, n={net.n_train}", file=sys.stderr, flush=True)
     started = time.time()
+    trained = False
     try:
         info = net.fit(progress, NetCheckpoint(checkpoint_path, net.fingerprint, resume=args.resume))
+        trained = True
+        w = net.model.get_weights()
+        metrics = net.evaluate(w)
     except KeyboardInterrupt as interrupt:
         if checkpoint_path.is_file():
-            raise Interrupted(f"checkpoint kept at {checkpoint_path} (the same command with --resume continues "
-                              "it)") from interrupt
+            then = "evaluates and saves the trained network" if trained else "continues it"
+            raise Interrupted(f"checkpoint kept at {checkpoint_path} (the same command with --resume {then})") \
+                from interrupt
         raise
-    w = net.model.get_weights()
-    metrics = net.evaluate(w)
     summary = {"task": args.task, "net": args.net, "loss": loss, "n_train": net.n_train, **info, **metrics,
                "checkpoint": str(checkpoint_path)}
     shown = " | ".join(f"{name.replace('_', ' ')} {value:.4f}" for name, value in metrics.items())

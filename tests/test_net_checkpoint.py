@@ -136,6 +136,33 @@ def test_a_real_sigint_during_a_batch_stops_after_it_and_resumes(words, uninterr
     _assert_same(net, uninterrupted, info)
 
 
+def test_train_network_interrupted_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path):
+    """The shared loop of ``--net mlp`` (structopt.cli_net.train_network), CRF loss, 3 epochs of 4 batches."""
+    from structopt.cli_net import train_network
+    from structopt.structures.chain import Chain
+    from structopt.torch import TorchModel
+
+    rng = np.random.default_rng(3)
+    X = [rng.normal(size=(int(rng.integers(2, 6)), 4)) for _ in range(14)]
+    Y = [rng.integers(0, 3, len(x)) for x in X]
+
+    def model():
+        return TorchModel(Chain(3), "chain_mlp", {"n_features": 4, "n_hidden": 5, "n_states": 3}, seed=2)
+
+    reference = model()
+    expected = train_network(reference, X, Y, epochs=3, kind="crf", batch_size=4, seed=1)
+    path = tmp_path / "ck.npz"
+    with pytest.raises(KeyboardInterrupt):
+        train_network(model(), X, Y, epochs=3, kind="crf", batch_size=4, seed=1, progress=_StopAt(2, 3),
+                      checkpoint=NetCheckpoint(path))
+    assert load_checkpoint(path, SOLVER)["state"]["batch"] == 3
+    resumed = model()
+    info = train_network(resumed, X, Y, epochs=3, kind="crf", batch_size=4, seed=1,
+                         checkpoint=NetCheckpoint(path, resume=True))
+    assert info["resumed"] and info["losses"] == expected["losses"] and info["steps"] == expected["steps"] == 12
+    assert np.array_equal(resumed.get_weights(), reference.get_weights())
+
+
 def test_a_finished_run_resumes_to_its_weights_without_training(words, uninterrupted, tmp_path):
     path = tmp_path / "ck.npz"
     ocr_net.train(_net(), words, OPTIONS, checkpoint=NetCheckpoint(path, FINGERPRINT))
