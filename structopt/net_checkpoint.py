@@ -24,10 +24,8 @@ run would have done: its weights end bit for bit the same (with one torch thread
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -277,11 +275,12 @@ class TrainingRun:
         self._check_fingerprint(path, saved.get("fingerprint"))
         try:
             self._load(saved)
+            consistent = np.array_equal(_flat_parameters(self.module), saved["w"])
         except InvalidInputError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
             raise InvalidInputError(f"checkpoint {path} is malformed ({type(error).__name__}: {error})") from None
-        if not np.array_equal(_flat_parameters(self.module), saved["w"]):
+        if not consistent:
             raise InvalidInputError(f"checkpoint {path} is malformed (its weights and its state_dict disagree)")
         self.resumed = True
         return True
@@ -421,27 +420,5 @@ class TrainingRun:
             raise
 
 
-def timed(acc: dict[str, Any], key: str, clock: Callable[[], float] = time.perf_counter) -> Any:
-    """A context adding the seconds of its block to ``acc[key]`` (an epoch's running sums)."""
-    return _Timed(acc, key, clock)
-
-
-class _Timed:
-    def __init__(self, acc: dict[str, Any], key: str, clock: Callable[[], float]):
-        self.acc, self.key, self.clock = acc, key, clock
-
-    def __enter__(self) -> None:
-        self.start = self.clock()
-
-    def __exit__(self, *exc: object) -> None:
-        self.acc[self.key] = self.acc.get(self.key, 0.0) + self.clock() - self.start
-
-
-def checkpoint_path(out: str | os.PathLike) -> Path:
-    """The checkpoint of a run writing into ``out``."""
-    return Path(out) / CHECKPOINT_FILE
-
-
-__all__ = ["CHECKPOINT_FILE", "SOLVER", "NetCheckpoint", "TrainingRun", "check_state_arrays", "checkpoint_path",
-           "load_state_arrays",
-           "run_fingerprint", "state_arrays", "timed"]
+__all__ = ["CHECKPOINT_FILE", "SOLVER", "NetCheckpoint", "TrainingRun", "check_state_arrays", "load_state_arrays",
+           "run_fingerprint", "state_arrays"]

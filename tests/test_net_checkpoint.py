@@ -289,9 +289,12 @@ def test_cli_resume_continues_and_the_loss_is_recorded(tmp_path, capsys):
     assert main([*ARGS, "--epochs", "2", "--out", str(out), "--resume"]) == 2
     err = capsys.readouterr().err
     assert "belongs to another run: its loss hinge (this run: crf)" in err and str(out / "checkpoint.npz") in err
-    # a new run over a finished run's checkpoint replaces it, saying so
+    # a new run over a finished run's checkpoint replaces it, saying so; --checkpoint FILE puts it elsewhere
     assert main([*ARGS, "--epochs", "1", "--out", str(out)]) == 0
     assert "replacing" in capsys.readouterr().err
+    elsewhere = tmp_path / "elsewhere" / "ck.npz"
+    assert main([*ARGS, "--epochs", "1", "--out", str(tmp_path / "other"), "--checkpoint", str(elsewhere)]) == 0
+    assert elsewhere.is_file() and not (tmp_path / "other" / "checkpoint.npz").exists()
 
 
 @pytest.mark.parametrize("argv, match", [
