@@ -385,7 +385,10 @@ class TrainingRun:
         Raises
         ------
         KeyboardInterrupt
-            Ctrl-C: it is honoured at the end of the current batch, after the checkpoint is written.
+            Ctrl-C: it is honoured at the end of the current batch, after the checkpoint is written. (SIGINT is
+            held back during a batch by :func:`structopt.interrupt.interruptible`, in the main thread with
+            Python's default handler; elsewhere a KeyboardInterrupt raised inside a batch leaves the checkpoint
+            of the last whole state on disk, and one raised between batches is checkpointed as usual.)
         """
         from structopt.interrupt import interruptible
 
