@@ -397,7 +397,9 @@ class TrainingRun:
             with interruptible() as interrupt:
                 while not self.finished:
                     if self._plan is None:
+                        safe = False  # the draws advance the random streams before the plan is kept
                         self._plan, self._batch, self._acc = plan(self.epoch + 1), 0, {}
+                        safe = True
                     batches = self._plan["batches"]
                     left = range(self._batch, len(batches))
                     for k in self.progress.items(left, len(left), f"epoch {self.epoch + 1}/{self.epochs}{label}",
