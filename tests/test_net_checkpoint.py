@@ -349,3 +349,40 @@ def test_ctrl_c_in_a_real_train_process_exits_130_promptly_and_resumes(tmp_path,
     assert main([*argv, "--out", str(out), "--resume"]) == 0
     assert main([*argv, "--out", str(reference)]) == 0
     np.testing.assert_array_equal(load_model(out / "model.npz").w, load_model(reference / "model.npz").w)
+
+
+def test_an_interrupt_while_an_epoch_is_planned_keeps_the_last_whole_state(tmp_path):
+    """A KeyboardInterrupt after the plan's draws moved the random stream, before the plan was kept: writing the
+    state then would make the resumed run draw another plan; the last whole state (epoch 1's end) is kept."""
+    from structopt.net_checkpoint import TrainingRun
+
+    X, y = torch.linspace(-1, 1, 12)[:, None], torch.linspace(0, 2, 12)[:, None]
+
+    def train(path, resume=False, stop_planning_epoch=None):
+        torch.manual_seed(0)
+        module = torch.nn.Linear(1, 1)
+        optimiser = torch.optim.Adam(module.parameters(), lr=0.1)
+        rng = np.random.default_rng(0)
+        run = TrainingRun(module, optimiser, 3, 12, rngs=(rng,), checkpoint=NetCheckpoint(path, resume=resume))
+        run.restore()
+
+        def plan(epoch):
+            order = rng.permutation(12)
+            if epoch == stop_planning_epoch:
+                raise KeyboardInterrupt
+            return {"batches": [order[:5], order[5:]]}
+
+        def step(batch, plan, sums):
+            optimiser.zero_grad()
+            ((module(X[batch]) - y[batch]) ** 2).mean().backward()
+            optimiser.step()
+
+        run.run(plan, step, lambda epoch, sums: {})
+        return module.weight.detach().clone(), module.bias.detach().clone()
+
+    expected = train(tmp_path / "a.npz")
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path / "b.npz", stop_planning_epoch=2)
+    assert load_checkpoint(tmp_path / "b.npz", SOLVER)["state"]["epoch"] == 1
+    resumed = train(tmp_path / "b.npz", resume=True)
+    assert all(torch.equal(a, b) for a, b in zip(resumed, expected))
