@@ -178,7 +178,7 @@ def _train(args: argparse.Namespace) -> int:
         if getattr(args, dest) is not None and args.task not in tasks:  # refused, never silently ignored
             raise InvalidInputError(f"{flag} applies to {', '.join(tasks)} only, not to {args.task}")
     out = Path(args.out or f"runs/{args.task}")
-    if args.net is not None or args.epochs is not None:
+    if args.net is not None or args.epochs is not None or args.loss is not None or args.resume:
         return _train_net(args, out)
     _check_writable_dir(out, "--out")
     if args.checkpoint:
@@ -254,8 +254,36 @@ def _train(args: argparse.Namespace) -> int:
 
 #: the linear path's flags that a network's own training loop does not take, and their defaults
 _LINEAR_ONLY = {"--solver": ("solver", "bcfw"), "--passes": ("passes", 20), "--lam": ("lam", None),
-                "--checkpoint": ("checkpoint", None), "--checkpoint-every": ("checkpoint_every", None),
-                "--workers": ("workers", None), "--scheduler": ("scheduler", None)}
+                "--checkpoint-every": ("checkpoint_every", None), "--workers": ("workers", None),
+                "--scheduler": ("scheduler", None)}
+
+
+def _net_checkpoint_path(args: argparse.Namespace, out: Path) -> Path:
+    """Where a network run keeps its state: ``--checkpoint FILE``, else ``OUT/checkpoint.npz``; checked before
+    any work. Without ``--resume``, an existing checkpoint of an unfinished run is refused (never overwritten:
+    ``--resume`` continues it), and ``--resume`` without one is refused."""
+    from structopt.net_checkpoint import CHECKPOINT_FILE, SOLVER
+    from structopt.solvers._checkpoints import load_checkpoint
+
+    path = Path(args.checkpoint) if args.checkpoint else out / CHECKPOINT_FILE
+    _check_checkpoint_path(path)
+    if args.resume:
+        if not path.is_file():
+            raise InvalidInputError(f"--resume: no checkpoint at {path} (nothing to resume; run without --resume "
+                                    "to start)")
+        return path
+    if path.exists():
+        try:
+            state = load_checkpoint(path, SOLVER)["state"]
+            done, total, stopped = state["epoch"], state["epochs"], state["stopped"]
+        except (InvalidInputError, KeyError, TypeError) as error:
+            raise InvalidInputError(f"{path} exists and is not a finished network run's checkpoint ({error}); "
+                                    "delete it, or choose another --out or --checkpoint") from None
+        if not (stopped or done >= total):
+            raise InvalidInputError(f"{path} holds an unfinished run ({done} of {total} epochs done): --resume "
+                                    "continues it; delete it to start afresh")
+        print(f"replacing {path}, the checkpoint of a finished run", file=sys.stderr)
+    return path
 
 
 def _train_net(args: argparse.Namespace, out: Path) -> int:
@@ -267,7 +295,11 @@ def _train_net(args: argparse.Namespace, out: Path) -> int:
     spec = TASKS[args.task]
     nets = tuple(getattr(spec, "nets", ()))
     if args.net is None:
-        raise InvalidInputError("--epochs applies to network training: give --net NAME")
+        used = [flag for flag, on in (("--epochs", args.epochs is not None), ("--loss", args.loss is not None),
+                                      ("--resume", args.resume)) if on]
+        raise InvalidInputError(f"{' and '.join(used)} {'applies' if len(used) == 1 else 'apply'} to network "
+                                "training: give --net NAME (the linear path resumes from an existing "
+                                "--checkpoint FILE)")
     if not nets:
         having = [f"{name} ({', '.join(s.nets)})" for name, s in TASKS.items() if getattr(s, "nets", ())]
         raise InvalidInputError(f"--net: task {args.task} has no networks (tasks with networks: "
@@ -277,31 +309,47 @@ def _train_net(args: argparse.Namespace, out: Path) -> int:
     for flag, (dest, default) in _LINEAR_ONLY.items():
         if getattr(args, dest, default) != default:  # refused, never silently ignored
             raise InvalidInputError(f"{flag} applies to the linear model's solvers; --net trains {args.task}'s "
-                                    "network with the task's own loop (--epochs, --seed, --n-train)")
+                                    "network with the task's own loop (--epochs, --loss, --seed, --n-train)")
+    spec.net_loss(args)  # an undeclared --loss is refused before any work
     _check_writable_dir(out, "--out")
+    checkpoint_path = _net_checkpoint_path(args, out)
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         raise NotSupportedError("--net trains a torch network and PyTorch is not installed: "
                                 'pip install -e ".[torch]" (or pip install torch), then run it again')
     from structopt.cli_net import single_threaded_torch
+    from structopt.net_checkpoint import NetCheckpoint
 
     single_threaded_torch()
+    loss = spec.net_loss(args)
     net = spec.net(args)
     _make_dir(out, "--out")
     progress = Progress(lines=True, bars=not args.no_progress)
+    if args.resume:
+        print(f"resuming from {checkpoint_path}", file=sys.stderr)
     print(f"training {net.title}, n={net.n_train}", file=sys.stderr, flush=True)
     started = time.time()
-    info = net.fit(progress)
-    w = net.model.get_weights()
-    metrics = net.evaluate(w)
-    summary = {"task": args.task, "net": args.net, "n_train": net.n_train, **info, **metrics}
+    trained = False
+    try:
+        info = net.fit(progress, NetCheckpoint(checkpoint_path, net.fingerprint, resume=args.resume))
+        trained = True
+        w = net.model.get_weights()
+        metrics = net.evaluate(w)
+    except KeyboardInterrupt as interrupt:
+        if checkpoint_path.is_file():
+            then = "evaluates and saves the trained network" if trained else "continues it"
+            raise Interrupted(f"checkpoint kept at {checkpoint_path} (the same command with --resume {then})") \
+                from interrupt
+        raise
+    summary = {"task": args.task, "net": args.net, "loss": loss, "n_train": net.n_train, **info, **metrics,
+               "checkpoint": str(checkpoint_path)}
     shown = " | ".join(f"{name.replace('_', ' ')} {value:.4f}" for name, value in metrics.items())
     final = info.get("final_loss")
-    line = (f"{args.task} --net {args.net}: {_count(info.get('epochs', 0), 'epoch', 'epochs')}, "
+    line = (f"{args.task} --net {args.net}: {_count(info.get('epochs', 0), 'epoch', 'epochs')} ({loss} loss), "
             f"{info.get('seconds', 0.0):.1f}s training" + (f" | final loss {final:.5f}" if final is not None else "")
             + f" | {shown}")
-    saved_info = {"net": args.net, "n_train": int(net.n_train), "metrics": metrics, "split": args.split,
+    saved_info = {"net": args.net, "loss": loss, "n_train": int(net.n_train), "metrics": metrics, "split": args.split,
                   **{key: info[key] for key in ("epochs", "seconds", "final_loss", "kind") if key in info}}
     try:
         _write_text_atomic(out / "trace.json", json.dumps(summary, indent=1))
@@ -731,7 +779,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", default=None,
                        help="directory for trace.json, convergence.png and the saved model model.npz (default "
                             "runs/TASK); checked before training")
-    train.add_argument("--checkpoint", default=None, help="save state here; resume from it if it exists")
+    train.add_argument("--checkpoint", default=None,
+                       help="save state here; resume from it if it exists (with --net: the checkpoint's place, "
+                            "default OUT/checkpoint.npz, resumed only with --resume)")
     train.add_argument("--checkpoint-every", type=number_argument(float, 0, low_open=True), default=None,
                        metavar="PASSES", help="save the checkpoint every PASSES effective passes")
     train.add_argument("--seed", type=number_argument(int, 0), default=0)
@@ -752,9 +802,16 @@ def build_parser() -> argparse.ArgumentParser:
                             f"(needs the [torch] extra; {'; '.join(with_nets) or 'no task has networks'})")
     train.add_argument("--epochs", type=number_argument(int, 1), default=None, metavar="N",
                        help="with --net: epochs over the training examples (default: the task's)")
-    train.add_argument("--loss", default=None, metavar="KIND",
-                       help="with --net: the training loss, one the task declares (parsing --net bilstm: hinge "
-                            "(default) or crf)")
+    with_losses = [f"{name} --net {net}: {', '.join(losses)}" for name, spec in TASKS.items()
+                   for net, losses in getattr(spec, "net_losses", {}).items()]
+    train.add_argument("--loss", default=None, metavar="LOSS",
+                       help="with --net: the training loss (default the first listed; "
+                            f"{'; '.join(with_losses) or 'no task has networks'})")
+    train.add_argument("--resume", action="store_true",
+                       help="with --net: continue the run whose checkpoint is OUT/checkpoint.npz (or --checkpoint "
+                            "FILE), written at every epoch's end and on Ctrl-C; it ends with the weights the "
+                            "uninterrupted run ends with. A checkpoint of another run (task, network, loss, "
+                            "epochs, options, data, seed) is refused")
     from structopt.tasks.own_data import add_flat_arguments
 
     own = train.add_argument_group("your own data (structopt train sequence|segmentation|boxes|bitext)")

@@ -15,7 +15,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -140,14 +140,37 @@ class TaskSpec:
     output_is_folder = False
     #: the networks ``structopt train TASK --net NAME`` trains (:mod:`structopt.cli_net`); none by default
     nets: tuple[str, ...] = ()
+    #: the training losses of each network (``--loss``'s choices), the default first
+    net_losses: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __call__(self, args: argparse.Namespace) -> Task:
         """Build the training task from the parsed ``structopt train`` arguments."""
         raise NotImplementedError
 
     def net(self, args: argparse.Namespace) -> Any:
-        """The :class:`~structopt.cli_net.NetTask` of network ``args.net`` (one of :attr:`nets`)."""
+        """The :class:`~structopt.cli_net.NetTask` of network ``args.net`` (one of :attr:`nets`), trained with the
+        loss ``args.loss`` (one of :attr:`net_losses`; None: the network's default)."""
         raise NotImplementedError(f"{self.name} has no networks")
+
+    def net_loss(self, args: argparse.Namespace) -> str:
+        """The loss ``--loss`` names for network ``args.net``, or its default; another is refused, listing them."""
+        choices = self.net_losses.get(args.net, ())
+        loss = getattr(args, "loss", None)
+        if loss is None:
+            return choices[0]
+        if loss not in choices:
+            raise InvalidInputError(f"--loss {loss}: {self.name} --net {args.net} trains with "
+                                    f"{' or '.join(choices) if len(choices) < 3 else ', '.join(choices)} only")
+        return loss
+
+    def net_fingerprint(self, args: argparse.Namespace, *, loss: str, epochs: int, n_train: int, data: Any,
+                        options: Any) -> dict[str, str]:
+        """What identifies a network run (:func:`structopt.net_checkpoint.run_fingerprint`): a checkpoint is
+        resumed only by the run with the same task, network, loss, epochs, training examples, seed and options."""
+        from structopt.net_checkpoint import run_fingerprint
+
+        return run_fingerprint(task=self.name, net=args.net, loss=loss, epochs=epochs, n_train=n_train,
+                               seed=args.seed, data=data, options=options)
 
     def load_networks(self) -> None:
         """Import the module that declares this task's networks (before a saved network is rebuilt)."""
@@ -237,6 +260,9 @@ class OCRTask(TaskSpec):
     #: ``--net cnn``: :class:`structopt.tasks.ocr_net.OCRNet`, a small CNN over the letters + a linear chain;
     #: ``--net mlp``: the built-in ``chain_mlp`` over each letter's 128 pixels (a small baseline)
     nets = ("mlp", "cnn")
+    #: the CNN: the chain CRF's negative log-likelihood or the structured hinge (structopt's chain layer); the MLP:
+    #: the structured hinge (normalised Hamming loss) or the CRF loss
+    net_losses: ClassVar[dict[str, tuple[str, ...]]] = {"cnn": ("crf", "hinge"), "mlp": ("hinge", "crf")}
 
     @staticmethod
     def _split(args: argparse.Namespace) -> tuple[str, dict[str, list], dict[str, list]]:
@@ -261,9 +287,10 @@ class OCRTask(TaskSpec):
 
     def net(self, args: argparse.Namespace) -> Any:
         """``structopt train ocr --net cnn``: the CNN + chain (:mod:`structopt.tasks.ocr_net`), trained by Adam
-        on the chain CRF loss for ``--epochs`` (default 20) with ``--seed``; its test metric is the linear
-        task's (``test_letter_error``) and its preprocessing the same keys, so ``predict`` reads it alike.
-        ``--net mlp``: the built-in ``chain_mlp`` over each letter's pixels (hinge loss, 10 epochs)."""
+        on the chain CRF loss (``--loss hinge``: the structured hinge) for ``--epochs`` (default 20) with
+        ``--seed``; its test metric is the linear task's (``test_letter_error``) and its preprocessing the same
+        keys, so ``predict`` reads it alike. ``--net mlp``: the built-in ``chain_mlp`` over each letter's pixels
+        (hinge loss, 10 epochs)."""
         if args.net == "mlp":
             return self._mlp(args)
         if args.net != "cnn":
@@ -277,7 +304,8 @@ class OCRTask(TaskSpec):
         name, train, test = self._split(args)
         X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
         epochs = getattr(args, "epochs", None)
-        options = ocr_net.TrainOptions(seed=args.seed, **({} if epochs is None else {"epochs": epochs}))
+        loss = self.net_loss(args)
+        options = ocr_net.TrainOptions(seed=args.seed, loss=loss, **({} if epochs is None else {"epochs": epochs}))
         words = ocr_net.Words(X, Y)
         model = TorchModel(Chain(len(LETTERS)), "ocr_cnn", ocr_net.NETWORK_ARGS, seed=args.seed)
 
@@ -287,8 +315,12 @@ class OCRTask(TaskSpec):
 
         record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", len(X), len(test["X"]), split=name)
         preprocessing = {"letters": LETTERS, "split": name, "data_split": record}
-        return NetTask(model, lambda progress: ocr_net.train(model.module, words, options, progress), evaluate,
-                       f"OCR ({name} split), CNN + chain CRF", preprocessing, n_train=len(X))
+        fingerprint = self.net_fingerprint(args, loss=loss, epochs=options.epochs, n_train=len(X), data=(X, Y),
+                                           options=(options, ocr_net.NETWORK_ARGS))
+        return NetTask(model, lambda progress, checkpoint=None: ocr_net.train(model.module, words, options, progress,
+                                                                              checkpoint=checkpoint),
+                       evaluate, f"OCR ({name} split), CNN + chain ({loss} loss)", preprocessing, n_train=len(X),
+                       fingerprint=fingerprint)
 
     def load_networks(self) -> None:
         import structopt.tasks.ocr_net  # noqa: F401  (declares "ocr_cnn")
@@ -304,16 +336,24 @@ class OCRTask(TaskSpec):
 
         name, train, test = self._split(args)
         X, Y = train["X"][: args.n_train], train["y"][: args.n_train]
-        model = TorchModel(Chain(len(LETTERS)), "chain_mlp", {"n_features": 128, "n_hidden": 64,
-                                                              "n_states": len(LETTERS)}, seed=args.seed)
+        network_args = {"n_features": 128, "n_hidden": 64, "n_states": len(LETTERS)}
+        model = TorchModel(Chain(len(LETTERS)), "chain_mlp", network_args, seed=args.seed)
         torch.manual_seed(args.seed)
         record = data_split(args.data or EMBEDDED, f"{name}: {SPLITS[name]}", len(X), len(test["X"]), split=name)
-        return NetTask(model, lambda progress: train_network(model, X, Y, epochs=args.epochs or 10, kind="hinge",
-                                                             loss=Hamming(normalize=True), lr=3e-3, seed=args.seed,
-                                                             progress=progress),
+        loss, epochs = self.net_loss(args), args.epochs or 10
+        task_loss = Hamming(normalize=True) if loss == "hinge" else None  # the CRF loss takes none
+        options = {"lr": 3e-3, "network": network_args}
+
+        def fit(progress: Any, checkpoint: Any = None) -> dict[str, Any]:
+            return train_network(model, X, Y, epochs=epochs, kind=loss, loss=task_loss, lr=options["lr"],
+                                 seed=args.seed, progress=progress, checkpoint=checkpoint)
+
+        return NetTask(model, fit,
                        lambda w: {"test_letter_error": letter_error(test["y"], model.predict_batch(test["X"], w))},
-                       f"OCR ({name} split), network mlp", {"letters": LETTERS, "split": name, "data_split": record},
-                       len(X))
+                       f"OCR ({name} split), network mlp ({loss} loss)",
+                       {"letters": LETTERS, "split": name, "data_split": record}, len(X),
+                       fingerprint=self.net_fingerprint(args, loss=loss, epochs=epochs, n_train=len(X), data=(X, Y),
+                                                        options=options))
 
     def read_inputs(self, saved: Any, path: Path) -> Inputs:
         from structopt.tasks.ocr import load_ocr
@@ -438,6 +478,8 @@ class NERTask(_TaggingTask):
     net_preprocessing_types = (("tags", list), ("vocabulary", dict))
     #: ``structopt train ner --net``'s choices
     nets = ("bilstm",)
+    #: the chain's CRF loss, the structured hinge, SparseMAP, or pytorch-crf's CRF (:data:`conll_net.LOSSES`)
+    net_losses: ClassVar[dict[str, tuple[str, ...]]] = {"bilstm": ("crf", "hinge", "sparsemap", "torchcrf")}
     summary = "CoNLL-2002 Spanish named entities, entity F1, default --lam 1.2e-4; --net bilstm: a BiLSTM + chain"
     input_help = ("ner: a CoNLL-2002 column file, 'word POS' per line (both models use the POS column), "
                   "optionally a gold entity tag column last, blank lines between sentences")
@@ -457,7 +499,8 @@ class NERTask(_TaggingTask):
 
     def net(self, args: argparse.Namespace) -> Any:
         """``--net bilstm``: the BiLSTM + chain tagger on CoNLL-2002 Spanish (``--data``: the folder of ``esp.*``),
-        trained with the CRF loss for ``--epochs`` (default 10), the epoch of the best ``esp.testa`` F1 kept."""
+        trained with ``--loss`` (default the CRF loss) for ``--epochs`` (default 10), the epoch of the best
+        ``esp.testa`` F1 kept."""
         if getattr(args, "language", None) not in (None, "esp"):
             raise InvalidInputError(f"--language {args.language}: ner --net bilstm reads CoNLL-2002 Spanish only "
                                     "(esp.*); without --net, ner trains the linear chain on either language")
@@ -468,7 +511,8 @@ class NERTask(_TaggingTask):
 
         torch.set_num_threads(1)  # the batches are small: on a shared 2-core machine more threads cost more
         epochs = args.epochs
-        options = cn.NetOptions(seed=args.seed, **({} if epochs is None else {"epochs": int(epochs)}))
+        loss = self.net_loss(args)
+        options = cn.NetOptions(seed=args.seed, loss=loss, **({} if epochs is None else {"epochs": int(epochs)}))
         progress = _progress(args)
         split = cn.load_split(args.data, progress)
         corpora = split["corpora"]
@@ -480,8 +524,8 @@ class NERTask(_TaggingTask):
         X_test, gold = cn.encode(test, vocab), _sentences(test.tags, test.lengths)
         model = cn.build_model(vocab, options)
 
-        def fit(bars: Any) -> dict[str, Any]:
-            return cn.fit(model.module, vocab, X, Y, options, dev=dev, progress=bars)
+        def fit(bars: Any, checkpoint: Any = None) -> dict[str, Any]:
+            return cn.fit(model.module, vocab, X, Y, options, dev=dev, progress=bars, checkpoint=checkpoint)
 
         def evaluate(w: np.ndarray) -> dict[str, float]:
             from structopt.tasks.conll import chunk_f1
@@ -493,8 +537,10 @@ class NERTask(_TaggingTask):
                             f"{Path(files['dev']).name}), test on {Path(files['test']).name}", len(X), len(X_test),
                             files={name: str(Path(file).resolve()) for name, file in files.items()})
         preprocessing = {"tags": list(vocab.tags), "vocabulary": vocab.to_json(), "data_split": record}
-        return NetTask(model, fit, evaluate, "CoNLL-2002 Spanish NER, BiLSTM + chain (CRF loss)", preprocessing,
-                       len(X))
+        fingerprint = self.net_fingerprint(args, loss=loss, epochs=options.epochs, n_train=len(X),
+                                           data=(X, Y, dev, vocab.to_json()), options=options)
+        return NetTask(model, fit, evaluate, f"CoNLL-2002 Spanish NER, BiLSTM + chain ({loss} loss)", preprocessing,
+                       len(X), fingerprint=fingerprint)
 
     def load_networks(self) -> None:
         import structopt.tasks.conll_net  # noqa: F401  (declares the "conll_bilstm" network)
@@ -693,6 +739,8 @@ class HorsesTask(TaskSpec):
         return Task(problem, evaluate, description, preprocessing)
 
     nets = ("cnn",)
+    #: the structured hinge through min-cut (the per-pixel objective of :mod:`horses_net` needs another decoder)
+    net_losses: ClassVar[dict[str, tuple[str, ...]]] = {"cnn": ("hinge",)}
 
     def net(self, args: argparse.Namespace) -> Any:
         """``--net cnn``: a small CNN giving the grid's unaries and a learned contrast-sensitive Potts weight,
@@ -711,11 +759,13 @@ class HorsesTask(TaskSpec):
         epochs = hn.DEFAULTS["epochs"] if args.epochs is None else int(args.epochs)
         seed = int(args.seed)
         model = TorchModel(BinaryGrid(), hn.NETWORK, hn.network_args(info["size"]), seed=seed)
+        loss = self.net_loss(args)
 
-        def fit(progress: Any) -> dict[str, Any]:
-            log = hn.train(model.module, X, Y, objective="hinge", epochs=epochs, seed=seed, progress=progress)
+        def fit(progress: Any, checkpoint: Any = None) -> dict[str, Any]:
+            log = hn.train(model.module, X, Y, objective=loss, epochs=epochs, seed=seed, progress=progress,
+                           checkpoint=checkpoint)
             return {"epochs": log.epochs, "seconds": log.seconds, "final_loss": log.losses[-1],
-                    "oracle_share": log.oracle_share, "n_train": n}
+                    "oracle_share": log.oracle_share, "n_train": n, "kind": loss, "resumed": log.resumed}
 
         def evaluate(w: np.ndarray) -> dict[str, float]:
             pred = model.predict_batch(test["X"], w)
@@ -723,8 +773,10 @@ class HorsesTask(TaskSpec):
 
         preprocessing = {"net": "cnn", "size": info["size"],
                          "data_split": data_split(info["root"], SPLIT_RULE, n, len(test["X"]))}
+        fingerprint = self.net_fingerprint(args, loss=loss, epochs=epochs, n_train=n, data=(X, Y),
+                                           options={"network": hn.network_args(info["size"]), **hn.DEFAULTS})
         return NetTask(model, fit, evaluate, "Weizmann horses segmentation, CNN + grid trained through min-cut",
-                       preprocessing, n)
+                       preprocessing, n, fingerprint=fingerprint)
 
     def load_networks(self) -> None:
         import structopt.tasks.horses_net  # noqa: F401  (declares horses_cnn)
@@ -969,7 +1021,7 @@ class ParsingTask(TaskSpec):
     nets = ("bilstm",)
     #: ``--loss``'s choices with ``--net bilstm`` (the first is the default): the structured hinge
     #: (loss-augmented Chu-Liu/Edmonds) or the tree CRF (matrix-tree theorem)
-    net_losses = ("hinge", "crf")
+    net_losses: ClassVar[dict[str, tuple[str, ...]]] = {"bilstm": ("hinge", "crf")}
     summary = ("the Turkish treebanks of turkish-treebanks (pip install turkish-treebanks): labelled "
                "non-projective trees, first-order arc features, UAS/LAS without punctuation")
     input_help = "parsing: a CoNLL-U file (HEAD and DEPREL are the gold when given, '_' otherwise)"
@@ -983,9 +1035,6 @@ class ParsingTask(TaskSpec):
         from structopt.models.dependency import DependencyModel
         from structopt.tasks.parsing import N_FEATURES, SPLIT_RULE, attachment_scores, featurize, load_parsing, outputs
 
-        if getattr(args, "loss", None) is not None:  # refused, never silently ignored
-            raise InvalidInputError(f"--loss {args.loss} applies to network training (--net bilstm, losses "
-                                    f"{', '.join(self.net_losses)}); the linear parsing model trains on the hinge loss")
         progress = _progress(args)
         progress.stage("reading the treebanks")
         data = load_parsing(args.data)
@@ -1009,10 +1058,7 @@ class ParsingTask(TaskSpec):
         """``--net bilstm``: the BiLSTM arc scorer of :mod:`structopt.tasks.parsing_net` on the task's split, trained
         with ``--loss`` (hinge or crf, default hinge) for ``--epochs`` (default 12), the epoch of the best
         development UAS kept; UAS/LAS on the test sentences as the linear model prints them."""
-        loss = getattr(args, "loss", None) or self.net_losses[0]
-        if loss not in self.net_losses:
-            raise InvalidInputError(f"--loss {loss!r}: parsing --net {args.net} trains with the losses "
-                                    f"{', '.join(self.net_losses)}")
+        loss = self.net_loss(args)
         import torch
 
         from structopt.cli_net import NetTask
@@ -1034,8 +1080,8 @@ class ParsingTask(TaskSpec):
         X_test = pn.encode(data["test"], vocab)
         model = pn.build_model(vocab, options)
 
-        def fit(bars: Any) -> dict[str, Any]:
-            return pn.fit(model, vocab, X, Y, options, dev=dev, progress=bars)
+        def fit(bars: Any, checkpoint: Any = None) -> dict[str, Any]:
+            return pn.fit(model, vocab, X, Y, options, dev=dev, progress=bars, checkpoint=checkpoint)
 
         def evaluate(w: np.ndarray) -> dict[str, float]:
             found = attachment_scores(data["test"], model.predict_batch(X_test, w), vocab.labels)
@@ -1045,8 +1091,10 @@ class ParsingTask(TaskSpec):
                             len(X), len(X_test))
         preprocessing = {"labels": list(vocab.labels), "vocabulary": vocab.to_json(), "loss": loss,
                          "data_split": record}
+        fingerprint = self.net_fingerprint(args, loss=loss, epochs=options.epochs, n_train=len(X),
+                                           data=(X, Y, vocab.to_json()), options=options)
         return NetTask(model, fit, evaluate, f"Turkish dependency parsing (web + wiki), BiLSTM arc scorer ({loss} "
-                       "loss)", preprocessing, len(X))
+                       "loss)", preprocessing, len(X), fingerprint=fingerprint)
 
     def load_networks(self) -> None:
         import structopt.tasks.parsing_net  # noqa: F401  (declares the "parsing_bilstm" network)
@@ -1123,4 +1171,4 @@ SPLIT_TASKS = ("ocr",)
 #: options only some tasks read: flag -> (argparse destination, the tasks that use it); the others refuse it
 TASK_OPTIONS = {"--split": ("split", SPLIT_TASKS), "--dataset": ("dataset", ("localization",)),
                 "--graph": ("graph", ("horses",)), "--language": ("language", ("ner",)),
-                "--loss": ("loss", ("parsing",)), "--data": ("data", tuple(BUILTIN_TASKS))}
+                "--data": ("data", tuple(BUILTIN_TASKS))}

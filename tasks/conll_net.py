@@ -51,6 +51,7 @@ import torch
 from torch import nn
 
 from structopt.errors import InvalidInputError
+from structopt.net_checkpoint import NetCheckpoint, TrainingRun, check_state_arrays, load_state_arrays, state_arrays
 from structopt.progress import Progress, as_progress, count
 from structopt.tasks.conll import Corpus, _data_file, chunk_f1, read_conll, resolve_data_dir, word_shape
 from structopt.torch import ChainCRF, register_network
@@ -605,8 +606,12 @@ def _step(net: BiLSTMTagger, optimiser: torch.optim.Optimizer, X, Y, options: Ne
 
 def fit(net: BiLSTMTagger, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequence[np.ndarray],
         options: NetOptions, dev: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
-        progress: bool | Progress = False) -> dict[str, Any]:
+        progress: bool | Progress = False, checkpoint: NetCheckpoint | None = None) -> dict[str, Any]:
     """Train ``net`` in place with Adam; with ``dev``, keep the weights of the epoch with the best dev F1.
+
+    ``checkpoint`` is written at every epoch's end and on Ctrl-C (at the end of the current batch); with its
+    ``resume``, the run continues from it (:class:`structopt.net_checkpoint.TrainingRun`: the same weights as
+    the uninterrupted run, the best epoch's weights kept in the checkpoint too).
 
     Returns
     -------
@@ -615,68 +620,89 @@ def fit(net: BiLSTMTagger, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequen
         mean loss of the last epoch),
         ``structured_share`` (the fraction of the training time inside the chain's loss, forward and backward),
         ``losses``, ``dev_f1`` and ``sparsemap_truncated`` (sentences whose SparseMAP stopped at its
-        ``max_iter``) per epoch, ``best_epoch``.
+        ``max_iter``) per epoch, ``best_epoch``, ``resumed``.
     """
     if len(X) != len(Y) or not X:
         raise InvalidInputError(f"fit needs as many tag sequences as sentences (>= 1), got {len(X)} and {len(Y)}")
     rep = as_progress(progress)
-    info: dict[str, Any] = {"losses": [], "dev_f1": [], "epoch_seconds": [], "structured_seconds": [],
-                            "sparsemap_truncated": []}
     net.train()
     # dropout draws from torch's global generator: seeded here, the caller's state restored after
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(options.seed)
-        best_state = _epochs(net, vocab, X, Y, options, dev, rep, info)
+        run = _epochs(net, vocab, X, Y, options, dev, rep, checkpoint)
+    records = run.records
+    best_state = run.extra.get("best_state")
     if best_state is not None:
-        net.load_state_dict(best_state)
+        load_state_arrays(net, best_state, "the best epoch's weights")
     net.eval()  # a TorchModel's module is a deterministic function of its weights
+    info: dict[str, Any] = {"losses": [r["loss"] for r in records],
+                            "dev_f1": [r["dev_f1"] for r in records if "dev_f1" in r],
+                            "epoch_seconds": [r["seconds"] for r in records],
+                            "structured_seconds": [r["structured_seconds"] for r in records],
+                            "sparsemap_truncated": [r["sparsemap_truncated"] for r in records]}
     seconds = float(np.sum(info["epoch_seconds"]))
-    info.update(epochs=len(info["losses"]), seconds=seconds, seconds_per_epoch=seconds / len(info["losses"]),
-                final_loss=info["losses"][-1],
-                structured_share=float(np.sum(info["structured_seconds"])) / seconds)
-    info.setdefault("best_epoch", len(info["losses"]))
+    info.update(epochs=len(records), seconds=seconds, seconds_per_epoch=seconds / len(records),
+                final_loss=info["losses"][-1], structured_share=float(np.sum(info["structured_seconds"])) / seconds,
+                best_epoch=int(run.extra.get("best_epoch", len(records))), resumed=run.resumed)
     return info
 
 
 def _epochs(net: BiLSTMTagger, vocab: Vocabulary, X, Y, options: NetOptions, dev, rep: Progress,
-            info: dict[str, Any]) -> dict[str, torch.Tensor] | None:
-    """The epochs of :func:`fit`; returns the state of the best development epoch (None without ``dev``)."""
+            checkpoint: NetCheckpoint | None) -> TrainingRun:
+    """The epochs of :func:`fit`, as a :class:`TrainingRun` whose ``extra`` holds the best development epoch
+    (``best`` F1, ``best_epoch``, ``best_state`` arrays) and the epochs since it (``stale``)."""
     rng = np.random.default_rng(options.seed)
     generator = torch.Generator().manual_seed(options.seed)
     optimiser = torch.optim.Adam(net.parameters(), lr=options.lr, foreach=True)
     singletons = torch.tensor(vocab.singletons, dtype=torch.int64)
     lengths = np.array([len(x) for x in X])
-    best, best_state, stale = -1.0, None, 0
-    for epoch in range(options.epochs):
+    run = TrainingRun(net, optimiser, options.epochs, len(X), rngs=(rng,), generators=(generator,),
+                      torch_global=True, checkpoint=checkpoint, progress=rep)
+    if run.restore():
+        extra = run.extra
+        if not (isinstance(extra.get("best"), float) and type(extra.get("stale")) is int):
+            raise InvalidInputError(f"checkpoint {checkpoint.path} is malformed (its best epoch's record)")
+        if "best_state" in extra:
+            check_state_arrays(net, extra["best_state"], f"checkpoint {checkpoint.path}")
+        rep.stage(f"resuming from {checkpoint.path}: {run.epoch} of {options.epochs} epochs done")
+    else:
+        run.extra.update(best=-1.0, stale=0)
+
+    def plan(epoch: int) -> dict[str, Any]:
+        return {"batches": _batches(lengths, options.batch_size, rng)}
+
+    def step(chosen: np.ndarray, plan: dict[str, Any], sums: dict[str, Any]) -> None:
         clock = _Clock()
-        batches = _batches(lengths, options.batch_size, rng)
         t0 = time.perf_counter()
-        total = 0.0
-        for chosen in rep.items(batches, len(batches), f"epoch {epoch + 1}/{options.epochs} ({options.loss})",
-                                "batch"):
-            total += _step(net, optimiser, [X[i] for i in chosen], [Y[i] for i in chosen], options, singletons,
-                           generator, clock) * len(chosen)
-        clock.total = time.perf_counter() - t0
-        info["losses"].append(total / len(X))
-        info["epoch_seconds"].append(clock.total)
-        info["structured_seconds"].append(clock.structured)
-        info["sparsemap_truncated"].append(clock.truncated)
-        line = (f"epoch {epoch + 1}: loss {total / len(X):.4f}, {clock.total:.1f} s "
-                f"(chain loss {100 * clock.structured / clock.total:.1f}%)")
+        value = _step(net, optimiser, [X[i] for i in chosen], [Y[i] for i in chosen], options, singletons,
+                      generator, clock)
+        for key, add in (("loss", value * len(chosen)), ("seconds", time.perf_counter() - t0),
+                         ("structured", clock.structured), ("truncated", clock.truncated)):
+            sums[key] = sums.get(key, 0) + add
+
+    def end(epoch: int, sums: dict[str, Any]) -> dict[str, Any]:
+        record = {"loss": sums["loss"] / len(X), "seconds": sums["seconds"], "structured_seconds": sums["structured"],
+                  "sparsemap_truncated": int(sums["truncated"])}
+        extra = run.extra
         if dev is not None:
-            f1 = evaluate(net, dev[0], dev[1], vocab.tags)
-            info["dev_f1"].append(f1)
-            line += f", dev F1 {f1:.4f}"
-            if f1 > best:
-                best, stale = f1, 0
-                best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-                info["best_epoch"] = epoch + 1
+            record["dev_f1"] = f1 = evaluate(net, dev[0], dev[1], vocab.tags)
+            if f1 > extra["best"]:
+                extra.update(best=float(f1), stale=0, best_state=state_arrays(net), best_epoch=epoch)
             else:
-                stale += 1
+                extra["stale"] += 1
+        if options.patience and extra["stale"] >= options.patience:
+            run.stop()
+        return record
+
+    def after(epoch: int, record: dict[str, Any]) -> None:
+        line = (f"epoch {epoch}: loss {record['loss']:.4f}, {record['seconds']:.1f} s "
+                f"(chain loss {100 * record['structured_seconds'] / record['seconds']:.1f}%)")
+        if "dev_f1" in record:
+            line += f", dev F1 {record['dev_f1']:.4f}"
         rep.stage(line)
-        if options.patience and stale >= options.patience:
-            break
-    return best_state
+
+    run.run(plan, step, end, after, label=f" ({options.loss})")
+    return run
 
 
 def train_tagger(options: NetOptions, data: str | os.PathLike | None = None, n_train: int | None = None,

@@ -43,6 +43,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from structopt.errors import InvalidInputError
+from structopt.net_checkpoint import NetCheckpoint, TrainingRun
 from structopt.progress import Progress, as_progress, count
 from structopt.structures.grid import BinaryGrid, GridPotentials
 from structopt.tasks._data import read_image
@@ -305,6 +306,7 @@ class TrainLog:
     seconds: float = 0.0
     oracle_seconds: float = 0.0
     epochs: int = 0
+    resumed: bool = False
 
     @property
     def oracle_share(self) -> float:
@@ -336,7 +338,7 @@ def train(net: HorseCNN, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], *, ob
           epochs: int = DEFAULTS["epochs"], batch_size: int = DEFAULTS["batch_size"],
           learning_rate: float = DEFAULTS["learning_rate"], weight_decay: float = DEFAULTS["weight_decay"],
           seed: int = 0, progress: bool | Progress = False,
-          on_epoch: Callable[[int, float], None] | None = None) -> TrainLog:
+          on_epoch: Callable[[int, float], None] | None = None, checkpoint: NetCheckpoint | None = None) -> TrainLog:
     """Train ``net`` in place with Adam (cosine-decayed learning rate) on minibatches of images.
 
     Parameters
@@ -350,6 +352,10 @@ def train(net: HorseCNN, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], *, ob
         A bar over the minibatches of each epoch, and one stage line per epoch (its mean loss).
     on_epoch : callable, optional
         Called with (epoch, mean loss) after every epoch.
+    checkpoint : NetCheckpoint, optional
+        Written at every epoch's end and on Ctrl-C (at the end of the current batch); with its ``resume``, the
+        run continues from it (:class:`structopt.net_checkpoint.TrainingRun`: the same weights as the
+        uninterrupted run).
 
     Returns
     -------
@@ -370,31 +376,49 @@ def train(net: HorseCNN, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], *, ob
     n_batches = math.ceil(len(X) / batch_size)
     optimiser = torch.optim.Adam(net.parameters(), lr=learning_rate, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=epochs * n_batches)
+    run = TrainingRun(net, optimiser, int(epochs), len(X), scheduler=schedule, rngs=(rng,), torch_global=True,
+                      checkpoint=checkpoint, progress=report)
+    if run.restore():
+        report.stage(f"resuming from {checkpoint.path}: {run.epoch} of {epochs} epochs done")
     log = TrainLog()
-    net.train()
-    start = time.perf_counter()
-    for epoch in range(int(epochs)):
+
+    def plan(epoch: int) -> dict[str, Any]:
         order = rng.permutation(len(X))
         flips = rng.random(len(X)) < 0.5
-        total = 0.0
-        batches = [order[b * batch_size: (b + 1) * batch_size] for b in range(n_batches)]
-        for batch in report.items(batches, n_batches, f"epoch {epoch + 1}/{epochs} ({objective})", "batches"):
-            pairs = [_flip(X[i], Y[i]) if flips[i] else (X[i], Y[i]) for i in batch]
-            xs = [torch.as_tensor(x) for x, _ in pairs]
-            loss = _minibatch_loss(net, xs, [y for _, y in pairs], objective, log)
-            optimiser.zero_grad()
-            loss.backward()
-            optimiser.step()
-            schedule.step()
-            total += float(loss.detach()) * len(batch)
-        log.losses.append(total / len(X))
-        log.epochs = epoch + 1
-        report.stage(f"epoch {epoch + 1}/{epochs}: mean {objective} loss {log.losses[-1]:.4f} "
-                     f"({time.perf_counter() - start:.0f} s)")
+        return {"batches": [order[b * batch_size: (b + 1) * batch_size] for b in range(n_batches)], "flips": flips}
+
+    def step(batch: np.ndarray, plan: dict[str, Any], sums: dict[str, Any]) -> None:
+        start = time.perf_counter()
+        pairs = [_flip(X[i], Y[i]) if plan["flips"][i] else (X[i], Y[i]) for i in batch]
+        xs = [torch.as_tensor(x) for x, _ in pairs]
+        oracle = log.oracle_seconds
+        loss = _minibatch_loss(net, xs, [y for _, y in pairs], objective, log)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        schedule.step()
+        for key, add in (("loss", float(loss.detach()) * len(batch)), ("seconds", time.perf_counter() - start),
+                         ("oracle_seconds", log.oracle_seconds - oracle)):
+            sums[key] = sums.get(key, 0.0) + add
+
+    def end(epoch: int, sums: dict[str, Any]) -> dict[str, Any]:
+        return {"loss": sums["loss"] / len(X), "seconds": sums["seconds"], "oracle_seconds": sums["oracle_seconds"]}
+
+    def after(epoch: int, record: dict[str, Any]) -> None:
+        seconds = sum(r["seconds"] for r in run.records)
+        report.stage(f"epoch {epoch}/{epochs}: mean {objective} loss {record['loss']:.4f} ({seconds:.0f} s)")
         if on_epoch is not None:
-            on_epoch(epoch, log.losses[-1])
-    log.seconds = time.perf_counter() - start
-    net.eval()
+            on_epoch(epoch - 1, record["loss"])
+
+    net.train()
+    try:
+        run.run(plan, step, end, after, label=f" ({objective})")
+    finally:
+        net.eval()
+    log.losses = [r["loss"] for r in run.records]
+    log.seconds = float(sum(r["seconds"] for r in run.records))
+    log.oracle_seconds = float(sum(r["oracle_seconds"] for r in run.records))
+    log.epochs, log.resumed = len(run.records), run.resumed
     return log
 
 

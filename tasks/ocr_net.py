@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from structopt.errors import InvalidInputError
+from structopt.net_checkpoint import NetCheckpoint, TrainingRun
 from structopt.options import non_negative_int, one_of, positive, positive_int
 from structopt.progress import Progress, as_progress
 from structopt.structures.chain import ChainPotentials
@@ -146,8 +147,17 @@ class OCRNet(nn.Module):
             return self.crf(emissions, tags, lengths=lengths, reduction="sum")
         return -self.crf(emissions, tags, mask=mask, reduction="sum")
 
-    def hinge(self, emissions: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """The summed structured hinge (Hamming loss, loss-augmented Viterbi) of a padded batch."""
+    def loss(self, kind: str, emissions: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor,
+             mask: torch.Tensor) -> torch.Tensor:
+        """The summed training loss ``kind`` (one of :data:`LOSSES`) of a padded batch."""
+        if kind == "crf":
+            return self.nll(emissions, tags, lengths, mask)
+        return self.structured(kind, emissions, tags, lengths)
+
+    def structured(self, kind: str, emissions: torch.Tensor, tags: torch.Tensor,
+                   lengths: torch.Tensor) -> torch.Tensor:
+        """The summed structured hinge (Hamming loss, loss-augmented Viterbi) or SparseMAP loss of a padded
+        batch, word by word on the chain potentials :meth:`forward` gives."""
         from structopt.structures.chain import Chain
         from structopt.torch import structured_loss
 
@@ -160,7 +170,11 @@ class OCRNet(nn.Module):
             unary[n - 1] = unary[n - 1] + end
             theta.append(ChainPotentials(unary, transitions))
             gold.append(tags[b, :n].numpy())
-        return structured_loss(chain, theta, gold, kind="hinge").sum()
+        return structured_loss(chain, theta, gold, kind=kind).sum()
+
+    def hinge(self, emissions: torch.Tensor, tags: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The summed structured hinge (Hamming loss, loss-augmented Viterbi) of a padded batch."""
+        return self.structured("hinge", emissions, tags, lengths)
 
     @torch.no_grad()
     def decode(self, emissions: torch.Tensor, lengths: torch.Tensor, mask: torch.Tensor) -> list[np.ndarray]:
@@ -300,7 +314,8 @@ class _Threads:
 
 def train(net: OCRNet, words: Words, options: TrainOptions = TrainOptions(),
           progress: bool | Progress = False,
-          on_epoch: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, Any]:
+          on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+          checkpoint: NetCheckpoint | None = None) -> dict[str, Any]:
     """Train ``net`` in place on labelled ``words``.
 
     Parameters
@@ -313,22 +328,26 @@ def train(net: OCRNet, words: Words, options: TrainOptions = TrainOptions(),
         A stage line per epoch (mean loss, seconds) and a bar over its minibatches.
     on_epoch : callable, optional
         ``on_epoch(epoch, record)`` after each epoch (``record``: ``loss``, ``seconds``), e.g. to evaluate.
+    checkpoint : NetCheckpoint, optional
+        Written at every epoch's end and on Ctrl-C (at the end of the current batch); with ``resume``, the
+        run continues from it, ending with the weights the uninterrupted run ends with
+        (:class:`structopt.net_checkpoint.TrainingRun`).
 
     Returns
     -------
     dict
         ``epochs``, ``seconds`` (CPU seconds of training), ``final_loss`` (the last epoch's mean per letter),
-        ``kind`` (the loss), ``history`` (one record per epoch: ``epoch``, ``loss``, ``seconds``).
+        ``kind`` (the loss), ``history`` (one record per epoch: ``epoch``, ``loss``, ``seconds``), ``resumed``.
 
     Raises
     ------
     InvalidInputError
-        Words without labels; the hinge with pytorch-crf's layer.
+        Words without labels; the hinge or SparseMAP with pytorch-crf's layer; a checkpoint of another run.
     """
     if words.labels is None:
         raise InvalidInputError("train needs labelled OCR words")
-    if options.loss == "hinge" and net.kind != "structopt":
-        raise InvalidInputError("loss='hinge' runs on structopt's chain layer (OCRNet(crf='structopt'))")
+    if options.loss != "crf" and net.kind != "structopt":
+        raise InvalidInputError(f"loss={options.loss!r} runs on structopt's chain layer (OCRNet(crf='structopt'))")
     report = as_progress(progress)
     torch.manual_seed(options.seed)
     rng = np.random.default_rng(options.seed)
@@ -336,36 +355,48 @@ def train(net: OCRNet, words: Words, options: TrainOptions = TrainOptions(),
     optimizer = torch.optim.Adam(net.parameters(), lr=options.lr)
     n_batches = math.ceil(len(words) / options.batch_size)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, options.epochs * n_batches)
-    history: list[dict[str, float]] = []
+    run = TrainingRun(net, optimizer, options.epochs, len(words), scheduler=schedule, rngs=(rng,),
+                      generators=(shifts,), torch_global=True, checkpoint=checkpoint, progress=report)
+    if run.restore():
+        report.stage(f"resuming from {checkpoint.path}: {run.epoch} of {options.epochs} epochs done")
+
+    def plan(epoch: int) -> dict[str, Any]:
+        order = rng.permutation(len(words))
+        return {"batches": [order[i:i + options.batch_size] for i in range(0, len(words), options.batch_size)]}
+
+    def step(index: np.ndarray, plan: dict[str, Any], sums: dict[str, Any]) -> None:
+        start = time.process_time()
+        images, mask, lengths, tags = words.batch(index)
+        emissions = net.emissions(shift_letters(images, options.shift, shifts), mask)
+        loss = net.loss(options.loss, emissions, tags, lengths, mask)
+        optimizer.zero_grad()
+        (loss / len(images)).backward()
+        optimizer.step()
+        schedule.step()
+        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+        sums["letters"] = sums.get("letters", 0) + len(images)
+        sums["seconds"] = sums.get("seconds", 0.0) + time.process_time() - start
+
+    def end(epoch: int, sums: dict[str, Any]) -> dict[str, Any]:
+        return {"epoch": epoch, "loss": sums["loss"] / sums["letters"], "seconds": sums["seconds"]}
+
+    def after(epoch: int, record: dict[str, Any]) -> None:
+        report.stage(f"epoch {epoch}/{options.epochs}: loss {record['loss']:.4f} per letter, "
+                     f"{record['seconds']:.1f} s CPU")
+        if on_epoch is not None:
+            net.eval()
+            on_epoch(epoch, record)
+            net.train()
+
     net.train()
-    with _Threads(options.threads):
-        for epoch in range(1, options.epochs + 1):
-            start, total, letters = time.process_time(), 0.0, 0
-            order = rng.permutation(len(words))
-            batches = (order[i:i + options.batch_size] for i in range(0, len(words), options.batch_size))
-            for index in report.items(batches, n_batches, f"epoch {epoch}/{options.epochs}", "batches"):
-                images, mask, lengths, tags = words.batch(index)
-                emissions = net.emissions(shift_letters(images, options.shift, shifts), mask)
-                if options.loss == "crf":
-                    loss = net.nll(emissions, tags, lengths, mask)
-                else:
-                    loss = net.hinge(emissions, tags, lengths)
-                optimizer.zero_grad()
-                (loss / len(images)).backward()
-                optimizer.step()
-                schedule.step()
-                total, letters = total + float(loss.detach()), letters + len(images)
-            record = {"epoch": epoch, "loss": total / letters, "seconds": time.process_time() - start}
-            history.append(record)
-            report.stage(f"epoch {epoch}/{options.epochs}: loss {record['loss']:.4f} per letter, "
-                         f"{record['seconds']:.1f} s CPU")
-            if on_epoch is not None:
-                net.eval()
-                on_epoch(epoch, record)
-                net.train()
-    net.eval()
+    try:
+        with _Threads(options.threads):
+            run.run(plan, step, end, after)
+    finally:
+        net.eval()
+    history = run.records
     return {"epochs": options.epochs, "seconds": sum(r["seconds"] for r in history),
-            "final_loss": history[-1]["loss"], "kind": options.loss, "history": history}
+            "final_loss": history[-1]["loss"], "kind": options.loss, "history": history, "resumed": run.resumed}
 
 
 def predict(net: OCRNet, words: Words, batch_size: int = 256, threads: int = 1) -> list[np.ndarray]:

@@ -48,6 +48,7 @@ import torch
 from torch import nn
 
 from structopt.errors import InvalidInputError
+from structopt.net_checkpoint import NetCheckpoint, TrainingRun, check_state_arrays, load_state_arrays, state_arrays
 from structopt.progress import Progress, as_progress, count
 from structopt.structures.dependency import DependencyPotentials, DependencyTree
 from structopt.tasks.parsing import Sentence, attachment_scores, load_parsing
@@ -470,9 +471,13 @@ def parse(model: Any, X: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 def fit(model: Any, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], options: NetOptions,
         dev: tuple[Sequence[Sentence], Sequence[np.ndarray]] | None = None,
-        progress: bool | Progress = False) -> dict[str, Any]:
+        progress: bool | Progress = False, checkpoint: NetCheckpoint | None = None) -> dict[str, Any]:
     """Train ``model.module`` in place with Adam; with ``dev`` (sentences, encoded), keep the weights of the epoch
     with the best development UAS.
+
+    ``checkpoint`` is written at every epoch's end and on Ctrl-C (at the end of the current batch); with its
+    ``resume``, the run continues from it (:class:`structopt.net_checkpoint.TrainingRun`: the same weights as
+    the uninterrupted run, the best epoch's weights kept in the checkpoint too).
 
     Returns
     -------
@@ -480,7 +485,7 @@ def fit(model: Any, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequence[np.n
         ``epochs``, ``seconds`` (training, development scoring excluded), ``seconds_per_epoch``, ``final_loss``
         (mean loss per sentence of the last epoch, structured + label), ``structured_share`` (the fraction of the
         training time inside the structured loss, forward and backward), ``losses``, ``epoch_seconds``,
-        ``structured_seconds``, ``dev_uas`` and ``dev_las`` per epoch, ``best_epoch``, ``loss``.
+        ``structured_seconds``, ``dev_uas`` and ``dev_las`` per epoch, ``best_epoch``, ``loss``, ``resumed``.
     """
     if len(X) != len(Y) or not len(X):
         raise InvalidInputError(f"fit needs as many gold trees as sentences (>= 1), got {len(X)} and {len(Y)}")
@@ -489,28 +494,35 @@ def fit(model: Any, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequence[np.n
             raise InvalidInputError(f"sentence {i}: gold output of shape {np.shape(y)}, expected (2, {np.shape(x)[0]})")
     rep = as_progress(progress)
     net = model.module
-    info: dict[str, Any] = {"losses": [], "dev_uas": [], "dev_las": [], "epoch_seconds": [], "structured_seconds": []}
     net.train()
     try:
         # dropout draws from torch's global generator: seeded here, the caller's state restored after
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(options.seed)
-            best_state = _epochs(model, vocab, X, Y, options, dev, rep, info)
+            run = _epochs(model, vocab, X, Y, options, dev, rep, checkpoint)
     finally:
         net.eval()  # a TorchModel's module is a deterministic function of its weights
+    best_state = run.extra.get("best_state")
     if best_state is not None:
-        net.load_state_dict(best_state)
+        load_state_arrays(net, best_state, "the best epoch's weights")
+    records = run.records
+    info: dict[str, Any] = {"losses": [r["loss"] for r in records],
+                            "dev_uas": [r["dev_uas"] for r in records if "dev_uas" in r],
+                            "dev_las": [r["dev_las"] for r in records if "dev_las" in r],
+                            "epoch_seconds": [r["seconds"] for r in records],
+                            "structured_seconds": [r["structured_seconds"] for r in records]}
     seconds = float(np.sum(info["epoch_seconds"]))
-    info.update(epochs=len(info["losses"]), seconds=seconds, seconds_per_epoch=seconds / len(info["losses"]),
+    info.update(epochs=len(records), seconds=seconds, seconds_per_epoch=seconds / len(records),
                 final_loss=info["losses"][-1], loss=options.loss,
-                structured_share=float(np.sum(info["structured_seconds"])) / seconds)
-    info.setdefault("best_epoch", len(info["losses"]))
+                structured_share=float(np.sum(info["structured_seconds"])) / seconds,
+                best_epoch=int(run.extra.get("best_epoch", len(records))), resumed=run.resumed)
     return info
 
 
 def _epochs(model: Any, vocab: Vocabulary, X, Y, options: NetOptions, dev, rep: Progress,
-            info: dict[str, Any]) -> dict[str, torch.Tensor] | None:
-    """The epochs of :func:`fit`; the state of the best development epoch (None without ``dev``)."""
+            checkpoint: NetCheckpoint | None) -> TrainingRun:
+    """The epochs of :func:`fit`, as a :class:`TrainingRun` whose ``extra`` holds the best development epoch
+    (``best`` UAS, ``best_epoch``, ``best_state`` arrays)."""
     net = model.module
     rng = np.random.default_rng(options.seed)
     generator = torch.Generator().manual_seed(options.seed)
@@ -519,33 +531,46 @@ def _epochs(model: Any, vocab: Vocabulary, X, Y, options: NetOptions, dev, rep: 
     alpha = float(options.word_dropout)
     keep = counts / (counts + alpha) if alpha > 0 else torch.ones_like(counts)  # P(word kept) = 1 - α / (α + count)
     lengths = np.array([len(x) for x in X])
-    best, best_state = -1.0, None
-    for epoch in range(options.epochs):
+    run = TrainingRun(net, optimiser, options.epochs, len(X), rngs=(rng,), generators=(generator,),
+                      torch_global=True, checkpoint=checkpoint, progress=rep)
+    if run.restore():
+        if not isinstance(run.extra.get("best"), float):
+            raise InvalidInputError(f"checkpoint {checkpoint.path} is malformed (its best epoch's record)")
+        if "best_state" in run.extra:
+            check_state_arrays(net, run.extra["best_state"], f"checkpoint {checkpoint.path}")
+        rep.stage(f"resuming from {checkpoint.path}: {run.epoch} of {options.epochs} epochs done")
+    else:
+        run.extra.update(best=-1.0)
+
+    def plan(epoch: int) -> dict[str, Any]:
+        return {"batches": _batches(lengths, options.batch_size, rng)}
+
+    def step(chosen: np.ndarray, plan: dict[str, Any], sums: dict[str, Any]) -> None:
         clock = _Clock()
-        batches = _batches(lengths, options.batch_size, rng)
         t0 = time.perf_counter()
-        total = 0.0
-        for chosen in rep.items(batches, len(batches), f"epoch {epoch + 1}/{options.epochs} ({options.loss})",
-                                "batch"):
-            total += _step(net, optimiser, [X[i] for i in chosen], [Y[i] for i in chosen], options, keep, generator,
-                           clock) * len(chosen)
-        seconds = time.perf_counter() - t0
-        info["losses"].append(total / len(X))
-        info["epoch_seconds"].append(seconds)
-        info["structured_seconds"].append(clock.structured)
-        line = (f"epoch {epoch + 1}: loss {total / len(X):.4f}, {seconds:.1f} s "
-                f"({options.loss} loss {100 * clock.structured / seconds:.1f}%)")
+        value = _step(net, optimiser, [X[i] for i in chosen], [Y[i] for i in chosen], options, keep, generator, clock)
+        for key, add in (("loss", value * len(chosen)), ("seconds", time.perf_counter() - t0),
+                         ("structured", clock.structured)):
+            sums[key] = sums.get(key, 0) + add
+
+    def end(epoch: int, sums: dict[str, Any]) -> dict[str, Any]:
+        record = {"loss": sums["loss"] / len(X), "seconds": sums["seconds"], "structured_seconds": sums["structured"]}
         if dev is not None:
             found = attachment_scores(list(dev[0]), parse(model, dev[1]), vocab.labels)
-            info["dev_uas"].append(found["uas"])
-            info["dev_las"].append(found["las"])
-            line += f", dev UAS {found['uas']:.4f} LAS {found['las']:.4f}"
-            if found["uas"] > best:
-                best = found["uas"]
-                best_state = {k: t.detach().clone() for k, t in net.state_dict().items()}
-                info["best_epoch"] = epoch + 1
+            record.update(dev_uas=found["uas"], dev_las=found["las"])
+            if found["uas"] > run.extra["best"]:
+                run.extra.update(best=float(found["uas"]), best_state=state_arrays(net), best_epoch=epoch)
+        return record
+
+    def after(epoch: int, record: dict[str, Any]) -> None:
+        line = (f"epoch {epoch}: loss {record['loss']:.4f}, {record['seconds']:.1f} s "
+                f"({options.loss} loss {100 * record['structured_seconds'] / record['seconds']:.1f}%)")
+        if "dev_uas" in record:
+            line += f", dev UAS {record['dev_uas']:.4f} LAS {record['dev_las']:.4f}"
         rep.stage(line)
-    return best_state
+
+    run.run(plan, step, end, after, label=f" ({options.loss})")
+    return run
 
 
 def train_parser(options: NetOptions, data: str | os.PathLike | None = None, n_train: int | None = None,

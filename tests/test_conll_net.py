@@ -350,3 +350,35 @@ def test_short_real_run_reads_the_split_and_scores_testb():
     assert info["epochs"] == 1 and 0 <= info["test_f1"] <= 1 and len(info["dev_f1"]) == 1
     assert out["vocab"].tags[0] == "O" and len(out["vocab"].tags) == 9
     assert out["files"]["test"].endswith("esp.testb")
+
+
+def test_fit_interrupted_mid_epoch_resumes_to_the_uninterrupted_run(tmp_path):
+    """Dropout, unknown-word draws, the batch plan and the best development epoch's weights all survive a
+    simulated Ctrl-C in the middle of epoch 2: the resumed run ends bit for bit where the uninterrupted one does."""
+    from structopt.net_checkpoint import NetCheckpoint
+    from structopt.progress import Progress
+
+    class StopAt(Progress):
+        def items(self, iterable, total, what, unit="it"):
+            for i, item in enumerate(iterable):
+                if what.startswith("epoch 2/") and i == 2:
+                    raise KeyboardInterrupt
+                yield item
+
+    train, dev = corpus(40, 3), corpus(12, 4)
+    vocab = cn.Vocabulary.build(train)
+    X, Y = cn.encode(train, vocab), cn.encode_tags(train, vocab)
+    D = (cn.encode(dev, vocab), cn.encode_tags(dev, vocab))
+    options = cn.NetOptions(epochs=3, batch_size=8, lr=2e-2, hidden=8, word_dim=8, dropout=0.3, unk_rate=0.5)
+    reference = small_net(vocab)
+    expected = cn.fit(reference, vocab, X, Y, options, dev=D)
+    path = tmp_path / "ck.npz"
+    with pytest.raises(KeyboardInterrupt):
+        cn.fit(small_net(vocab), vocab, X, Y, options, dev=D, progress=StopAt(lines=False, bars=False),
+               checkpoint=NetCheckpoint(path))
+    net = small_net(vocab)
+    info = cn.fit(net, vocab, X, Y, options, dev=D, checkpoint=NetCheckpoint(path, resume=True))
+    assert info["resumed"] and info["losses"] == expected["losses"] and info["dev_f1"] == expected["dev_f1"]
+    assert info["best_epoch"] == expected["best_epoch"]
+    for (name, a), b in zip(reference.state_dict().items(), net.state_dict().values()):
+        assert torch.equal(a, b), name

@@ -278,3 +278,30 @@ def test_cli_train_net_then_predict_gives_the_same_scores(tmp_path, capsys):
         assert predicted[name] == pytest.approx(trained[name], abs=1e-12), name
     assert sorted(p.name for p in (tmp_path / "masks").iterdir()) == ["horse002.png", "horse005.png", "horse008.png"]
     capsys.readouterr()
+
+
+def test_training_interrupted_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path):
+    """The flips and the order of an epoch, Adam's moments and the cosine schedule survive a simulated Ctrl-C
+    inside epoch 2: the resumed run ends with the uninterrupted run's weights, bit for bit."""
+    from structopt.net_checkpoint import NetCheckpoint
+    from structopt.progress import Progress
+
+    class StopAt(Progress):
+        def items(self, iterable, total, what, unit="it"):
+            for i, item in enumerate(iterable):
+                if what.startswith("epoch 2/") and i == 1:
+                    raise KeyboardInterrupt
+                yield item
+
+    X, Y = _disc_images(5, seed=4)
+    reference = hn.build(size=16, width=8, seed=5)
+    expected = hn.train(reference, X, Y, epochs=2, batch_size=2, seed=6)
+    path = tmp_path / "ck.npz"
+    with pytest.raises(KeyboardInterrupt):
+        hn.train(hn.build(size=16, width=8, seed=5), X, Y, epochs=2, batch_size=2, seed=6,
+                 progress=StopAt(lines=False, bars=False), checkpoint=NetCheckpoint(path))
+    net = hn.build(size=16, width=8, seed=5)
+    log = hn.train(net, X, Y, epochs=2, batch_size=2, seed=6, checkpoint=NetCheckpoint(path, resume=True))
+    assert log.resumed and log.losses == expected.losses and log.epochs == 2
+    for (name, a), b in zip(reference.state_dict().items(), net.state_dict().values()):
+        assert torch.equal(a, b), name
