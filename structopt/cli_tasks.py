@@ -179,7 +179,12 @@ class TaskSpec:
     def check_preprocessing(self, saved: Any) -> None:
         """Refuse, naming the model file, preprocessing that lacks a key of :attr:`preprocessing_types` or
         holds a value of another type (a file is untrusted even when its checksum holds)."""
-        for key, kind in self.preprocessing_types:
+        self.check_types(saved, self.preprocessing_types)
+
+    def check_types(self, saved: Any, types: tuple[tuple[str, type], ...]) -> None:
+        """Refuse, naming the model file, preprocessing that lacks a key of ``types`` ((key, type) pairs) or holds
+        a value of another type there."""
+        for key, kind in types:
             if not isinstance(saved.preprocessing.get(key), kind):
                 raise InvalidInputError(f"model {saved.path}: its {self.name} preprocessing lacks {key!r} or holds "
                                         f"a {type(saved.preprocessing.get(key)).__name__} there")
@@ -548,10 +553,7 @@ class NERTask(_TaggingTask):
     def check_preprocessing(self, saved: Any) -> None:
         if "vocabulary" not in saved.preprocessing:  # a linear model
             return super().check_preprocessing(saved)
-        for key, kind in self.net_preprocessing_types:
-            if not isinstance(saved.preprocessing.get(key), kind):
-                raise InvalidInputError(f"model {saved.path}: its {self.name} preprocessing lacks {key!r} or holds "
-                                        f"a {type(saved.preprocessing.get(key)).__name__} there")
+        self.check_types(saved, self.net_preprocessing_types)
         self._vocabulary(saved)
         return None
 
@@ -1102,10 +1104,7 @@ class ParsingTask(TaskSpec):
     def check_preprocessing(self, saved: Any) -> None:
         if "vocabulary" not in saved.preprocessing:  # a linear model
             return super().check_preprocessing(saved)
-        for key, kind in self.net_preprocessing_types:
-            if not isinstance(saved.preprocessing.get(key), kind):
-                raise InvalidInputError(f"model {saved.path}: its {self.name} preprocessing lacks {key!r} or holds "
-                                        f"a {type(saved.preprocessing.get(key)).__name__} there")
+        self.check_types(saved, self.net_preprocessing_types)
         self._vocabulary(saved)
         return None
 

@@ -225,6 +225,32 @@ class TrainingRun:
         """End the run after the current epoch (called by ``end``)."""
         self.stopped = True
 
+    # ------------------------------------------------------------------ the best epoch (model selection)
+    def keep_best(self, score: float, epoch: int) -> bool:
+        """Keep the module's weights as the best epoch's when ``score`` (higher is better, e.g. a development
+        metric) beats every earlier one; whether it did. Kept in :attr:`extra` (``best``, ``best_epoch``,
+        ``best_state``), so a resumed run keeps choosing among the same epochs."""
+        if score > self.extra.get("best", -np.inf):
+            self.extra.update(best=float(score), best_epoch=int(epoch), best_state=state_arrays(self.module))
+            return True
+        return False
+
+    def load_best(self) -> int:
+        """Load the best epoch's weights into the module (when :meth:`keep_best` kept any); the epoch whose weights
+        the module now holds (the last one otherwise)."""
+        if "best_state" not in self.extra:
+            return self.epoch
+        load_state_arrays(self.module, self.extra["best_state"], "the best epoch's weights")
+        return int(self.extra["best_epoch"])
+
+    def _check_best(self, path: Any) -> None:
+        extra = self.extra
+        if "best_state" in extra or "best" in extra:
+            if not (isinstance(extra.get("best"), float) and type(extra.get("best_epoch")) is int
+                    and 1 <= extra["best_epoch"] <= self.epoch):
+                raise InvalidInputError(f"checkpoint {path} is malformed (its best epoch's record)")
+            check_state_arrays(self.module, extra.get("best_state"), f"checkpoint {path}")
+
     # ------------------------------------------------------------------ checkpoint I/O
     def _state(self) -> dict[str, Any]:
         import torch
@@ -282,6 +308,7 @@ class TrainingRun:
             raise InvalidInputError(f"checkpoint {path} is malformed ({type(error).__name__}: {error})") from None
         if not consistent:
             raise InvalidInputError(f"checkpoint {path} is malformed (its weights and its state_dict disagree)")
+        self._check_best(path)
         self.resumed = True
         return True
 
@@ -425,5 +452,18 @@ class TrainingRun:
             raise
 
 
-__all__ = ["CHECKPOINT_FILE", "SOLVER", "NetCheckpoint", "TrainingRun", "check_state_arrays", "load_state_arrays",
-           "run_fingerprint", "state_arrays"]
+def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled batches of examples of similar lengths (a random order, sorted by length within chunks of 50
+    batches, the batches shuffled): little padding in a padded batch, a fresh mix every epoch."""
+    order = rng.permutation(len(lengths))
+    chunk = 50 * batch_size
+    out: list[np.ndarray] = []
+    for a in range(0, len(order), chunk):
+        part = order[a:a + chunk]
+        part = part[np.argsort(lengths[part], kind="stable")]
+        out.extend(part[b:b + batch_size] for b in range(0, len(part), batch_size))
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+__all__ = ["CHECKPOINT_FILE", "SOLVER", "NetCheckpoint", "TrainingRun", "check_state_arrays", "length_batches",
+           "load_state_arrays", "run_fingerprint", "state_arrays"]

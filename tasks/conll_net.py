@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from structopt.errors import InvalidInputError
-from structopt.net_checkpoint import NetCheckpoint, TrainingRun, check_state_arrays, load_state_arrays, state_arrays
+from structopt.net_checkpoint import NetCheckpoint, TrainingRun, length_batches
 from structopt.progress import Progress, as_progress, count
 from structopt.tasks.conll import Corpus, _data_file, chunk_f1, read_conll, resolve_data_dir, word_shape
 from structopt.torch import ChainCRF, register_network
@@ -533,18 +533,6 @@ def _structured_loss(net: BiLSTMTagger, emissions: torch.Tensor, lengths: torch.
     return value
 
 
-def _batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Shuffled batches of sentences of similar lengths (sorted within chunks of 50 batches: little padding)."""
-    order = rng.permutation(len(lengths))
-    chunk = 50 * batch_size
-    out: list[np.ndarray] = []
-    for a in range(0, len(order), chunk):
-        part = order[a:a + chunk]
-        part = part[np.argsort(lengths[part], kind="stable")]
-        out.extend(part[b:b + batch_size] for b in range(0, len(part), batch_size))
-    return [out[i] for i in rng.permutation(len(out))]
-
-
 @torch.no_grad()
 def predict_tags(net: BiLSTMTagger, X: Sequence[np.ndarray], batch_size: int = 64) -> list[np.ndarray]:
     """Viterbi tag ids of every sentence (evaluation mode; the network's mode is restored)."""
@@ -631,9 +619,7 @@ def fit(net: BiLSTMTagger, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequen
         torch.manual_seed(options.seed)
         run = _epochs(net, vocab, X, Y, options, dev, rep, checkpoint)
     records = run.records
-    best_state = run.extra.get("best_state")
-    if best_state is not None:
-        load_state_arrays(net, best_state, "the best epoch's weights")
+    best_epoch = run.load_best()
     net.eval()  # a TorchModel's module is a deterministic function of its weights
     info: dict[str, Any] = {"losses": [r["loss"] for r in records],
                             "dev_f1": [r["dev_f1"] for r in records if "dev_f1" in r],
@@ -643,14 +629,14 @@ def fit(net: BiLSTMTagger, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequen
     seconds = float(np.sum(info["epoch_seconds"]))
     info.update(epochs=len(records), seconds=seconds, seconds_per_epoch=seconds / len(records),
                 final_loss=info["losses"][-1], structured_share=float(np.sum(info["structured_seconds"])) / seconds,
-                best_epoch=int(run.extra.get("best_epoch", len(records))), resumed=run.resumed)
+                best_epoch=best_epoch, resumed=run.resumed)
     return info
 
 
 def _epochs(net: BiLSTMTagger, vocab: Vocabulary, X, Y, options: NetOptions, dev, rep: Progress,
             checkpoint: NetCheckpoint | None) -> TrainingRun:
     """The epochs of :func:`fit`, as a :class:`TrainingRun` whose ``extra`` holds the best development epoch
-    (``best`` F1, ``best_epoch``, ``best_state`` arrays) and the epochs since it (``stale``)."""
+    (``best`` F1, ``best_epoch``, ``best_state`` arrays)."""
     rng = np.random.default_rng(options.seed)
     generator = torch.Generator().manual_seed(options.seed)
     optimiser = torch.optim.Adam(net.parameters(), lr=options.lr, foreach=True)
@@ -659,17 +645,10 @@ def _epochs(net: BiLSTMTagger, vocab: Vocabulary, X, Y, options: NetOptions, dev
     run = TrainingRun(net, optimiser, options.epochs, len(X), rngs=(rng,), generators=(generator,),
                       torch_global=True, checkpoint=checkpoint, progress=rep)
     if run.restore():
-        extra = run.extra
-        if not (isinstance(extra.get("best"), float) and type(extra.get("stale")) is int):
-            raise InvalidInputError(f"checkpoint {checkpoint.path} is malformed (its best epoch's record)")
-        if "best_state" in extra:
-            check_state_arrays(net, extra["best_state"], f"checkpoint {checkpoint.path}")
         rep.stage(f"resuming from {checkpoint.path}: {run.epoch} of {options.epochs} epochs done")
-    else:
-        run.extra.update(best=-1.0, stale=0)
 
     def plan(epoch: int) -> dict[str, Any]:
-        return {"batches": _batches(lengths, options.batch_size, rng)}
+        return {"batches": length_batches(lengths, options.batch_size, rng)}
 
     def step(chosen: np.ndarray, plan: dict[str, Any], sums: dict[str, Any]) -> None:
         clock = _Clock()
@@ -683,15 +662,11 @@ def _epochs(net: BiLSTMTagger, vocab: Vocabulary, X, Y, options: NetOptions, dev
     def end(epoch: int, sums: dict[str, Any]) -> dict[str, Any]:
         record = {"loss": sums["loss"] / len(X), "seconds": sums["seconds"], "structured_seconds": sums["structured"],
                   "sparsemap_truncated": int(sums["truncated"])}
-        extra = run.extra
         if dev is not None:
-            record["dev_f1"] = f1 = evaluate(net, dev[0], dev[1], vocab.tags)
-            if f1 > extra["best"]:
-                extra.update(best=float(f1), stale=0, best_state=state_arrays(net), best_epoch=epoch)
-            else:
-                extra["stale"] += 1
-        if options.patience and extra["stale"] >= options.patience:
-            run.stop()
+            record["dev_f1"] = evaluate(net, dev[0], dev[1], vocab.tags)
+            run.keep_best(record["dev_f1"], epoch)
+            if options.patience and epoch - run.extra["best_epoch"] >= options.patience:  # epochs since the best
+                run.stop()
         return record
 
     def after(epoch: int, record: dict[str, Any]) -> None:

@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from structopt.errors import InvalidInputError
-from structopt.net_checkpoint import NetCheckpoint, TrainingRun, check_state_arrays, load_state_arrays, state_arrays
+from structopt.net_checkpoint import NetCheckpoint, TrainingRun, length_batches
 from structopt.progress import Progress, as_progress, count
 from structopt.structures.dependency import DependencyPotentials, DependencyTree
 from structopt.tasks.parsing import Sentence, attachment_scores, load_parsing
@@ -405,18 +405,6 @@ def arc_loss(tables: Sequence[torch.Tensor], heads: Sequence[np.ndarray], kind: 
 
 
 # --------------------------------------------------------------------------- training
-def _batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Shuffled batches of sentences of similar lengths (sorted within chunks of 50 batches: little padding)."""
-    order = rng.permutation(len(lengths))
-    chunk = 50 * batch_size
-    out: list[np.ndarray] = []
-    for a in range(0, len(order), chunk):
-        part = order[a:a + chunk]
-        part = part[np.argsort(lengths[part], kind="stable")]
-        out.extend(part[b:b + batch_size] for b in range(0, len(part), batch_size))
-    return [out[i] for i in rng.permutation(len(out))]
-
-
 @dataclass
 class _Clock:
     """Seconds of an epoch inside the structured loss (its forward and its backward to the arc tables)."""
@@ -502,9 +490,7 @@ def fit(model: Any, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequence[np.n
             run = _epochs(model, vocab, X, Y, options, dev, rep, checkpoint)
     finally:
         net.eval()  # a TorchModel's module is a deterministic function of its weights
-    best_state = run.extra.get("best_state")
-    if best_state is not None:
-        load_state_arrays(net, best_state, "the best epoch's weights")
+    best_epoch = run.load_best()
     records = run.records
     info: dict[str, Any] = {"losses": [r["loss"] for r in records],
                             "dev_uas": [r["dev_uas"] for r in records if "dev_uas" in r],
@@ -515,7 +501,7 @@ def fit(model: Any, vocab: Vocabulary, X: Sequence[np.ndarray], Y: Sequence[np.n
     info.update(epochs=len(records), seconds=seconds, seconds_per_epoch=seconds / len(records),
                 final_loss=info["losses"][-1], loss=options.loss,
                 structured_share=float(np.sum(info["structured_seconds"])) / seconds,
-                best_epoch=int(run.extra.get("best_epoch", len(records))), resumed=run.resumed)
+                best_epoch=best_epoch, resumed=run.resumed)
     return info
 
 
@@ -534,16 +520,10 @@ def _epochs(model: Any, vocab: Vocabulary, X, Y, options: NetOptions, dev, rep: 
     run = TrainingRun(net, optimiser, options.epochs, len(X), rngs=(rng,), generators=(generator,),
                       torch_global=True, checkpoint=checkpoint, progress=rep)
     if run.restore():
-        if not isinstance(run.extra.get("best"), float):
-            raise InvalidInputError(f"checkpoint {checkpoint.path} is malformed (its best epoch's record)")
-        if "best_state" in run.extra:
-            check_state_arrays(net, run.extra["best_state"], f"checkpoint {checkpoint.path}")
         rep.stage(f"resuming from {checkpoint.path}: {run.epoch} of {options.epochs} epochs done")
-    else:
-        run.extra.update(best=-1.0)
 
     def plan(epoch: int) -> dict[str, Any]:
-        return {"batches": _batches(lengths, options.batch_size, rng)}
+        return {"batches": length_batches(lengths, options.batch_size, rng)}
 
     def step(chosen: np.ndarray, plan: dict[str, Any], sums: dict[str, Any]) -> None:
         clock = _Clock()
@@ -558,8 +538,7 @@ def _epochs(model: Any, vocab: Vocabulary, X, Y, options: NetOptions, dev, rep: 
         if dev is not None:
             found = attachment_scores(list(dev[0]), parse(model, dev[1]), vocab.labels)
             record.update(dev_uas=found["uas"], dev_las=found["las"])
-            if found["uas"] > run.extra["best"]:
-                run.extra.update(best=float(found["uas"]), best_state=state_arrays(net), best_epoch=epoch)
+            run.keep_best(found["uas"], epoch)
         return record
 
     def after(epoch: int, record: dict[str, Any]) -> None:
