@@ -1,0 +1,126 @@
+"""What a new user sees: a kernel compiling on its first call says so (nothing sits silent for minutes), the numba
+cache survives edits of modules that only name numba, and wrong inputs are one line naming the argument."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numba
+import pytest
+
+from structopt import _numba_cache
+from structopt._numba_cache import CompileNotice, announce_compiles, stop_announcing
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- compile stage lines
+@pytest.fixture
+def lines():
+    said: list[str] = []
+    yield said
+    stop_announcing()
+
+
+def _fresh_kernels():
+    """Two kernels never compiled in this process (no disk cache): ``outer`` calls ``inner``."""
+    @numba.njit
+    def inner(x):
+        return x + 1
+
+    @numba.njit
+    def outer(x):
+        return inner(x) * 2
+
+    return inner, outer
+
+
+def test_a_compiling_kernel_is_announced_once_per_stage_and_loads_are_not(lines):
+    announce_compiles(lines.append, every=60.0)
+    _, outer = _fresh_kernels()
+    assert outer(1) == 4
+    assert len(lines) == 1, lines
+    first = lines[0]
+    assert first.startswith("structopt: compiling numba kernels on their first use")
+    assert str(_numba_cache.CACHE_DIR) in first and first.endswith("_fresh_kernels.<locals>.outer")  # names it
+    assert outer(2) == 6  # compiled: a call compiles nothing, says nothing
+    again, _ = _fresh_kernels()
+    assert again(1.5) == 2.5  # another kernel within `every` seconds of the last line: one stage, no new line
+    assert len(lines) == 1, lines
+    stop_announcing()
+    _, quiet = _fresh_kernels()
+    assert quiet(1) == 4 and len(lines) == 1  # removed: nothing more
+
+
+def test_later_kernels_get_a_line_once_the_last_line_is_old(lines):
+    notice = announce_compiles(lines.append, every=0.05)
+    _, outer = _fresh_kernels()
+    outer(1)
+    time.sleep(0.1)
+    _, later = _fresh_kernels()
+    later(1)
+    started = [line for line in lines if not line.startswith("structopt: still compiling")]  # the watcher's aside
+    assert len(started) == 2 and started[1].startswith("structopt: compiling numba kernel "), lines
+    assert notice.kernels == 2  # the kernels a kernel compiles inside its own compilation are not counted
+    assert started[1].endswith("outer (kernel 2 of this run, the first began 0 s ago)")
+
+
+def test_a_long_compilation_gets_a_line_every_few_seconds():
+    said: list[str] = []
+    notice = CompileNotice(said.append, every=0.05)  # numba's events, driven by hand: a compilation that lasts
+    start = SimpleNamespace(data={"dispatcher": SimpleNamespace(py_func=_fresh_kernels)})
+    try:
+        notice.on_start(start)
+        deadline = time.monotonic() + 30
+        while len(said) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        notice.on_end(start)
+        assert len(said) >= 3 and all(line.startswith("structopt: still compiling numba kernel test_cli_newuser."
+                                                      "_fresh_kernels") for line in said[1:]), said
+        time.sleep(0.2)
+        count = len(said)
+        time.sleep(0.2)
+        assert len(said) == count  # nothing compiles: the watcher is quiet
+    finally:
+        notice.close()
+
+
+def test_the_numba_cache_is_keyed_on_the_modules_that_import_numba_only(tmp_path):
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "kernels.py").write_text("import numba\n\n@numba.njit\ndef f(x):\n    return x\n")
+    (package / "cli.py").write_text("# calls the numba cache helper\nfrom package._numba_cache import x\n")
+    before = _numba_cache._source_digest(package)
+    (package / "cli.py").write_text("# numba is named here, and changed\nfrom package._numba_cache import y\n")
+    assert _numba_cache._source_digest(package) == before  # a module that merely names numba
+    (package / "kernels.py").write_text("from numba import njit\n\n@njit\ndef f(x):\n    return x + 1\n")
+    assert _numba_cache._source_digest(package) != before
+
+
+def _structopt(args: list[str], cache: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
+    env.pop("STRUCTOPT_NUMBA_CACHE_DIR", None)  # the test session's mark would pin its own cache directory
+    return subprocess.run([sys.executable, "-m", "structopt", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=1800)
+
+
+@pytest.mark.slow
+def test_the_command_announces_compilation_into_a_fresh_cache_and_not_after(tmp_path):
+    """A new user's first command compiles its kernels: the first stderr line after the stage lines says so;
+    the same command again loads them and says nothing about compiling."""
+    cache = tmp_path / "numba"
+    args = ["train", "ocr", "--n-train", "5", "--passes", "0.2", "--no-progress", "--out", str(tmp_path / "run")]
+    first = _structopt(args, cache, tmp_path)
+    assert first.returncode == 0, first.stderr
+    err = first.stderr.splitlines()
+    compiling = [i for i, line in enumerate(err) if line.startswith("structopt: compiling numba kernels on their "
+                                                                      "first use")]
+    assert len(compiling) == 1, first.stderr
+    assert err[compiling[0] - 1].startswith(("training OCR", "structopt: loading chain kernels")), first.stderr
+    second = _structopt(args, cache, tmp_path)
+    assert second.returncode == 0 and "compiling" not in second.stderr, second.stderr
