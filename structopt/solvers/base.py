@@ -21,7 +21,6 @@ import functools
 import inspect
 import math
 import time
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,7 +174,8 @@ def solver(name: str, options: type[Options] | None = None, *, without: tuple[st
         call.__doc__ = compose_docstring(name, function, options, common)
         del call.__wrapped__  # the public signature is the declared one, not the function's
         call.solver_name = name
-        call.problem_type = _declared_problem_type(name, function)
+        hint = call.__signature__.parameters["problem"].annotation  # resolved by public_signature
+        call.problem_type = None if hint is inspect.Parameter.empty else hint  # None: no annotation, any problem
         call.options = declared
         call.options_type = options
         call.needs = needs
@@ -186,15 +186,6 @@ def solver(name: str, options: type[Options] | None = None, *, without: tuple[st
     return wrap
 
 
-def _declared_problem_type(name: str, function: Callable) -> type | None:
-    """The problem class ``function`` declares by its ``problem`` annotation (None: no annotation, any problem)."""
-    try:
-        hint = typing.get_type_hints(function).get("problem")
-    except NameError as error:  # an annotation naming what its module does not import: a declaration bug
-        raise TypeError(f"{name}: the problem annotation cannot be resolved ({error})") from None
-    return hint if isinstance(hint, type) else None
-
-
 def takes(solver: Callable, problem_type: type) -> bool:
     """Whether ``solver`` (a declared solver) takes a ``problem_type``: its declared problem type (the annotation
     of its ``problem``, recorded by :func:`solver` as ``solver.problem_type``) is ``problem_type`` or a base of it.
@@ -203,7 +194,7 @@ def takes(solver: Callable, problem_type: type) -> bool:
     :class:`~structopt.nonconvex.NonconvexProblem`, which a plain convex problem is not.
     """
     declared = getattr(solver, "problem_type", None)
-    return declared is None or issubclass(problem_type, declared)
+    return declared is None or (isinstance(declared, type) and issubclass(problem_type, declared))
 
 
 @dataclass
