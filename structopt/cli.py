@@ -120,6 +120,22 @@ def _check_checkpoint_path(path: Path) -> None:
     _check_writable_dir(path.parent, "--checkpoint", path)
 
 
+def _check_resumable(path: Path, solver: Callable[..., Any]) -> None:
+    """An existing ``--checkpoint`` file is resumed: refuse, before any data is read, one that is not a checkpoint
+    of this solver (a saved model given by mistake, another solver's run, a file that is no archive)."""
+    from structopt.archive import read_archive
+    from structopt.saved_model import FORMAT
+
+    meta, _ = read_archive(path, "checkpoint")  # a torn or foreign file: one line naming it
+    if meta.get("kind") != "structopt checkpoint":
+        what = "a saved model, which train writes to --out" if meta.get("format") == FORMAT else "another kind of file"
+        raise InvalidInputError(f"--checkpoint {path} is not a checkpoint ({what}); an existing file is resumed: "
+                                "give a checkpoint of this run, or a new path to start one")
+    if meta.get("solver") != solver.solver_name:
+        raise InvalidInputError(f"--checkpoint {path} was written by {meta.get('solver')}, not by "
+                                f"{solver.solver_name} (--solver); give a new path to start a run with it")
+
+
 def _check_writable_file(path: Path, flag: str) -> None:
     """Prove that ``path`` can be written (without creating or changing anything) before the long work."""
     if path.is_dir():
@@ -184,6 +200,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.checkpoint:
         _check_checkpoint_path(Path(args.checkpoint))
     solver = get_solver(args.solver)
+    if args.checkpoint and Path(args.checkpoint).is_file():
+        _check_resumable(Path(args.checkpoint), solver)
     task = TASKS[args.task](args)
     problem = task.problem
     options = _solver_options(args, solver)
@@ -518,6 +536,14 @@ def _json_number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
+def _check_uai_file(path: Path) -> None:
+    """``infer``'s FILE: an existing file (a directory is named as such, before anything is written)."""
+    if path.is_dir():
+        raise InvalidInputError(f"FILE {path} is a directory; give a .uai file (UAI MARKOV format)")
+    if not path.exists():
+        raise DataNotFoundError(f"FILE {path}: no such file; give a .uai file (UAI MARKOV format)")
+
+
 MARGINAL_METHODS = ("bfw", "trbp", "bp", "mf", "exact")
 #: MAP statuses of a run stopped before its own end (time limit, Ctrl-C, budget)
 _MAP_STOPPED = ("time_limit", "interrupted", "max_iter", "node_limit")
@@ -535,6 +561,7 @@ def _infer_map(args: argparse.Namespace) -> int:
     for flag, value in (("--max-iter", args.max_iter), ("--tol", args.tol)):
         if value is not None:
             raise InvalidInputError(f"{flag} does not apply to --task map")
+    _check_uai_file(Path(args.file))
     out = Path(args.out or f"{Path(args.file).name}.{method}.MPE")
     summary_path = out.with_name(out.name + ".json")
     _check_writable_file(out, "--out")
@@ -593,6 +620,7 @@ def _infer(args: argparse.Namespace) -> int:
         for flag, value in (("--time-limit", args.time_limit), ("--max-iter", args.max_iter), ("--tol", args.tol)):
             if value is not None:
                 raise InvalidInputError(f"{flag} does not apply to --method {args.method} (it does not iterate)")
+    _check_uai_file(Path(args.file))
     out = Path(args.out or f"{Path(args.file).name}.{args.method}.MAR")
     summary_path = out.with_name(out.name + ".json")
     _check_writable_file(out, "--out")  # before the long work, not after it
