@@ -442,7 +442,7 @@ def _predict(args: argparse.Namespace) -> int:
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):
-        predictions = saved.predict(inputs.X)
+        predictions = _predict_in_batches(saved, inputs.X, args)
     seconds = time.perf_counter() - start
     _make_dir(out.parent, "--out")
     if spec.output_is_folder:
@@ -462,6 +462,35 @@ def _predict(args: argparse.Namespace) -> int:
                                                          "output": str(out), "n": len(predictions), **metrics},
                                                         indent=1))
     return 0
+
+
+#: batches of a long ``predict`` run's progress bar (each example is predicted alone: batching changes nothing)
+PREDICT_BATCHES = 20
+#: seconds a ``predict`` run works before it says so: a short one prints only its result lines
+PREDICT_QUIET_SECONDS = 2.0
+
+
+def _predict_in_batches(saved: Any, X: list[Any], args: argparse.Namespace) -> list[Any]:
+    """``saved.predict(X)``: one example, then :data:`PREDICT_BATCHES` batches; once it has worked for
+    :data:`PREDICT_QUIET_SECONDS`, a stage line and, unless ``--no-progress``, a bar over the batches left
+    (predicting a test split of images or factor graphs takes minutes)."""
+    from structopt.progress import Progress, count
+
+    size = max(1, -(-len(X) // PREDICT_BATCHES))
+    batches = iter([slice(0, 1), *(slice(start, start + size) for start in range(1, len(X), size))])
+    predictions: list[Any] = []
+    t0 = time.perf_counter()
+    for batch in batches:
+        predictions.extend(saved.predict(X[batch]))
+        seconds = time.perf_counter() - t0
+        if seconds > PREDICT_QUIET_SECONDS and len(predictions) < len(X):
+            progress = Progress(bars=not args.no_progress)
+            progress.stage(f"predicting {count(len(X), 'example')} with {args.model} ({len(predictions):,} done in "
+                           f"{seconds:.0f} s)")
+            left = -(-(len(X) - len(predictions)) // size)
+            for rest in progress.items(batches, left, "predicting", "batches"):
+                predictions.extend(saved.predict(X[rest]))
+    return predictions
 
 
 def _split_record(saved: Any) -> dict[str, Any] | None:
@@ -818,6 +847,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="where the predictions go (default: predictions.txt, predictions.conll, "
                               "predictions.naacl, masks/ or boxes.csv by task); checked before predicting")
     predict.add_argument("--json", default=None, metavar="FILE", help="also write the metrics as JSON to FILE")
+    predict.add_argument("--no-progress", action="store_true",
+                         help="no progress bar (the one-line stage names on stderr stay)")
     predict.set_defaults(run=_predict)
 
     check = sub.add_parser("check", parents=[debug], help="validate built-in structures against enumeration and LP")

@@ -205,3 +205,23 @@ def test_gold_tags_of_another_task_are_refused_and_a_few_unknown_ones_said():
     (warning,) = _foreign_tags(Path("a.txt"), ["B-PER", "I-PER", "B-LOC", "B-EVENT", "O", "O"], ner)
     assert warning.startswith("INPUT a.txt: its gold tags B-EVENT (1 of 6 tokens)") and \
         warning.endswith("; they score as errors")
+
+
+# --------------------------------------------------------------------------- a long predict says so
+def test_predict_says_what_it_does_once_it_takes_long_and_predicts_the_same(tmp_path, capsys, monkeypatch):
+    from structopt import cli
+    from structopt.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "ocr", "--n-train", "10", "--passes", "0.5", "--out", str(run), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(run / "model.npz"), "--out", str(tmp_path / "quick.txt")]) == 0
+    assert "predicting" not in capsys.readouterr().err  # a short run prints its results only
+    monkeypatch.setattr(cli, "PREDICT_QUIET_SECONDS", 0.0)
+    for flags, bar in (([], True), (["--no-progress"], False)):
+        out = tmp_path / f"long{len(flags)}.txt"
+        assert main(["predict", str(run / "model.npz"), "--out", str(out), *flags]) == 0
+        err = capsys.readouterr().err
+        assert f"predicting 626 examples with {run / 'model.npz'} (1 done in 0 s)\n" in err
+        assert ("predicting:" in err and "/20 [" in err) == bar, err  # the bar counts the 20 batches left
+        assert out.read_text() == (tmp_path / "quick.txt").read_text()  # batches change no prediction
