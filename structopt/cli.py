@@ -596,9 +596,9 @@ def _infer_map(args: argparse.Namespace) -> int:
     _check_writable_file(out, "--out")
     mrf = read_uai(args.file)
     limit = args.time_limit if args.time_limit is not None else INFER_TIME_LIMIT
-    # one line before the solve: the first run on a machine also compiles AD3's kernels (tens of seconds)
+    # one line before the solve (a kernel compiling on its first use says so itself: _numba_cache.announce_compiles)
     Progress(bars=False).stage(f"MAP of {Path(args.file).name} ({mrf.n_nodes} variables) by {method}, within "
-                               f"{limit:g} s; the first run on a machine compiles the kernels first")
+                               f"{limit:g} s")
     interrupted = None
     try:
         result = map_inference(mrf, method, time_limit=limit)
