@@ -429,14 +429,19 @@ def _predict(args: argparse.Namespace) -> int:
         what = "is not what this task reads" if missing.exists() else "does not exist"  # e.g. a folder for a file
         raise DataNotFoundError(f"input {missing} {what} ({spec.input_help})")
     start = time.perf_counter()
-    if own:
-        try:
-            inputs = spec.split_inputs(saved, record, split)
-        except (KeyError, TypeError, ValueError) as error:  # the record is untrusted: a key missing or mistyped
-            raise InvalidInputError(f"model {args.model}: its record of train's split is malformed ({error!r})") \
-                from None
-    else:
-        inputs = spec.read_inputs(saved, source)
+    from structopt.progress import Progress
+
+    reading = f"reading the {split} split of {source}" if own else f"reading {source}"
+    with Progress(bars=False).if_long(f"{reading} (the model's preprocessing: features of every example)",
+                                      PREDICT_QUIET_SECONDS):
+        if own:
+            try:
+                inputs = spec.split_inputs(saved, record, split)
+            except (KeyError, TypeError, ValueError) as error:  # the record is untrusted: a key missing or mistyped
+                raise InvalidInputError(f"model {args.model}: its record of train's split is malformed "
+                                        f"({error!r})") from None
+        else:
+            inputs = spec.read_inputs(saved, source)
     for warning in inputs.warnings:
         print(f"structopt: warning: {warning}", file=sys.stderr)
     from threadpoolctl import threadpool_limits

@@ -30,6 +30,20 @@ def test_progress_helper_prints_stage_lines_and_bars_only_when_asked(capsys):
         assert ("features:" in captured.err and "/5 [" in captured.err) == bar, captured.err  # tqdm's "i/5 [...]"
 
 
+def test_a_stage_is_announced_only_once_it_takes_long(capsys):
+    import time
+
+    with Progress(bars=False).if_long("reading 9 images", after=0.05):
+        time.sleep(0.5)
+    assert capsys.readouterr().err == "reading 9 images\n"  # said once, from the timer, while the block ran
+    with Progress(bars=False).if_long("reading 1 image", after=5.0):
+        pass
+    with QUIET.if_long("reading 9 images", after=0.0):
+        time.sleep(0.2)
+    time.sleep(0.1)
+    assert capsys.readouterr().err == ""  # a short block, or a quiet library call, says nothing
+
+
 def test_horses_loader_reports_its_images(tmp_path, capsys):
     from structopt.tasks.horses import load_horses
 
