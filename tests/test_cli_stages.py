@@ -89,3 +89,23 @@ def test_a_fresh_numba_cache_is_announced_at_the_start_of_the_tests(tmp_path):
     (version,) = (cache / "structopt").glob("src-*")
     (version / "kernel.nbi").write_bytes(b"")
     assert "numba kernels are compiling" not in _pytest_header(cache)
+
+
+def test_each_boosted_fit_of_the_stacked_score_is_a_stage_line(capsys):
+    import numpy as np
+
+    from structopt.tasks.horses_superpixels import _cross_fit
+
+    rng = np.random.default_rng(0)
+    nodes = [rng.normal(size=(12, 3)) for _ in range(7)]
+    labels = [(x[:, 0] > 0).astype(np.int64) for x in nodes]
+    is_train = np.array([True] * 6 + [False])
+    scores, _ = _cross_fit(nodes, labels, is_train, 3, 0, True, "auto-context stage 1")
+    assert len(scores) == 7 and all(s.shape == (12,) for s in scores)
+    assert capsys.readouterr().err.splitlines() == [
+        "auto-context stage 1: boosted trees 1 of 4 (fold 1: 4 training images)",
+        "auto-context stage 1: boosted trees 2 of 4 (fold 2: 4 training images)",
+        "auto-context stage 1: boosted trees 3 of 4 (fold 3: 4 training images)",
+        "auto-context stage 1: boosted trees 4 of 4 (all 6 training images, for the other images)"]
+    _cross_fit(nodes, labels, is_train, 3, 0)
+    assert capsys.readouterr().err == ""  # a library call is silent by default
