@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from _shared_data import SHARED_DATA, needs_data
 from _synthetic_horses import write_synthetic_horses
 
@@ -109,3 +110,17 @@ def test_each_boosted_fit_of_the_stacked_score_is_a_stage_line(capsys):
         "auto-context stage 1: boosted trees 4 of 4 (all 6 training images, for the other images)"]
     _cross_fit(nodes, labels, is_train, 3, 0)
     assert capsys.readouterr().err == ""  # a library call is silent by default
+
+
+@pytest.mark.slow
+@needs_data("horses")
+def test_localization_says_when_it_fits_its_codebooks_and_foreground_classifier(tmp_path, monkeypatch, capsys):
+    from structopt.tasks import localization as loc
+
+    monkeypatch.setenv("STRUCTOPT_CACHE", str(tmp_path))  # a fresh cache: the codebooks are fitted
+    loc.load_boxes(SHARED_DATA / "horses", dataset="horses", progress=Progress(bars=False))
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "computing horses cell descriptors of 328 images (cached for the next run)"
+    assert err[1].startswith("fitting the visual-word codebooks (k-means: ") and \
+        err[1].endswith("on 200 training images, then counting them per cell")
+    assert err[2:] == ["fitting the foreground cell classifier on 200 training images"]
