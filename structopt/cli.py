@@ -302,6 +302,8 @@ def _train_net(args: argparse.Namespace, out: Path) -> int:
     if importlib.util.find_spec("torch") is None:
         raise NotSupportedError("--net trains a torch network and PyTorch is not installed: "
                                 'pip install -e ".[torch]" (or pip install torch), then run it again')
+    # importing torch and preparing the task's inputs take seconds to a minute before the training line
+    Progress(bars=False).stage(f"{args.task} --net {args.net}: loading PyTorch and the data")
     from structopt.cli_net import single_threaded_torch
 
     single_threaded_torch()

@@ -3,6 +3,7 @@ cache survives edits of modules that only name numba, and wrong inputs are one l
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -225,3 +226,18 @@ def test_predict_says_what_it_does_once_it_takes_long_and_predicts_the_same(tmp_
         assert f"predicting 626 examples with {run / 'model.npz'} (1 done in 0 s)\n" in err
         assert ("predicting:" in err and "/20 [" in err) == bar, err  # the bar counts the 20 batches left
         assert out.read_text() == (tmp_path / "quick.txt").read_text()  # batches change no prediction
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch")
+def test_network_training_says_so_before_it_loads_torch_and_the_data(tmp_path, capsys, monkeypatch):
+    from structopt import cli
+    from structopt.cli import main
+    from structopt.errors import InvalidInputError
+
+    def stop(args):  # where the torch imports and the data reading happen: the line must come before
+        raise InvalidInputError("stopped here by the test")
+
+    monkeypatch.setattr(cli.TASKS["ocr"], "net", stop)
+    assert main(["train", "ocr", "--net", "mlp", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.splitlines() == ["ocr --net mlp: loading PyTorch and the data",
+                                                    "structopt: error: stopped here by the test"]
