@@ -302,12 +302,14 @@ def _train_net(args: argparse.Namespace, out: Path) -> int:
     if importlib.util.find_spec("torch") is None:
         raise NotSupportedError("--net trains a torch network and PyTorch is not installed: "
                                 'pip install -e ".[torch]" (or pip install torch), then run it again')
-    # importing torch and preparing the task's inputs take seconds to a minute before the training line
-    Progress(bars=False).stage(f"{args.task} --net {args.net}: loading PyTorch and the data")
     from structopt.cli_net import single_threaded_torch
 
-    single_threaded_torch()
-    net = spec.net(args)
+    # importing torch and preparing the task's inputs take seconds to a minute before the training line (a refused
+    # option is refused at once, alone on its line)
+    with Progress(bars=False).if_long(f"{args.task} --net {args.net}: loading PyTorch and the data",
+                                      PREDICT_QUIET_SECONDS):
+        single_threaded_torch()
+        net = spec.net(args)
     _make_dir(out, "--out")
     progress = Progress(lines=True, bars=not args.no_progress)
     print(f"training {net.title}, n={net.n_train}", file=sys.stderr, flush=True)
@@ -473,7 +475,8 @@ def _predict(args: argparse.Namespace) -> int:
 
 #: batches of a long ``predict`` run's progress bar (each example is predicted alone: batching changes nothing)
 PREDICT_BATCHES = 20
-#: seconds a ``predict`` run works before it says so: a short one prints only its result lines
+#: seconds a ``predict`` run (or a network task's loading) works before it says so: a short one prints only its
+#: result lines
 PREDICT_QUIET_SECONDS = 2.0
 
 

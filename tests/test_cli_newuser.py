@@ -229,15 +229,25 @@ def test_predict_says_what_it_does_once_it_takes_long_and_predicts_the_same(tmp_
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch")
-def test_network_training_says_so_before_it_loads_torch_and_the_data(tmp_path, capsys, monkeypatch):
+def test_network_training_says_so_when_loading_torch_and_the_data_takes_long(tmp_path, capsys, monkeypatch):
     from structopt import cli
     from structopt.cli import main
     from structopt.errors import InvalidInputError
 
-    def stop(args):  # where the torch imports and the data reading happen: the line must come before
+    pytest.importorskip("torch")  # imported: what remains in the block is the task's own loading
+
+    def refuse(args):  # a refusal at once: one line
+        raise InvalidInputError("refused by the test")
+
+    def slow(args):  # where the data reading happens: the line comes while it runs
+        time.sleep(0.5)
         raise InvalidInputError("stopped here by the test")
 
-    monkeypatch.setattr(cli.TASKS["ocr"], "net", stop)
+    monkeypatch.setattr(cli.TASKS["ocr"], "net", refuse)
+    assert main(["train", "ocr", "--net", "mlp", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.splitlines() == ["structopt: error: refused by the test"]
+    monkeypatch.setattr(cli.TASKS["ocr"], "net", slow)
+    monkeypatch.setattr(cli, "PREDICT_QUIET_SECONDS", 0.1)
     assert main(["train", "ocr", "--net", "mlp", "--out", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err.splitlines() == ["ocr --net mlp: loading PyTorch and the data",
                                                     "structopt: error: stopped here by the test"]
