@@ -4,8 +4,9 @@ Importing the command line (numpy, numba, scipy, the solvers) takes a noticeable
 second; a Ctrl-C in that window would otherwise print the traceback of whichever import it hit.
 This module imports nothing of structopt's but the (light) package itself, installs a SIGINT handler
 that prints one line and exits with status 130 (128 + SIGINT, the shell's convention), imports the
-command line, then restores Python's own handler so that the running command handles Ctrl-C as it
-always does (``structopt.interrupt``: a clean stop at the next safe point).
+command line and makes every numba compilation say so on stderr (a kernel's first call may compile for
+minutes: :func:`structopt._numba_cache.announce_compiles`), then restores Python's own handler so that the
+running command handles Ctrl-C as it always does (``structopt.interrupt``: a clean stop at the next safe point).
 """
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:  # not the main thread: signal handlers cannot be set there; start as is
         previous, installed = None, False
     try:
+        from structopt._numba_cache import announce_compiles
         from structopt.cli import main as cli_main
+
+        announce_compiles()  # any command: a kernel compiling on its first call (up to minutes) says so on stderr
     finally:
         if installed:  # None: the previous handler was not set from Python; SIG_DFL is the closest
             signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)

@@ -120,6 +120,22 @@ def _check_checkpoint_path(path: Path) -> None:
     _check_writable_dir(path.parent, "--checkpoint", path)
 
 
+def _check_resumable(path: Path, solver: Callable[..., Any]) -> None:
+    """An existing ``--checkpoint`` file is resumed: refuse, before any data is read, one that is not a checkpoint
+    of this solver (a saved model given by mistake, another solver's run, a file that is no archive)."""
+    from structopt.archive import read_archive
+    from structopt.saved_model import FORMAT
+
+    meta, _ = read_archive(path, "checkpoint")  # a torn or foreign file: one line naming it
+    if meta.get("kind") != "structopt checkpoint":
+        what = "a saved model, which train writes to --out" if meta.get("format") == FORMAT else "another kind of file"
+        raise InvalidInputError(f"--checkpoint {path} is not a checkpoint ({what}); an existing file is resumed: "
+                                "give a checkpoint of this run, or a new path to start one")
+    if meta.get("solver") != solver.solver_name:
+        raise InvalidInputError(f"--checkpoint {path} was written by {meta.get('solver')}, not by "
+                                f"{solver.solver_name} (--solver); give a new path to start a run with it")
+
+
 def _check_writable_file(path: Path, flag: str) -> None:
     """Prove that ``path`` can be written (without creating or changing anything) before the long work."""
     if path.is_dir():
@@ -184,6 +200,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.checkpoint:
         _check_checkpoint_path(Path(args.checkpoint))
     solver = get_solver(args.solver)
+    if args.checkpoint and Path(args.checkpoint).is_file():
+        _check_resumable(Path(args.checkpoint), solver)
     task = TASKS[args.task](args)
     problem = task.problem
     options = _solver_options(args, solver)
@@ -321,9 +339,13 @@ def _train_net(args: argparse.Namespace, out: Path) -> int:
     from structopt.cli_net import single_threaded_torch
     from structopt.net_checkpoint import NetCheckpoint
 
-    single_threaded_torch()
     loss = spec.net_loss(args)
-    net = spec.net(args)
+    # importing torch and preparing the task's inputs take seconds to a minute before the training line (a refused
+    # option is refused at once, alone on its line)
+    with Progress(bars=False).if_long(f"{args.task} --net {args.net}: loading PyTorch and the data",
+                                      PREDICT_QUIET_SECONDS):
+        single_threaded_torch()
+        net = spec.net(args)
     _make_dir(out, "--out")
     progress = Progress(lines=True, bars=not args.no_progress)
     if args.resume:
@@ -459,20 +481,25 @@ def _predict(args: argparse.Namespace) -> int:
         what = "is not what this task reads" if missing.exists() else "does not exist"  # e.g. a folder for a file
         raise DataNotFoundError(f"input {missing} {what} ({spec.input_help})")
     start = time.perf_counter()
-    if own:
-        try:
-            inputs = spec.split_inputs(saved, record, split)
-        except (KeyError, TypeError, ValueError) as error:  # the record is untrusted: a key missing or mistyped
-            raise InvalidInputError(f"model {args.model}: its record of train's split is malformed ({error!r})") \
-                from None
-    else:
-        inputs = spec.read_inputs(saved, source)
+    from structopt.progress import Progress
+
+    reading = f"reading the {split} split of {source}" if own else f"reading {source}"
+    with Progress(bars=False).if_long(f"{reading} (the model's preprocessing: features of every example)",
+                                      PREDICT_QUIET_SECONDS):
+        if own:
+            try:
+                inputs = spec.split_inputs(saved, record, split)
+            except (KeyError, TypeError, ValueError) as error:  # the record is untrusted: a key missing or mistyped
+                raise InvalidInputError(f"model {args.model}: its record of train's split is malformed "
+                                        f"({error!r})") from None
+        else:
+            inputs = spec.read_inputs(saved, source)
     for warning in inputs.warnings:
         print(f"structopt: warning: {warning}", file=sys.stderr)
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):
-        predictions = saved.predict(inputs.X)
+        predictions = _predict_in_batches(saved, inputs.X, args)
     seconds = time.perf_counter() - start
     _make_dir(out.parent, "--out")
     if spec.output_is_folder:
@@ -492,6 +519,36 @@ def _predict(args: argparse.Namespace) -> int:
                                                          "output": str(out), "n": len(predictions), **metrics},
                                                         indent=1))
     return 0
+
+
+#: batches of a long ``predict`` run's progress bar (each example is predicted alone: batching changes nothing)
+PREDICT_BATCHES = 20
+#: seconds a ``predict`` run (or a network task's loading) works before it says so: a short one prints only its
+#: result lines
+PREDICT_QUIET_SECONDS = 2.0
+
+
+def _predict_in_batches(saved: Any, X: list[Any], args: argparse.Namespace) -> list[Any]:
+    """``saved.predict(X)``: one example, then :data:`PREDICT_BATCHES` batches; once it has worked for
+    :data:`PREDICT_QUIET_SECONDS`, a stage line and, unless ``--no-progress``, a bar over the batches left
+    (predicting a test split of images or factor graphs takes minutes)."""
+    from structopt.progress import Progress, count
+
+    size = max(1, -(-len(X) // PREDICT_BATCHES))
+    batches = iter([slice(0, 1), *(slice(start, start + size) for start in range(1, len(X), size))])
+    predictions: list[Any] = []
+    t0 = time.perf_counter()
+    for batch in batches:
+        predictions.extend(saved.predict(X[batch]))
+        seconds = time.perf_counter() - t0
+        if seconds > PREDICT_QUIET_SECONDS and len(predictions) < len(X):
+            progress = Progress(bars=not args.no_progress)
+            progress.stage(f"predicting {count(len(X), 'example')} with {args.model} ({len(predictions):,} done in "
+                           f"{seconds:.0f} s)")
+            left = -(-(len(X) - len(predictions)) // size)
+            for rest in progress.items(batches, left, "predicting", "batches"):
+                predictions.extend(saved.predict(X[rest]))
+    return predictions
 
 
 def _split_record(saved: Any) -> dict[str, Any] | None:
@@ -566,6 +623,14 @@ def _json_number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
+def _check_uai_file(path: Path) -> None:
+    """``infer``'s FILE: an existing file (a directory is named as such, before anything is written)."""
+    if path.is_dir():
+        raise InvalidInputError(f"FILE {path} is a directory; give a .uai file (UAI MARKOV format)")
+    if not path.exists():
+        raise DataNotFoundError(f"FILE {path}: no such file; give a .uai file (UAI MARKOV format)")
+
+
 MARGINAL_METHODS = ("bfw", "trbp", "bp", "mf", "exact")
 #: MAP statuses of a run stopped before its own end (time limit, Ctrl-C, budget)
 _MAP_STOPPED = ("time_limit", "interrupted", "max_iter", "node_limit")
@@ -583,14 +648,15 @@ def _infer_map(args: argparse.Namespace) -> int:
     for flag, value in (("--max-iter", args.max_iter), ("--tol", args.tol)):
         if value is not None:
             raise InvalidInputError(f"{flag} does not apply to --task map")
+    _check_uai_file(Path(args.file))
     out = Path(args.out or f"{Path(args.file).name}.{method}.MPE")
     summary_path = out.with_name(out.name + ".json")
     _check_writable_file(out, "--out")
     mrf = read_uai(args.file)
     limit = args.time_limit if args.time_limit is not None else INFER_TIME_LIMIT
-    # one line before the solve: the first run on a machine also compiles AD3's kernels (tens of seconds)
+    # one line before the solve (a kernel compiling on its first use says so itself: _numba_cache.announce_compiles)
     Progress(bars=False).stage(f"MAP of {Path(args.file).name} ({mrf.n_nodes} variables) by {method}, within "
-                               f"{limit:g} s; the first run on a machine compiles the kernels first")
+                               f"{limit:g} s")
     interrupted = None
     try:
         result = map_inference(mrf, method, time_limit=limit)
@@ -641,6 +707,7 @@ def _infer(args: argparse.Namespace) -> int:
         for flag, value in (("--time-limit", args.time_limit), ("--max-iter", args.max_iter), ("--tol", args.tol)):
             if value is not None:
                 raise InvalidInputError(f"{flag} does not apply to --method {args.method} (it does not iterate)")
+    _check_uai_file(Path(args.file))
     out = Path(args.out or f"{Path(args.file).name}.{args.method}.MAR")
     summary_path = out.with_name(out.name + ".json")
     _check_writable_file(out, "--out")  # before the long work, not after it
@@ -850,6 +917,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="where the predictions go (default: predictions.txt, predictions.conll, "
                               "predictions.naacl, masks/ or boxes.csv by task); checked before predicting")
     predict.add_argument("--json", default=None, metavar="FILE", help="also write the metrics as JSON to FILE")
+    predict.add_argument("--no-progress", action="store_true",
+                         help="no progress bar (the one-line stage names on stderr stay)")
     predict.set_defaults(run=_predict)
 
     check = sub.add_parser("check", parents=[debug], help="validate built-in structures against enumeration and LP")

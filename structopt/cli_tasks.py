@@ -432,9 +432,10 @@ class _TaggingTask(TaskSpec):
 
         p = saved.preprocessing
         corpus, rows, has_gold = read_tokens(path, bool(p["use_pos"]), known_tags=p["tags"])
+        warnings = _foreign_tags(path, corpus.tags, p["tags"]) if has_gold else []
         (X,) = featurize([corpus], p["n_features"], p["window"], p["affix_lengths"], p["use_pos"])
         gold = _sentences(corpus.tags, corpus.lengths) if has_gold else None
-        return Inputs(X, gold, {"rows": rows, "lengths": corpus.lengths})
+        return Inputs(X, gold, {"rows": rows, "lengths": corpus.lengths}, warnings)
 
     def _tags(self, saved: Any, predictions: list[Any]) -> list[list[str]]:
         tags = np.array(saved.preprocessing["tags"], dtype=object)
@@ -450,6 +451,23 @@ class _TaggingTask(TaskSpec):
         from structopt.tasks.conll import chunk_f1
 
         return {self.metric: chunk_f1(inputs.gold, self._tags(saved, predictions))["f1"]}
+
+
+def _foreign_tags(path: Path, gold: list[str], tags: list[str]) -> list[str]:
+    """The warning about gold tags the model does not know (they score as errors); refused when they are most of
+    the tagged tokens (another task's file: chunks given to the NER model, or entities to the chunker)."""
+    given = np.asarray(gold, dtype=object)
+    unknown = ~np.isin(given, np.asarray(tags, dtype=object))
+    if not unknown.any():
+        return []
+    names = sorted(set(given[unknown].tolist()))
+    tagged = int(np.count_nonzero(given != "O"))
+    text = (f"INPUT {path}: its gold tags {', '.join(names[:4])}{', ...' if len(names) > 4 else ''} "
+            f"({np.count_nonzero(unknown):,} of {given.size:,} tokens) are not among the model's "
+            f"({', '.join(tags[:4])}{', ...' if len(tags) > 4 else ''})")
+    if 2 * np.count_nonzero(unknown) > tagged:
+        raise InvalidInputError(f"{text}: the data of another task? (its tags would all score as errors)")
+    return [f"{text}; they score as errors"]
 
 
 @builtin_task

@@ -7,7 +7,8 @@ and rebuilds only classes registered here, never from a name found in a file: th
 hold exactly the codec's ``keys`` (a missing one would silently take a default, an unknown one would be a
 file that is not ours) and the values are checked by the constructor (or ``build``) itself.
 
-A ground-floor module: it imports only :mod:`structopt.errors`.
+The codecs of each kind are a :class:`~structopt.registry.Registry` (``_CODECS[kind]``), like every table of
+built-ins. A ground-floor module: it imports only :mod:`structopt.errors` and :mod:`structopt.registry`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from structopt.errors import InvalidInputError
+from structopt.registry import Registry
 
 KINDS = ("model", "loss", "structure")
 
@@ -50,7 +52,9 @@ class Codec:
     example: Callable[[Any], tuple[Any, list[Any]]] | None = None
 
 
-_CODECS: dict[str, dict[str, Codec]] = {kind: {} for kind in KINDS}
+#: the codecs of each kind by type name, in registration order
+_CODECS: dict[str, Registry[Codec]] = {kind: Registry(kind, unknown="unknown {kind} type {name!r} (known: {names})")
+                                       for kind in KINDS}
 
 
 def register_codec(name: str, cls: type, describe: Callable[[Any], dict[str, Any]], keys: tuple[str, ...], *,
@@ -93,15 +97,14 @@ def register_codec(name: str, cls: type, describe: Callable[[Any], dict[str, Any
         if other.cls is cls and other.name != name:
             raise InvalidInputError(f"{cls.__qualname__} already has the {kind} codec {other.name!r}")
     codec = Codec(name, cls, describe, keys, build if build is not None else (lambda args: cls(**args)), example)
-    _CODECS[kind][name] = codec
-    return codec
+    return _CODECS[kind].add(name, codec, replace=True)  # a clash was refused above, with the class named
 
 
 def codecs(kind: str = "model") -> dict[str, Codec]:
     """The registered codecs of ``kind`` by name, in registration order (a copy)."""
     if kind not in KINDS:
         raise InvalidInputError(f"codec kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    return dict(_CODECS[kind])
+    return _CODECS[kind].as_dict()
 
 
 def exact_type(obj: Any, cls: type, what: str) -> None:
@@ -125,13 +128,11 @@ def describe(obj: Any, kind: str) -> dict[str, Any]:
 
 def build(description: Any, kind: str) -> Any:
     """The object a :func:`describe` description names, rebuilt by its registered codec only."""
-    registry = _CODECS[kind]
     if not isinstance(description, dict) or not isinstance(description.get("args"), dict):
         raise InvalidInputError(f"the {kind} description is not a {{type, args}} object")
     name = description.get("type")
-    if not isinstance(name, str) or name not in registry:
-        raise InvalidInputError(f"unknown {kind} type {name!r} (known: {', '.join(registry)})")
-    codec, args = registry[name], description["args"]
+    codec = _CODECS[kind][name]  # an unknown name (or a non-string) is one error listing the known ones
+    args = description["args"]
     missing = [key for key in codec.keys if key not in args]
     if missing:
         raise InvalidInputError(f"the {name} description lacks {', '.join(map(repr, missing))}")

@@ -7,7 +7,9 @@ One helper for every loader, so that a stage line reads the same wherever it com
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -34,6 +36,24 @@ class Progress:
         """Say on one stderr line what starts now."""
         if self.lines:
             print(text, file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def if_long(self, text: str, after: float = 2.0) -> Iterator[None]:
+        """Say ``text`` (:meth:`stage`) once the block has run for ``after`` seconds; a shorter block says nothing.
+
+        For a stage that is quick on small inputs and minutes on large ones (a short run's output stays its
+        result lines). The line comes from a timer thread, at ``after`` seconds, whatever the block is doing.
+        """
+        if not self.lines:
+            yield
+            return
+        timer = threading.Timer(after, self.stage, args=(text,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
 
     def items(self, iterable: Iterable[T], total: int, what: str, unit: str = "it") -> Iterator[T]:
         """``iterable``, with a bar ``what: i/total unit`` when bars are on."""

@@ -75,6 +75,8 @@ def read_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[st
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except FileNotFoundError:
         raise DataNotFoundError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"{path} is a directory; a text file is read here") from None
     except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
         raise InvalidInputError(f"{path}: cannot read ({error})") from None
     if raw.startswith(_UTF8_BOM) and codecs.lookup(encoding).name == "utf-8":

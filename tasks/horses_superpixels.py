@@ -491,11 +491,13 @@ def _fit_boosted(X: np.ndarray, y: np.ndarray, seed: int) -> BoostedTrees:
 
 
 def _cross_fit(nodes: list[np.ndarray], labels: list[np.ndarray], is_train: np.ndarray, n_folds: int,
-               seed: int) -> tuple[list[np.ndarray], BoostedTrees]:
+               seed: int, progress: bool | Progress = False, what: str = "stacked score"
+               ) -> tuple[list[np.ndarray], BoostedTrees]:
     """Cross-fitted log-odds of a gradient-boosted "foreground" classifier for every image (see the
     module docstring): training image ``t`` (its rank among training images) is in fold ``t % n_folds``;
     the other images are scored by the fit on all training images, which is returned as arrays
-    (:class:`~structopt.tasks._boosted_trees.BoostedTrees`, what a saved model keeps)."""
+    (:class:`~structopt.tasks._boosted_trees.BoostedTrees`, what a saved model keeps). A stage line per
+    fit (``what``): each is minutes on a loaded machine."""
     from threadpoolctl import threadpool_limits
 
     train = np.flatnonzero(is_train)
@@ -516,7 +518,11 @@ def _cross_fit(nodes: list[np.ndarray], labels: list[np.ndarray], is_train: np.n
     with threadpool_limits(1):  # the machine's cores are shared: OpenMP spinning threads only contend
         for f in range(n_folds):
             fit = train[fold != f]
+            as_progress(progress).stage(f"{what}: boosted trees {f + 1} of {n_folds + 1} (fold {f + 1}: "
+                                        f"{count(len(fit), 'training image')})")
             predict(_fit_boosted(rows(fit), np.concatenate([labels[i] for i in fit]), seed), train[fold == f])
+        as_progress(progress).stage(f"{what}: boosted trees {n_folds + 1} of {n_folds + 1} (all "
+                                    f"{count(len(train), 'training image')}, for the other images)")
         final = _fit_boosted(rows(train), np.concatenate([labels[i] for i in train]), seed)
     predict(final, np.flatnonzero(~is_train))
     return scores, final
@@ -534,15 +540,17 @@ def _geometry(segments: np.ndarray, edges: np.ndarray, nodes: np.ndarray, names:
 
 
 def _stage_scores(nodes: list[np.ndarray], labels: list[np.ndarray], geometry: list[tuple], is_train: np.ndarray,
-                  n_folds: int, seed: int, context_stages: int) -> tuple[list[list[np.ndarray]], list[BoostedTrees]]:
+                  n_folds: int, seed: int, context_stages: int, progress: bool | Progress = False
+                  ) -> tuple[list[list[np.ndarray]], list[BoostedTrees]]:
     """The stacked score, then ``context_stages`` auto-context stages, each cross-fitted on the raw node
     features and the previous stage's :func:`context_features`: every stage's scores and final trees."""
-    scores, trees = _cross_fit(nodes, labels, is_train, n_folds, seed)
+    scores, trees = _cross_fit(nodes, labels, is_train, n_folds, seed, progress)
     stages, fitted = [scores], [trees]
-    for _ in range(context_stages):
+    for k in range(context_stages):
         features = [np.concatenate([x, context_features(s, e, *g)], axis=1) for x, s, (e, *g) in
                     zip(nodes, stages[-1], geometry)]
-        scores, trees = _cross_fit(features, labels, is_train, n_folds, seed)
+        scores, trees = _cross_fit(features, labels, is_train, n_folds, seed, progress,
+                                   f"auto-context stage {k + 1}")
         stages.append(scores)
         fitted.append(trees)
     return stages, fitted
@@ -661,7 +669,7 @@ def _cached_stages(file: Path | None, nodes: list[np.ndarray], labels: list[np.n
     start = time.perf_counter()
     names = feature_names(n_textons)
     geometry = [(e, *_geometry(s, e, x, names)) for s, e, x in zip(segments, edges, nodes)]
-    stages, trees = _stage_scores(nodes, labels, geometry, is_train, n_folds, seed, context_stages)
+    stages, trees = _stage_scores(nodes, labels, geometry, is_train, n_folds, seed, context_stages, progress)
     as_progress(progress).stage(f"stacked score and {count(context_stages, 'auto-context stage')}: "
                                 f"{time.perf_counter() - start:.0f} s")
     if file is not None:

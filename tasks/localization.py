@@ -380,6 +380,8 @@ def _compute(dataset: str, root: Path, image_size: int, cell_size: int, n_words:
         lab = d["lab"]
         samples.append(lab[rng.choice(len(lab), min(len(lab), 500), replace=False)])
         del d["image"]
+    report.stage(f"fitting the visual-word codebooks (k-means: {n_words} words twice, {n_colours} colours) on "
+                 f"{count(n_train, 'training image')}, then counting them per cell")
     codebooks = {"codebook": _bow.fit_codebook([d["desc"] for d in described[:n_train]], n_words, random_state),
                  "codebook2": _bow.fit_codebook([d["desc2"] for d in described[:n_train]], n_words, random_state),
                  "colour_codebook": _bow.fit_codebook(samples[:n_train], n_colours, random_state)}
@@ -632,6 +634,7 @@ def load_boxes(path: str | os.PathLike | None = None, dataset: str = "horses", *
                      "position_bins": int(position_bins), "foreground": bool(foreground),
                      **{key: data[key] for key in ("codebook", "codebook2", "colour_codebook")}}
     if foreground:
+        as_progress(progress).stage(f"fitting the foreground cell classifier on {count(n_train, 'training image')}")
         train_X, test_X, (coef, intercept) = foreground_features(train_X, y[:n_train], test_X, return_classifier=True)
         preprocessing.update(foreground_coef=coef, foreground_intercept=intercept)
     names = [str(name) for name in data["names"]]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from _shared_data import SHARED_DATA, needs_data
 from _synthetic_horses import write_synthetic_horses
 
@@ -28,6 +29,20 @@ def test_progress_helper_prints_stage_lines_and_bars_only_when_asked(capsys):
         assert captured.out == ""
         assert ("computing features of 5 images\n" in captured.err) == lines
         assert ("features:" in captured.err and "/5 [" in captured.err) == bar, captured.err  # tqdm's "i/5 [...]"
+
+
+def test_a_stage_is_announced_only_once_it_takes_long(capsys):
+    import time
+
+    with Progress(bars=False).if_long("reading 9 images", after=0.05):
+        time.sleep(0.5)
+    assert capsys.readouterr().err == "reading 9 images\n"  # said once, from the timer, while the block ran
+    with Progress(bars=False).if_long("reading 1 image", after=5.0):
+        pass
+    with QUIET.if_long("reading 9 images", after=0.0):
+        time.sleep(0.2)
+    time.sleep(0.1)
+    assert capsys.readouterr().err == ""  # a short block, or a quiet library call, says nothing
 
 
 def test_horses_loader_reports_its_images(tmp_path, capsys):
@@ -75,3 +90,37 @@ def test_a_fresh_numba_cache_is_announced_at_the_start_of_the_tests(tmp_path):
     (version,) = (cache / "structopt").glob("src-*")
     (version / "kernel.nbi").write_bytes(b"")
     assert "numba kernels are compiling" not in _pytest_header(cache)
+
+
+def test_each_boosted_fit_of_the_stacked_score_is_a_stage_line(capsys):
+    import numpy as np
+
+    from structopt.tasks.horses_superpixels import _cross_fit
+
+    rng = np.random.default_rng(0)
+    nodes = [rng.normal(size=(12, 3)) for _ in range(7)]
+    labels = [(x[:, 0] > 0).astype(np.int64) for x in nodes]
+    is_train = np.array([True] * 6 + [False])
+    scores, _ = _cross_fit(nodes, labels, is_train, 3, 0, True, "auto-context stage 1")
+    assert len(scores) == 7 and all(s.shape == (12,) for s in scores)
+    assert capsys.readouterr().err.splitlines() == [
+        "auto-context stage 1: boosted trees 1 of 4 (fold 1: 4 training images)",
+        "auto-context stage 1: boosted trees 2 of 4 (fold 2: 4 training images)",
+        "auto-context stage 1: boosted trees 3 of 4 (fold 3: 4 training images)",
+        "auto-context stage 1: boosted trees 4 of 4 (all 6 training images, for the other images)"]
+    _cross_fit(nodes, labels, is_train, 3, 0)
+    assert capsys.readouterr().err == ""  # a library call is silent by default
+
+
+@pytest.mark.slow
+@needs_data("horses")
+def test_localization_says_when_it_fits_its_codebooks_and_foreground_classifier(tmp_path, monkeypatch, capsys):
+    from structopt.tasks import localization as loc
+
+    monkeypatch.setenv("STRUCTOPT_CACHE", str(tmp_path))  # a fresh cache: the codebooks are fitted
+    loc.load_boxes(SHARED_DATA / "horses", dataset="horses", progress=Progress(bars=False))
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "computing horses cell descriptors of 328 images (cached for the next run)"
+    assert err[1].startswith("fitting the visual-word codebooks (k-means: ") and \
+        err[1].endswith("on 200 training images, then counting them per cell")
+    assert err[2:] == ["fitting the foreground cell classifier on 200 training images"]

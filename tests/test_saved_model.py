@@ -306,7 +306,7 @@ def user_codec(monkeypatch):
     registered types stay the built-in ones)."""
     from structopt import codecs as registry
 
-    monkeypatch.setitem(registry._CODECS, "model", dict(registry._CODECS["model"]))
+    monkeypatch.setitem(registry._CODECS, "model", registry._CODECS["model"].copy())
     return register_codec("test_saved_model.UserModel", _SavedUserModel, lambda m: {"scale": m.scale}, ("scale",),
                           example=lambda rng: (_SavedUserModel(2.0), [rng.normal(size=3) for _ in range(3)]))
 

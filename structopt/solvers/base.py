@@ -174,6 +174,8 @@ def solver(name: str, options: type[Options] | None = None, *, without: tuple[st
         call.__doc__ = compose_docstring(name, function, options, common)
         del call.__wrapped__  # the public signature is the declared one, not the function's
         call.solver_name = name
+        hint = call.__signature__.parameters["problem"].annotation  # resolved by public_signature
+        call.problem_type = None if hint is inspect.Parameter.empty else hint  # None: no annotation, any problem
         call.options = declared
         call.options_type = options
         call.needs = needs
@@ -182,6 +184,17 @@ def solver(name: str, options: type[Options] | None = None, *, without: tuple[st
             SOLVERS.add(each, call)
         return call
     return wrap
+
+
+def takes(solver: Callable, problem_type: type) -> bool:
+    """Whether ``solver`` (a declared solver) takes a ``problem_type``: its declared problem type (the annotation
+    of its ``problem``, recorded by :func:`solver` as ``solver.problem_type``) is ``problem_type`` or a base of it.
+
+    The convex solvers declare :class:`~structopt.problem.SSVMProblem`; the non-convex ones
+    :class:`~structopt.nonconvex.NonconvexProblem`, which a plain convex problem is not.
+    """
+    declared = getattr(solver, "problem_type", None)
+    return declared is None or (isinstance(declared, type) and issubclass(problem_type, declared))
 
 
 @dataclass

@@ -63,11 +63,24 @@ from structopt.potentials import unflatten
 from structopt.problem import SSVMProblem
 from structopt.solvers._blocks import BlockState
 from structopt.solvers._checkpoints import load_checkpoint, save_checkpoint
-from structopt.solvers.base import Result, RunOptions, check_values, initial_weights, make_rng, run
+from structopt.solvers.base import Result, RunOptions, check_values, initial_weights, make_rng, run, takes
 from structopt.solvers.bcfw import BCFWMethod, BCFWOptions
 
-#: convex solvers that may solve the CCCP steps
-INNER_SOLVERS = ("bcfw", "frank_wolfe", "ssg", "sgd", "svrg", "casimir_svrg", "dual_extragradient")
+
+def inner_solvers() -> tuple[str, ...]:
+    """The solvers that may solve the CCCP steps, in declaration order: every declared solver that takes a convex
+    :class:`SSVMProblem` (its declared problem type, :func:`~structopt.solvers.base.takes`), derived from
+    ``SOLVERS``, so that a new convex solver joins by its ``@solver`` declaration. ``INNER_SOLVERS`` is this tuple."""
+    from structopt.solvers import SOLVERS
+
+    return tuple(function.solver_name for function in SOLVERS.unique() if takes(function, SSVMProblem))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "INNER_SOLVERS":  # computed on each read: the registry fills as the solver modules are imported
+        return inner_solvers()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: the most accurate relative gap to which latent_ssvm re-solves a convex step that did not decrease the objective
 MIN_INNER_EPS = 1e-6
@@ -81,8 +94,9 @@ def _check_inner(inner: Any, inner_options: dict[str, Any]):
     from structopt.solvers import SOLVERS
 
     function = SOLVERS.get(inner) if isinstance(inner, str) else None
-    if function is None or function.solver_name not in INNER_SOLVERS:
-        raise InvalidInputError(f"latent_ssvm: unknown inner solver {inner!r}; choose from {', '.join(INNER_SOLVERS)}")
+    if function is None or not takes(function, SSVMProblem):
+        raise InvalidInputError(f"latent_ssvm: unknown inner solver {inner!r}; choose from "
+                                f"{', '.join(inner_solvers())}")
     taken = sorted(set(inner_options) & _SET_BY_LATENT)
     if taken:
         raise InvalidInputError(f"latent_ssvm: {', '.join(taken)} may not be given: latent_ssvm sets them per convex "
@@ -111,8 +125,8 @@ def latent_ssvm(problem: SSVMProblem, inner: str = "bcfw", *, max_outer: int = 2
         (e.g. ``LatentChain.label_loss()``). Its gold outputs ``Y`` carry the initial completions: the first
         convex step trains on them as given unless ``w0`` is given.
     inner : str
-        The convex solver of each step (default ``"bcfw"``): one of ``INNER_SOLVERS`` (bcfw, frank_wolfe, ssg,
-        sgd, svrg, casimir_svrg, dual_extragradient), short names too.
+        The convex solver of each step (default ``"bcfw"``): one of ``INNER_SOLVERS``, every declared solver
+        that takes a convex :class:`SSVMProblem` (:func:`inner_solvers`), short names too.
     max_outer : int
         Largest number of CCCP steps (convex solves).
     tol : float
@@ -366,4 +380,4 @@ class _CCCP:
         return self.result(w, sub, stop_reason)
 
 
-__all__ = ["INNER_SOLVERS", "latent_ssvm"]
+__all__ = ["INNER_SOLVERS", "inner_solvers", "latent_ssvm"]  # noqa: F822  (INNER_SOLVERS: __getattr__)

@@ -19,9 +19,13 @@ import torch
 from torch import nn
 
 from structopt.errors import InvalidInputError
+from structopt.registry import Registry
 from structopt.structures.chain import ChainPotentials
 
-_NETWORKS: dict[str, Callable[..., nn.Module]] = {}
+#: the declared networks by name, in declaration order
+_NETWORKS: Registry[Callable[..., nn.Module]] = Registry(
+    "network", unknown="unknown network {name!r}: declared networks are {names} (declare one with "
+                       "structopt.torch.register_network, or import the task module that declares it)")
 
 
 def _origin(factory: Callable[..., Any]) -> str:
@@ -56,23 +60,18 @@ def register_network(name: str) -> Callable[[Callable[..., nn.Module]], Callable
         if known is not None and _origin(known) != _origin(factory):
             raise InvalidInputError(f"network {name!r} is already declared by {_origin(known)}; "
                                     f"choose another name for {_origin(factory)}")
-        _NETWORKS[name] = factory
-        return factory
+        return _NETWORKS.add(name, factory, replace=True)  # a clash was refused above, with both origins named
 
     return declare
 
 
 def network_names() -> list[str]:
     """The declared network names, in declaration order."""
-    return list(_NETWORKS)
+    return _NETWORKS.names()
 
 
 def get_network(name: str) -> Callable[..., nn.Module]:
     """The constructor declared under ``name``; an unknown name is an error listing the declared ones."""
-    if not isinstance(name, str) or name not in _NETWORKS:
-        raise InvalidInputError(f"unknown network {name!r}: declared networks are {', '.join(_NETWORKS) or 'none'} "
-                                "(declare one with structopt.torch.register_network, or import the task module "
-                                "that declares it)")
     return _NETWORKS[name]
 
 
