@@ -281,7 +281,7 @@ def _net_checkpoint_path(args: argparse.Namespace, out: Path) -> Path:
     any work. Without ``--resume``, an existing checkpoint of an unfinished run is refused (never overwritten:
     ``--resume`` continues it), and ``--resume`` without one is refused."""
     from structopt.net_checkpoint import CHECKPOINT_FILE, SOLVER
-    from structopt.solvers._checkpoints import load_checkpoint
+    from structopt.solvers import load_checkpoint
 
     path = Path(args.checkpoint) if args.checkpoint else out / CHECKPOINT_FILE
     _check_checkpoint_path(path)

@@ -14,7 +14,7 @@ and on Ctrl-C at the end of the current batch, it writes a checkpoint holding
 - a fingerprint of the run (:func:`run_fingerprint`: task, network, loss, options, training data, seed), so
   that a checkpoint is resumed only by the run that wrote it.
 
-The file is the linear solvers' checkpoint (:func:`structopt.solvers._checkpoints.save_checkpoint`: a sealed
+The file is the linear solvers' checkpoint (:func:`structopt.solvers.save_checkpoint`: a sealed
 :mod:`structopt.archive`, written atomically, nothing unpickled) under the solver name ``"network"``; reading one
 back checks its seal, its kind, the fingerprint, and every array against the live module and optimiser, and
 refuses anything else on one line naming the file. A resumed run repeats, batch for batch, what the uninterrupted
@@ -272,7 +272,7 @@ class TrainingRun:
         """Write the checkpoint now (atomically); its size in bytes (0 without a checkpoint)."""
         if self.checkpoint is None:
             return 0
-        from structopt.solvers._checkpoints import save_checkpoint
+        from structopt.solvers import save_checkpoint
 
         return save_checkpoint(self.checkpoint.path, {"solver": SOLVER, "fingerprint": self._fingerprint,
                                                       "state": self._state(), "trace": self.records,
@@ -290,7 +290,7 @@ class TrainingRun:
         if self.checkpoint is None or not self.checkpoint.resume:
             return False
         from structopt.errors import DataNotFoundError
-        from structopt.solvers._checkpoints import load_checkpoint
+        from structopt.solvers import load_checkpoint
 
         path = self.checkpoint.path
         try:

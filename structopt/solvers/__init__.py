@@ -14,6 +14,7 @@ from collections.abc import Callable
 # isort: off
 # declaration order is the order of the generated option tables (README): these modules first, the others by name
 from structopt.solvers.base import COMMON_OPTIONS, SOLVERS, Result
+from structopt.solvers._checkpoints import load_checkpoint, save_checkpoint  # the file format network runs share too
 from structopt.solvers import bcfw as _bcfw, sgd as _sgd, svrg as _svrg, casimir as _casimir  # noqa: F401
 from structopt.solvers import extragradient as _extragradient, prox_linear as _prox_linear  # noqa: F401
 from structopt.solvers.latent import latent_ssvm
@@ -46,6 +47,6 @@ def option_table() -> str:
 _FUNCTIONS = {function.__name__: function for function in SOLVERS.unique()}
 globals().update(_FUNCTIONS)
 
-__all__ = ["COMMON_OPTIONS", "SOLVERS", "PathPoint", "Result", "get_solver", "latent_ssvm", "option_table",
-           "regularization_path"]
+__all__ = ["COMMON_OPTIONS", "SOLVERS", "PathPoint", "Result", "get_solver", "latent_ssvm", "load_checkpoint",
+           "option_table", "regularization_path", "save_checkpoint"]
 __all__ += sorted(_FUNCTIONS)  # each declared solver (bcfw, frank_wolfe, ...)
