@@ -67,13 +67,13 @@ def _core(kind: str, options: dict[str, Any], loss: bool = False) -> tuple[Any, 
             {"tol": options["tol"], "max_iter": options["max_iter"]})
 
 
-def _warn_unconverged(result: Any, ex: _inputs.Example, options: dict[str, Any]) -> None:
+def _warn_unconverged(result: Any, ex: _inputs.Example, options: dict[str, Any], stacklevel: int = 3) -> None:
     """SparseMAP stopped at ``max_iter`` before its certificate met ``tol``: said, not silent."""
     if not getattr(result, "converged", True):
         where = "" if ex.index is None else f" (example {ex.index})"
         warnings.warn(f"SparseMAP{where} stopped at max_iter={options['max_iter']} with Frank–Wolfe gap "
                       f"{result.gap:.3g} > tol={options['tol']:g}: μ* and its gradient are approximate",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=stacklevel)
 
 
 def _full_grad(ex: _inputs.Example, upstream: tuple[torch.Tensor | None, ...]) -> np.ndarray:
@@ -183,7 +183,7 @@ def _chain_losses(batch: list[_inputs.Example], gold: list[Any], options: dict[s
         d_node, d_pair = result.node - g_node, result.pair - g_pair
         for b, j in enumerate(members):
             ex = batch[j]
-            _warn_unconverged(_Certificate(float(result.gaps[b]), options["tol"]), ex, options)
+            _warn_unconverged(_Certificate(float(result.gaps[b]), options["tol"]), ex, options, stacklevel=4)
             grad = fast.onto_theta(d_node[b], d_pair[b], int(result.lengths[b]), ex.array)
             values[j] = ValueAndGrad.apply(max(float(value[b]), 0.0), grad, *ex.fields)
 
