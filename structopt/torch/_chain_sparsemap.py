@@ -45,6 +45,9 @@ class GroupResult:
     """The active sets of a padded group of chains (``members``: positions in the caller's batch)."""
 
     members: list[int]
+    unary: np.ndarray        # (B, T, S) the potentials, zeros past each length
+    pairwise: np.ndarray     # (1, 1, S, S) shared or (B, max(T-1, 1), S, S) per position (full layout)
+    shared: bool
     lengths: np.ndarray      # (B,)
     node: np.ndarray         # (B, T, S) μ* (unary statistics), zeros past each length
     pair: np.ndarray         # (B, T-1, S, S) μ* (edge statistics)
@@ -63,10 +66,13 @@ class GroupResult:
 def groups(batch: list[Example], members: list[int]) -> list[list[int]]:
     """``members`` split by number of labels and masks (one kernel call shares them)."""
     out: dict[tuple, list[int]] = defaultdict(list)
+    keys: dict[int, tuple] = {}  # per structure object (a batch usually shares one)
     for j in members:
         s = batch[j].structure
-        start, end = s.boundary_bias()
-        out[(s.n_states, start.tobytes(), end.tobytes(), s.transition_bias().tobytes())].append(j)
+        if id(s) not in keys:
+            start, end = s.boundary_bias()
+            keys[id(s)] = (s.n_states, start.tobytes(), end.tobytes(), s.transition_bias().tobytes())
+        out[keys[id(s)]].append(j)
     return list(out.values())
 
 
@@ -118,7 +124,8 @@ def solve_group(batch: list[Example], members: list[int], tol: float, max_iter: 
         with _announce_compile("sparsemap_chunk"):
             i, active, weights = ker.sparsemap_chunk(*args, i, BUDGET, node, pair, active, weights, offsets, gaps,
                                                      iterations, status)
-    return GroupResult(members, lengths, node, pair, active, weights, offsets, gaps, iterations, status)
+    return GroupResult(members, unary, pairwise, shared, lengths, node, pair, active, weights, offsets, gaps,
+                       iterations, status)
 
 
 def vjp_group(result: GroupResult, grad_node: np.ndarray, grad_pair: np.ndarray,
@@ -152,24 +159,13 @@ def gold_stats(lengths: np.ndarray, gold: list[np.ndarray], S: int) -> tuple[np.
     B, T = len(gold), int(lengths.max())
     node = np.zeros((B, T, S))
     pair = np.zeros((B, max(T - 1, 0), S, S))
-    for b, y in enumerate(gold):
-        L = int(lengths[b])
-        y = np.asarray(y, dtype=np.int64)
-        node[b, np.arange(L), y] = 1.0
-        pair[b, np.arange(L - 1), y[:-1], y[1:]] = 1.0
+    labels = np.concatenate([np.asarray(y, dtype=np.int64) for y in gold])
+    example = np.repeat(np.arange(B), lengths)
+    position = np.arange(labels.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    node[example, position, labels] = 1.0
+    inner = position[:-1] < np.repeat(lengths - 1, lengths)[:-1]  # an edge (t, t + 1) inside one example
+    pair[example[:-1][inner], position[:-1][inner], labels[:-1][inner], labels[1:][inner]] = 1.0
     return node, pair
-
-
-def full_theta(batch: list[Example], result: GroupResult) -> tuple[np.ndarray, np.ndarray]:
-    """The group's potentials in the padded full statistics layout (zeros past each length)."""
-    B, T, S = result.node.shape
-    unary = np.zeros((B, T, S))
-    pair = np.zeros((B, max(T - 1, 0), S, S))
-    for b, j in enumerate(result.members):
-        L = int(result.lengths[b])
-        unary[b, :L] = batch[j].array[0]
-        pair[b, :L - 1] = np.broadcast_to(batch[j].array[1], (L - 1, S, S))
-    return unary, pair
 
 
 def onto_theta(node: np.ndarray, pair: np.ndarray, L: int, like: Potentials) -> Potentials:

@@ -169,23 +169,53 @@ def fenchel_young(kind: str, batch: list[_inputs.Example], gold: list[Any], opti
 
 
 def _chain_losses(batch: list[_inputs.Example], gold: list[Any], options: dict[str, Any], values: list[Any]) -> None:
-    """The SparseMAP Fenchel–Young losses of the chains the batched kernel serves, into ``values`` (the
-    generic ``sparsemap_loss``'s value ``½‖θ − μ(y)‖² − ½‖θ − μ*‖²`` clipped at 0, gradient ``μ* − μ(y)``)."""
+    """The SparseMAP Fenchel–Young losses of the chains the batched kernel serves, into ``values``: the generic
+    ``sparsemap_loss``'s value ``½‖θ − μ(y)‖² − ½‖θ − μ*‖² = <θ, μ* − μ(y)> + ½‖μ(y)‖² − ½‖μ*‖²`` clipped at 0,
+    gradient ``μ* − μ(y)``; one autograd node per group."""
     from structopt.torch import _chain_sparsemap as fast
 
     for members in fast.groups(batch, [j for j, ex in enumerate(batch) if fast.batchable(ex)]):
         result = fast.solve_group(batch, members, options["tol"], options["max_iter"])
-        unary, pair = fast.full_theta(batch, result)
-        g_node, g_pair = fast.gold_stats(result.lengths, [gold[j] for j in members], unary.shape[2])
-        axes_n, axes_p = (1, 2), (1, 2, 3)
-        value = 0.5 * (((unary - g_node) ** 2).sum(axis=axes_n) + ((pair - g_pair) ** 2).sum(axis=axes_p)) \
-            - 0.5 * (((unary - result.node) ** 2).sum(axis=axes_n) + ((pair - result.pair) ** 2).sum(axis=axes_p))
+        g_node, g_pair = fast.gold_stats(result.lengths, [gold[j] for j in members], result.node.shape[2])
         d_node, d_pair = result.node - g_node, result.pair - g_pair
+        summed = d_pair.sum(axis=1)  # (B, S, S): the gradient of a shared transition table
+        inner = np.einsum("bts,bts->b", result.unary, d_node)
+        inner += (np.einsum("ij,bij->b", result.pairwise[0, 0], summed) if result.shared
+                  else np.einsum("btij,btij->b", result.pairwise[:, :d_pair.shape[1]], d_pair))
+        squares = (np.einsum("bts,bts->b", g_node, g_node) - np.einsum("bts,bts->b", result.node, result.node)
+                   + np.einsum("btij,btij->b", g_pair, g_pair) - np.einsum("btij,btij->b", result.pair, result.pair))
+        value = inner + 0.5 * squares
+        for b in np.flatnonzero(~(result.gaps <= options["tol"])):
+            _warn_unconverged(_Certificate(float(result.gaps[b]), options["tol"]), batch[members[b]], options,
+                              stacklevel=4)
+        grads = []
         for b, j in enumerate(members):
-            ex = batch[j]
-            _warn_unconverged(_Certificate(float(result.gaps[b]), options["tol"]), ex, options, stacklevel=4)
-            grad = fast.onto_theta(d_node[b], d_pair[b], int(result.lengths[b]), ex.array)
-            values[j] = ValueAndGrad.apply(max(float(value[b]), 0.0), grad, *ex.fields)
+            L, like = int(result.lengths[b]), batch[j].array
+            pair = summed[b] if np.ndim(like[1]) == 2 else d_pair[b, :L - 1]
+            grads.append(type(like)(d_node[b, :L], pair))
+        fields = [f for j in members for f in batch[j].fields]
+        out = _GroupValues.apply(np.maximum(value, 0.0), grads, *fields)
+        for j, v in zip(members, out.unbind(0)):
+            values[j] = v
+
+
+class _GroupValues(torch.autograd.Function):
+    """The losses ``values`` (B,) of a group of examples whose gradients ``grads`` (one potentials tuple per
+    example, θ's layout) are already known; ``fields`` are the examples' fields in turn."""
+
+    @staticmethod
+    def forward(ctx, values: np.ndarray, grads: list[Potentials], *fields: torch.Tensor) -> torch.Tensor:
+        ctx.grads = grads
+        return torch.as_tensor(values, dtype=fields[0].dtype, device=fields[0].device)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, upstream: torch.Tensor):
+        out = []
+        for b, grad in enumerate(ctx.grads):
+            scale = upstream[b]
+            out.extend(scale * torch.as_tensor(g, dtype=upstream.dtype, device=upstream.device) for g in grad)
+        return (None, None, *out)
 
 
 class _Certificate:
