@@ -4,6 +4,7 @@ masks) and against the exact projection onto the enumerated outputs' hull on tin
 
 from __future__ import annotations
 
+import signal
 import warnings
 
 import numpy as np
@@ -222,3 +223,22 @@ def test_sparsemap_loss_makes_no_face_search_by_default():
 
     _, _, result = core.sparsemap_loss(structure, theta, np.zeros(5, dtype=int), oracle=oracle)
     assert result.face is None and len(calls) == result.iterations + 2
+
+
+@pytest.mark.skipif(signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
+                    reason="SIGINT is not handled by Python's default handler in this test run")
+def test_ctrl_c_stops_a_long_batched_call_promptly():
+    """SIGINT during a batch that takes minutes raises KeyboardInterrupt within two seconds."""
+    from tests.test_interrupts import sigint_during
+
+    rng = np.random.default_rng(10)
+    structure = Chain(9)
+    transitions = torch.tensor(0.01 * rng.normal(size=(9, 9)))
+    # near-zero potentials: dense solutions, hundreds of cycles each
+    thetas = [ChainPotentials(torch.tensor(0.01 * rng.normal(size=(60, 9))), transitions) for _ in range(2000)]
+    golds = [np.zeros(60, dtype=np.int64)] * len(thetas)
+    with pytest.warns(RuntimeWarning, match="stopped at max_iter=2"):  # the kernels loaded before the clock
+        st.structured_loss(structure, thetas[:1], golds[:1], kind="sparsemap", max_iter=2)
+    with sigint_during(0.5) as record:
+        st.structured_loss(structure, thetas, golds, kind="sparsemap", max_iter=1000)
+    assert record["caught"] - record["sent"] < 2.0

@@ -476,8 +476,9 @@ def _solve_one(unary, pairwise, shared, i, L, start, end, bias, masked, tol, max
 @njit(cache=True)
 def sparsemap_chunk(unary, pairwise, shared, start, end, bias, masked, lengths, tol, max_iter, warm, warm_labels,
                     first, budget, node, pair, active, weights, offsets, gaps, iterations, status):
-    """Examples first, first + 1, ... of the batch until about ``budget`` oracle calls are spent (at least
-    one example); returns ``(next example to solve, active, weights)``.
+    """Examples first, first + 1, ... of the batch until about ``budget`` units of work are spent (at least one
+    example; an example of length L, S labels and c major cycles counts ``(c + 2) (L S² + c (c + L))``: its
+    Viterbi calls, directions and Gram systems); returns ``(next example to solve, active, weights)``.
 
     Writes μ* into ``node`` (B, T, S) and ``pair`` (B, T-1, S, S) (zeros past each length), example i's
     active labels into rows ``offsets[i]:offsets[i + 1]`` of ``active`` (n, T) (columns past its length
@@ -523,7 +524,7 @@ def sparsemap_chunk(unary, pairwise, shared, start, end, bias, masked, lengths, 
         gaps[i] = gap
         iterations[i] = its
         status[i] = st
-        spent += its + 2
+        spent += (its + 2) * (L * S * S + its * (its + L))
         i += 1
     return i, active, weights
 

@@ -8,8 +8,9 @@ chains (same number of labels, same masks) per call. The Fenchel–Young loss ne
 backward, the Jacobian-vector product through each active set, is one compiled call for the group too.
 Anything else (an override of those oracles, another structure, LP-SparseMAP) keeps the generic path.
 
-Long batches are split into calls of about :data:`BUDGET` oracle calls each, so Ctrl-C is honoured between
-them (within a fraction of a second on CoNLL-sized chains).
+Long batches are split into calls of about :data:`BUDGET` units of work each (about 0.05 s), so Ctrl-C is
+honoured between them; one chain is never split (at most ``max_iter`` cycles: a fraction of a second on
+CoNLL-sized chains at the default 1,000).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from structopt.torch._inputs import Example
 
 #: the oracles the batched kernel reproduces (SparseMAP uses nothing else of the structure)
 ORACLES = frozenset({"argmax", "stats", "expand"})
-#: oracle calls per compiled call (Ctrl-C is honoured between calls)
-BUDGET = 20_000
+#: work per compiled call, in the kernel's units (~Viterbi and Gram-system flops; about 0.05 s): Ctrl-C is
+#: honoured between calls
+BUDGET = 20_000_000
 #: seconds a first call may take before it says that numba compiles (once per machine, then cached)
 ANNOUNCE_AFTER = 2.0
 _loaded: set[str] = set()
@@ -95,7 +97,7 @@ def _padded(examples: list[Example]) -> tuple[np.ndarray, np.ndarray, bool, np.n
 def solve_group(batch: list[Example], members: list[int], tol: float, max_iter: int,
                 warm: list[np.ndarray] | None = None) -> GroupResult:
     """SparseMAP of the examples ``members`` of ``batch`` (one group of :func:`groups`), in compiled calls of
-    about :data:`BUDGET` oracle calls. ``warm``: one label sequence per member to start from instead of the
+    about :data:`BUDGET` units of work. ``warm``: one label sequence per member to start from instead of the
     argmax at θ (the generic path's ``warm_start`` with that single vertex)."""
     from structopt.structures import _chain_sparsemap_kernels as ker
 
@@ -121,7 +123,7 @@ def solve_group(batch: list[Example], members: list[int], tol: float, max_iter: 
             warm_labels)
     i = 0
     while i < B:  # Python between the calls: a Ctrl-C raises here
-        with _announce_compile("sparsemap_chunk"):
+        with _announce_compile("sparsemap_chunk"), _interrupt_as_such():
             i, active, weights = ker.sparsemap_chunk(*args, i, BUDGET, node, pair, active, weights, offsets, gaps,
                                                      iterations, status)
     return GroupResult(members, unary, pairwise, shared, lengths, node, pair, active, weights, offsets, gaps,
@@ -175,6 +177,19 @@ def onto_theta(node: np.ndarray, pair: np.ndarray, L: int, like: Potentials) -> 
     if np.ndim(like[1]) == 2:
         return type(like)(unary, pair[:L - 1].sum(axis=0) if L > 1 else np.zeros(np.shape(like[1])))
     return type(like)(unary, pair[:L - 1].copy())
+
+
+class _interrupt_as_such:
+    """A SIGINT whose handler ran inside numba's dispatcher (while it typed the arguments) comes out as a
+    SystemError ("returned a result with an exception set") caused by the KeyboardInterrupt: raise the
+    interrupt itself."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if isinstance(error, SystemError) and isinstance(error.__cause__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
 
 
 class _announce_compile:
