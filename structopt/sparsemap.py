@@ -384,7 +384,9 @@ def sparsemap_loss(structure: Any, theta: Potentials, y_true: Any, **options: An
     y_true
         The gold output (checked by ``structure.validate_output``).
     **options
-        Passed to :func:`sparsemap` (``tol``, ``max_iter``, ``warm_start``, ``oracle``).
+        Passed to :func:`sparsemap` (``tol``, ``max_iter``, ``warm_start``, ``oracle``, ``face_tries``).
+        ``face_tries`` defaults to 0 here: the loss and its gradient need μ* only, not the optimal face
+        that the layer's backward needs.
 
     Returns
     -------
@@ -396,13 +398,13 @@ def sparsemap_loss(structure: Any, theta: Potentials, y_true: Any, **options: An
     result : SparseMAPResult
         The forward (for the caller's warm start and diagnostics).
     """
-    unknown = sorted(set(options) - {"tol", "max_iter", "warm_start", "oracle"})
+    unknown = sorted(set(options) - {"tol", "max_iter", "warm_start", "oracle", "face_tries"})
     if unknown:
         raise InvalidInputError(f"sparsemap_loss got unknown options {unknown}; it takes tol, max_iter, "
-                                "warm_start and oracle")
+                                "warm_start, oracle and face_tries")
     flat, _ = check_theta(structure, theta, "sparsemap_loss")
     gold = gold_stats(structure, theta, y_true, flat.size, "sparsemap_loss")
-    result = sparsemap(structure, theta, **options)
+    result = sparsemap(structure, theta, **{"face_tries": 0, **options})
     mu = flatten(result.stats)
     value = 0.5 * float((flat - gold) @ (flat - gold)) - 0.5 * float((flat - mu) @ (flat - mu))
     return max(value, 0.0), mu - gold, result
