@@ -1140,25 +1140,7 @@ def pairwise_layout(vstates, edges):
         sb = vstates[evar[2 * f + 1]]
         toff[f + 1] = toff[f] + sa * sb
         aoff[f + 1] = aoff[f] + sa + sb - 1
-    # bfs_order's order: a variable's neighbour through the table of entry r is the table's other entry r ^ 1
-    seen = np.zeros(n, dtype=np.bool_)
-    head = 0
-    tail = 0
-    for root in range(n):
-        if seen[root]:
-            continue
-        seen[root] = True
-        order[tail] = root
-        tail += 1
-        while head < tail:
-            i = order[head]
-            head += 1
-            for k in range(vptr[i], vptr[i + 1]):
-                v = evar[vedge[k] ^ 1]
-                if not seen[v]:
-                    seen[v] = True
-                    order[tail] = v
-                    tail += 1
+    order = bfs_order(n, fptr, evar, vptr, vedge, efac)
     return ok, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac, order
 
 
