@@ -470,8 +470,8 @@ R_S, R_RHS, R_WSTAR, R_WNEW, R_U = 0, 1, 2, 3, 4
 @njit(cache=True)
 def pair_workspace(fkind, fptr, toff, aoff):
     """Scratch arrays for :func:`pair_core`, sized for the largest pairwise table and active set of the graph:
-    ``(wsf, wsi, KK)``: floats by row (``R_S``... ``R_U``), the members' states (rows ``ya``, ``yb``), and
-    the Gauss-Jordan work of :func:`pair_inverse`. Few array arguments: a compiled call costs ~4 ns per
+    ``(wsf, wsi)``: floats by row (``R_S``... ``R_U``) and the members' states (rows ``ya``, ``yb``). Few
+    array arguments: a compiled call costs ~4 ns per
     array it passes (measured, numba 0.68), more than a small table's inner step."""
     kmax = 1
     cmax = 1
@@ -479,17 +479,20 @@ def pair_workspace(fkind, fptr, toff, aoff):
         if fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
             kmax = max(kmax, toff[f + 1] - toff[f])
             cmax = max(cmax, aoff[f + 1] - aoff[f])
-    return (np.empty((5, max(kmax, cmax + 2))), np.empty((2, cmax + 1), dtype=np.int64),
-            np.empty((cmax + 1, 2 * cmax + 2)))
+    return np.empty((5, max(kmax, cmax + 2))), np.empty((2, cmax + 1), dtype=np.int64)
 
 
 @njit(cache=True)
-def pair_inverse(ainv, m0, m, wsi, n, work):
+def pair_inverse(ainv, m0, m, wsi, n):
     """Write at ``ainv[m0:]`` (row stride ``m``) the inverse of the KKT matrix ``[0 1ᵀ; 1 G]`` of ``n`` members
-    (states ``wsi[0, :n]``, ``wsi[1, :n]``; ``G`` their Gram matrix, the number of states two members share),
-    by Gauss-Jordan elimination with partial pivoting in ``work`` (at least ``(n+1) × 2(n+1)``). Returns False
-    when the matrix is numerically singular (the members are affinely dependent)."""
+    (states ``wsi[0, :n]``, ``wsi[1, :n]``; ``G`` their Gram matrix, the number of states two members share):
+    ``[-2 1; 1 0]`` for one member (a cold start), else by Gauss-Jordan elimination with partial pivoting.
+    Returns False when the matrix is numerically singular (the members are affinely dependent)."""
+    if n == 1:
+        ainv[m0], ainv[m0 + 1], ainv[m0 + m], ainv[m0 + m + 1] = -2.0, 1.0, 1.0, 0.0
+        return True
     k = n + 1
+    work = np.empty((k, 2 * k))
     for i in range(k):
         for j in range(k):
             if i == 0 and j == 0:
@@ -617,7 +620,7 @@ def _best_single(wsf, wsi, acfg, aw, a0, K, Sb):
 
 @njit(cache=True)
 def pair_core(Sa, Sb, ta, tb, va, vb, t0, a0, cap, i0, n, eta, max_inner, vallow, tab, xw, acfg, aw, qe, qt,
-              wsf, wsi, KK, ainv):
+              wsf, wsi, ainv):
     """The local QP of a table over two variables with its carried KKT inverse; returns (term of g, members).
 
     :func:`dense_qp`'s primal active-set method and warm start (the same iterates, to rounding), specialised
@@ -686,11 +689,11 @@ def pair_core(Sa, Sb, ta, tb, va, vb, t0, a0, cap, i0, n, eta, max_inner, vallow
         for i in range(n):
             aw[a0 + i] /= tot
     if updates >= INV_REFRESH:
-        if not pair_inverse(ainv, m0, m, wsi, n, KK):
+        if not pair_inverse(ainv, m0, m, wsi, n):
             # cannot happen with an affinely independent set: restart from the best single member
             _best_single(wsf, wsi, acfg, aw, a0, K, Sb)
             n = 1
-            pair_inverse(ainv, m0, m, wsi, n, KK)
+            pair_inverse(ainv, m0, m, wsi, n)
         updates = 0
     tol = 1e-12
     inv_eta = 1.0 / eta
@@ -834,28 +837,10 @@ def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, aoff, xa, xb,
     cap = aoff[f + 1] - aoff[f]
     wsf = np.empty((5, max(Sa * Sb, cap + 2)))
     wsi = np.empty((2, cap + 1), dtype=np.int64)
-    KK = np.empty((cap + 1, 2 * cap + 2))
     g, n = pair_core(Sa, Sb, eoff[ea], eoff[ea + 1], voff[ia], voff[ib], toff[f], aoff[f], cap, i0, acount[f], eta,
-                     max_inner, vallow, tab, xw, acfg, aw, qe, qt, wsf, wsi, KK, ainv)
+                     max_inner, vallow, tab, xw, acfg, aw, qe, qt, wsf, wsi, ainv)
     acount[f] = n
     return g
-
-
-@njit(cache=True)
-def pair_gterm(Sa, Sb, va, vb, t0, vallow, tab, xw):
-    """A pairwise table's term of g(λ), ``max_c θ(c) + xw[2, a] + xw[3, b]`` over its allowed configurations
-    (what :func:`pair_core` returns, for a table whose local QP is skipped)."""
-    gmax = NEG
-    for a in range(Sa):
-        if not vallow[va + a]:
-            continue
-        for b in range(Sb):
-            th = tab[t0 + a * Sb + b]
-            if vallow[vb + b] and th != NEG:
-                v = th + xw[2, a] + xw[3, b]
-                if v > gmax:
-                    gmax = v
-    return gmax
 
 
 # --------------------------------------------------------------------------- one factor's local QP
@@ -1570,7 +1555,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     for f in range(n_f):
         if not pair_fast[f] and not (fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2):
             fused = False
-    wsf, wsi, KK = pair_workspace(fkind, fptr, toff, aoff)
+    wsf, wsi = pair_workspace(fkind, fptr, toff, aoff)
     ioff = inverse_layout(fkind, fptr, aoff)
     if ainv.size < ioff[n_f]:
         raise ValueError("ad3_chunk: ainv is smaller than inverse_layout's size")
@@ -1677,7 +1662,21 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                     xw[3, s] = off[vb + s] + lam[tb + s]
                 if not reset and not fact[f]:  # settled: its answer stands
                     if fused:
-                        g += pair_gterm(Sa, Sb, va, vb, toff[f], vallow, tab, xw)
+                        # its term of g, max_c θ(c) + w_a[a] + w_b[b] (inline: most tables at many states
+                        # are settled, and a call costs more than a small table's sweep)
+                        gmax = NEG
+                        c = toff[f]
+                        for a in range(Sa):
+                            oka = vallow[va + a]
+                            wa = xw[2, a]
+                            for b in range(Sb):
+                                th = tab[c]
+                                c += 1
+                                if oka and vallow[vb + b] and th != NEG:
+                                    v = th + wa + xw[3, b]
+                                    if v > gmax:
+                                        gmax = v
+                        g += gmax
                     continue
                 for s in range(Sa):
                     xw[0, s] = eta * p[va + s] + share[va + s] + lam[ta + s]
@@ -1686,7 +1685,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                     xw[1, s] = eta * p[vb + s] + share[vb + s] + lam[tb + s]
                     old_ws[Sa + s] = qe[tb + s]
                 gf, acount[f] = pair_core(Sa, Sb, ta, tb, va, vb, toff[f], aoff[f], aoff[f + 1] - aoff[f], ioff[f],
-                                          acount[f], eta, max_inner, vallow, tab, xw, acfg, aw, qe, qt, wsf, wsi, KK,
+                                          acount[f], eta, max_inner, vallow, tab, xw, acfg, aw, qe, qt, wsf, wsi,
                                           ainv)
                 fact[f] = False
                 for s in range(Sa):
