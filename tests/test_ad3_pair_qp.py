@@ -6,6 +6,7 @@ KKT matrix (to 1e-10) through many bordering / deletion updates between its peri
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from structopt.structures import _ad3_kernels as K
 from structopt.structures.factor_graph import FactorGraph
@@ -133,3 +134,22 @@ def test_a_stale_header_has_the_inverse_rebuilt():
     n = int(acount[0])
     carried = ainv[2 + cap:].reshape(cap + 1, cap + 1)[:n + 1, :n + 1]
     np.testing.assert_allclose(carried, _kkt_inverse(acfg[:n], 4), rtol=0, atol=1e-10)
+
+
+def test_a_warm_start_without_carried_inverses_rebuilds_them():
+    # an AD3State made without the inverses (ainv empty) warm-starts a run: the driver gives it empty ones,
+    # rebuilt from the active sets, and the run reaches the answer of the same warm start with them
+    from structopt.structures._fg_types import AD3State
+    from tests.test_ad3_stopping import _potts_graph
+
+    fg, theta = _potts_graph(np.random.default_rng(2), 5, 3)
+    _, state = fg._ad3(theta, max_iter=40)
+    bare = state.copy()
+    bare = AD3State(bare.p, bare.lam, bare.qe, bare.qt, bare.acfg, bare.aw, bare.acount, bare.scal)
+    assert bare.ainv.size == 0 and state.acount.max() >= 2
+    with_inverses, _ = fg._ad3(theta, state=state.copy())
+    rebuilt, after = fg._ad3(theta, state=bare)
+    assert after.ainv.size == state.ainv.size
+    assert (rebuilt.status, rebuilt.iterations) == (with_inverses.status, with_inverses.iterations)
+    np.testing.assert_array_equal(rebuilt.labels, with_inverses.labels)
+    assert rebuilt.upper_bound == pytest.approx(with_inverses.upper_bound, rel=1e-9, abs=1e-9)

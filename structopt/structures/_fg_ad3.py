@@ -57,6 +57,9 @@ def ad3(fg: Graph, theta: FactorGraphPotentials, *, max_iter: int = 100_000, tim
         state = fg.new_state(theta)
     else:
         state.scal[K.S_UPPER], state.scal[K.S_LOWER], state.scal[K.S_ITER] = np.inf, -np.inf, 0.0
+        n_inv = int(K.inverse_layout(fl.fkind, fl.fptr, fl.aoff)[-1])
+        if state.ainv.size != n_inv:  # a state made without the carried inverses: they start empty (rebuilt)
+            state.ainv = np.zeros(n_inv)
     n_entries = max(int(fl.eoff[-1]), 1)
     tol_res = n_entries * max(float(tol_lp), 1e-7) ** 2 if tol_res is None else float(tol_res)
     if fg._structs:
