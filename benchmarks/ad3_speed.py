@@ -4,8 +4,12 @@ before and after, and the C++ AD3 2.2.1, side by side in one driver (issue 37).
 Usage (the peer's interpreter from ``bash benchmarks/ad3_env.sh``; ``--before-rev`` is the commit whose
 structopt is "before", exported with ``git archive`` into a temporary folder)::
 
-    python benchmarks/ad3_speed.py [--peer-python /tmp/ad3-venv/bin/python] [--before-rev 4a9595f]
-                                   [--states 2 3 4 5] [--graphs 3] [--iters 2000] [--repeats 3]
+    python benchmarks/ad3_speed.py [--peer-python /tmp/ad3-venv/bin/python] [--start-rev 4a9595f]
+                                   [--before-rev 10059d6] [--states 2 3 4 5] [--graphs 3] [--iters 2000]
+                                   [--repeats 3]
+
+*start* (``--start-rev``, the issue's start) is "before" in every section; ``--before-rev`` (the last
+per-iteration change's base) adds a column to the per-iteration table only.
 
 Graphs: ``--nodes`` random points in the unit square joined by their Delaunay triangulation (as
 ``benchmarks/ad3_graph_calls.py``), unary scores N(0, 1), edge tables a Potts term of strength U(0, 1.5)
@@ -178,10 +182,10 @@ def worker(side: str, task: str, data: str, states: list[int], iters: int) -> di
 
 
 # ----------------------------------------------------------------------------- driver side
-def run_side(side: str, python: str, task: str, data: str, states: list[int], iters: int, before_root: Path) -> dict:
+def run_side(side: str, python: str, task: str, data: str, states: list[int], iters: int, roots: dict) -> dict:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    if side == "before":
-        env["PYTHONPATH"] = str(before_root)
+    if side in roots:
+        env["PYTHONPATH"] = str(roots[side])
     elif side == "after":
         env["PYTHONPATH"] = str(ROOT)
     cmd = [python, str(HERE), "--worker", side, "--task", task, "--data", data, "--iters", str(iters),
@@ -204,7 +208,8 @@ def main() -> None:
     parser.add_argument("--task")
     parser.add_argument("--data")
     parser.add_argument("--peer-python", default="/tmp/ad3-venv/bin/python")
-    parser.add_argument("--before-rev", default="4a9595f")
+    parser.add_argument("--start-rev", default="4a9595f")
+    parser.add_argument("--before-rev", default="10059d6")
     parser.add_argument("--states", type=int, nargs="+", default=[2, 3, 4, 5])
     parser.add_argument("--default-states", type=int, nargs="+", default=[3, 5])
     parser.add_argument("--graphs", type=int, default=3)
@@ -223,47 +228,54 @@ def main() -> None:
                 raise SystemExit(f"{args.worker}: imported structopt from {structopt.__file__}")
         print(MARK + json.dumps(worker(args.worker, args.task, args.data, args.states, args.iters)), flush=True)
         return
-    sides = ("before", "after", "ad3")
+    sides = ("start", "before", "after", "ad3")
     me = sys.executable
-    python = {"before": me, "after": me, "ad3": args.peer_python}
+    python = {"start": me, "before": me, "after": me, "ad3": args.peer_python}
     with tempfile.TemporaryDirectory() as tmp:
-        before_root = Path(tmp) / "before"
-        before_root.mkdir()
-        export_before(args.before_rev, before_root)
+        roots = {}
+        for side, rev in (("start", args.start_rev), ("before", args.before_rev)):
+            roots[side] = Path(tmp) / side
+            roots[side].mkdir()
+            export_before(rev, roots[side])
         data = str(Path(tmp) / "graphs.npz")
         draw_graphs(Path(data), sorted(set(args.states) | set(args.default_states)), args.graphs, args.nodes, 0)
         periter: dict[str, dict[str, list]] = {s: {} for s in sides}
         for r in range(args.repeats):
             for side in sides:
                 print(f"per iteration: round {r + 1}, {side}", file=sys.stderr, flush=True)
-                res = run_side(side, python[side], "periter", data, args.states, args.iters, before_root)
+                res = run_side(side, python[side], "periter", data, args.states, args.iters, roots)
                 for S, rows in res.items():
                     periter[side].setdefault(S, []).extend(rows)
+        # the other sections: the issue's start ("before" there) against this checkout and the C++
         defaults: dict[str, dict] = {}
-        for side in sides:
+        for side in ("start", "after", "ad3"):
             print(f"default stopping: {side}", file=sys.stderr, flush=True)
-            defaults[side] = run_side(side, python[side], "defaults", data, args.default_states, args.iters,
-                                      before_root)
+            defaults[side] = run_side(side, python[side], "defaults", data, args.default_states, args.iters, roots)
+        defaults["before"] = defaults.pop("start")
         convert = {}
-        for side in ("before", "after"):
+        for side in ("start", "after"):
             print(f"conversion: {side}", file=sys.stderr, flush=True)
-            convert[side] = run_side(side, python[side], "convert", args.uai, args.states, args.iters, before_root)
+            convert[side] = run_side(side, python[side], "convert", args.uai, args.states, args.iters, roots)
+        convert["before"] = convert.pop("start")
     lines = ["# AD3 per iteration on multi-state factors, default stopping, MAP conversion", "",
-             f"`python benchmarks/ad3_speed.py --before-rev {args.before_rev} --graphs {args.graphs} --iters "
+             f"`python benchmarks/ad3_speed.py --start-rev {args.start_rev} --before-rev {args.before_rev} "
+             f"--graphs {args.graphs} --iters "
              f"{args.iters} --repeats {args.repeats}` on {platform.machine()}, Python {platform.python_version()}, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. CPU time (`time.process_time`), "
              "OPENBLAS_NUM_THREADS=1, a 2-core machine shared with other jobs: the sides alternate, each in a "
-             f"fresh process. Graphs: {args.nodes}-node Delaunay graphs, Potts-like tables with noise. *before* is "
-             f"structopt at `{args.before_rev}`, *after* this checkout, *AD3* the C++ AD3 2.2.1 through its Python "
+             f"fresh process. Graphs: {args.nodes}-node Delaunay graphs, Potts-like tables with noise. *start* is "
+             f"structopt at `{args.start_rev}` (the issue's start; *before* in the sections after the first), "
+             f"*before* at `{args.before_rev}`, *after* this checkout, *AD3* the C++ AD3 2.2.1 through its Python "
              "binding (`benchmarks/ad3_env.sh`).", "",
              "## Per iteration (µs, median over graphs and rounds)", "",
              f"Each run: exactly {args.iters} iterations, no stopping test can end it.", "",
-             "| states | before | after | AD3 (C++) | before ÷ after | AD3 ÷ after |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| states | start | before | after | AD3 (C++) | start ÷ after | before ÷ after | AD3 ÷ after |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for S in map(str, args.states):
         med = {s: statistics.median(r["us"] for r in periter[s][S]) for s in sides}
-        lines.append(f"| {S} | {med['before']:.1f} | {med['after']:.1f} | {med['ad3']:.1f} | "
-                     f"{med['before'] / med['after']:.2f}x | {med['ad3'] / med['after']:.2f}x |")
+        lines.append(f"| {S} | {med['start']:.1f} | {med['before']:.1f} | {med['after']:.1f} | {med['ad3']:.1f} | "
+                     f"{med['start'] / med['after']:.2f}x | {med['before'] / med['after']:.2f}x | "
+                     f"{med['ad3'] / med['after']:.2f}x |")
     lines += ["", "## Default stopping (each side's defaults; per graph)", "",
               "bound gap = (reported bound − LP*) / (1 + |LP*|), LP* by HiGHS on the local polytope (~1e-7); "
               "AD3 value gap: the same for AD3's `value` (its posteriors' objective, not a bound); labeling gap = "

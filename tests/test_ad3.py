@@ -463,8 +463,8 @@ def test_fused_bound_equals_the_dual_bound_at_every_iterate():
         y = np.zeros(fl.n_vars, dtype=np.int64)
         return K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
                            fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors, pf,
-                           state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, state.scal,
-                           y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf,
+                           state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, state.ainv,
+                           state.scal, y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf,
                            np.ones(fl.fkind.size, dtype=bool))
 
     fused = fg.new_state(theta)
@@ -506,8 +506,8 @@ def test_fused_bound_on_multistate_pairwise_tables_equals_the_dual_bound():
         y = np.zeros(fl.n_vars, dtype=np.int64)
         return K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
                            fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors, pf,
-                           state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, state.scal,
-                           y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf,
+                           state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, state.ainv,
+                           state.scal, y, y.copy(), n_iter, bound_every, 1.0, 1e-14, -1.0, -1.0, 50, 0, -np.inf,
                            np.ones(fl.fkind.size, dtype=bool))
 
     fused = fg.new_state(theta)

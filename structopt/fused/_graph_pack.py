@@ -252,6 +252,7 @@ def graph_oracle(i, w, pk, theta, stats):
     acfg = np.zeros(aoff[aoff.size - 1], dtype=np.int64)
     aw = np.zeros(aoff[aoff.size - 1])
     acount = np.zeros(E, dtype=np.int64)
+    ainv = np.zeros(K.inverse_layout(fkind, fptr, aoff)[E])
     scal = np.zeros(K.N_SCAL)
     scal[K.S_ETA] = eta
     scal[K.S_UPPER] = np.inf
@@ -268,8 +269,8 @@ def graph_oracle(i, w, pk, theta, stats):
     while done < MAX_ITER:
         n_iter = min(chunk, MAX_ITER - done)
         status = K.ad3_chunk(N, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, order,
-                             efac, u, tab, pair_fast, p, lam, qe, qt, acfg, aw, acount, scal, best_y, y_work, n_iter,
-                             BOUND_EVERY, 1.0, tol_res, TOL, TOL, MAX_INNER, ETA_ITERS, -np.inf, settled)
+                             efac, u, tab, pair_fast, p, lam, qe, qt, acfg, aw, acount, ainv, scal, best_y, y_work,
+                             n_iter, BOUND_EVERY, 1.0, tol_res, TOL, TOL, MAX_INNER, ETA_ITERS, -np.inf, settled)
         done = int(scal[K.S_ITER])
         if status != K.RUNNING:
             break

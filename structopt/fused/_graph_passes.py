@@ -22,9 +22,9 @@ def adjoint_sum(blocks, offsets, scale, out, pack):
 
 
 @njit(cache=True)
-def oracle_steps(order, w, pack, offsets, theta_buf, stats_buf):
-    """The oracle calls of a BCFW pass at fixed ``w`` and nothing else (the timing baseline)."""
-    total = 0.0
+def oracle_steps(order, w, pack, offsets, theta_buf, stats_buf, total=0.0):
+    """The oracle calls of a BCFW pass at fixed ``w`` and nothing else (the timing baseline); returns ``total``
+    plus the sum of their losses (``total``: the sum so far, when a pass runs in chunks)."""
     for i in order:
         size = offsets[i + 1] - offsets[i]
         total += graph_oracle(i, w, pack, theta_buf[:size], stats_buf[:size])
@@ -32,10 +32,11 @@ def oracle_steps(order, w, pack, offsets, theta_buf, stats_buf):
 
 
 @njit(cache=True)
-def hinge_terms(w, pack, offsets, gold, theta_buf, stats_buf, out):
-    """``out[i] = H_i(w)`` and ``out[n + i] = Delta(y_i, y_i*)`` for every example (one oracle pass)."""
+def hinge_terms(w, pack, offsets, gold, theta_buf, stats_buf, out, start=0, stop=-1):
+    """``out[i] = H_i(w)`` and ``out[n + i] = Delta(y_i, y_i*)`` for the examples ``start:stop`` (``stop < 0``:
+    to the last; one oracle pass)."""
     n = offsets.shape[0] - 1
-    for i in range(n):
+    for i in range(start, n if stop < 0 else stop):
         lo, hi = offsets[i], offsets[i + 1]
         theta = theta_buf[:hi - lo]
         stats = stats_buf[:hi - lo]
@@ -132,11 +133,12 @@ def ssg_steps(order, lam, w, w_avg, k0, averaging, gold, offsets, pack, theta_bu
 
 
 @njit(cache=True)
-def fw_pass(w, lam, n, gold, offsets, pack, w_s, theta_buf, stats_buf):
-    """One oracle pass at ``w``: accumulates the corner ``w_s``; returns (sum of losses, sum of hinges)."""
-    loss_sum = 0.0
-    hinge_sum = 0.0
-    for i in range(offsets.shape[0] - 1):
+def fw_pass(w, lam, n, gold, offsets, pack, w_s, theta_buf, stats_buf, start=0, stop=-1, loss_sum=0.0,
+            hinge_sum=0.0):
+    """One oracle pass at ``w`` over the examples ``start:stop`` (``stop < 0``: to the last): accumulates the
+    corner ``w_s``; returns (sum of losses, sum of hinges), added to ``loss_sum``, ``hinge_sum`` (the sums so
+    far, when a pass runs in chunks: the same additions in the same order)."""
+    for i in range(start, offsets.shape[0] - 1 if stop < 0 else stop):
         lo, hi = offsets[i], offsets[i + 1]
         theta = theta_buf[:hi - lo]
         stats = stats_buf[:hi - lo]

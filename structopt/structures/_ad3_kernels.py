@@ -439,41 +439,209 @@ def dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta,
 
 
 # --------------------------------------------------------------------------- dense pairwise tables: lean active set
+#: the carried inverse of a table's KKT matrix is rebuilt from scratch after this many rank-one updates
+#: (bordering or deletion), so that rounding errors never accumulate (see :func:`pair_qp`)
+INV_REFRESH = 64
+#: a configuration whose image lies within this squared distance of the active images' affine hull is
+#: dependent (images are 0/1 vectors, so an independent one lies at least ~1/(members+1) away)
+DEPENDENT = 1e-9
+
+
+@njit(cache=True)
+def inverse_layout(fkind, fptr, aoff):
+    """Offsets into the carried-inverse array ``ainv`` of the AD3 state: per table over two variables a header
+    ``(members, updates since the last rebuild, the members' configurations)`` then the ``(cap+1)²`` inverse
+    of its KKT matrix (``cap`` its active-set capacity); other factors take no room."""
+    n_f = fkind.size
+    ioff = np.zeros(n_f + 1, dtype=np.int64)
+    for f in range(n_f):
+        size = 0
+        if fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
+            cap = aoff[f + 1] - aoff[f]
+            size = 2 + cap + (cap + 1) * (cap + 1)
+        ioff[f + 1] = ioff[f] + size
+    return ioff
+
+
+# rows of pair_workspace's float scratch: scores, right-hand side, w*, new weights, bordering vector u
+R_S, R_RHS, R_WSTAR, R_WNEW, R_U = 0, 1, 2, 3, 4
+
+
 @njit(cache=True)
 def pair_workspace(fkind, fptr, toff, aoff):
-    """Scratch arrays for :func:`pair_qp`, sized for the largest pairwise table and active set of the graph:
-    ``(s, KK, rhs, wstar, wnew, btb, ya, yb)``."""
+    """Scratch arrays for :func:`pair_core`, sized for the largest pairwise table and active set of the graph:
+    ``(wsf, wsi)``: floats by row (``R_S``... ``R_U``) and the members' states (rows ``ya``, ``yb``). Few
+    array arguments: a compiled call costs ~4 ns per
+    array it passes (measured, numba 0.68), more than a small table's inner step."""
     kmax = 1
     cmax = 1
     for f in range(fkind.size):
         if fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2:
             kmax = max(kmax, toff[f + 1] - toff[f])
             cmax = max(cmax, aoff[f + 1] - aoff[f])
-    return (np.empty(kmax), np.empty((cmax + 1, cmax + 1)), np.empty(cmax + 1), np.empty(cmax + 1),
-            np.empty(cmax + 1), np.empty(cmax + 1), np.empty(cmax + 1, dtype=np.int64),
-            np.empty(cmax + 1, dtype=np.int64))
+    return np.empty((5, max(kmax, cmax + 2))), np.empty((2, cmax + 1), dtype=np.int64)
 
 
 @njit(cache=True)
-def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, acfg, aw, aoff, acount, qe, qt,
-            max_inner, s, KK, rhs, wstar, wnew, btb, ya, yb, wa, wb):
-    """:func:`dense_qp` for a table over two variables, without allocations or decoding, and its term of g.
+def pair_inverse(ainv, m0, m, wsi, n):
+    """Write at ``ainv[m0:]`` (row stride ``m``) the inverse of the KKT matrix ``[0 1ᵀ; 1 G]`` of ``n`` members
+    (states ``wsi[0, :n]``, ``wsi[1, :n]``; ``G`` their Gram matrix, the number of states two members share):
+    ``[-2 1; 1 0]`` for one member (a cold start), else by Gauss-Jordan elimination with partial pivoting.
+    Returns False when the matrix is numerically singular (the members are affinely dependent)."""
+    if n == 1:
+        ainv[m0], ainv[m0 + 1], ainv[m0 + m], ainv[m0 + m + 1] = -2.0, 1.0, 1.0, 0.0
+        return True
+    k = n + 1
+    work = np.empty((k, 2 * k))
+    for i in range(k):
+        for j in range(k):
+            if i == 0 and j == 0:
+                work[i, j] = 0.0
+            elif i == 0 or j == 0:
+                work[i, j] = 1.0
+            else:
+                work[i, j] = (wsi[0, i - 1] == wsi[0, j - 1]) + (wsi[1, i - 1] == wsi[1, j - 1])
+            work[i, k + j] = 1.0 if i == j else 0.0
+    for col in range(k):
+        piv = col
+        best = abs(work[col, col])
+        for r in range(col + 1, k):
+            if abs(work[r, col]) > best:
+                best = abs(work[r, col])
+                piv = r
+        if best < 1e-13:
+            return False
+        if piv != col:
+            for c in range(2 * k):
+                work[col, c], work[piv, c] = work[piv, c], work[col, c]
+        inv = 1.0 / work[col, col]
+        for c in range(2 * k):
+            work[col, c] *= inv
+        for r in range(k):
+            fac = work[r, col]
+            if r != col and fac != 0.0:
+                for c in range(2 * k):
+                    work[r, c] -= fac * work[col, c]
+    for i in range(k):
+        for j in range(k):
+            ainv[m0 + i * m + j] = work[i, k + j]
+    return True
 
-    The same primal active-set method and warm start (the same iterates), specialised: configuration
-    ``c = a·S_b + b``, the Gram matrix of two members is ``η([a = a'] + [b = b'])``, scratch arrays come from
-    :func:`pair_workspace`, and the scores ``s(c) = θ(c) + xa[a] + xb[b]`` take ``xa = η·a_a`` (the scaled
-    targets) directly. Returns this table's term of the dual g(λ), ``max_c θ(c) + wa[a] + wb[b]`` over the
-    allowed configurations, computed in the same sweep (``-inf`` when none is allowed; then nothing is
-    written). ``wa``/``wb`` may be any arrays when the caller ignores the term.
+
+@njit(cache=True)
+def _border(ainv, m0, m, wsi, n, wsf):
+    """Border the inverse of ``n`` members' KKT matrix with member ``n`` (states ``wsi[:, n]``):
+    ``u = B r`` (in ``wsf[R_U]``) with ``r = [1; G[:n, n]]``, ``d = G[n, n] - r·u`` (the squared distance of
+    the new image from the members' affine hull), then ``B' = [B + u uᵀ/d, -u/d; -uᵀ/d, 1/d]``. Returns 0
+    when bordered, 1 (nothing written) when ``d < DEPENDENT`` (``u[1:n+1]`` then holds the affine
+    coefficients of the new image), 2 (nothing written) when independent but the block has no room."""
+    k = n + 1
+    na, nb = wsi[0, n], wsi[1, n]
+    d = 2.0
+    for i in range(k):
+        row = m0 + i * m
+        acc = ainv[row]
+        for j in range(n):
+            acc += ainv[row + j + 1] * ((wsi[0, j] == na) + (wsi[1, j] == nb))
+        wsf[R_U, i] = acc
+        d -= acc if i == 0 else acc * ((wsi[0, i - 1] == na) + (wsi[1, i - 1] == nb))
+    if d < DEPENDENT:
+        return 1
+    if n + 2 > m:
+        return 2
+    inv_d = 1.0 / d
+    for i in range(k):
+        ui = wsf[R_U, i] * inv_d
+        for j in range(k):
+            ainv[m0 + i * m + j] += ui * wsf[R_U, j]
+        ainv[m0 + i * m + k] = -ui
+        ainv[m0 + k * m + i] = -ui
+    ainv[m0 + k * m + k] = inv_d
+    return 0
+
+
+@njit(cache=True)
+def _delete(ainv, m0, m, k, idx):
+    """Remove row and column ``idx`` of the ``k × k`` inverse at ``ainv[m0:]`` (stride ``m``) by Schur
+    deletion, ``B' = B₋₋ - B₋ᵢ Bᵢ₋ / Bᵢᵢ`` (the inverse of the matrix less that row and column), then close
+    the gap (the other rows and columns keep their order)."""
+    piv = ainv[m0 + idx * m + idx]
+    for i in range(k):
+        if i == idx:
+            continue
+        fac = ainv[m0 + i * m + idx] / piv
+        if fac != 0.0:
+            for j in range(k):
+                if j != idx:
+                    ainv[m0 + i * m + j] -= fac * ainv[m0 + idx * m + j]
+    for i in range(k):
+        r = i if i < idx else i + 1
+        if r >= k:
+            break
+        for j in range(k - 1):
+            c = j if j < idx else j + 1
+            ainv[m0 + i * m + j] = ainv[m0 + r * m + c]
+
+
+@njit(cache=True)
+def _compact_pair(acfg, aw, wsi, a0, n, wsf, ainv, m0, m, keep):
+    """:func:`_compact` for :func:`pair_core`'s members: those with new weights ``wsf[R_WNEW]`` above ``keep``
+    stay (in order), the others are deleted from the carried inverse at ``ainv[m0:]`` too (``m0 < 0``: no
+    inverse to keep); returns (new size, deletions)."""
+    dropped = 0
+    for i in range(n - 1, -1, -1):  # from the last: the indices still to visit do not move
+        if not wsf[R_WNEW, i] > keep:
+            if m0 >= 0 and n - dropped > 1:  # (the last member out leaves nothing to invert: rebuilt after)
+                _delete(ainv, m0, m, n + 1 - dropped, i + 1)
+            dropped += 1
+    m_ok = 0
+    for i in range(n):
+        if wsf[R_WNEW, i] > keep:
+            acfg[a0 + m_ok] = acfg[a0 + i]
+            aw[a0 + m_ok] = wsf[R_WNEW, i]
+            wsi[0, m_ok] = wsi[0, i]
+            wsi[1, m_ok] = wsi[1, i]
+            m_ok += 1
+    return m_ok, dropped
+
+
+@njit(cache=True)
+def _best_single(wsf, wsi, acfg, aw, a0, K, Sb):
+    """The best-scoring configuration alone (the active set of a cold start), at weight 1."""
+    best = 0
+    for c in range(K):
+        if wsf[R_S, c] > wsf[R_S, best]:
+            best = c
+    acfg[a0] = best
+    aw[a0] = 1.0
+    wsi[0, 0] = best // Sb
+    wsi[1, 0] = best - wsi[0, 0] * Sb
+
+
+@njit(cache=True)
+def pair_core(Sa, Sb, ta, tb, va, vb, t0, a0, cap, i0, n, eta, max_inner, vallow, tab, xw, acfg, aw, qe, qt,
+              wsf, wsi, ainv):
+    """The local QP of a table over two variables with its carried KKT inverse; returns (term of g, members).
+
+    :func:`dense_qp`'s primal active-set method and warm start (the same iterates, to rounding), specialised
+    to a table of ``Sa × Sb`` configurations ``c = a·S_b + b`` (entries ``tab[t0:]``; the variables' copies
+    at ``qe[ta:]``, ``qe[tb:]``, their allowed states ``vallow[va:]``, ``vallow[vb:]``; ``n`` members stored at
+    ``acfg[a0:]`` / ``aw[a0:]``, room for ``cap``). Scores ``s(c) = θ(c) + xw[0, a] + xw[1, b]`` (``xw[:2]`` =
+    η × the targets); the returned term of the dual g(λ) is ``max_c θ(c) + xw[2, a] + xw[3, b]`` over the
+    allowed configurations (``-inf`` when none is allowed: nothing written).
+
+    As in the C++ AD3, the inverse of the active set's KKT matrix ``[0 1ᵀ; 1 G]`` (``G`` the Gram matrix of
+    the members' images, ``[a = a'] + [b = b']``; η-free, the system is solved for ``[τ/η; w]`` against
+    ``[1; s/η]``) is carried with the active set from call to call in ``ainv[i0:]`` (layout
+    :func:`inverse_layout`): bordered when a member enters (:func:`_border`, whose Schur complement is also
+    the affine-dependence test), shrunk by Schur deletion when one leaves (:func:`_delete`), so an inner
+    step costs one O(n²) product, no factorisation. It is rebuilt from scratch (:func:`pair_inverse`) when
+    its header does not describe the stored active set (a fresh or externally reset state) and after
+    ``INV_REFRESH`` updates, so rounding errors never accumulate.
     """
-    ea = fptr[f]
-    ia, ib = evar[ea], evar[ea + 1]
-    Sa, Sb = vstates[ia], vstates[ib]
-    ta, tb = eoff[ea], eoff[ea + 1]
-    va, vb = voff[ia], voff[ib]
-    t0 = toff[f]
     K = Sa * Sb
-    a0, cap = aoff[f], aoff[f + 1] - aoff[f]
+    m = cap + 1
+    m0 = i0 + 2 + cap  # the inverse, after the header (members, updates, configurations)
     gmax = NEG
     c = 0
     for a in range(Sa):
@@ -481,75 +649,95 @@ def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, 
         for b in range(Sb):
             th = tab[t0 + c]
             if oka and vallow[vb + b] and th != NEG:
-                s[c] = th + xa[a] + xb[b]
-                v = th + wa[a] + wb[b]
+                wsf[R_S, c] = th + xw[0, a] + xw[1, b]
+                v = th + xw[2, a] + xw[3, b]
                 if v > gmax:
                     gmax = v
             else:
-                s[c] = NEG
+                wsf[R_S, c] = NEG
             c += 1
     if gmax == NEG:
-        return NEG
-    # warm start: the previous active set, less the members now forbidden or at weight 0
-    n = acount[f]
-    m_ok = 0
-    tot = 0.0
+        return NEG, n
+    # the carried inverse describes the stored active set when its header says so
+    valid = int(ainv[i0]) == n
     for i in range(n):
         cf = acfg[a0 + i]
-        if s[cf] != NEG and aw[a0 + i] > 0.0:
-            acfg[a0 + m_ok] = cf
-            aw[a0 + m_ok] = aw[a0 + i]
-            tot += aw[a0 + i]
-            m_ok += 1
-    n = m_ok
+        if valid and int(ainv[i0 + 2 + i]) != cf:
+            valid = False
+        wsi[0, i] = cf // Sb
+        wsi[1, i] = cf - wsi[0, i] * Sb
+    updates = int(ainv[i0 + 1]) if valid else INV_REFRESH
+    # warm start: the previous active set, less the members now forbidden or at weight 0
+    tot = 0.0
+    kept = 0
+    for i in range(n):
+        w = aw[a0 + i]
+        if wsf[R_S, acfg[a0 + i]] != NEG and w > 0.0:
+            wsf[R_WNEW, i] = w
+            tot += w
+            kept += 1
+        else:
+            wsf[R_WNEW, i] = 0.0
+    if kept < n:
+        n, dropped = _compact_pair(acfg, aw, wsi, a0, n, wsf, ainv, m0 if valid else -1, m, 0.0)
+        updates += dropped
     if n == 0:
-        best = 0
-        for c in range(K):
-            if s[c] > s[best]:
-                best = c
-        acfg[a0] = best
-        aw[a0] = 1.0
+        _best_single(wsf, wsi, acfg, aw, a0, K, Sb)
         n = 1
+        updates = INV_REFRESH
     else:
         for i in range(n):
             aw[a0 + i] /= tot
-    for i in range(n):
-        ya[i] = acfg[a0 + i] // Sb
-        yb[i] = acfg[a0 + i] - ya[i] * Sb
+    if updates >= INV_REFRESH:
+        if not pair_inverse(ainv, m0, m, wsi, n):
+            # cannot happen with an affinely independent set: restart from the best single member
+            _best_single(wsf, wsi, acfg, aw, a0, K, Sb)
+            n = 1
+            pair_inverse(ainv, m0, m, wsi, n)
+        updates = 0
     tol = 1e-12
+    inv_eta = 1.0 / eta
     for _ in range(max_inner):
-        # equality-constrained QP on the active set: [ηG 1; 1ᵀ 0] [w; τ] = [s; 1]
-        for i in range(n):
-            for j in range(n):
-                KK[i, j] = eta * ((ya[i] == ya[j]) + (yb[i] == yb[j]))
-            KK[i, n] = 1.0
-            KK[n, i] = 1.0
-            rhs[i] = s[acfg[a0 + i]]
-        KK[n, n] = 0.0
-        rhs[n] = 1.0
-        if not _solve_inplace(KK, rhs, n + 1):
-            break  # cannot happen with an affinely independent set; keep the current feasible point
+        # equality-constrained QP on the active set: [0 1ᵀ; 1 G] [τ/η; w] = [1; s/η], by the carried inverse
+        for j in range(n):
+            wsf[R_RHS, j] = wsf[R_S, acfg[a0 + j]] * inv_eta
         neg = False
+        acc = ainv[m0]
+        for j in range(n):
+            acc += ainv[m0 + j + 1] * wsf[R_RHS, j]
+        tau = eta * acc
         for i in range(n):
-            wstar[i] = rhs[i]
-            if rhs[i] < -1e-14:
+            row = m0 + (i + 1) * m
+            acc = ainv[row]
+            for j in range(n):
+                acc += ainv[row + j + 1] * wsf[R_RHS, j]
+            wsf[R_WSTAR, i] = acc
+            if acc < -1e-14:
                 neg = True
-        tau = rhs[n]
         if neg:  # blocking step towards w*, dropping the first member that reaches 0
-            _step_towards(aw, a0, n, wstar, wnew)
-            n = _compact_pair(acfg, aw, ya, yb, a0, n, wnew)
+            alpha = 1.0
+            for i in range(n):
+                ws, wo = wsf[R_WSTAR, i], aw[a0 + i]
+                if ws < 0.0 and ws < wo:
+                    r = wo / (wo - ws)
+                    if r < alpha:
+                        alpha = r
+            for i in range(n):
+                wsf[R_WNEW, i] = aw[a0 + i] + alpha * (wsf[R_WSTAR, i] - aw[a0 + i])
+            n, dropped = _compact_pair(acfg, aw, wsi, a0, n, wsf, ainv, m0, m, 1e-15)
+            updates += dropped
             _renormalise(aw, a0, n)
             continue
         for i in range(n):
-            aw[a0 + i] = wstar[i]
+            aw[a0 + i] = wsf[R_WSTAR, i]
         # the current marginals, in the factor's own slots of qe (rewritten at the end)
         for r in range(Sa):
             qe[ta + r] = 0.0
         for r in range(Sb):
             qe[tb + r] = 0.0
         for i in range(n):
-            qe[ta + ya[i]] += aw[a0 + i]
-            qe[tb + yb[i]] += aw[a0 + i]
+            qe[ta + wsi[0, i]] += aw[a0 + i]
+            qe[tb + wsi[1, i]] += aw[a0 + i]
         # the most violating configuration: largest reduced score s(c) - η(m_a[a] + m_b[b])
         best = -1
         best_g = np.inf
@@ -558,7 +746,7 @@ def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, 
         for a in range(Sa):
             ma = eta * qe[ta + a]
             for b in range(Sb):
-                sc = s[c]
+                sc = wsf[R_S, c]
                 if sc != NEG:
                     g = ma + eta * qe[tb + b] - sc
                     if abs(g) > scale:
@@ -577,52 +765,43 @@ def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, 
             break  # numerical tie with an active member: optimal to tolerance
         nya = best // Sb
         nyb = best - nya * Sb
-        # affine dependence of the new image on the active ones: least squares via normal equations
-        for i in range(n):
-            for j in range(n):
-                KK[i, j] = (ya[i] == ya[j]) + (yb[i] == yb[j]) + 1.0
-            rhs[i] = (ya[i] == nya) + (yb[i] == nyb) + 1.0
-            btb[i] = rhs[i]
-        dependent = False
-        if _solve_inplace(KK, rhs, n):
-            res = 3.0
-            for i in range(n):
-                acc = 0.0
-                for j in range(n):
-                    acc += ((ya[i] == ya[j]) + (yb[i] == yb[j]) + 1.0) * rhs[j]
-                res += rhs[i] * acc - 2.0 * rhs[i] * btb[i]
-            dependent = res < 1e-9
-        if dependent:  # along the ray that keeps the marginals: the new member in, the first to reach 0 out
-            alpha = np.inf
-            for i in range(n):
-                if rhs[i] > 1e-12:
-                    r = aw[a0 + i] / rhs[i]
-                    if r < alpha:
-                        alpha = r
-            if not np.isfinite(alpha):
-                break
-            for i in range(n):
-                wnew[i] = aw[a0 + i] - alpha * rhs[i]
-            n = _compact_pair(acfg, aw, ya, yb, a0, n, wnew)
-            if n >= cap:
-                break
-            acfg[a0 + n] = best
-            aw[a0 + n] = alpha
-            ya[n], yb[n] = nya, nyb
-            n += 1
-            tot = 0.0
-            for i in range(n):
-                tot += aw[a0 + i]
-            for i in range(n):
-                aw[a0 + i] /= tot
-        else:
-            if n >= cap:
-                break
+        wsi[0, n], wsi[1, n] = nya, nyb
+        code = _border(ainv, m0, m, wsi, n, wsf)
+        if code == 2:
+            break
+        if code == 0:
             acfg[a0 + n] = best
             aw[a0 + n] = 0.0
-            ya[n], yb[n] = nya, nyb
             n += 1
-    acount[f] = n
+            updates += 1
+            continue
+        # dependent (the image is the affine combination wsf[R_U, 1:] of the active ones): along the ray that
+        # keeps the marginals, the new member in, the first to reach 0 out
+        alpha = np.inf
+        for i in range(n):
+            if wsf[R_U, i + 1] > 1e-12:
+                r = aw[a0 + i] / wsf[R_U, i + 1]
+                if r < alpha:
+                    alpha = r
+        if not np.isfinite(alpha):
+            break
+        for i in range(n):
+            wsf[R_WNEW, i] = aw[a0 + i] - alpha * wsf[R_U, i + 1]
+        n, dropped = _compact_pair(acfg, aw, wsi, a0, n, wsf, ainv, m0, m, 1e-15)
+        updates += dropped
+        wsi[0, n], wsi[1, n] = nya, nyb
+        if _border(ainv, m0, m, wsi, n, wsf) != 0:
+            _renormalise(aw, a0, n)  # cannot happen: the member dropped carried the dependence
+            break
+        acfg[a0 + n] = best
+        aw[a0 + n] = alpha
+        n += 1
+        updates += 1
+        _renormalise(aw, a0, n)
+    ainv[i0] = n
+    ainv[i0 + 1] = updates
+    for i in range(n):
+        ainv[i0 + 2 + i] = acfg[a0 + i]
     # write the factor marginal and its variable marginals
     for c in range(K):
         qt[t0 + c] = 0.0
@@ -635,45 +814,33 @@ def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, 
         if w <= 0.0:
             continue
         qt[t0 + acfg[a0 + i]] += w
-        qe[ta + ya[i]] += w
-        qe[tb + yb[i]] += w
-    return gmax
+        qe[ta + wsi[0, i]] += w
+        qe[tb + wsi[1, i]] += w
+    return gmax, n
 
 
 @njit(cache=True)
-def pair_gterm(f, fptr, evar, voff, vstates, vallow, tab, toff, wa, wb):
-    """A pairwise table's term of g(λ), ``max_c θ(c) + wa[a] + wb[b]`` over its allowed configurations (what
-    :func:`pair_qp` returns, for a table whose local QP is skipped)."""
+def pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, aoff, xa, xb, eta, acfg, aw, acount, qe, qt,
+            max_inner, ainv, i0, wa, wb):
+    """:func:`pair_core` for table ``f`` of a flat layout (scratch allocated here: the AD3 loop calls the core
+    with its own); ``xa``/``xb`` = η × the targets, ``wa``/``wb`` the multipliers of the returned term of g.
+    ``ainv[i0:]``: the table's carried inverse (:func:`inverse_layout`; a header matching no active set, e.g.
+    ``ainv[i0] = -1``, has it rebuilt)."""
     ea = fptr[f]
     ia, ib = evar[ea], evar[ea + 1]
-    Sb = vstates[ib]
-    va, vb = voff[ia], voff[ib]
-    t0 = toff[f]
-    gmax = NEG
-    for a in range(vstates[ia]):
-        if not vallow[va + a]:
-            continue
-        for b in range(Sb):
-            th = tab[t0 + a * Sb + b]
-            if vallow[vb + b] and th != NEG:
-                v = th + wa[a] + wb[b]
-                if v > gmax:
-                    gmax = v
-    return gmax
-
-
-@njit(cache=True)
-def _compact_pair(acfg, aw, ya, yb, a0, n, wnew):
-    """:func:`_compact` for :func:`pair_qp`'s members (states in ``ya``/``yb``)."""
-    m_ok = 0
-    for i in range(n):
-        if wnew[i] > 1e-15:
-            acfg[a0 + m_ok] = acfg[a0 + i]
-            aw[a0 + m_ok] = wnew[i]
-            ya[m_ok] = ya[i]
-            yb[m_ok] = yb[i]
-            m_ok += 1
-    return m_ok
+    Sa, Sb = vstates[ia], vstates[ib]
+    xw = np.zeros((4, max(Sa, Sb)))
+    xw[0, :Sa] = xa[:Sa]
+    xw[1, :Sb] = xb[:Sb]
+    xw[2, :Sa] = wa[:Sa]
+    xw[3, :Sb] = wb[:Sb]
+    cap = aoff[f + 1] - aoff[f]
+    wsf = np.empty((5, max(Sa * Sb, cap + 2)))
+    wsi = np.empty((2, cap + 1), dtype=np.int64)
+    g, n = pair_core(Sa, Sb, eoff[ea], eoff[ea + 1], voff[ia], voff[ib], toff[f], aoff[f], cap, i0, acount[f], eta,
+                     max_inner, vallow, tab, xw, acfg, aw, qe, qt, wsf, wsi, ainv)
+    acount[f] = n
+    return g
 
 
 # --------------------------------------------------------------------------- one factor's local QP
@@ -723,12 +890,15 @@ def local_qp(f, fkind, fparam, fptr, evar, eoff, voff, vstates, vallow, tab, tof
             _store_pair(qt, qe, t0, ta, tb, z1, z2, z12)
             return True
         if k == 2:
-            s, KK, rhs, wstar, wnew, btb, ya, yb = pair_workspace(fkind, fptr, toff, aoff)
             ta, tb = eoff[e0], eoff[e0 + 1]
-            xa = eta * target[ta:eoff[e0 + 1]]
+            xa = eta * target[ta:tb]
             xb = eta * target[tb:eoff[e0 + 2]]
-            return pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa, xb, eta, acfg, aw, aoff,
-                           acount, qe, qt, max_inner, s, KK, rhs, wstar, wnew, btb, ya, yb, xa, xb) != NEG
+            # no carried inverse here (a header that matches no active set: rebuilt for this call)
+            cap = aoff[f + 1] - aoff[f]
+            ainv = np.empty(2 + cap + (cap + 1) * (cap + 1))
+            ainv[0] = -1.0
+            return pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, aoff, xa, xb, eta, acfg, aw, acount,
+                           qe, qt, max_inner, ainv, 0, xa, xb) != NEG
         return dense_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, target, eta, acfg, aw, aoff,
                         acount, qe, qt, max_inner)
     # logic factor on binary variables: z_i = q_i(1); fixed variables leave the projection
@@ -955,25 +1125,7 @@ def pairwise_layout(vstates, edges):
         sb = vstates[evar[2 * f + 1]]
         toff[f + 1] = toff[f] + sa * sb
         aoff[f + 1] = aoff[f] + sa + sb - 1
-    # bfs_order's order: a variable's neighbour through the table of entry r is the table's other entry r ^ 1
-    seen = np.zeros(n, dtype=np.bool_)
-    head = 0
-    tail = 0
-    for root in range(n):
-        if seen[root]:
-            continue
-        seen[root] = True
-        order[tail] = root
-        tail += 1
-        while head < tail:
-            i = order[head]
-            head += 1
-            for k in range(vptr[i], vptr[i + 1]):
-                v = evar[vedge[k] ^ 1]
-                if not seen[v]:
-                    seen[v] = True
-                    order[tail] = v
-                    tail += 1
+    order = bfs_order(n, fptr, evar, vptr, vedge, efac)
     return ok, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff, efac, order
 
 
@@ -1361,11 +1513,12 @@ def ad3_finish(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, eva
 # --------------------------------------------------------------------------- the AD3 loop
 @njit(cache=True)
 def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar, eoff, toff, aoff,
-              order, efac, u, tab, pair_fast, p, lam, qe, qt, acfg, aw, acount, scal, best_y, y_work,
+              order, efac, u, tab, pair_fast, p, lam, qe, qt, acfg, aw, acount, ainv, scal, best_y, y_work,
               n_iter, bound_every, tau_step, tol_res, tol_gap, tol_lp, max_inner, adapt_until, stop_upper, settled):
     """Run up to ``n_iter`` AD3 iterations in place; return a status code.
 
-    State (``p, lam, qe, qt``, active sets, ``scal``, ``best_y``, ``settled``) persists across calls, so the
+    State (``p, lam, qe, qt``, active sets and their carried inverses ``ainv`` (:func:`inverse_layout`),
+    ``scal``, ``best_y``, ``settled``) persists across calls, so the
     caller runs the loop in chunks (returning to Python keeps Ctrl-C and time limits honoured). Everything a
     call does is a function of the iteration count ``scal[S_ITER]`` alone, never of where a chunk ends: the
     iterates, bounds, roundings, η changes and stopping tests of a run are the same bits whatever its chunk
@@ -1402,11 +1555,14 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     for f in range(n_f):
         if not pair_fast[f] and not (fkind[f] == DENSE and fptr[f + 1] - fptr[f] == 2):
             fused = False
-    s_ws, KK_ws, rhs_ws, wstar_ws, wnew_ws, btb_ws, ya_ws, yb_ws = pair_workspace(fkind, fptr, toff, aoff)
+    wsf, wsi = pair_workspace(fkind, fptr, toff, aoff)
+    ioff = inverse_layout(fkind, fptr, aoff)
+    if ainv.size < ioff[n_f]:
+        raise ValueError("ad3_chunk: ainv is smaller than inverse_layout's size")
     smax = 1
     for i in range(n_vars):
         smax = max(smax, vstates[i])
-    xa_ws, xb_ws, wa_ws, wb_ws = np.zeros(smax), np.zeros(smax), np.zeros(smax), np.zeros(smax)
+    xw = np.zeros((4, smax))  # per table: η × the targets of its two variables (rows 0, 1), g's multipliers (2, 3)
     old_ws = np.zeros(2 * smax)
     # skipping settled tables (as the C++ AD3 caches factors): a table solved by pair_qp whose copies are
     # integral and equal, to CACHE_TOL, to their previous values and to the consensus leaves its variables
@@ -1501,22 +1657,36 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 va, vb = voff[ia], voff[ib]
                 Sa, Sb = vstates[ia], vstates[ib]
                 for s in range(Sa):
-                    wa_ws[s] = off[va + s] + lam[ta + s]
+                    xw[2, s] = off[va + s] + lam[ta + s]
                 for s in range(Sb):
-                    wb_ws[s] = off[vb + s] + lam[tb + s]
+                    xw[3, s] = off[vb + s] + lam[tb + s]
                 if not reset and not fact[f]:  # settled: its answer stands
                     if fused:
-                        g += pair_gterm(f, fptr, evar, voff, vstates, vallow, tab, toff, wa_ws, wb_ws)
+                        # its term of g, max_c θ(c) + w_a[a] + w_b[b] (inline: most tables at many states
+                        # are settled, and a call costs more than a small table's sweep)
+                        gmax = NEG
+                        c = toff[f]
+                        for a in range(Sa):
+                            oka = vallow[va + a]
+                            wa = xw[2, a]
+                            for b in range(Sb):
+                                th = tab[c]
+                                c += 1
+                                if oka and vallow[vb + b] and th != NEG:
+                                    v = th + wa + xw[3, b]
+                                    if v > gmax:
+                                        gmax = v
+                        g += gmax
                     continue
                 for s in range(Sa):
-                    xa_ws[s] = eta * p[va + s] + share[va + s] + lam[ta + s]
+                    xw[0, s] = eta * p[va + s] + share[va + s] + lam[ta + s]
                     old_ws[s] = qe[ta + s]
                 for s in range(Sb):
-                    xb_ws[s] = eta * p[vb + s] + share[vb + s] + lam[tb + s]
+                    xw[1, s] = eta * p[vb + s] + share[vb + s] + lam[tb + s]
                     old_ws[Sa + s] = qe[tb + s]
-                gf = pair_qp(f, fptr, evar, eoff, voff, vstates, vallow, tab, toff, xa_ws, xb_ws, eta, acfg, aw,
-                             aoff, acount, qe, qt, max_inner, s_ws, KK_ws, rhs_ws, wstar_ws, wnew_ws, btb_ws, ya_ws,
-                             yb_ws, wa_ws, wb_ws)
+                gf, acount[f] = pair_core(Sa, Sb, ta, tb, va, vb, toff[f], aoff[f], aoff[f + 1] - aoff[f], ioff[f],
+                                          acount[f], eta, max_inner, vallow, tab, xw, acfg, aw, qe, qt, wsf, wsi,
+                                          ainv)
                 fact[f] = False
                 for s in range(Sa):
                     x = qe[ta + s]

@@ -37,9 +37,10 @@ def new_state(fg: Graph, theta: FactorGraphPotentials, eta: float | None = None)
     scal[K.S_ETA] = eta
     scal[K.S_UPPER] = np.inf
     scal[K.S_LOWER] = -np.inf
+    ainv = np.zeros(int(K.inverse_layout(fl.fkind, fl.fptr, fl.aoff)[-1]))
     return AD3State(p, np.zeros(n_e), np.zeros(n_e), np.zeros(int(fl.toff[-1])),
                     np.zeros(int(fl.aoff[-1]), dtype=np.int64), np.zeros(int(fl.aoff[-1])),
-                    np.zeros(fl.fkind.size, dtype=np.int64), scal)
+                    np.zeros(fl.fkind.size, dtype=np.int64), scal, ainv=ainv)
 
 
 def ad3(fg: Graph, theta: FactorGraphPotentials, *, max_iter: int = 100_000, time_limit: float | None = None,
@@ -56,6 +57,9 @@ def ad3(fg: Graph, theta: FactorGraphPotentials, *, max_iter: int = 100_000, tim
         state = fg.new_state(theta)
     else:
         state.scal[K.S_UPPER], state.scal[K.S_LOWER], state.scal[K.S_ITER] = np.inf, -np.inf, 0.0
+        n_inv = int(K.inverse_layout(fl.fkind, fl.fptr, fl.aoff)[-1])
+        if state.ainv.size != n_inv:  # a state made without the carried inverses: they start empty (rebuilt)
+            state.ainv = np.zeros(n_inv)
     n_entries = max(int(fl.eoff[-1]), 1)
     tol_res = n_entries * max(float(tol_lp), 1e-7) ** 2 if tol_res is None else float(tol_res)
     if fg._structs:
@@ -133,7 +137,7 @@ def ad3_loop(fg: Graph, theta: FactorGraphPotentials, state: AD3State, t0: float
         status = K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam,
                              fl.fptr, fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac,
                              theta.unary, theta.factors, pair_fast,
-                             state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
+                             state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount, state.ainv,
                              state.scal, best_y, y_work, n_iter, int(bound_every), float(tau), tol_res,
                              float(tol_gap), float(tol_lp), int(max_inner), int(eta_iters) if adapt_eta else 0,
                              float(stop_upper), settled)
@@ -213,7 +217,7 @@ def ad3_structured(fg: Graph, theta: FactorGraphPotentials, state: AD3State, t0:
             K.ad3_chunk(fl.n_vars, fl.vstates, fl.voff, fl.deg, fl.vptr, fl.vedge, fl.fkind, fl.fparam, fl.fptr,
                         fl.evar, fl.eoff, fl.toff, fl.aoff, fl.order, fl.efac, theta.unary, theta.factors,
                         pair_fast, state.p, state.lam, state.qe, state.qt, state.acfg, state.aw, state.acount,
-                        scal, best_y, y_work, 1, 0, float(tau), tol_res, float(tol_gap), float(tol_lp),
+                        state.ainv, scal, best_y, y_work, 1, 0, float(tau), tol_res, float(tol_gap), float(tol_lp),
                         int(max_inner), 0, float(stop_upper), np.ones(fl.fkind.size, dtype=np.bool_))
             done = int(scal[K.S_ITER])
             if done % bound_every and done < max_iter and not (time_limit is not None and

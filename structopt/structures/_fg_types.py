@@ -87,12 +87,14 @@ class AD3State:
     scal: np.ndarray
     #: structured factors' active sets, by factor index (empty without structured factors)
     struct: dict[int, ActiveSet] = field(default_factory=dict)
+    #: the pairwise tables' carried KKT inverses, with their active sets (``_ad3_kernels.inverse_layout``)
+    ainv: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def copy(self) -> AD3State:
         """An independent copy (the warm start of a branch-and-bound child)."""
         return AD3State(self.p.copy(), self.lam.copy(), self.qe.copy(), self.qt.copy(), self.acfg.copy(),
                         self.aw.copy(), self.acount.copy(), self.scal.copy(),
-                        {f: a.copy() for f, a in self.struct.items()})
+                        {f: a.copy() for f, a in self.struct.items()}, self.ainv.copy())
 
 
 @dataclass
