@@ -136,6 +136,7 @@ API_MODULES: list[tuple[str, str]] = [
     ("structopt.smoothing", "Smoothed max operators"),
     # imports torch: the docs build needs the optional extra (.ci/run installs the CPU build first)
     ("structopt.torch", "Structured layers and losses for PyTorch (optional extra)"),
+    ("structopt.net_checkpoint", "Network training runs: checkpoints, resume, the best epoch"),
     ("structopt.tasks.ocr", "Task: OCR handwriting"),
     ("structopt.tasks.conll", "Task: CoNLL chunking and NER"),
     ("structopt.tasks.alignment", "Task: word alignment"),
