@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import structopt as so
+from structopt.errors import NotSupportedError
 from structopt.models.latent_node import LatentNodeModel
 from structopt.saved_model import load_model, save_model
 from structopt.solvers import latent_ssvm
@@ -262,3 +263,11 @@ def test_structure_passes_the_generic_checks():
         x = model.validate_input(LatentNodeModel.example(rng)[1][0])
         theta = model.potentials(x, 2.0 * rng.normal(size=model.n_params))
         assert check_structure(model.structure, theta).ok
+
+
+def test_unsupported_oracles_name_the_latent_node_structure():
+    model, X = so.LatentNodeModel.example(np.random.default_rng(0))
+    theta = model.potentials(model.validate_input(X[0]), model.zeros())
+    for call in (lambda: model.structure.topk(theta, 2), lambda: model.structure.marginals(theta)):
+        with pytest.raises(NotSupportedError, match=r"^LatentNodeStructure has no"):
+            call()

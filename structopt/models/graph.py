@@ -226,13 +226,14 @@ class GraphStructure(Structure):
 
     @unsupported
     def topk(self, theta: GraphPotentials, k: int) -> tuple[list[Any], np.ndarray]:
-        raise NotSupportedError("GraphStructure has no top-K oracle: MAP on a graph with cycles is NP-hard (its max "
-                                "oracle is the LP-MAP relaxation); train GraphModel with bcfw, frank_wolfe or ssg")
+        raise NotSupportedError(f"{type(self).__name__} has no top-K oracle: MAP on a graph with cycles is NP-hard "
+                                "(its max oracle is the LP-MAP relaxation); train its model with bcfw, frank_wolfe or "
+                                "ssg")
 
     @unsupported
     def marginals(self, theta: GraphPotentials) -> tuple[float, GraphPotentials]:
-        raise NotSupportedError("GraphStructure has no marginals: the log-partition of a graph with cycles is "
-                                "#P-hard; train GraphModel with bcfw, frank_wolfe or ssg (max oracle)")
+        raise NotSupportedError(f"{type(self).__name__} has no marginals: the log-partition of a graph with cycles "
+                                "is #P-hard; train its model with bcfw, frank_wolfe or ssg (max oracle)")
 
 
 class GraphModel(Model):
