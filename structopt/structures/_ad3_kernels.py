@@ -618,7 +618,7 @@ def _best_single(wsf, wsi, acfg, aw, a0, K, Sb):
     wsi[1, 0] = best - wsi[0, 0] * Sb
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pair_core(Sa, Sb, ta, tb, va, vb, t0, a0, cap, i0, n, eta, max_inner, vallow, tab, xw, acfg, aw, qe, qt,
               wsf, wsi, ainv):
     """The local QP of a table over two variables with its carried KKT inverse; returns (term of g, members).
