@@ -1619,6 +1619,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
     gm_da = np.zeros(n_f)
     gm_db = np.zeros(n_f)
     wdrift = np.zeros(n_vars)
+    track = caching and fused  # the drifts serve the settled tables' terms of g only
     y_prev = np.zeros((2, n_vars), dtype=np.int64)
     have_prev = np.zeros(2, dtype=np.bool_)
     eta = scal[S_ETA]
@@ -1791,18 +1792,27 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 r_d += d * diff * diff
                 p[voff[i] + s] = new
                 lsum = 0.0
-                dl = 0.0
-                for r in range(vptr[i], vptr[i + 1]):
-                    t = vent[r] + s
-                    gap = qe[t] - new
-                    r_p += gap * gap
-                    lo = lam[t]
-                    lam[t] -= step * gap
-                    lsum += lam[t]
-                    dl = max(dl, abs(lam[t] - lo))
-                o = share[voff[i] + s] - lsum / d
-                drift = max(drift, dl + abs(o - off[voff[i] + s]))
-                off[voff[i] + s] = o
+                if track:
+                    dl = 0.0
+                    for r in range(vptr[i], vptr[i + 1]):
+                        t = vent[r] + s
+                        gap = qe[t] - new
+                        r_p += gap * gap
+                        lo = lam[t]
+                        lam[t] -= step * gap
+                        lsum += lam[t]
+                        dl = max(dl, abs(lam[t] - lo))
+                    o = share[voff[i] + s] - lsum / d
+                    drift = max(drift, dl + abs(o - off[voff[i] + s]))
+                    off[voff[i] + s] = o
+                else:
+                    for r in range(vptr[i], vptr[i + 1]):
+                        t = vent[r] + s
+                        gap = qe[t] - new
+                        r_p += gap * gap
+                        lam[t] -= step * gap
+                        lsum += lam[t]
+                    off[voff[i] + s] = share[voff[i] + s] - lsum / d
             wdrift[i] += drift
         r_d *= eta * eta
         scal[S_RP] = r_p
