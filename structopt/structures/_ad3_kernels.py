@@ -1242,6 +1242,24 @@ def round_sequential(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, val
                     others = True
             if not others:
                 continue
+            if k == 2 and evar[e0] != evar[e0 + 1]:
+                # a table over two variables: configuration c = a·S_b + b, no mixed-radix decoding (the
+                # same entries in the same order as the general loop below)
+                ia, ib = evar[e0], evar[e0 + 1]
+                Sb = vstates[ib]
+                t0 = toff[f]
+                for c in range(toff[f + 1] - t0):
+                    w = qt[t0 + c]
+                    if w <= 0.0:
+                        continue
+                    a = c // Sb
+                    b = c - a * Sb
+                    if ia == i:
+                        if not decided[ib] or b == y[ib]:
+                            mass[a] += w
+                    elif not decided[ia] or a == y[ia]:
+                        mass[b] += w
+                continue
             for c in range(toff[f + 1] - toff[f]):
                 w = qt[toff[f] + c]
                 if w <= 0.0:
