@@ -618,7 +618,7 @@ def _best_single(wsf, wsi, acfg, aw, a0, K, Sb):
     wsi[1, 0] = best - wsi[0, 0] * Sb
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pair_core(Sa, Sb, ta, tb, va, vb, t0, a0, cap, i0, n, eta, max_inner, vallow, tab, xw, acfg, aw, qe, qt,
               wsf, wsi, ainv):
     """The local QP of a table over two variables with its carried KKT inverse; returns (term of g, members).
@@ -1242,6 +1242,24 @@ def round_sequential(p, qt, order, efac, n_vars, vstates, voff, vptr, vedge, val
                     others = True
             if not others:
                 continue
+            if k == 2 and evar[e0] != evar[e0 + 1]:
+                # a table over two variables: configuration c = a·S_b + b, no mixed-radix decoding (the
+                # same entries in the same order as the general loop below)
+                ia, ib = evar[e0], evar[e0 + 1]
+                Sb = vstates[ib]
+                t0 = toff[f]
+                for c in range(toff[f + 1] - t0):
+                    w = qt[t0 + c]
+                    if w <= 0.0:
+                        continue
+                    a = c // Sb
+                    b = c - a * Sb
+                    if ia == i:
+                        if not decided[ib] or b == y[ib]:
+                            mass[a] += w
+                    elif not decided[ia] or a == y[ia]:
+                        mass[b] += w
+                continue
             for c in range(toff[f + 1] - toff[f]):
                 w = qt[toff[f] + c]
                 if w <= 0.0:
@@ -1609,6 +1627,17 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
             for r in range(vptr[i], vptr[i + 1]):
                 acc += lam[eoff[vedge[r]] + s]
             off[voff[i] + s] = share[voff[i] + s] - (acc / d if d > 0 else 0.0)
+    # the settled tables' terms of g, kept between sweeps: the best entry (-1: none), its margin over the
+    # second best, the size of the entries' parts (for the rounding allowance), and the cumulated drifts
+    # wdrift of the two variables' multipliers at the sweep (a function of this call's iterates only, so
+    # chunks stay the same bits: a new call sweeps again)
+    gm_arg = np.full(n_f, -1, dtype=np.int64)
+    gm_slack = np.zeros(n_f)
+    gm_scale = np.zeros(n_f)
+    gm_da = np.zeros(n_f)
+    gm_db = np.zeros(n_f)
+    wdrift = np.zeros(n_vars)
+    track = caching and fused  # the drifts serve the settled tables' terms of g only
     y_prev = np.zeros((2, n_vars), dtype=np.int64)
     have_prev = np.zeros(2, dtype=np.bool_)
     eta = scal[S_ETA]
@@ -1618,6 +1647,10 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
         g = g_iso
         if int(scal[S_ITER]) % CACHE_RESET == 0:
             reset = True
+            # every table is solved: the drifts restart from zero (a sum of few terms keeps its rounding
+            # within the allowance) and each settled table sweeps again
+            wdrift[:] = 0.0
+            gm_arg[:] = -1
         if caching:
             vact[:] = False
         # 1. local QPs, targets a_iα = p_i + (θ_i/deg_i + λ_iα)/η
@@ -1656,15 +1689,32 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 ta, tb = eoff[ea], eoff[ea + 1]
                 va, vb = voff[ia], voff[ib]
                 Sa, Sb = vstates[ia], vstates[ib]
-                for s in range(Sa):
-                    xw[2, s] = off[va + s] + lam[ta + s]
-                for s in range(Sb):
-                    xw[3, s] = off[vb + s] + lam[tb + s]
                 if not reset and not fact[f]:  # settled: its answer stands
                     if fused:
-                        # its term of g, max_c θ(c) + w_a[a] + w_b[b] (inline: most tables at many states
-                        # are settled, and a call costs more than a small table's sweep)
+                        # its term of g, max_c θ(c) + w_a[a] + w_b[b]. The entries move by at most the drifts
+                        # of w_a and w_b since the last sweep: while twice that stays below the sweep's margin
+                        # (best - second best, less a rounding allowance), the best entry is the same and its
+                        # value, computed by the same expression, the same bits; else the sweep (inline: most
+                        # tables at many states are settled, and a call costs more than a small table's sweep)
+                        ca = gm_arg[f]
+                        if ca >= 0 and (2.0 * ((wdrift[ia] - gm_da[f]) + (wdrift[ib] - gm_db[f]))
+                                        + 1e-12 * (gm_scale[f] + wdrift[ia] + wdrift[ib]) < gm_slack[f]):
+                            a = ca // Sb
+                            b = ca - a * Sb
+                            g += tab[toff[f] + ca] + (off[va + a] + lam[ta + a]) + (off[vb + b] + lam[tb + b])
+                            continue
+                        wmax = 0.0
+                        for s in range(Sa):
+                            xw[2, s] = off[va + s] + lam[ta + s]
+                            wmax = max(wmax, abs(off[va + s]) + abs(lam[ta + s]))
+                        wbmax = 0.0
+                        for s in range(Sb):
+                            xw[3, s] = off[vb + s] + lam[tb + s]
+                            wbmax = max(wbmax, abs(off[vb + s]) + abs(lam[tb + s]))
                         gmax = NEG
+                        second = NEG
+                        thmax = 0.0
+                        arg = -1
                         c = toff[f]
                         for a in range(Sa):
                             oka = vallow[va + a]
@@ -1674,10 +1724,29 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                                 c += 1
                                 if oka and vallow[vb + b] and th != NEG:
                                     v = th + wa + xw[3, b]
+                                    thmax = max(thmax, abs(th))
                                     if v > gmax:
+                                        second = gmax
                                         gmax = v
+                                        arg = c - 1 - toff[f]
+                                    elif v > second:
+                                        second = v
                         g += gmax
+                        if gmax != NEG:
+                            gm_arg[f] = arg
+                            gm_da[f] = wdrift[ia]
+                            gm_db[f] = wdrift[ib]
+                            gm_slack[f] = gmax - second if second != NEG else np.inf
+                            # the allowance covers the rounding of every entry (a few ulps of its parts' size)
+                            # while w drifts by up to half the margin
+                            gm_scale[f] = 1.0 + thmax + wmax + wbmax + (gm_slack[f] if second != NEG else 0.0)
+                        else:
+                            gm_arg[f] = -1
                     continue
+                for s in range(Sa):
+                    xw[2, s] = off[va + s] + lam[ta + s]
+                for s in range(Sb):
+                    xw[3, s] = off[vb + s] + lam[tb + s]
                 for s in range(Sa):
                     xw[0, s] = eta * p[va + s] + share[va + s] + lam[ta + s]
                     old_ws[s] = qe[ta + s]
@@ -1731,6 +1800,7 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
             d = deg[i]
             if d == 0:
                 continue
+            drift = 0.0  # the largest change of a multiplier of g, off + λ, at this variable (for gm_*)
             for s in range(vstates[i]):
                 acc = 0.0
                 for r in range(vptr[i], vptr[i + 1]):
@@ -1740,13 +1810,28 @@ def ad3_chunk(n_vars, vstates, voff, deg, vptr, vedge, fkind, fparam, fptr, evar
                 r_d += d * diff * diff
                 p[voff[i] + s] = new
                 lsum = 0.0
-                for r in range(vptr[i], vptr[i + 1]):
-                    t = vent[r] + s
-                    gap = qe[t] - new
-                    r_p += gap * gap
-                    lam[t] -= step * gap
-                    lsum += lam[t]
-                off[voff[i] + s] = share[voff[i] + s] - lsum / d
+                if track:
+                    dl = 0.0
+                    for r in range(vptr[i], vptr[i + 1]):
+                        t = vent[r] + s
+                        gap = qe[t] - new
+                        r_p += gap * gap
+                        lo = lam[t]
+                        lam[t] -= step * gap
+                        lsum += lam[t]
+                        dl = max(dl, abs(lam[t] - lo))
+                    o = share[voff[i] + s] - lsum / d
+                    drift = max(drift, dl + abs(o - off[voff[i] + s]))
+                    off[voff[i] + s] = o
+                else:
+                    for r in range(vptr[i], vptr[i + 1]):
+                        t = vent[r] + s
+                        gap = qe[t] - new
+                        r_p += gap * gap
+                        lam[t] -= step * gap
+                        lsum += lam[t]
+                    off[voff[i] + s] = share[voff[i] + s] - lsum / d
+            wdrift[i] += drift
         r_d *= eta * eta
         scal[S_RP] = r_p
         scal[S_RD] = r_d
