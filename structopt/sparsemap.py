@@ -32,8 +32,8 @@ from structopt.hooks import has_hook
 from structopt.options import non_negative_int, positive, positive_int
 from structopt.potentials import Potentials, flatten, unflatten
 
-__all__ = ["LPSparseMAPResult", "SparseMAPResult", "lp_sparsemap", "lp_sparsemap_loss", "lp_sparsemap_vjp",
-           "sparsemap", "sparsemap_loss", "sparsemap_vjp"]
+__all__ = ["LPSparseMAPResult", "SparseMAPResult", "face_directions", "lp_sparsemap", "lp_sparsemap_loss",
+           "lp_sparsemap_vjp", "sparsemap", "sparsemap_loss", "sparsemap_vjp"]
 
 
 @dataclass(frozen=True)
@@ -268,15 +268,15 @@ def sparsemap(structure: Any, theta: Potentials, *, tol: float = 1e-9, max_iter:
     active = min_norm_active_set(flat, vertex, tol=float(tol), max_iter=int(max_iter), start=start)
     converged = active.gap <= tol
     # (a forward stopped by max_iter is not at the optimum: no optimal face to complete)
-    face = _face_directions(vertex, flat, active.point, active.vertices, active.gap, int(face_tries)) \
+    face = face_directions(vertex, flat, active.point, active.vertices, active.gap, int(face_tries)) \
         if active.status != "max_iter" and face_tries else None
     return SparseMAPResult(stats=unflatten(active.point, template), outputs=list(active.labels),
                            weights=active.weights, vertices=active.vertices, gap=active.gap,
                            iterations=active.iterations, converged=converged, face=face)
 
 
-def _face_directions(vertex: Callable[[np.ndarray], tuple[np.ndarray, Any]], theta: np.ndarray, mu: np.ndarray,
-                     vertices: np.ndarray, gap: float, tries: int) -> np.ndarray | None:
+def face_directions(vertex: Callable[[np.ndarray], tuple[np.ndarray, Any]], theta: np.ndarray, mu: np.ndarray,
+                    vertices: np.ndarray, gap: float, tries: int) -> np.ndarray | None:
     """Vertices of the face exposed by ``n = θ − μ*`` that leave the affine hull of the active ``vertices``.
 
     The argmax at ``n + δr`` is a vertex of that face maximising ``<r, .>`` over it when δ is below the score

@@ -269,7 +269,7 @@ class _ChainSparseMAP(torch.autograd.Function):
 
 def _face_labels(ex: _inputs.Example, result: Any, b: int, S: int) -> np.ndarray | None:
     """The optimal face's vertices outside the active set's affine hull (label sequences), found as the generic
-    forward finds them (:func:`structopt.sparsemap._face_directions`, two tries); None when it stopped early."""
+    forward finds them (:func:`structopt.sparsemap.face_directions`, two tries); None when it stopped early."""
     from structopt import sparsemap as core
 
     if result.status[b] == 2:  # stopped by max_iter: no optimal face to complete
@@ -280,7 +280,7 @@ def _face_labels(ex: _inputs.Example, result: Any, b: int, S: int) -> np.ndarray
     vertices = np.array([flatten(ex.structure.stats(y, full)) for y in labels])
     mu = result.weights[result.offsets[b]:result.offsets[b + 1]] @ vertices
     vertex = core.vertex_oracle(ex.structure, full, full, "sparsemap")
-    face = core._face_directions(vertex, flat, mu, vertices, float(result.gaps[b]), 2)
+    face = core.face_directions(vertex, flat, mu, vertices, float(result.gaps[b]), 2)
     if face is None:
         return None
     L = int(result.lengths[b])
