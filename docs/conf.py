@@ -84,7 +84,10 @@ def _shared_data() -> Path | None:
     return None
 
 
-_gallery_skip = [] if _shared_data() else [r"word_alignment\.py"]
+_found_data = _shared_data()
+if _found_data is not None:  # the examples' loaders (run in this process) read the data where this found it
+    os.environ.setdefault("STRUCTOPT_DATA", str(_found_data))
+_gallery_skip = [] if _found_data else [r"word_alignment\.py"]
 sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples"),
     "gallery_dirs": "auto_examples",
